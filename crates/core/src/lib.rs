@@ -1,0 +1,24 @@
+//! Likewise's domain, free of I/O.
+//!
+//! - [`ids`]: the 64-bit identifiers and their decimal-string wire form.
+//! - [`like`]: like targets, like/unlike operations and their outcomes (state transitions).
+//! - [`event`]: the engagement events written to the log (the transactional outbox).
+//! - [`counter`]: summing event deltas into one counter update per target.
+//! - [`display`]: the rounded like-count text ("12.3K").
+//! - [`visibility`]: who may see a like count.
+//! - [`model`]: upstream data: posts, users, viewer settings.
+//! - [`ports`]: the small traits the storage engines implement.
+//! - [`error`]: the error kinds shared by every layer.
+
+pub mod counter;
+pub mod display;
+pub mod error;
+pub mod event;
+pub mod ids;
+pub mod like;
+pub mod model;
+pub mod ports;
+pub mod visibility;
+
+pub use error::{StoreError, StoreResult};
+pub use ids::{CommentId, PostId, UserId};

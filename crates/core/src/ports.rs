@@ -1,0 +1,139 @@
+//! The ports: small traits a storage engine implements. The service holds them as
+//! `Arc<dyn Port>`; the engine is picked in one place (`likewise_store::open`). Every engine
+//! passes the same conformance suite (`likewise_store::conformance`).
+
+use crate::StoreResult;
+use crate::counter::{CounterKey, Counts};
+use crate::event::Event;
+use crate::ids::{PostId, UserId};
+use crate::like::{LikeOp, LikeOutcome, Target, TargetKind};
+use crate::model::{PostMeta, UserProfile, ViewerSettings};
+use async_trait::async_trait;
+
+/// The write side of likes, driven by the group committer on its own threads.
+///
+/// `apply` resolves a batch of operations in order (an op sees the state left by earlier ops
+/// of the same batch), writes like rows, reverse-index rows and one event per real change as
+/// ONE atomic batch, and makes it visible. `sync` makes everything applied so far durable.
+/// The committer acknowledges a request only after a `sync` that began after its `apply`.
+pub trait LikeWriteEngine: Send + Sync {
+    /// Apply a batch atomically; outcomes are in the order of `ops`.
+    fn apply(&self, ops: &[LikeOp]) -> StoreResult<Vec<LikeOutcome>>;
+    /// Make all applied batches durable (one fsync for many batches).
+    fn sync(&self) -> StoreResult<()>;
+}
+
+/// One liker of a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liker {
+    /// Who liked.
+    pub user: UserId,
+    /// When, milliseconds since the Unix epoch.
+    pub liked_at_ms: u64,
+}
+
+/// Reads of the like rows and their user-keyed reverse index.
+#[async_trait]
+pub trait LikeReader: Send + Sync {
+    /// For each target ID, has `user` liked it? One batched lookup on the user-keyed index.
+    async fn liked_among(
+        &self,
+        user: UserId,
+        kind: TargetKind,
+        ids: &[u64],
+    ) -> StoreResult<Vec<bool>>;
+    /// Up to `limit` target IDs of `kind` that `user` has liked (for per-user filters).
+    async fn liked_ids(
+        &self,
+        user: UserId,
+        kind: TargetKind,
+        limit: usize,
+    ) -> StoreResult<Vec<u64>>;
+    /// Likers of a target, newest first, strictly after the `after` position of a previous page.
+    async fn likers(
+        &self,
+        target: Target,
+        after: Option<Liker>,
+        limit: usize,
+    ) -> StoreResult<Vec<Liker>>;
+}
+
+/// The append-only event log (the transactional outbox).
+#[async_trait]
+pub trait EventLog: Send + Sync {
+    /// Up to `max` events with `seq > after`, in order.
+    async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>>;
+    /// The highest sequence written so far (0 when empty).
+    async fn head(&self) -> StoreResult<u64>;
+    /// Drop events with `seq <= upto` (every consumer is past them and retention allows).
+    async fn truncate(&self, upto: u64) -> StoreResult<u64>;
+}
+
+/// A consistent recount of one target, taken from a single snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recount {
+    /// Like rows that exist for the target.
+    pub rows: i64,
+    /// The stored like counter.
+    pub counter: i64,
+    /// The sum of like deltas for the target in events the consumer has not applied yet.
+    pub pending: i64,
+}
+
+impl Recount {
+    /// The repair to apply with the consumer's next batch so the counter equals the rows
+    /// once the pending events are applied.
+    pub fn drift(&self) -> i64 {
+        self.rows - self.counter - self.pending
+    }
+}
+
+/// Derived counters and consumer offsets.
+#[async_trait]
+pub trait CounterStore: Send + Sync {
+    /// The counters of each target, in order (zeroes for unknown targets).
+    async fn counts(&self, targets: &[Target]) -> StoreResult<Vec<Counts>>;
+    /// Apply summed deltas and move `consumer`'s offset to `upto` in ONE atomic write, so a
+    /// crash can never apply a delta twice or drop one.
+    async fn apply_deltas(
+        &self,
+        consumer: &str,
+        upto: u64,
+        deltas: &[(CounterKey, i64)],
+    ) -> StoreResult<()>;
+    /// The last log position `consumer` has applied (0 when none).
+    async fn offset(&self, consumer: &str) -> StoreResult<u64>;
+    /// Recount a target's likes from its rows, in one snapshot with the counter and the
+    /// events `consumer` has not applied yet (see [`Recount::drift`]).
+    async fn recount_likes(&self, consumer: &str, target: Target) -> StoreResult<Recount>;
+    /// Every post that has a like counter, for `reconcile --all` (ascending, after `after`).
+    async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>>;
+}
+
+/// Upstream data: posts, users, follows, settings.
+#[async_trait]
+pub trait MetaStore: Send + Sync {
+    /// Create or replace a post's metadata.
+    async fn put_post(&self, id: PostId, meta: PostMeta) -> StoreResult<()>;
+    /// Metadata of each post, in order.
+    async fn posts(&self, ids: &[PostId]) -> StoreResult<Vec<Option<PostMeta>>>;
+    /// Create or replace a user's profile.
+    async fn put_user(&self, id: UserId, profile: UserProfile) -> StoreResult<()>;
+    /// Profiles of each user, in order.
+    async fn users(&self, ids: &[UserId]) -> StoreResult<Vec<Option<UserProfile>>>;
+    /// Make `follower` follow (or stop following) `followee`.
+    async fn set_follow(
+        &self,
+        follower: UserId,
+        followee: UserId,
+        follows: bool,
+    ) -> StoreResult<()>;
+    /// Up to `limit` users `follower` follows.
+    async fn followees(&self, follower: UserId, limit: usize) -> StoreResult<Vec<UserId>>;
+    /// Store a viewer's settings.
+    async fn put_settings(&self, user: UserId, settings: ViewerSettings) -> StoreResult<()>;
+    /// A viewer's settings (defaults when never set).
+    async fn settings(&self, user: UserId) -> StoreResult<ViewerSettings>;
+    /// Cheap liveness probe of the storage.
+    async fn ping(&self) -> StoreResult<()>;
+}

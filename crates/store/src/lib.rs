@@ -1,0 +1,17 @@
+//! Storage engines behind the core ports, and the write path that feeds them.
+//!
+//! - [`embedded`]: the default engine, on fjall (an LSM tree in the process; no server).
+//! - [`group_commit`]: coalesces concurrent like/unlike requests into one atomic batch and one
+//!   fsync, acknowledging each request only once its batch is durable.
+//! - [`keys`]: the embedded engine's key layouts.
+//! - [`open`]: picks and opens the engine named by the configuration; [`Stores`] bundles the ports.
+//! - `conformance` (feature `conformance`): the test suite every engine must pass.
+
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
+pub mod embedded;
+pub mod group_commit;
+pub mod keys;
+pub mod open;
+
+pub use open::{StoreConfig, Stores, open};

@@ -1,0 +1,82 @@
+//! Picks the storage engine named by the configuration and opens it: the one place that knows
+//! which engines exist. An engine that is not compiled in fails loudly here.
+
+use crate::embedded::{EmbeddedOptions, EmbeddedStore};
+use crate::group_commit::{GroupCommitOptions, GroupCommitter};
+use likewise_core::ports::{CounterStore, EventLog, LikeReader, LikeWriteEngine, MetaStore};
+use likewise_core::{StoreError, StoreResult};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Which engine, and how to open it.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Engine name: `embedded` (the default).
+    pub backend: String,
+    /// Where the embedded engine keeps its files.
+    pub data_dir: PathBuf,
+    /// Embedded engine tuning.
+    pub embedded: EmbeddedOptions,
+    /// Write-path batching.
+    pub group_commit: GroupCommitOptions,
+}
+
+/// Every port of an opened engine, plus its write path.
+#[derive(Clone)]
+pub struct Stores {
+    /// The group-commit write path for likes.
+    pub writer: Arc<GroupCommitter>,
+    /// The engine under the write path (conformance tests drive it directly).
+    pub write_engine: Arc<dyn LikeWriteEngine>,
+    /// Like rows and the reverse index.
+    pub likes: Arc<dyn LikeReader>,
+    /// The event log.
+    pub events: Arc<dyn EventLog>,
+    /// Counters and consumer offsets.
+    pub counters: Arc<dyn CounterStore>,
+    /// Posts, users, follows, settings.
+    pub meta: Arc<dyn MetaStore>,
+    /// The embedded engine, when that is the one in use (for shutdown and disk metrics).
+    pub embedded: Option<EmbeddedStore>,
+}
+
+impl Stores {
+    /// Stop the write path (draining and syncing queued writes) and make everything durable.
+    pub fn close(&self) -> StoreResult<()> {
+        self.writer.close();
+        if let Some(e) = &self.embedded {
+            e.persist()?;
+        }
+        Ok(())
+    }
+}
+
+/// Open the configured engine.
+pub fn open(cfg: &StoreConfig) -> StoreResult<Stores> {
+    match cfg.backend.as_str() {
+        "embedded" => {
+            std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+                StoreError::Engine(format!("cannot create {}: {e}", cfg.data_dir.display()))
+            })?;
+            let store = EmbeddedStore::open(&cfg.data_dir.join("store"), &cfg.embedded)?;
+            Ok(from_embedded(store, cfg.group_commit.clone()))
+        }
+        other => Err(StoreError::Engine(format!(
+            "storage backend {other:?} is not available in this build (available: \"embedded\")"
+        ))),
+    }
+}
+
+/// Wrap an already opened embedded store.
+pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
+    let arc = Arc::new(store.clone());
+    Stores {
+        writer: GroupCommitter::start(arc.clone(), gc),
+        write_engine: arc.clone(),
+        likes: arc.clone(),
+        events: arc.clone(),
+        counters: arc.clone(),
+        meta: arc,
+        embedded: Some(store),
+    }
+}
