@@ -77,13 +77,7 @@ impl DeltaBatch {
 
     /// Fold one event in. Events must be added in log order.
     pub fn add(&mut self, event: &Event) {
-        self.add_delta(
-            CounterKey {
-                target: event.target,
-                field: CounterField::Likes,
-            },
-            event.delta(),
-        );
+        self.add_delta(CounterKey { target: event.target, field: CounterField::Likes }, event.delta());
         self.last_seq = Some(event.seq);
         self.events += 1;
     }
@@ -126,11 +120,7 @@ mod tests {
     fn ev(seq: u64, post: u64, created: bool) -> Event {
         Event {
             seq,
-            kind: if created {
-                EventKind::LikeCreated
-            } else {
-                EventKind::LikeRemoved
-            },
+            kind: if created { EventKind::LikeCreated } else { EventKind::LikeRemoved },
             target: Target::post(post),
             target_author: UserId(1),
             actor: UserId(seq),
@@ -156,14 +146,8 @@ mod tests {
         b.add(&ev(1001, 7, true));
         let d = b.into_deltas();
         assert_eq!(d.len(), 2);
-        let key = CounterKey {
-            target: Target::post(42),
-            field: CounterField::Likes,
-        };
-        assert_eq!(
-            d.iter().find(|(k, _)| *k == key).map(|(_, v)| *v),
-            Some(1000)
-        );
+        let key = CounterKey { target: Target::post(42), field: CounterField::Likes };
+        assert_eq!(d.iter().find(|(k, _)| *k == key).map(|(_, v)| *v), Some(1000));
     }
 
     proptest! {

@@ -29,11 +29,7 @@ pub fn count_text(n: i64) -> String {
         return format!("{}{suffix}", with_separator(whole));
     }
     let tenth = (n % unit) * 10 / unit;
-    if tenth == 0 {
-        format!("{whole}{suffix}")
-    } else {
-        format!("{whole}.{tenth}{suffix}")
-    }
+    if tenth == 0 { format!("{whole}{suffix}") } else { format!("{whole}.{tenth}{suffix}") }
 }
 
 fn with_separator(n: u64) -> String {

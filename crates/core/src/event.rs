@@ -107,10 +107,7 @@ impl Event {
         Ok(Event {
             seq,
             kind,
-            target: Target {
-                kind: tkind,
-                id: u(3..11),
-            },
+            target: Target { kind: tkind, id: u(3..11) },
             target_author: UserId(u(11..19)),
             actor: UserId(u(19..27)),
             ts_ms: u(27..35),

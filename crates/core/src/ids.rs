@@ -83,16 +83,7 @@ mod tests {
     fn ids_parse_only_positive_plain_decimals() {
         assert_eq!(parse_id("42"), Ok(42));
         assert_eq!(parse_id("18446744073709551615"), Ok(u64::MAX));
-        for bad in [
-            "",
-            "0",
-            "-1",
-            "+1",
-            " 1",
-            "1a",
-            "18446744073709551616",
-            "abc",
-        ] {
+        for bad in ["", "0", "-1", "+1", " 1", "1a", "18446744073709551616", "abc"] {
             assert_eq!(parse_id(bad), Err(InvalidId), "{bad:?}");
         }
     }

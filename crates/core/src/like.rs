@@ -44,17 +44,11 @@ pub struct Target {
 impl Target {
     /// A post target.
     pub fn post(id: u64) -> Self {
-        Target {
-            kind: TargetKind::Post,
-            id,
-        }
+        Target { kind: TargetKind::Post, id }
     }
     /// A comment target.
     pub fn comment(id: u64) -> Self {
-        Target {
-            kind: TargetKind::Comment,
-            id,
-        }
+        Target { kind: TargetKind::Comment, id }
     }
 }
 

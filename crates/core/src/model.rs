@@ -113,10 +113,7 @@ impl UserProfile {
     pub fn decode(b: &[u8]) -> Result<Self, BadRecord> {
         check_version(b, b.len() >= 2)?;
         let username = std::str::from_utf8(&b[2..]).map_err(|_| BadRecord("username not UTF-8"))?;
-        Ok(UserProfile {
-            username: username.to_string(),
-            verified: b[1] != 0,
-        })
+        Ok(UserProfile { username: username.to_string(), verified: b[1] != 0 })
     }
     /// The name shown for a user who was never registered.
     pub fn placeholder_name(user: UserId) -> String {
@@ -132,9 +129,7 @@ impl ViewerSettings {
     /// Parse the stored form.
     pub fn decode(b: &[u8]) -> Result<Self, BadRecord> {
         check_version(b, b.len() == 2)?;
-        Ok(ViewerSettings {
-            hide_like_counts: b[1] != 0,
-        })
+        Ok(ViewerSettings { hide_like_counts: b[1] != 0 })
     }
 }
 
@@ -144,20 +139,11 @@ mod tests {
 
     #[test]
     fn records_round_trip() {
-        let p = PostMeta {
-            author: UserId(7),
-            hide_like_count: true,
-            comments: CommentsPolicy::Followers,
-        };
+        let p = PostMeta { author: UserId(7), hide_like_count: true, comments: CommentsPolicy::Followers };
         assert_eq!(PostMeta::decode(&p.encode()), Ok(p));
-        let u = UserProfile {
-            username: "zoë".into(),
-            verified: true,
-        };
+        let u = UserProfile { username: "zoë".into(), verified: true };
         assert_eq!(UserProfile::decode(&u.encode()), Ok(u));
-        let s = ViewerSettings {
-            hide_like_counts: true,
-        };
+        let s = ViewerSettings { hide_like_counts: true };
         assert_eq!(ViewerSettings::decode(&s.encode()), Ok(s));
     }
 

@@ -36,26 +36,11 @@ pub struct Liker {
 #[async_trait]
 pub trait LikeReader: Send + Sync {
     /// For each target ID, has `user` liked it? One batched lookup on the user-keyed index.
-    async fn liked_among(
-        &self,
-        user: UserId,
-        kind: TargetKind,
-        ids: &[u64],
-    ) -> StoreResult<Vec<bool>>;
+    async fn liked_among(&self, user: UserId, kind: TargetKind, ids: &[u64]) -> StoreResult<Vec<bool>>;
     /// Up to `limit` target IDs of `kind` that `user` has liked (for per-user filters).
-    async fn liked_ids(
-        &self,
-        user: UserId,
-        kind: TargetKind,
-        limit: usize,
-    ) -> StoreResult<Vec<u64>>;
+    async fn liked_ids(&self, user: UserId, kind: TargetKind, limit: usize) -> StoreResult<Vec<u64>>;
     /// Likers of a target, newest first, strictly after the `after` position of a previous page.
-    async fn likers(
-        &self,
-        target: Target,
-        after: Option<Liker>,
-        limit: usize,
-    ) -> StoreResult<Vec<Liker>>;
+    async fn likers(&self, target: Target, after: Option<Liker>, limit: usize) -> StoreResult<Vec<Liker>>;
 }
 
 /// The append-only event log (the transactional outbox).
@@ -94,13 +79,13 @@ pub trait CounterStore: Send + Sync {
     /// The counters of each target, in order (zeroes for unknown targets).
     async fn counts(&self, targets: &[Target]) -> StoreResult<Vec<Counts>>;
     /// Apply summed deltas and move `consumer`'s offset to `upto` in ONE atomic write, so a
-    /// crash can never apply a delta twice or drop one.
+    /// crash can never apply a delta twice or drop one. Returns each counter's new value.
     async fn apply_deltas(
         &self,
         consumer: &str,
         upto: u64,
         deltas: &[(CounterKey, i64)],
-    ) -> StoreResult<()>;
+    ) -> StoreResult<Vec<(CounterKey, i64)>>;
     /// The last log position `consumer` has applied (0 when none).
     async fn offset(&self, consumer: &str) -> StoreResult<u64>;
     /// Recount a target's likes from its rows, in one snapshot with the counter and the
@@ -122,12 +107,7 @@ pub trait MetaStore: Send + Sync {
     /// Profiles of each user, in order.
     async fn users(&self, ids: &[UserId]) -> StoreResult<Vec<Option<UserProfile>>>;
     /// Make `follower` follow (or stop following) `followee`.
-    async fn set_follow(
-        &self,
-        follower: UserId,
-        followee: UserId,
-        follows: bool,
-    ) -> StoreResult<()>;
+    async fn set_follow(&self, follower: UserId, followee: UserId, follows: bool) -> StoreResult<()>;
     /// Up to `limit` users `follower` follows.
     async fn followees(&self, follower: UserId, limit: usize) -> StoreResult<Vec<UserId>>;
     /// Store a viewer's settings.

@@ -1,1 +1,96 @@
-//! placeholder
+//! The HTTP API of `API.md`, on axum.
+//!
+//! - [`router`] builds every route with its layers; [`serve`] runs it until a shutdown signal
+//!   and drains in-flight requests (tests bind port 0 and pass their own signal).
+//! - [`auth`]: bearer tokens and the `Viewer` / `Service` extractors.
+//! - [`extract`]: path, query and JSON extractors that speak the error contract.
+//! - [`error`]: error kinds to status codes, in one place.
+//! - [`cursor`]: opaque, tamper-evident cursors.
+//! - [`dto`]: the JSON shapes; [`openapi`]: the generated OpenAPI document.
+//! - [`middleware`]: request metrics and the per-request timeout.
+//! - [`routes`]: one file per resource.
+
+pub mod auth;
+pub mod cursor;
+pub mod dto;
+pub mod error;
+pub mod extract;
+pub mod middleware;
+pub mod openapi;
+pub mod routes;
+
+use auth::TokenKeys;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, put};
+use cursor::CursorCodec;
+use error::ApiError;
+use likewise_service::Engagement;
+use metrics_exporter_prometheus::PrometheusHandle;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// HTTP tuning.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Largest request body accepted.
+    pub max_body_bytes: usize,
+    /// A request taking longer is answered 503 (its write, if any, may still complete:
+    /// retrying is safe because likes are idempotent).
+    pub request_timeout: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions { max_body_bytes: 64 * 1024, request_timeout: Duration::from_secs(10) }
+    }
+}
+
+/// What every handler can reach.
+pub struct AppState {
+    /// The engagement service.
+    pub svc: Arc<Engagement>,
+    /// Token keys.
+    pub keys: TokenKeys,
+    /// Cursor signing.
+    pub cursors: CursorCodec,
+    /// Renders `/metrics` (None when no recorder is installed).
+    pub metrics: Option<PrometheusHandle>,
+    /// Options.
+    pub opts: HttpOptions,
+}
+
+/// Every route of the API with its layers.
+pub fn router(state: Arc<AppState>) -> Router {
+    use routes::*;
+    let v1 = Router::new()
+        .route("/v1/users/{user_id}", put(upstream::put_user))
+        .route("/v1/users/{user_id}/follows/{other_id}", put(upstream::follow).delete(upstream::unfollow))
+        .route("/v1/posts", get(posts::posts))
+        .route("/v1/posts/{post_id}", get(posts::post).put(upstream::put_post))
+        .route("/v1/posts/{post_id}/like", put(likes::like).delete(likes::unlike))
+        .route("/v1/posts/{post_id}/likers", get(likes::likers))
+        .route("/v1/me/settings", put(me::put_settings).get(me::get_settings));
+    Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .merge(v1)
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(DefaultBodyLimit::max(state.opts.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::timeout))
+        .layer(axum::middleware::from_fn(middleware::track))
+        .with_state(state)
+}
+
+/// Serve until `shutdown` resolves, then stop accepting and finish in-flight requests.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}

@@ -31,11 +31,7 @@ pub struct GroupCommitOptions {
 
 impl Default for GroupCommitOptions {
     fn default() -> Self {
-        GroupCommitOptions {
-            max_batch: 8192,
-            max_delay: Duration::from_micros(200),
-            max_in_flight: 65_536,
-        }
+        GroupCommitOptions { max_batch: 8192, max_delay: Duration::from_micros(200), max_in_flight: 65_536 }
     }
 }
 
@@ -79,17 +75,12 @@ impl GroupCommitter {
 
     /// Submit one operation and wait until its batch is durable.
     pub async fn submit(&self, op: LikeOp) -> StoreResult<Committed> {
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| StoreError::Closed)?;
+        let _permit = self.permits.acquire().await.map_err(|_| StoreError::Closed)?;
         let (reply, rx) = oneshot::channel();
         {
             let tx = self.tx.lock();
             let tx = tx.as_ref().ok_or(StoreError::Closed)?;
-            tx.send(Msg::Op(op, reply))
-                .map_err(|_| StoreError::Closed)?;
+            tx.send(Msg::Op(op, reply)).map_err(|_| StoreError::Closed)?;
         }
         rx.await.map_err(|_| StoreError::Closed)?
     }
@@ -163,18 +154,13 @@ fn commit(engine: &dyn LikeWriteEngine, batch: Pending, order: &mut u64) {
     let result = applied.and_then(|outcomes| engine.sync().map(|()| outcomes));
     let synced_at = Instant::now();
     metrics::histogram!("likewise_group_commit_batch_size").record(ops.len() as f64);
-    metrics::histogram!("likewise_group_commit_apply_seconds")
-        .record((applied_at - started).as_secs_f64());
-    metrics::histogram!("likewise_group_commit_fsync_seconds")
-        .record((synced_at - applied_at).as_secs_f64());
+    metrics::histogram!("likewise_group_commit_apply_seconds").record((applied_at - started).as_secs_f64());
+    metrics::histogram!("likewise_group_commit_fsync_seconds").record((synced_at - applied_at).as_secs_f64());
     match result {
         Ok(outcomes) => {
             for ((_, reply), outcome) in batch.into_iter().zip(outcomes) {
                 *order += 1;
-                let _ = reply.send(Ok(Committed {
-                    outcome,
-                    order: *order,
-                }));
+                let _ = reply.send(Ok(Committed { outcome, order: *order }));
             }
         }
         Err(e) => {

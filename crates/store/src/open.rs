@@ -55,9 +55,8 @@ impl Stores {
 pub fn open(cfg: &StoreConfig) -> StoreResult<Stores> {
     match cfg.backend.as_str() {
         "embedded" => {
-            std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
-                StoreError::Engine(format!("cannot create {}: {e}", cfg.data_dir.display()))
-            })?;
+            std::fs::create_dir_all(&cfg.data_dir)
+                .map_err(|e| StoreError::Engine(format!("cannot create {}: {e}", cfg.data_dir.display())))?;
             let store = EmbeddedStore::open(&cfg.data_dir.join("store"), &cfg.embedded)?;
             Ok(from_embedded(store, cfg.group_commit.clone()))
         }

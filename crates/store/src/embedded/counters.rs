@@ -22,15 +22,10 @@ pub(super) fn last_seq(events: &Keyspace) -> StoreResult<u64> {
 
 fn decode_event(k: &[u8], v: &[u8]) -> StoreResult<Event> {
     if k.len() != 8 {
-        return Err(StoreError::Corrupt {
-            keyspace: "events",
-            detail: "bad key".into(),
-        });
+        return Err(StoreError::Corrupt { keyspace: "events", detail: "bad key".into() });
     }
-    Event::decode(be_u64(k, 0), v).map_err(|e| StoreError::Corrupt {
-        keyspace: "events",
-        detail: e.to_string(),
-    })
+    Event::decode(be_u64(k, 0), v)
+        .map_err(|e| StoreError::Corrupt { keyspace: "events", detail: e.to_string() })
 }
 
 /// Counters are stored as two's-complement i64 inside a versioned u64 record.
@@ -87,11 +82,7 @@ impl CounterStore for EmbeddedStore {
             .iter()
             .map(|t| {
                 let mut c = Counts::default();
-                for field in [
-                    CounterField::Likes,
-                    CounterField::Comments,
-                    CounterField::Replies,
-                ] {
+                for field in [CounterField::Likes, CounterField::Comments, CounterField::Replies] {
                     let key = counter_key(CounterKey { target: *t, field });
                     if let Some(v) = snap.get(&s.counters, key).map_err(engine_err)? {
                         c.add(field, parse_counter(&v)?);
@@ -107,31 +98,30 @@ impl CounterStore for EmbeddedStore {
         consumer: &str,
         upto: u64,
         deltas: &[(CounterKey, i64)],
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Vec<(CounterKey, i64)>> {
         let s = &*self.inner;
         // The aggregator is the only writer of counters, so read-modify-write needs no lock.
         // Not fsynced here: if this batch is lost in a crash its offset is lost with it and the
         // events are applied again. The next like batch's fsync makes it durable anyway.
         let mut batch = s.db.batch();
+        let mut new_values = Vec::with_capacity(deltas.len());
         for (key, delta) in deltas {
             let k = counter_key(*key);
             let cur = match s.counters.get(k).map_err(engine_err)? {
                 Some(v) => parse_counter(&v)?,
                 None => 0,
             };
-            batch.insert(&s.counters, k, num_value(cur.wrapping_add(*delta) as u64));
+            let new = cur.wrapping_add(*delta);
+            batch.insert(&s.counters, k, num_value(new as u64));
+            new_values.push((*key, new));
         }
         batch.insert(&s.offsets, consumer.as_bytes(), num_value(upto));
-        batch.commit().map_err(engine_err)
+        batch.commit().map_err(engine_err)?;
+        Ok(new_values)
     }
 
     async fn offset(&self, consumer: &str) -> StoreResult<u64> {
-        match self
-            .inner
-            .offsets
-            .get(consumer.as_bytes())
-            .map_err(engine_err)?
-        {
+        match self.inner.offsets.get(consumer.as_bytes()).map_err(engine_err)? {
             Some(v) => parse_num("offsets", &v),
             None => Ok(0),
         }
@@ -145,21 +135,13 @@ impl CounterStore for EmbeddedStore {
             g.key().map_err(engine_err)?;
             rows += 1;
         }
-        let counter = match snap.get(
-            &s.counters,
-            counter_key(CounterKey {
-                target,
-                field: CounterField::Likes,
-            }),
-        ) {
-            Ok(Some(v)) => parse_counter(&v)?,
-            Ok(None) => 0,
-            Err(e) => return Err(engine_err(e)),
-        };
-        let offset = match snap
-            .get(&s.offsets, consumer.as_bytes())
-            .map_err(engine_err)?
-        {
+        let counter =
+            match snap.get(&s.counters, counter_key(CounterKey { target, field: CounterField::Likes })) {
+                Ok(Some(v)) => parse_counter(&v)?,
+                Ok(None) => 0,
+                Err(e) => return Err(engine_err(e)),
+            };
+        let offset = match snap.get(&s.offsets, consumer.as_bytes()).map_err(engine_err)? {
             Some(v) => parse_num("offsets", &v)?,
             None => 0,
         };
@@ -171,11 +153,7 @@ impl CounterStore for EmbeddedStore {
                 pending += e.delta();
             }
         }
-        Ok(Recount {
-            rows,
-            counter,
-            pending,
-        })
+        Ok(Recount { rows, counter, pending })
     }
 
     async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>> {

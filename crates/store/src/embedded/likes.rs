@@ -2,8 +2,7 @@
 
 use super::{EmbeddedStore, engine_err};
 use crate::keys::{
-    be_u64, like_key, liker_key, num_value, parse_num, target_prefix, user_kind_prefix,
-    user_like_key,
+    be_u64, like_key, liker_key, num_value, parse_num, target_prefix, user_kind_prefix, user_like_key,
 };
 use async_trait::async_trait;
 use likewise_core::event::{Event, EventKind};
@@ -46,23 +45,14 @@ impl LikeWriteEngine for EmbeddedStore {
                         None => None,
                     };
                     order.push(key);
-                    v.insert(Touched {
-                        target: op.target,
-                        user: op.user,
-                        before,
-                        now: before,
-                    })
+                    v.insert(Touched { target: op.target, user: op.user, before, now: before })
                 }
             };
             let (liked, changed) = transition(entry.now.is_some(), op.action);
             let mut event_seq = None;
             if changed {
                 entry.now = liked.then_some(op.ts_ms);
-                let kind = if liked {
-                    EventKind::LikeCreated
-                } else {
-                    EventKind::LikeRemoved
-                };
+                let kind = if liked { EventKind::LikeCreated } else { EventKind::LikeRemoved };
                 let event = Event {
                     seq,
                     kind,
@@ -75,11 +65,7 @@ impl LikeWriteEngine for EmbeddedStore {
                 event_seq = Some(seq);
                 seq += 1;
             }
-            outcomes.push(LikeOutcome {
-                liked,
-                changed,
-                event_seq,
-            });
+            outcomes.push(LikeOutcome { liked, changed, event_seq });
         }
 
         // Rows are written once per key with the batch's final state: fjall gives every item of
@@ -120,49 +106,24 @@ impl LikeWriteEngine for EmbeddedStore {
 
 #[async_trait]
 impl LikeReader for EmbeddedStore {
-    async fn liked_among(
-        &self,
-        user: UserId,
-        kind: TargetKind,
-        ids: &[u64],
-    ) -> StoreResult<Vec<bool>> {
+    async fn liked_among(&self, user: UserId, kind: TargetKind, ids: &[u64]) -> StoreResult<Vec<bool>> {
         // Point reads on one user's partition of the reverse index: memtable and bloom-filter
         // hits measured in microseconds, so they run inline rather than on a blocking thread.
         ids.iter()
-            .map(|id| {
-                self.inner
-                    .user_likes
-                    .contains_key(user_like_key(user, kind, *id))
-                    .map_err(engine_err)
-            })
+            .map(|id| self.inner.user_likes.contains_key(user_like_key(user, kind, *id)).map_err(engine_err))
             .collect()
     }
 
-    async fn liked_ids(
-        &self,
-        user: UserId,
-        kind: TargetKind,
-        limit: usize,
-    ) -> StoreResult<Vec<u64>> {
+    async fn liked_ids(&self, user: UserId, kind: TargetKind, limit: usize) -> StoreResult<Vec<u64>> {
         let mut out = Vec::new();
-        for g in self
-            .inner
-            .user_likes
-            .prefix(user_kind_prefix(user, kind))
-            .take(limit)
-        {
+        for g in self.inner.user_likes.prefix(user_kind_prefix(user, kind)).take(limit) {
             let k = g.key().map_err(engine_err)?;
             out.push(be_u64(&k, 9));
         }
         Ok(out)
     }
 
-    async fn likers(
-        &self,
-        target: Target,
-        after: Option<Liker>,
-        limit: usize,
-    ) -> StoreResult<Vec<Liker>> {
+    async fn likers(&self, target: Target, after: Option<Liker>, limit: usize) -> StoreResult<Vec<Liker>> {
         let prefix = target_prefix(target);
         let start = Bound::Included(prefix.to_vec());
         let end = match after {
@@ -170,24 +131,12 @@ impl LikeReader for EmbeddedStore {
             None => Bound::Included(liker_key(target, u64::MAX, UserId(u64::MAX)).to_vec()),
         };
         let mut out = Vec::with_capacity(limit);
-        for g in self
-            .inner
-            .likers
-            .range::<Vec<u8>, _>((start, end))
-            .rev()
-            .take(limit)
-        {
+        for g in self.inner.likers.range::<Vec<u8>, _>((start, end)).rev().take(limit) {
             let k = g.key().map_err(engine_err)?;
             if k.len() != 25 {
-                return Err(StoreError::Corrupt {
-                    keyspace: "likers",
-                    detail: "bad key".into(),
-                });
+                return Err(StoreError::Corrupt { keyspace: "likers", detail: "bad key".into() });
             }
-            out.push(Liker {
-                user: UserId(be_u64(&k, 17)),
-                liked_at_ms: be_u64(&k, 9),
-            });
+            out.push(Liker { user: UserId(be_u64(&k, 17)), liked_at_ms: be_u64(&k, 9) });
         }
         Ok(out)
     }

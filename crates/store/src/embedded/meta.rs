@@ -9,68 +9,41 @@ use likewise_core::ports::MetaStore;
 use likewise_core::{StoreError, StoreResult};
 
 fn corrupt(keyspace: &'static str) -> impl Fn(likewise_core::model::BadRecord) -> StoreError {
-    move |e| StoreError::Corrupt {
-        keyspace,
-        detail: e.to_string(),
-    }
+    move |e| StoreError::Corrupt { keyspace, detail: e.to_string() }
 }
 
 #[async_trait]
 impl MetaStore for EmbeddedStore {
     async fn put_post(&self, id: PostId, meta: PostMeta) -> StoreResult<()> {
         let s = &*self.inner;
-        s.posts
-            .insert(id.0.to_be_bytes(), meta.encode())
-            .map_err(engine_err)?;
+        s.posts.insert(id.0.to_be_bytes(), meta.encode()).map_err(engine_err)?;
         self.persist()
     }
 
     async fn posts(&self, ids: &[PostId]) -> StoreResult<Vec<Option<PostMeta>>> {
         ids.iter()
-            .map(|id| {
-                match self
-                    .inner
-                    .posts
-                    .get(id.0.to_be_bytes())
-                    .map_err(engine_err)?
-                {
-                    Some(v) => PostMeta::decode(&v).map(Some).map_err(corrupt("posts")),
-                    None => Ok(None),
-                }
+            .map(|id| match self.inner.posts.get(id.0.to_be_bytes()).map_err(engine_err)? {
+                Some(v) => PostMeta::decode(&v).map(Some).map_err(corrupt("posts")),
+                None => Ok(None),
             })
             .collect()
     }
 
     async fn put_user(&self, id: UserId, profile: UserProfile) -> StoreResult<()> {
-        self.inner
-            .users
-            .insert(id.0.to_be_bytes(), profile.encode())
-            .map_err(engine_err)?;
+        self.inner.users.insert(id.0.to_be_bytes(), profile.encode()).map_err(engine_err)?;
         self.persist()
     }
 
     async fn users(&self, ids: &[UserId]) -> StoreResult<Vec<Option<UserProfile>>> {
         ids.iter()
-            .map(|id| {
-                match self
-                    .inner
-                    .users
-                    .get(id.0.to_be_bytes())
-                    .map_err(engine_err)?
-                {
-                    Some(v) => UserProfile::decode(&v).map(Some).map_err(corrupt("users")),
-                    None => Ok(None),
-                }
+            .map(|id| match self.inner.users.get(id.0.to_be_bytes()).map_err(engine_err)? {
+                Some(v) => UserProfile::decode(&v).map(Some).map_err(corrupt("users")),
+                None => Ok(None),
             })
             .collect()
     }
 
-    async fn set_follow(
-        &self,
-        follower: UserId,
-        followee: UserId,
-        follows: bool,
-    ) -> StoreResult<()> {
+    async fn set_follow(&self, follower: UserId, followee: UserId, follows: bool) -> StoreResult<()> {
         let s = &*self.inner;
         let mut batch = s.db.batch();
         let fwd = pair_key(follower.0, followee.0);
@@ -88,12 +61,7 @@ impl MetaStore for EmbeddedStore {
 
     async fn followees(&self, follower: UserId, limit: usize) -> StoreResult<Vec<UserId>> {
         let mut out = Vec::new();
-        for g in self
-            .inner
-            .follows
-            .prefix(follower.0.to_be_bytes())
-            .take(limit)
-        {
+        for g in self.inner.follows.prefix(follower.0.to_be_bytes()).take(limit) {
             let k = g.key().map_err(engine_err)?;
             out.push(UserId(be_u64(&k, 8)));
         }
@@ -101,20 +69,12 @@ impl MetaStore for EmbeddedStore {
     }
 
     async fn put_settings(&self, user: UserId, settings: ViewerSettings) -> StoreResult<()> {
-        self.inner
-            .settings
-            .insert(user.0.to_be_bytes(), settings.encode())
-            .map_err(engine_err)?;
+        self.inner.settings.insert(user.0.to_be_bytes(), settings.encode()).map_err(engine_err)?;
         self.persist()
     }
 
     async fn settings(&self, user: UserId) -> StoreResult<ViewerSettings> {
-        match self
-            .inner
-            .settings
-            .get(user.0.to_be_bytes())
-            .map_err(engine_err)?
-        {
+        match self.inner.settings.get(user.0.to_be_bytes()).map_err(engine_err)? {
             Some(v) => ViewerSettings::decode(&v).map_err(corrupt("settings")),
             None => Ok(ViewerSettings::default()),
         }
@@ -122,9 +82,6 @@ impl MetaStore for EmbeddedStore {
 
     async fn ping(&self) -> StoreResult<()> {
         // Fails once the engine is poisoned by an I/O error (fjall refuses all writes then).
-        self.inner
-            .db
-            .persist(fjall::PersistMode::Buffer)
-            .map_err(engine_err)
+        self.inner.db.persist(fjall::PersistMode::Buffer).map_err(engine_err)
     }
 }

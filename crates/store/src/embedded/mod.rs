@@ -32,11 +32,7 @@ pub struct EmbeddedOptions {
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
-        EmbeddedOptions {
-            cache_bytes: 256 << 20,
-            memtable_bytes: 32 << 20,
-            max_journal_bytes: 256 << 20,
-        }
+        EmbeddedOptions { cache_bytes: 256 << 20, memtable_bytes: 32 << 20, max_journal_bytes: 256 << 20 }
     }
 }
 
@@ -81,10 +77,8 @@ impl EmbeddedStore {
         let big = opts.memtable_bytes.max(1 << 20);
         let small = (big / 8).max(1 << 20);
         let ks = |name: &str, memtable: u64| {
-            db.keyspace(name, || {
-                KeyspaceCreateOptions::default().max_memtable_size(memtable)
-            })
-            .map_err(engine_err)
+            db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable))
+                .map_err(engine_err)
         };
         let inner = Inner {
             likes: ks("likes", big)?,
@@ -103,15 +97,11 @@ impl EmbeddedStore {
             db,
         };
         let head = counters::last_seq(&inner.events)?;
-        inner
-            .next_seq
-            .store(head + 1, std::sync::atomic::Ordering::SeqCst);
+        inner.next_seq.store(head + 1, std::sync::atomic::Ordering::SeqCst);
         let secs = started.elapsed().as_secs_f64();
         metrics::gauge!("likewise_store_open_seconds").set(secs);
         tracing::info!(dir = %dir.display(), open_seconds = secs, event_head = head, "embedded store opened");
-        Ok(EmbeddedStore {
-            inner: Arc::new(inner),
-        })
+        Ok(EmbeddedStore { inner: Arc::new(inner) })
     }
 
     /// Bytes on disk (for the benchmarks and `/metrics`).
@@ -121,10 +111,7 @@ impl EmbeddedStore {
 
     /// Make everything written so far durable.
     pub fn persist(&self) -> StoreResult<()> {
-        self.inner
-            .db
-            .persist(fjall::PersistMode::SyncAll)
-            .map_err(engine_err)
+        self.inner.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err)
     }
 }
 
@@ -135,8 +122,7 @@ mod conformance_tests {
 
     fn open_temp() -> (crate::Stores, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = super::EmbeddedStore::open(dir.path(), &super::EmbeddedOptions::default())
-            .expect("open");
+        let store = super::EmbeddedStore::open(dir.path(), &super::EmbeddedOptions::default()).expect("open");
         (from_embedded(store, GroupCommitOptions::default()), dir)
     }
 

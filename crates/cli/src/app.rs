@@ -1,0 +1,134 @@
+//! Wiring: open the store, build the service, start the workers and the HTTP server.
+//! [`Application::build`] binds the listener (port 0 works, for tests);
+//! [`Application::run_until_stopped`] serves until the shutdown future resolves, then drains:
+//! in-flight requests finish, queued writes are committed and synced, the aggregator applies
+//! the rest of the log, and the store is persisted.
+
+use crate::config::Config;
+use crate::secret;
+use anyhow::Context;
+use likewise_http::AppState;
+use likewise_http::auth::TokenKeys;
+use likewise_http::cursor::CursorCodec;
+use likewise_service::Engagement;
+use likewise_workers::{Aggregator, ReconcileHandle};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// The process-wide Prometheus recorder (installed once; later calls reuse it).
+pub fn metrics_handle() -> Option<PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let latency = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+            let sizes = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0];
+            PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
+                    &latency,
+                )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(metrics_exporter_prometheus::Matcher::Full("likewise_group_commit_batch_size".into()), &sizes)
+                })
+                .and_then(|b| b.install_recorder())
+                .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
+                .ok()
+        })
+        .clone()
+}
+
+/// A built, bound, not yet running service.
+pub struct Application {
+    listener: TcpListener,
+    addr: SocketAddr,
+    state: Arc<AppState>,
+    aggregator: Aggregator,
+    reconcile: ReconcileHandle,
+}
+
+impl Application {
+    /// Open everything and bind the listener.
+    pub async fn build(cfg: &Config) -> anyhow::Result<Self> {
+        let secret = secret::load_or_create(cfg.auth.secret.as_deref(), &cfg.store.data_dir, true)?;
+        let stores = likewise_store::open(&cfg.store_config()).context("opening the store")?;
+        let svc = Engagement::new(stores, cfg.service_options());
+        let (aggregator, reconcile) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
+        let listener = TcpListener::bind(&cfg.server.listen)
+            .await
+            .with_context(|| format!("binding {}", cfg.server.listen))?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(AppState {
+            svc,
+            keys: TokenKeys::new(&secret),
+            cursors: CursorCodec::new(&secret),
+            metrics: metrics_handle(),
+            opts: cfg.http_options(),
+        });
+        Ok(Application { listener, addr, state, aggregator, reconcile })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Token keys (tests mint tokens with them).
+    pub fn keys(&self) -> TokenKeys {
+        self.state.keys.clone()
+    }
+
+    /// Ask the running aggregator to reconcile a target.
+    pub fn reconcile_handle(&self) -> ReconcileHandle {
+        self.reconcile.clone()
+    }
+
+    /// The service (tests inspect caches through it).
+    pub fn service(&self) -> Arc<Engagement> {
+        self.state.svc.clone()
+    }
+
+    /// Serve until `shutdown` resolves, then drain and persist.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let agg = tokio::spawn(self.aggregator.run(stop_rx));
+        tracing::info!(addr = %self.addr, "likewise listening");
+        let svc = self.state.svc.clone();
+        let served = likewise_http::serve(self.listener, self.state, shutdown).await;
+        tracing::info!("HTTP drained; committing queued writes");
+        svc.stores().writer.close();
+        let _ = stop_tx.send(true);
+        if let Err(e) = agg.await {
+            tracing::error!(error = %e, "aggregator task failed");
+        }
+        svc.stores().close().context("persisting the store")?;
+        tracing::info!("stopped cleanly");
+        served.context("HTTP server failed")
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutdown signal received");
+}

@@ -1,0 +1,91 @@
+//! `bench hot-post --in-process`: the service API without HTTP, on a real durable store.
+
+use super::{HotPostArgs, progress, stats};
+use crate::config::{Config, Overrides};
+use likewise_core::ids::{PostId, UserId};
+use likewise_core::like::{LikeAction, Target};
+use likewise_core::model::{CommentsPolicy, PostMeta};
+use likewise_service::Engagement;
+use likewise_workers::Aggregator;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let data_dir = a.data_dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    let cfg = Config::load(a.config.as_deref(), &Overrides { listen: None, data_dir: Some(data_dir) })?;
+    let stores = likewise_store::open(&cfg.store_config())?;
+    let svc = Engagement::new(stores.clone(), cfg.service_options());
+    let (agg, _) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let agg_task = tokio::spawn(agg.run(stop_rx));
+
+    let post = PostId(42);
+    let author = UserId(1);
+    svc.put_post(post, PostMeta { author, hide_like_count: false, comments: CommentsPolicy::Everyone }).await?;
+    let base = 1_000_000u64;
+    let n = a.likers;
+    println!("hot-post in process: {n} distinct likers on one post, concurrency {}", a.concurrency);
+
+    let next = Arc::new(AtomicU64::new(0));
+    let bar = progress(n);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..a.concurrency {
+        let (svc, next, bar) = (svc.clone(), next.clone(), bar.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return Ok::<_, anyhow::Error>(lat);
+                }
+                let t0 = Instant::now();
+                let r = svc.set_post_like(UserId(base + i), post, LikeAction::Like).await?;
+                anyhow::ensure!(r.changed, "like {i} reported no change");
+                lat.push(t0.elapsed().as_micros() as u64);
+                if i % 1024 == 0 {
+                    bar.set_position(i);
+                }
+            }
+        }));
+    }
+    let mut samples = Vec::with_capacity(n as usize);
+    for t in tasks {
+        samples.extend(t.await??);
+    }
+    let elapsed = started.elapsed();
+    bar.finish_and_clear();
+    let last_write = Instant::now();
+
+    let converged = loop {
+        let c = svc.counts().get_many(&[Target::post(post.0)]).await?;
+        if c[0].counts.likes == n as i64 {
+            break Some(last_write.elapsed());
+        }
+        if last_write.elapsed() > Duration::from_secs(30) {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let _ = stop_tx.send(true);
+    agg_task.await?;
+    let recount = stores.counters.recount_likes("counters", Target::post(post.0)).await?;
+    stores.close()?;
+
+    let s = stats::summarise(&mut samples);
+    println!("durable likes/s: {:.0}  ({n} likes in {:.2} s)", n as f64 / elapsed.as_secs_f64(), elapsed.as_secs_f64());
+    println!("{s}");
+    match converged {
+        Some(d) => println!("count converged to {n} {:.0} ms after the last like", d.as_secs_f64() * 1000.0),
+        None => println!("count did NOT converge within 30 s"),
+    }
+    println!("like rows {}  counter {}  pending {}", recount.rows, recount.counter, recount.pending);
+    anyhow::ensure!(
+        converged.is_some() && recount.rows == n as i64 && recount.counter == n as i64,
+        "final count does not equal the number of distinct likers"
+    );
+    println!("check: final count == distinct likers ({n})  OK");
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! `likewise bench`: measured, not asserted. `hot-post` drives likes from many distinct users
+//! onto ONE post, in process (through the service API, no HTTP) or over HTTP against a
+//! running server, prints likes/s and latency percentiles, and checks that the final count
+//! equals the number of distinct likers.
+
+mod http;
+mod in_process;
+mod stats;
+
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+
+/// Benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Many distinct users like ONE post.
+    HotPost(HotPostArgs),
+}
+
+/// `bench hot-post` options.
+#[derive(Debug, Args)]
+pub struct HotPostArgs {
+    /// Drive the service in this process (a fresh temporary store unless --data-dir).
+    #[arg(long, conflicts_with = "url")]
+    pub in_process: bool,
+    /// Base URL of a running server, e.g. http://127.0.0.1:8080.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Distinct likers (one like each).
+    #[arg(long, default_value_t = 200_000)]
+    pub likers: u64,
+    /// Concurrent requests in flight.
+    #[arg(long, default_value_t = 256)]
+    pub concurrency: usize,
+    /// Seconds for each of the /healthz and feed-page phases (over HTTP).
+    #[arg(long, default_value_t = 5)]
+    pub phase_seconds: u64,
+    /// Token secret of the server (default: read from --data-dir or the config).
+    #[arg(long, env = "LIKEWISE__AUTH__SECRET")]
+    pub secret: Option<String>,
+    /// TOML configuration (in process: store tuning; over HTTP: where the secret is).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Data directory (in process: keep the store there; over HTTP: where the secret is).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Run a benchmark.
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    crate::commands::init_logging("warn");
+    match cmd {
+        BenchCommand::HotPost(a) => {
+            let rt = crate::commands::runtime()?;
+            match (&a.url, a.in_process) {
+                (Some(url), _) => rt.block_on(http::hot_post(url, &a)),
+                (None, _) => rt.block_on(in_process::hot_post(&a)),
+            }
+        }
+    }
+}
+
+fn progress(total: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len}  {per_sec}  eta {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}

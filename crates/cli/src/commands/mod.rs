@@ -1,0 +1,99 @@
+//! The command line: `serve`, `token`, `reconcile`, `bench`.
+
+mod reconcile;
+mod serve;
+mod token;
+
+use crate::config::{Config, Overrides};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Likewise: likes, comments and counts for a social platform.
+#[derive(Debug, Parser)]
+#[command(name = "likewise", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args, Clone)]
+pub struct Common {
+    /// TOML configuration file (see likewise.example.toml).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Data directory (overrides store.data_dir).
+    #[arg(long, global = true)]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the whole service in this process on the embedded store.
+    Serve {
+        /// Address to listen on (overrides server.listen).
+        #[arg(long)]
+        listen: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Print a bearer token signed with the configured secret.
+    Token {
+        /// The user ID the token acts as (its `sub`).
+        user_id: String,
+        /// Mark the token as a trusted service caller (`role: "service"`).
+        #[arg(long)]
+        service: bool,
+        /// Lifetime: a number with s, m, h or d (e.g. 30m, 1h, 7d).
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Recount likes from the like rows and repair counters (offline: stop `serve` first).
+    Reconcile {
+        /// Reconcile one post.
+        #[arg(long, conflicts_with = "all", required_unless_present = "all")]
+        post: Option<String>,
+        /// Reconcile every post that has a counter.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: crate::bench::BenchCommand,
+    },
+}
+
+impl Common {
+    /// Load the configuration these options point at.
+    pub fn load(&self, listen: Option<String>) -> anyhow::Result<Config> {
+        Config::load(self.config.as_deref(), &Overrides { listen, data_dir: self.data_dir.clone() })
+    }
+}
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve { listen, common } => serve::run(common.load(listen)?),
+        Command::Token { user_id, service, ttl, common } => token::run(&common.load(None)?, &user_id, service, &ttl),
+        Command::Reconcile { post, all, common } => reconcile::run(common.load(None)?, post.as_deref(), all),
+        Command::Bench { which } => crate::bench::run(which),
+    }
+}
+
+/// Set up logging once (level from the config, `RUST_LOG` wins).
+pub fn init_logging(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+}
+
+/// A multi-threaded runtime for a command.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}

@@ -1,0 +1,253 @@
+//! Layered configuration: built-in defaults, then a TOML file (`--config`), then
+//! `LIKEWISE__SECTION__KEY` environment variables, then the `--listen` / `--data-dir` flags.
+//! `likewise.example.toml` at the repository root documents every key.
+
+use anyhow::Context;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreSection,
+    pub write: WriteConfig,
+    pub aggregator: AggregatorConfig,
+    pub cache: CacheConfig,
+    pub auth: AuthConfig,
+    pub log: LogConfig,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub request_timeout_ms: u64,
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig { listen: "127.0.0.1:8080".into(), request_timeout_ms: 10_000, max_body_bytes: 64 * 1024 }
+    }
+}
+
+/// `[store]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSection {
+    pub backend: String,
+    pub data_dir: PathBuf,
+    pub cache_mb: u64,
+    pub memtable_mb: u64,
+    pub max_journal_mb: u64,
+}
+
+impl Default for StoreSection {
+    fn default() -> Self {
+        StoreSection {
+            backend: "embedded".into(),
+            data_dir: PathBuf::from("./likewise-data"),
+            cache_mb: 256,
+            memtable_mb: 32,
+            max_journal_mb: 256,
+        }
+    }
+}
+
+/// `[write]`: the group-commit write path.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WriteConfig {
+    pub max_batch: usize,
+    pub max_delay_us: u64,
+    pub max_in_flight: usize,
+}
+
+impl Default for WriteConfig {
+    fn default() -> Self {
+        WriteConfig { max_batch: 8192, max_delay_us: 200, max_in_flight: 65_536 }
+    }
+}
+
+/// `[aggregator]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AggregatorConfig {
+    pub window_ms: u64,
+    pub reconcile_every_s: u64,
+    pub reconcile_hot: usize,
+    pub retain_events: u64,
+}
+
+impl Default for AggregatorConfig {
+    fn default() -> Self {
+        AggregatorConfig { window_ms: 250, reconcile_every_s: 60, reconcile_hot: 10, retain_events: 10_000_000 }
+    }
+}
+
+/// `[cache]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    pub count_refresh_ms: u64,
+    pub count_capacity: usize,
+    pub meta_ttl_ms: u64,
+    pub meta_capacity: usize,
+    pub viewer_capacity: usize,
+    pub bloom_max_items: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            count_refresh_ms: 5_000,
+            count_capacity: 200_000,
+            meta_ttl_ms: 30_000,
+            meta_capacity: 200_000,
+            viewer_capacity: 100_000,
+            bloom_max_items: 100_000,
+        }
+    }
+}
+
+/// `[auth]`
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// HS256 secret. Unset: a random one is created in the data directory.
+    pub secret: Option<String>,
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// A tracing filter, e.g. `info` or `likewise=debug,info`. `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { level: "info".into() }
+    }
+}
+
+/// Flags that override the layered configuration.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+}
+
+impl Config {
+    /// Load defaults < file < environment < flags.
+    pub fn load(file: Option<&Path>, overrides: &Overrides) -> anyhow::Result<Config> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(f) = file {
+            anyhow::ensure!(f.exists(), "config file {} does not exist", f.display());
+            fig = fig.merge(Toml::file(f));
+        }
+        fig = fig.merge(Env::prefixed("LIKEWISE__").split("__"));
+        let mut cfg: Config = fig.extract().context("invalid configuration")?;
+        if let Some(l) = &overrides.listen {
+            cfg.server.listen = l.clone();
+        }
+        if let Some(d) = &overrides.data_dir {
+            cfg.store.data_dir = d.clone();
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.write.max_batch >= 1, "write.max_batch must be at least 1");
+        anyhow::ensure!(self.write.max_in_flight >= 1, "write.max_in_flight must be at least 1");
+        anyhow::ensure!(self.aggregator.window_ms >= 1, "aggregator.window_ms must be at least 1");
+        anyhow::ensure!(self.store.max_journal_mb >= 64, "store.max_journal_mb must be at least 64");
+        anyhow::ensure!(self.store.cache_mb >= 1, "store.cache_mb must be at least 1");
+        anyhow::ensure!(self.server.request_timeout_ms >= 1, "server.request_timeout_ms must be at least 1");
+        if let Some(s) = &self.auth.secret {
+            anyhow::ensure!(s.len() >= 16, "auth.secret must be at least 16 characters");
+        }
+        Ok(())
+    }
+
+    /// Storage options for `likewise_store::open`.
+    pub fn store_config(&self) -> likewise_store::StoreConfig {
+        likewise_store::StoreConfig {
+            backend: self.store.backend.clone(),
+            data_dir: self.store.data_dir.clone(),
+            embedded: likewise_store::embedded::EmbeddedOptions {
+                cache_bytes: self.store.cache_mb << 20,
+                memtable_bytes: self.store.memtable_mb << 20,
+                max_journal_bytes: self.store.max_journal_mb << 20,
+            },
+            group_commit: likewise_store::group_commit::GroupCommitOptions {
+                max_batch: self.write.max_batch,
+                max_delay: Duration::from_micros(self.write.max_delay_us),
+                max_in_flight: self.write.max_in_flight,
+            },
+        }
+    }
+
+    /// Read-path options.
+    pub fn service_options(&self) -> likewise_service::ServiceOptions {
+        let c = &self.cache;
+        likewise_service::ServiceOptions {
+            count_refresh: Duration::from_millis(c.count_refresh_ms),
+            count_capacity: c.count_capacity,
+            meta_ttl: Duration::from_millis(c.meta_ttl_ms),
+            meta_capacity: c.meta_capacity,
+            viewer_capacity: c.viewer_capacity,
+            bloom_max_items: c.bloom_max_items,
+            ..likewise_service::ServiceOptions::default()
+        }
+    }
+
+    /// Aggregator options.
+    pub fn aggregator_options(&self) -> likewise_workers::AggregatorOptions {
+        let a = &self.aggregator;
+        likewise_workers::AggregatorOptions {
+            window: Duration::from_millis(a.window_ms),
+            reconcile_every: Duration::from_secs(a.reconcile_every_s.max(1)),
+            reconcile_hot: a.reconcile_hot,
+            retain_events: a.retain_events,
+            ..likewise_workers::AggregatorOptions::default()
+        }
+    }
+
+    /// HTTP options.
+    pub fn http_options(&self) -> likewise_http::HttpOptions {
+        likewise_http::HttpOptions {
+            max_body_bytes: self.server.max_body_bytes,
+            request_timeout: Duration::from_millis(self.server.request_timeout_ms),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_override_defaults_and_bad_values_fail() {
+        let o = Overrides { listen: Some("127.0.0.1:0".into()), data_dir: Some("/tmp/x".into()) };
+        let c = Config::load(None, &o).expect("load");
+        assert_eq!(c.server.listen, "127.0.0.1:0");
+        assert_eq!(c.store.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.aggregator.window_ms, 250);
+    }
+
+    #[test]
+    fn the_example_file_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../likewise.example.toml");
+        let c = Config::load(Some(&path), &Overrides::default()).expect("example config");
+        assert_eq!(c.store.backend, "embedded");
+    }
+}

@@ -1,0 +1,13 @@
+//! The `likewise` binary's library: everything `main` calls, testable in process.
+//!
+//! - [`config`]: layered configuration (defaults, TOML, environment, flags).
+//! - [`app`]: builds and runs the whole service in one process.
+//! - [`secret`]: the token signing secret.
+//! - [`commands`]: `serve`, `token`, `reconcile`.
+//! - [`bench`]: `likewise bench hot-post` (in process and over HTTP).
+
+pub mod app;
+pub mod bench;
+pub mod commands;
+pub mod config;
+pub mod secret;

@@ -1,0 +1,111 @@
+//! The one place where error kinds become HTTP statuses and JSON bodies
+//! (`{"error": kind, "message": text}`), as `API.md` specifies.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use likewise_service::ServiceError;
+use likewise_service::error::Kind;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The JSON error body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// One of `invalid`, `unauthenticated`, `forbidden`, `not_found`, `conflict`,
+    /// `too_large`, `rate_limited`, `unavailable`, `internal`.
+    pub error: &'static str,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+/// An API error: a status, a kind and a message.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, kind, message: message.into(), retry_after: None }
+    }
+    /// 400 invalid.
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid", msg)
+    }
+    /// 422 invalid (well-formed JSON that does not fit the schema).
+    pub fn unprocessable(msg: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid", msg)
+    }
+    /// 401 unauthenticated.
+    pub fn unauthenticated(msg: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", msg)
+    }
+    /// 403 forbidden.
+    pub fn forbidden(msg: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", msg)
+    }
+    /// 404 not_found.
+    pub fn not_found(msg: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", msg)
+    }
+    /// 405, reported with kind `invalid`.
+    pub fn method_not_allowed() -> Self {
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, "invalid", "method not allowed on this route")
+    }
+    /// 413 too_large.
+    pub fn too_large(msg: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", msg)
+    }
+    /// 429 rate_limited with a Retry-After in seconds.
+    pub fn rate_limited(retry_after_secs: u64) -> Self {
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "too many requests; slow down");
+        e.retry_after = Some(retry_after_secs.max(1));
+        e
+    }
+    /// 503 unavailable.
+    pub fn unavailable(msg: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg)
+    }
+    /// 500 internal, without internals.
+    pub fn internal() -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+    }
+    /// The status code.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        match e.kind() {
+            Kind::NotFound => ApiError::not_found(e.to_string()),
+            Kind::Forbidden => ApiError::forbidden(e.to_string()),
+            Kind::Invalid => ApiError::invalid(e.to_string()),
+            Kind::Unavailable => ApiError::unavailable("service is shutting down or storage is unavailable"),
+            Kind::Internal => {
+                tracing::error!(error = %e, "internal error");
+                ApiError::internal()
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, Json(ErrorBody { error: self.kind, message: self.message })).into_response();
+        if let Some(secs) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
+
+/// Result of a handler.
+pub type ApiResult<T> = Result<T, ApiError>;

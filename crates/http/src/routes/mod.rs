@@ -1,0 +1,8 @@
+//! Route handlers, one file per resource. Each handler parses at the edge, calls the
+//! service, and maps the result; errors go through [`crate::error::ApiError`].
+
+pub mod likes;
+pub mod me;
+pub mod ops;
+pub mod posts;
+pub mod upstream;

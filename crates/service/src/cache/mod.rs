@@ -1,0 +1,20 @@
+//! Read-path caches. None of them is invalidated per like: counts are refreshed on a timer and
+//! written by the aggregator; a viewer's own writes update their liked set synchronously.
+//!
+//! - [`counts`]: counts and recent likers per target, single-flight loads, stale-while-refresh.
+//! - [`viewer_likes`]: per-viewer recent likes and Bloom filter for "has the viewer liked?".
+//! - [`ttl`]: a small sharded TTL map for upstream data.
+
+pub mod counts;
+pub mod ttl;
+pub mod viewer_likes;
+
+use std::hash::{BuildHasher, Hash};
+
+/// Number of lock shards in each cache: enough to keep two cores from contending.
+pub(crate) const SHARDS: usize = 64;
+
+/// Pick a shard for a key.
+pub(crate) fn shard_of<K: Hash>(hasher: &std::collections::hash_map::RandomState, key: &K) -> usize {
+    (hasher.hash_one(key) as usize) % SHARDS
+}

@@ -1,0 +1,90 @@
+//! A sharded map whose entries expire after a TTL, with a size cap. Used for upstream data
+//! (post metadata, usernames, follows, settings) that changes rarely and is pushed through
+//! this process, which also updates the cache on every push.
+
+use super::{SHARDS, shard_of};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// A TTL map. `get` returns only fresh entries.
+pub struct TtlMap<K, V> {
+    name: &'static str,
+    ttl: Duration,
+    per_shard: usize,
+    hasher: RandomState,
+    shards: Vec<Mutex<HashMap<K, (V, Instant)>>>,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> TtlMap<K, V> {
+    /// A map named `name` (for metrics) holding about `capacity` entries for `ttl` each.
+    pub fn new(name: &'static str, ttl: Duration, capacity: usize) -> Self {
+        TtlMap {
+            name,
+            ttl,
+            per_shard: capacity.div_ceil(SHARDS).max(1),
+            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+
+    /// The fresh value for `key`, if any.
+    pub fn get(&self, key: &K) -> Option<V> {
+        let shard = self.shards[shard_of(&self.hasher, key)].lock();
+        let hit = shard.get(key).filter(|(_, at)| at.elapsed() < self.ttl).map(|(v, _)| v.clone());
+        metrics::counter!("likewise_cache_lookups_total", "cache" => self.name, "result" => if hit.is_some() { "hit" } else { "miss" })
+            .increment(1);
+        hit
+    }
+
+    /// Insert or replace.
+    pub fn put(&self, key: K, value: V) {
+        let mut shard = self.shards[shard_of(&self.hasher, &key)].lock();
+        if shard.len() >= self.per_shard && !shard.contains_key(&key) {
+            // Drop expired entries first; if still full, drop an arbitrary one (hash order is
+            // effectively random, which approximates random eviction).
+            let ttl = self.ttl;
+            shard.retain(|_, (_, at)| at.elapsed() < ttl);
+            if shard.len() >= self.per_shard {
+                if let Some(k) = shard.keys().next().cloned() {
+                    shard.remove(&k);
+                }
+            }
+        }
+        shard.insert(key, (value, Instant::now()));
+    }
+
+    /// Forget `key`.
+    pub fn remove(&self, key: &K) {
+        self.shards[shard_of(&self.hasher, key)].lock().remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_expire_after_their_ttl() {
+        let m = TtlMap::new("t", Duration::from_millis(0), 10);
+        m.put(1, "a");
+        assert_eq!(m.get(&1), None);
+        let m = TtlMap::new("t", Duration::from_secs(60), 10);
+        m.put(1, "a");
+        assert_eq!(m.get(&1), Some("a"));
+        m.remove(&1);
+        assert_eq!(m.get(&1), None);
+    }
+
+    #[test]
+    fn size_stays_bounded() {
+        let m = TtlMap::new("t", Duration::from_secs(60), 64);
+        for i in 0..10_000 {
+            m.put(i, i);
+        }
+        let total: usize = m.shards.iter().map(|s| s.lock().len()).sum();
+        assert!(total <= 64, "{total}");
+    }
+}

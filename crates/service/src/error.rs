@@ -1,0 +1,54 @@
+//! Service errors, classified by kind; the HTTP layer maps kinds to status codes in one place.
+
+use likewise_core::StoreError;
+use likewise_core::error::ErrorKind as StoreKind;
+
+/// What a service call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The named thing does not exist.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// The caller may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The request is malformed.
+    #[error("{0}")]
+    Invalid(String),
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Error kinds, independent of transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// 404.
+    NotFound,
+    /// 403.
+    Forbidden,
+    /// 400.
+    Invalid,
+    /// 503: retry later.
+    Unavailable,
+    /// 500.
+    Internal,
+}
+
+impl ServiceError {
+    /// The kind of this error.
+    pub fn kind(&self) -> Kind {
+        match self {
+            ServiceError::NotFound(_) => Kind::NotFound,
+            ServiceError::Forbidden(_) => Kind::Forbidden,
+            ServiceError::Invalid(_) => Kind::Invalid,
+            ServiceError::Store(e) => match e.kind() {
+                StoreKind::Unavailable => Kind::Unavailable,
+                StoreKind::Internal => Kind::Internal,
+            },
+        }
+    }
+}
+
+/// Result of a service call.
+pub type ServiceResult<T> = Result<T, ServiceError>;

@@ -1,0 +1,49 @@
+//! Like and unlike: validate, hand the operation to the group-commit write path, and record
+//! the committed outcome in the viewer's liked set before answering (read-your-writes).
+
+use crate::{Engagement, ServiceError, ServiceResult, now_ms};
+use likewise_core::ids::{PostId, UserId};
+use likewise_core::like::{LikeAction, LikeOp, Target};
+use likewise_core::ports::Liker;
+
+/// The answer to a like/unlike request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LikeResult {
+    /// State after the call.
+    pub liked: bool,
+    /// True only when this call changed the state.
+    pub changed: bool,
+}
+
+/// One page of likers.
+#[derive(Debug, Clone)]
+pub struct LikersPage {
+    /// Likers with their display names, newest first.
+    pub items: Vec<(Liker, String)>,
+    /// Where the next page starts, if there may be one.
+    pub next: Option<Liker>,
+}
+
+impl Engagement {
+    /// Like or unlike a post as `viewer`. Durable before it returns.
+    pub async fn set_post_like(&self, viewer: UserId, post: PostId, action: LikeAction) -> ServiceResult<LikeResult> {
+        let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        let op = LikeOp { target: Target::post(post.0), user: viewer, action, target_author: meta.author, ts_ms: now_ms() };
+        let committed = self.stores.writer.submit(op).await?;
+        self.viewer_likes.record(viewer, post, committed.outcome.liked, committed.order);
+        metrics::counter!("likewise_likes_total", "action" => match action { LikeAction::Like => "like", LikeAction::Unlike => "unlike" }, "changed" => if committed.outcome.changed { "true" } else { "false" })
+            .increment(1);
+        Ok(LikeResult { liked: committed.outcome.liked, changed: committed.outcome.changed })
+    }
+
+    /// Likers of a post, newest first.
+    pub async fn post_likers(&self, post: PostId, after: Option<Liker>, limit: usize) -> ServiceResult<LikersPage> {
+        self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        let mut likers = self.stores.likes.likers(Target::post(post.0), after, limit + 1).await?;
+        let more = likers.len() > limit;
+        likers.truncate(limit);
+        let names = self.usernames(&likers.iter().map(|l| l.user).collect::<Vec<_>>()).await?;
+        let next = if more { likers.last().copied() } else { None };
+        Ok(LikersPage { items: likers.into_iter().zip(names).collect(), next })
+    }
+}

@@ -1,0 +1,109 @@
+//! Feed hydration: a page of posts for one viewer, in one pass.
+//!
+//! Per page: post metadata (cache, one batched read for misses), counts and recent likers
+//! (count cache, single-flight), "viewer liked?" (viewer cache + Bloom filter, one batched
+//! lookup for the rest), the viewer's settings and followees (cached) - all concurrently.
+//! No per-post storage round trip, no COUNT(*).
+
+use crate::{Engagement, ServiceError, ServiceResult};
+use likewise_core::display::count_text;
+use likewise_core::ids::{PostId, UserId};
+use likewise_core::like::Target;
+use likewise_core::model::{CommentsPolicy, PostMeta};
+use likewise_core::visibility::like_count_visible;
+use std::collections::HashSet;
+
+/// How many likers `liked_by` names.
+pub const LIKED_BY: usize = 3;
+
+/// A post as one viewer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostView {
+    /// The post.
+    pub post_id: PostId,
+    /// Its author.
+    pub author_id: UserId,
+    /// Like count; `None` when hidden from this viewer.
+    pub like_count: Option<i64>,
+    /// Rounded like count text; `None` when hidden.
+    pub like_count_text: Option<String>,
+    /// Visible comments.
+    pub comment_count: i64,
+    /// Has the viewer liked it (read-your-writes).
+    pub viewer_has_liked: bool,
+    /// Up to three likers' names, people the viewer follows first.
+    pub liked_by: Vec<String>,
+    /// May this viewer comment.
+    pub comments_enabled: bool,
+}
+
+impl Engagement {
+    /// Views of the posts asked for, in request order; unknown posts (and repeats) left out.
+    pub async fn post_views(&self, viewer: UserId, ids: &[PostId]) -> ServiceResult<Vec<PostView>> {
+        let mut seen = HashSet::with_capacity(ids.len());
+        let ids: Vec<PostId> = ids.iter().copied().filter(|id| seen.insert(*id)).collect();
+        let metas = self.posts_meta(&ids).await?;
+        let known: Vec<(PostId, PostMeta)> =
+            ids.iter().zip(metas).filter_map(|(id, m)| m.map(|m| (*id, m))).collect();
+        if known.is_empty() {
+            return Ok(Vec::new());
+        }
+        let post_ids: Vec<PostId> = known.iter().map(|(id, _)| *id).collect();
+        let targets: Vec<Target> = post_ids.iter().map(|p| Target::post(p.0)).collect();
+
+        let (counts, liked, settings, followees) = tokio::join!(
+            self.counts.get_many(&targets),
+            self.viewer_likes.liked(viewer, &post_ids),
+            self.viewer_settings(viewer),
+            self.followees(viewer),
+        );
+        let (counts, liked, settings, followees) = (counts?, liked?, settings?, followees?);
+
+        // Pick likers to name: followed ones first, then the most recent others.
+        let picks: Vec<Vec<UserId>> = counts
+            .iter()
+            .map(|c| {
+                let mut chosen: Vec<UserId> =
+                    c.recent_likers.iter().copied().filter(|u| followees.contains(u)).take(LIKED_BY).collect();
+                for u in c.recent_likers.iter() {
+                    if chosen.len() >= LIKED_BY {
+                        break;
+                    }
+                    if !chosen.contains(u) {
+                        chosen.push(*u);
+                    }
+                }
+                chosen
+            })
+            .collect();
+        let all_users: Vec<UserId> = picks.iter().flatten().copied().collect();
+        let mut names = self.usernames(&all_users).await?.into_iter();
+
+        let mut out = Vec::with_capacity(known.len());
+        for (((id, meta), (c, has_liked)), pick) in known.iter().zip(counts.iter().zip(liked)).zip(&picks) {
+            let visible = like_count_visible(viewer, meta.author, meta.hide_like_count, settings.hide_like_counts);
+            let likes = c.counts.likes.max(0);
+            let comments_enabled = match meta.comments {
+                CommentsPolicy::Everyone => true,
+                CommentsPolicy::Off => false,
+                CommentsPolicy::Followers => viewer == meta.author || followees.contains(&meta.author),
+            };
+            out.push(PostView {
+                post_id: *id,
+                author_id: meta.author,
+                like_count: visible.then_some(likes),
+                like_count_text: visible.then(|| count_text(likes)),
+                comment_count: c.counts.comments.max(0),
+                viewer_has_liked: has_liked,
+                liked_by: pick.iter().filter_map(|_| names.next()).collect(),
+                comments_enabled,
+            });
+        }
+        Ok(out)
+    }
+
+    /// One post as the viewer sees it.
+    pub async fn post_view(&self, viewer: UserId, id: PostId) -> ServiceResult<PostView> {
+        self.post_views(viewer, &[id]).await?.pop().ok_or(ServiceError::NotFound("post"))
+    }
+}

@@ -1,0 +1,220 @@
+//! The counter aggregator (design 5.2, in process).
+//!
+//! Every `window` it reads all events past its offset, folds them into a [`DeltaBatch`] and
+//! commits the sums and the new offset in ONE atomic write ([`CounterStore::apply_deltas`]).
+//! A crash before the commit replays the events; a crash after it never sees them again: no
+//! delta is applied twice or dropped. New values go straight into the count cache, so readers
+//! never wait for a TTL. Requests to reconcile a target are served between reads, inside the
+//! aggregator, because it is the only writer of counters: the repair is folded into the same
+//! commit as the deltas.
+
+use crate::reconcile::{HotTracker, ReconcileHandle, ReconcileRequest};
+use likewise_core::StoreResult;
+use likewise_core::counter::{CounterField, CounterKey, DeltaBatch};
+use likewise_core::like::Target;
+use likewise_service::{Engagement, now_ms};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+
+/// Aggregator tuning.
+#[derive(Debug, Clone)]
+pub struct AggregatorOptions {
+    /// Consumer name (its offset key).
+    pub consumer: String,
+    /// How long deltas are summed before one commit.
+    pub window: Duration,
+    /// Events read per storage call.
+    pub read_chunk: usize,
+    /// Most events folded into one commit (bounds memory and commit size).
+    pub max_events_per_commit: usize,
+    /// How often the hottest posts are recounted.
+    pub reconcile_every: Duration,
+    /// How many of the hottest posts are recounted each time.
+    pub reconcile_hot: usize,
+    /// Events kept behind the consumer for replay; older ones are deleted.
+    pub retain_events: u64,
+}
+
+impl Default for AggregatorOptions {
+    fn default() -> Self {
+        AggregatorOptions {
+            consumer: "counters".into(),
+            window: Duration::from_millis(250),
+            read_chunk: 16_384,
+            max_events_per_commit: 500_000,
+            reconcile_every: Duration::from_secs(60),
+            reconcile_hot: 10,
+            retain_events: 10_000_000,
+        }
+    }
+}
+
+/// What one step did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StepReport {
+    /// Events applied.
+    pub events: u64,
+    /// Counter rows written.
+    pub counters_written: usize,
+    /// (target, drift) for every reconciled target.
+    pub reconciled: Vec<(Target, i64)>,
+    /// True when the log had more events than one commit takes.
+    pub more: bool,
+}
+
+/// The aggregator. Create with [`Aggregator::new`], drive with [`Aggregator::run`] or
+/// [`Aggregator::step`].
+pub struct Aggregator {
+    svc: Arc<Engagement>,
+    opts: AggregatorOptions,
+    offset: u64,
+    hot: HotTracker,
+    requests: mpsc::Receiver<ReconcileRequest>,
+}
+
+impl Aggregator {
+    /// An aggregator resuming from its stored offset, and the handle to ask it to reconcile.
+    pub async fn new(svc: Arc<Engagement>, opts: AggregatorOptions) -> StoreResult<(Self, ReconcileHandle)> {
+        let offset = svc.stores().counters.offset(&opts.consumer).await?;
+        let (tx, rx) = mpsc::channel(1024);
+        let hot = HotTracker::new(opts.reconcile_hot);
+        Ok((Aggregator { svc, opts, offset, hot, requests: rx }, ReconcileHandle::new(tx)))
+    }
+
+    /// The log position applied so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Apply every event available now (up to one commit's worth) and reconcile `targets`.
+    pub async fn step(&mut self, targets: &[Target]) -> StoreResult<StepReport> {
+        let stores = self.svc.stores().clone();
+        let mut batch = DeltaBatch::new();
+        let mut events = Vec::new();
+        let mut more = false;
+        loop {
+            let chunk = stores.events.read_after(batch.last_seq().unwrap_or(self.offset), self.opts.read_chunk).await?;
+            let n = chunk.len();
+            for e in &chunk {
+                batch.add(e);
+                self.hot.saw(e.target);
+            }
+            events.extend(chunk);
+            if n < self.opts.read_chunk {
+                break;
+            }
+            if events.len() >= self.opts.max_events_per_commit {
+                more = true;
+                break;
+            }
+        }
+        // Recount before committing: the recount's "pending" covers exactly the events past
+        // the stored offset, including the ones folded into this batch.
+        let mut reconciled = Vec::with_capacity(targets.len());
+        for t in targets {
+            let r = stores.counters.recount_likes(&self.opts.consumer, *t).await?;
+            let drift = r.drift();
+            if drift != 0 {
+                tracing::warn!(target_kind = ?t.kind, target_id = t.id, drift, "counter drift repaired");
+                batch.add_delta(CounterKey { target: *t, field: CounterField::Likes }, drift);
+            }
+            metrics::counter!("likewise_reconcile_targets_total").increment(1);
+            metrics::counter!("likewise_reconcile_drift_total").increment(drift.unsigned_abs());
+            reconciled.push((*t, drift));
+        }
+        if batch.is_empty() {
+            return Ok(StepReport { reconciled, ..StepReport::default() });
+        }
+        let upto = batch.last_seq().unwrap_or(self.offset);
+        let n_events = batch.event_count();
+        let oldest_ts = events.first().map(|e| e.ts_ms);
+        let deltas = batch.into_deltas();
+        let values = stores.counters.apply_deltas(&self.opts.consumer, upto, &deltas).await?;
+        self.svc.counts().publish(upto, &values, &events);
+        self.offset = upto;
+        if let Some(ts) = oldest_ts {
+            let lag = now_ms().saturating_sub(ts) as f64 / 1000.0;
+            metrics::histogram!("likewise_aggregator_lag_seconds").record(lag);
+        }
+        metrics::counter!("likewise_aggregator_events_total").increment(n_events);
+        metrics::histogram!("likewise_aggregator_commit_counters").record(values.len() as f64);
+        Ok(StepReport { events: n_events, counters_written: values.len(), reconciled, more })
+    }
+
+    /// Run until `shutdown` flips to true, then apply what is left and return.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.opts.window);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_reconcile = Instant::now();
+        let mut last_truncate = Instant::now();
+        loop {
+            let stopping = tokio::select! {
+                _ = tick.tick() => false,
+                _ = shutdown.changed() => true,
+            } || *shutdown.borrow();
+
+            let mut waiting = Vec::new();
+            while let Ok(req) = self.requests.try_recv() {
+                waiting.push(req);
+            }
+            let mut targets: Vec<Target> = waiting.iter().map(|r| r.target).collect();
+            if last_reconcile.elapsed() >= self.opts.reconcile_every {
+                targets.extend(self.hot.take_hottest());
+                last_reconcile = Instant::now();
+            }
+            targets.sort();
+            targets.dedup();
+            loop {
+                match self.step(&targets).await {
+                    Ok(report) => {
+                        for req in waiting.drain(..) {
+                            let drift = report.reconciled.iter().find(|(t, _)| *t == req.target).map(|(_, d)| *d);
+                            let _ = req.reply.send(Ok(drift.unwrap_or(0)));
+                        }
+                        targets.clear();
+                        if !report.more {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "aggregator step failed; retrying next window");
+                        metrics::counter!("likewise_aggregator_failures_total").increment(1);
+                        for req in waiting.drain(..) {
+                            let _ = req.reply.send(Err(e.to_string()));
+                        }
+                        break;
+                    }
+                }
+            }
+            self.report_lag().await;
+            if last_truncate.elapsed() >= Duration::from_secs(60) {
+                last_truncate = Instant::now();
+                self.truncate().await;
+            }
+            if stopping {
+                tracing::info!(offset = self.offset, "aggregator stopped after draining the log");
+                return;
+            }
+        }
+    }
+
+    async fn report_lag(&self) {
+        if let Ok(head) = self.svc.stores().events.head().await {
+            metrics::gauge!("likewise_aggregator_lag_events").set(head.saturating_sub(self.offset) as f64);
+            metrics::gauge!("likewise_aggregator_offset").set(self.offset as f64);
+        }
+    }
+
+    async fn truncate(&self) {
+        let upto = self.offset.saturating_sub(self.opts.retain_events);
+        if upto == 0 {
+            return;
+        }
+        match self.svc.stores().events.truncate(upto).await {
+            Ok(n) if n > 0 => tracing::info!(removed = n, upto, "event log truncated"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "event log truncation failed"),
+        }
+    }
+}
