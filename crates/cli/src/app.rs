@@ -24,15 +24,22 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let latency = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
-            let sizes = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0];
+            let latency = [
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                5.0,
+            ];
+            let sizes =
+                [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0];
             PrometheusBuilder::new()
                 .set_buckets_for_metric(
                     metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
                     &latency,
                 )
                 .and_then(|b| {
-                    b.set_buckets_for_metric(metrics_exporter_prometheus::Matcher::Full("likewise_group_commit_batch_size".into()), &sizes)
+                    b.set_buckets_for_metric(
+                        metrics_exporter_prometheus::Matcher::Full("likewise_group_commit_batch_size".into()),
+                        &sizes,
+                    )
                 })
                 .and_then(|b| b.install_recorder())
                 .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
@@ -92,7 +99,10 @@ impl Application {
     }
 
     /// Serve until `shutdown` resolves, then drain and persist.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let agg = tokio::spawn(self.aggregator.run(stop_rx));
         tracing::info!(addr = %self.addr, "likewise listening");

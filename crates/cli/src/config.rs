@@ -33,7 +33,11 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { listen: "127.0.0.1:8080".into(), request_timeout_ms: 10_000, max_body_bytes: 64 * 1024 }
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            request_timeout_ms: 10_000,
+            max_body_bytes: 64 * 1024,
+        }
     }
 }
 
@@ -87,7 +91,12 @@ pub struct AggregatorConfig {
 
 impl Default for AggregatorConfig {
     fn default() -> Self {
-        AggregatorConfig { window_ms: 250, reconcile_every_s: 60, reconcile_hot: 10, retain_events: 10_000_000 }
+        AggregatorConfig {
+            window_ms: 250,
+            reconcile_every_s: 60,
+            reconcile_hot: 10,
+            retain_events: 10_000_000,
+        }
     }
 }
 

@@ -65,6 +65,9 @@ mod tests {
         let a = load_or_create(None, dir.path(), true).expect("create");
         let b = load_or_create(None, dir.path(), false).expect("reuse");
         assert_eq!(a, b);
-        assert_eq!(load_or_create(Some("configured-secret-xx"), dir.path(), false).expect("cfg"), b"configured-secret-xx");
+        assert_eq!(
+            load_or_create(Some("configured-secret-xx"), dir.path(), false).expect("cfg"),
+            b"configured-secret-xx"
+        );
     }
 }

@@ -39,7 +39,11 @@ impl TokenKeys {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = 5;
         validation.set_required_spec_claims(&["exp", "sub"]);
-        TokenKeys { encoding: EncodingKey::from_secret(secret), decoding: DecodingKey::from_secret(secret), validation }
+        TokenKeys {
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+            validation,
+        }
     }
 
     /// Mint a token for `user`, valid for `ttl`.
@@ -85,7 +89,8 @@ fn caller(parts: &Parts, state: &Arc<AppState>) -> Result<Caller, ApiError> {
         .or_else(|| value.strip_prefix("bearer "))
         .ok_or_else(|| ApiError::unauthenticated("expected a Bearer token"))?;
     let claims = state.keys.verify(token.trim())?;
-    let user = parse_id(&claims.sub).map_err(|_| ApiError::unauthenticated("token subject is not a user ID"))?;
+    let user =
+        parse_id(&claims.sub).map_err(|_| ApiError::unauthenticated("token subject is not a user ID"))?;
     Ok(Caller { user: UserId(user), service: claims.role.as_deref() == Some("service") })
 }
 

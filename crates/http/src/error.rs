@@ -97,7 +97,8 @@ impl From<ServiceError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut resp = (self.status, Json(ErrorBody { error: self.kind, message: self.message })).into_response();
+        let mut resp =
+            (self.status, Json(ErrorBody { error: self.kind, message: self.message })).into_response();
         if let Some(secs) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);

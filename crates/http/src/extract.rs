@@ -56,7 +56,9 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         use serde_json::error::Category;
         match e.classify() {
             Category::Data => ApiError::unprocessable(format!("invalid body: {e}")),
-            Category::Syntax | Category::Eof | Category::Io => ApiError::invalid(format!("malformed JSON: {e}")),
+            Category::Syntax | Category::Eof | Category::Io => {
+                ApiError::invalid(format!("malformed JSON: {e}"))
+            }
         }
     })
 }

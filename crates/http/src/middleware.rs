@@ -11,7 +11,11 @@ use std::time::Instant;
 /// Record `likewise_http_requests_total` and `likewise_http_request_duration_seconds`,
 /// labelled by the route template (not the raw path, which would explode cardinality).
 pub async fn track(req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
     let method = req.method().as_str().to_owned();
     let started = Instant::now();
     let resp = next.run(req).await;

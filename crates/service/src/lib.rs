@@ -87,7 +87,11 @@ impl Engagement {
             opts.recent_likers,
         );
         Arc::new(Engagement {
-            viewer_likes: Arc::new(ViewerLikes::new(stores.likes.clone(), opts.viewer_capacity, opts.bloom_max_items)),
+            viewer_likes: Arc::new(ViewerLikes::new(
+                stores.likes.clone(),
+                opts.viewer_capacity,
+                opts.bloom_max_items,
+            )),
             posts: TtlMap::new("posts", opts.meta_ttl, opts.meta_capacity),
             usernames: TtlMap::new("users", opts.meta_ttl, opts.meta_capacity),
             settings: TtlMap::new("settings", opts.meta_ttl, opts.meta_capacity),

@@ -26,9 +26,20 @@ pub struct LikersPage {
 
 impl Engagement {
     /// Like or unlike a post as `viewer`. Durable before it returns.
-    pub async fn set_post_like(&self, viewer: UserId, post: PostId, action: LikeAction) -> ServiceResult<LikeResult> {
+    pub async fn set_post_like(
+        &self,
+        viewer: UserId,
+        post: PostId,
+        action: LikeAction,
+    ) -> ServiceResult<LikeResult> {
         let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
-        let op = LikeOp { target: Target::post(post.0), user: viewer, action, target_author: meta.author, ts_ms: now_ms() };
+        let op = LikeOp {
+            target: Target::post(post.0),
+            user: viewer,
+            action,
+            target_author: meta.author,
+            ts_ms: now_ms(),
+        };
         let committed = self.stores.writer.submit(op).await?;
         self.viewer_likes.record(viewer, post, committed.outcome.liked, committed.order);
         metrics::counter!("likewise_likes_total", "action" => match action { LikeAction::Like => "like", LikeAction::Unlike => "unlike" }, "changed" => if committed.outcome.changed { "true" } else { "false" })
@@ -37,7 +48,12 @@ impl Engagement {
     }
 
     /// Likers of a post, newest first.
-    pub async fn post_likers(&self, post: PostId, after: Option<Liker>, limit: usize) -> ServiceResult<LikersPage> {
+    pub async fn post_likers(
+        &self,
+        post: PostId,
+        after: Option<Liker>,
+        limit: usize,
+    ) -> ServiceResult<LikersPage> {
         self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
         let mut likers = self.stores.likes.likers(Target::post(post.0), after, limit + 1).await?;
         let more = likers.len() > limit;

@@ -63,8 +63,13 @@ impl Engagement {
         let picks: Vec<Vec<UserId>> = counts
             .iter()
             .map(|c| {
-                let mut chosen: Vec<UserId> =
-                    c.recent_likers.iter().copied().filter(|u| followees.contains(u)).take(LIKED_BY).collect();
+                let mut chosen: Vec<UserId> = c
+                    .recent_likers
+                    .iter()
+                    .copied()
+                    .filter(|u| followees.contains(u))
+                    .take(LIKED_BY)
+                    .collect();
                 for u in c.recent_likers.iter() {
                     if chosen.len() >= LIKED_BY {
                         break;
@@ -81,7 +86,8 @@ impl Engagement {
 
         let mut out = Vec::with_capacity(known.len());
         for (((id, meta), (c, has_liked)), pick) in known.iter().zip(counts.iter().zip(liked)).zip(&picks) {
-            let visible = like_count_visible(viewer, meta.author, meta.hide_like_count, settings.hide_like_counts);
+            let visible =
+                like_count_visible(viewer, meta.author, meta.hide_like_count, settings.hide_like_counts);
             let likes = c.counts.likes.max(0);
             let comments_enabled = match meta.comments {
                 CommentsPolicy::Everyone => true,

@@ -55,7 +55,8 @@ impl Engagement {
     /// Metadata of each post, in order; misses are read from storage in one call.
     pub async fn posts_meta(&self, ids: &[PostId]) -> ServiceResult<Vec<Option<PostMeta>>> {
         let mut out: Vec<Option<Option<PostMeta>>> = ids.iter().map(|id| self.posts.get(id)).collect();
-        let missing: Vec<PostId> = ids.iter().zip(&out).filter(|(_, o)| o.is_none()).map(|(id, _)| *id).collect();
+        let missing: Vec<PostId> =
+            ids.iter().zip(&out).filter(|(_, o)| o.is_none()).map(|(id, _)| *id).collect();
         if !missing.is_empty() {
             let loaded = self.stores.meta.posts(&missing).await?;
             let mut loaded_iter = missing.iter().zip(loaded);
@@ -72,7 +73,8 @@ impl Engagement {
     /// Display names of each user, in order (`user<id>` for unregistered users).
     pub async fn usernames(&self, ids: &[UserId]) -> ServiceResult<Vec<String>> {
         let mut out: Vec<Option<Option<Arc<str>>>> = ids.iter().map(|id| self.usernames.get(id)).collect();
-        let missing: Vec<UserId> = ids.iter().zip(&out).filter(|(_, o)| o.is_none()).map(|(id, _)| *id).collect();
+        let missing: Vec<UserId> =
+            ids.iter().zip(&out).filter(|(_, o)| o.is_none()).map(|(id, _)| *id).collect();
         if !missing.is_empty() {
             let loaded = self.stores.meta.users(&missing).await?;
             let mut loaded_iter = missing.iter().zip(loaded);

@@ -94,7 +94,10 @@ impl Aggregator {
         let mut events = Vec::new();
         let mut more = false;
         loop {
-            let chunk = stores.events.read_after(batch.last_seq().unwrap_or(self.offset), self.opts.read_chunk).await?;
+            let chunk = stores
+                .events
+                .read_after(batch.last_seq().unwrap_or(self.offset), self.opts.read_chunk)
+                .await?;
             let n = chunk.len();
             for e in &chunk {
                 batch.add(e);
@@ -169,7 +172,8 @@ impl Aggregator {
                 match self.step(&targets).await {
                     Ok(report) => {
                         for req in waiting.drain(..) {
-                            let drift = report.reconciled.iter().find(|(t, _)| *t == req.target).map(|(_, d)| *d);
+                            let drift =
+                                report.reconciled.iter().find(|(t, _)| *t == req.target).map(|(_, d)| *d);
                             let _ = req.reply.send(Ok(drift.unwrap_or(0)));
                         }
                         targets.clear();

@@ -30,7 +30,10 @@ impl ReconcileHandle {
     /// Recount `target` at the aggregator's next window; returns the drift repaired.
     pub async fn reconcile(&self, target: Target) -> Result<i64, String> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(ReconcileRequest { target, reply }).await.map_err(|_| "aggregator stopped".to_string())?;
+        self.tx
+            .send(ReconcileRequest { target, reply })
+            .await
+            .map_err(|_| "aggregator stopped".to_string())?;
         rx.await.map_err(|_| "aggregator stopped".to_string())?
     }
 }

@@ -79,7 +79,8 @@ pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
     let secret = match &a.secret {
         Some(s) => s.as_bytes().to_vec(),
         None => {
-            let cfg = Config::load(a.config.as_deref(), &Overrides { listen: None, data_dir: a.data_dir.clone() })?;
+            let cfg =
+                Config::load(a.config.as_deref(), &Overrides { listen: None, data_dir: a.data_dir.clone() })?;
             crate::secret::load_or_create(cfg.auth.secret.as_deref(), &cfg.store.data_dir, false)
                 .context("pass --secret or the server's --data-dir")?
         }
@@ -87,7 +88,8 @@ pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
     let keys = TokenKeys::new(&secret);
     let ttl = Duration::from_secs(3600);
     let mint = |u: u64, svc: bool| keys.mint(UserId(u), svc, ttl).map_err(|e| anyhow::anyhow!(e));
-    let client: HttpClient = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(a.concurrency).build_http();
+    let client: HttpClient =
+        Client::builder(TokioExecutor::new()).pool_max_idle_per_host(a.concurrency).build_http();
 
     // Fresh IDs per run so runs against one server do not collide.
     let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs() % 1_000_000;
@@ -97,10 +99,14 @@ pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
     let feed_ids: Vec<u64> = (0..20).map(|i| hot + i).collect();
     for id in &feed_ids {
         let body = format!(r#"{{"author_id":"{author}"}}"#);
-        let (st, b) = call(&client, Method::PUT, &format!("{base}/v1/posts/{id}"), Some(&service), Some(body)).await?;
+        let (st, b) =
+            call(&client, Method::PUT, &format!("{base}/v1/posts/{id}"), Some(&service), Some(body)).await?;
         anyhow::ensure!(st == StatusCode::OK, "registering post {id}: {st} {}", String::from_utf8_lossy(&b));
     }
-    println!("hot-post over HTTP at {base}: {} likers on post {hot}, concurrency {}", a.likers, a.concurrency);
+    println!(
+        "hot-post over HTTP at {base}: {} likers on post {hot}, concurrency {}",
+        a.likers, a.concurrency
+    );
 
     // Phase 1: /healthz, the cheapest request the server answers.
     let (c, u) = (client.clone(), format!("{base}/healthz"));
@@ -155,7 +161,8 @@ pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
     // Convergence: the author reads the post until the count equals the distinct likers.
     let author_token = mint(author, false)?;
     let converged = loop {
-        let (st, b) = call(&client, Method::GET, &format!("{base}/v1/posts/{hot}"), Some(&author_token), None).await?;
+        let (st, b) =
+            call(&client, Method::GET, &format!("{base}/v1/posts/{hot}"), Some(&author_token), None).await?;
         anyhow::ensure!(st == StatusCode::OK, "read post: {st}");
         let v: serde_json::Value = serde_json::from_slice(&b)?;
         if v["like_count"].as_u64() == Some(a.likers) {
@@ -170,8 +177,12 @@ pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
     // Phase 3: 20-post feed pages, each viewer different.
     let ids = feed_ids.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
     let (c, u, k) = (client.clone(), format!("{base}/v1/posts?ids={ids}"), keys.clone());
-    let viewer_tokens: Arc<Vec<String>> =
-        Arc::new((0..1000u64).map(|i| k.mint(UserId(user_base + i), false, ttl)).collect::<Result<_, _>>().map_err(|e| anyhow::anyhow!(e))?);
+    let viewer_tokens: Arc<Vec<String>> = Arc::new(
+        (0..1000u64)
+            .map(|i| k.mint(UserId(user_base + i), false, ttl))
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!(e))?,
+    );
     let (feed_rate, mut fl) = timed_phase(a.concurrency, a.phase_seconds, move |i| {
         let (c, u, t) = (c.clone(), u.clone(), viewer_tokens.clone());
         async move {
@@ -188,7 +199,9 @@ pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
         feed_rate / health_rate
     );
     match converged {
-        Some(d) => println!("count converged to {} {:.0} ms after the last like", a.likers, d.as_secs_f64() * 1000.0),
+        Some(d) => {
+            println!("count converged to {} {:.0} ms after the last like", a.likers, d.as_secs_f64() * 1000.0)
+        }
         None => anyhow::bail!("count did NOT converge to {} within 30 s", a.likers),
     }
     println!("check: final count == distinct likers ({})  OK", a.likers);

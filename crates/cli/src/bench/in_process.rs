@@ -23,7 +23,8 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
 
     let post = PostId(42);
     let author = UserId(1);
-    svc.put_post(post, PostMeta { author, hide_like_count: false, comments: CommentsPolicy::Everyone }).await?;
+    svc.put_post(post, PostMeta { author, hide_like_count: false, comments: CommentsPolicy::Everyone })
+        .await?;
     let base = 1_000_000u64;
     let n = a.likers;
     println!("hot-post in process: {n} distinct likers on one post, concurrency {}", a.concurrency);
@@ -75,7 +76,11 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
     stores.close()?;
 
     let s = stats::summarise(&mut samples);
-    println!("durable likes/s: {:.0}  ({n} likes in {:.2} s)", n as f64 / elapsed.as_secs_f64(), elapsed.as_secs_f64());
+    println!(
+        "durable likes/s: {:.0}  ({n} likes in {:.2} s)",
+        n as f64 / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
     println!("{s}");
     match converged {
         Some(d) => println!("count converged to {n} {:.0} ms after the last like", d.as_secs_f64() * 1000.0),

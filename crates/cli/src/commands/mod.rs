@@ -80,7 +80,9 @@ impl Common {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { listen, common } => serve::run(common.load(listen)?),
-        Command::Token { user_id, service, ttl, common } => token::run(&common.load(None)?, &user_id, service, &ttl),
+        Command::Token { user_id, service, ttl, common } => {
+            token::run(&common.load(None)?, &user_id, service, &ttl)
+        }
         Command::Reconcile { post, all, common } => reconcile::run(common.load(None)?, post.as_deref(), all),
         Command::Bench { which } => crate::bench::run(which),
     }

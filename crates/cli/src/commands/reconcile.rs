@@ -13,8 +13,9 @@ use likewise_workers::Aggregator;
 pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
     super::init_logging("warn");
     super::runtime()?.block_on(async {
-        let stores = likewise_store::open(&cfg.store_config())
-            .context("opening the store (is `likewise serve` running on this data directory? stop it first)")?;
+        let stores = likewise_store::open(&cfg.store_config()).context(
+            "opening the store (is `likewise serve` running on this data directory? stop it first)",
+        )?;
         let svc = Engagement::new(stores.clone(), cfg.service_options());
         let (mut agg, _) = Aggregator::new(svc, cfg.aggregator_options()).await?;
         while agg.step(&[]).await?.more {}

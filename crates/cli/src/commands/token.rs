@@ -13,7 +13,8 @@ pub fn parse_ttl(s: &str) -> anyhow::Result<Duration> {
         Some((i, _)) => (&s[..i], &s[i..]),
         None => (s, "s"),
     };
-    let n: u64 = num.parse().map_err(|_| anyhow::anyhow!("invalid --ttl {s:?}: expected e.g. 30m, 1h, 7d"))?;
+    let n: u64 =
+        num.parse().map_err(|_| anyhow::anyhow!("invalid --ttl {s:?}: expected e.g. 30m, 1h, 7d"))?;
     let secs = match unit {
         "s" => n,
         "m" => n * 60,

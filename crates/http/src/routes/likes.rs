@@ -17,7 +17,12 @@ use utoipa::IntoParams;
 /// Cursor kind byte of the likers list.
 const LIKERS_CURSOR: u8 = 1;
 
-async fn set(state: &AppState, viewer: Viewer, post: PostId, action: LikeAction) -> ApiResult<Json<LikeResponse>> {
+async fn set(
+    state: &AppState,
+    viewer: Viewer,
+    post: PostId,
+    action: LikeAction,
+) -> ApiResult<Json<LikeResponse>> {
     let r = state.svc.set_post_like(viewer.0.user, post, action).await?;
     Ok(Json(LikeResponse { liked: r.liked, changed: r.changed }))
 }

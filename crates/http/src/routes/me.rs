@@ -30,7 +30,10 @@ pub async fn put_settings(
 #[utoipa::path(get, path = "/v1/me/settings", tag = "me",
     responses((status = 200, body = SettingsDto), (status = 401, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
-pub async fn get_settings(State(state): State<Arc<AppState>>, viewer: Viewer) -> ApiResult<Json<SettingsDto>> {
+pub async fn get_settings(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+) -> ApiResult<Json<SettingsDto>> {
     let s = state.svc.viewer_settings(viewer.0.user).await?;
     Ok(Json(SettingsDto { hide_like_counts: s.hide_like_counts }))
 }

@@ -35,7 +35,9 @@ pub fn parse_ids(raw: Option<&str>) -> Result<Vec<PostId>, ApiError> {
     }
     parts
         .iter()
-        .map(|p| parse_id(p.trim()).map(PostId).map_err(|_| ApiError::invalid(format!("invalid post ID {p:?}"))))
+        .map(|p| {
+            parse_id(p.trim()).map(PostId).map_err(|_| ApiError::invalid(format!("invalid post ID {p:?}")))
+        })
         .collect()
 }
 

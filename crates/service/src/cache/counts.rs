@@ -90,9 +90,7 @@ impl CountCache {
             return s.clone();
         }
         if shard.len() >= self.per_shard {
-            if let Some(k) = shard.keys().next().copied() {
-                shard.remove(&k);
-            }
+            super::evict_some(&mut shard);
         }
         shard.entry(t).or_default().clone()
     }
@@ -136,7 +134,8 @@ impl CountCache {
             for i in &missing {
                 guards.push(slots[*i].load.lock().await);
             }
-            let still: Vec<usize> = missing.iter().copied().filter(|i| slots[*i].state.lock().is_none()).collect();
+            let still: Vec<usize> =
+                missing.iter().copied().filter(|i| slots[*i].state.lock().is_none()).collect();
             if !still.is_empty() {
                 let want: Vec<Target> = still.iter().map(|i| targets[*i]).collect();
                 let loaded = self.load(&want).await?;
@@ -245,7 +244,8 @@ impl CountCache {
                 let mut state = slot.state.lock();
                 match state.as_mut() {
                     Some(c) => {
-                        let mut list: Vec<UserId> = c.recent_likers.iter().copied().filter(|u| *u != e.actor).collect();
+                        let mut list: Vec<UserId> =
+                            c.recent_likers.iter().copied().filter(|u| *u != e.actor).collect();
                         if e.kind == EventKind::LikeCreated {
                             list.insert(0, e.actor);
                             list.truncate(self.recent_n);

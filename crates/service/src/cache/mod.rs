@@ -18,3 +18,14 @@ pub(crate) const SHARDS: usize = 64;
 pub(crate) fn shard_of<K: Hash>(hasher: &std::collections::hash_map::RandomState, key: &K) -> usize {
     (hasher.hash_one(key) as usize) % SHARDS
 }
+
+/// Make room in a full shard by dropping about an eighth of its entries, chosen by hash
+/// order (effectively random). One O(n) pass per n/8 inserts: O(1) amortised, unlike
+/// removing "the first key", which rescans the table's empty buckets on every insert.
+pub(crate) fn evict_some<K, V>(shard: &mut std::collections::HashMap<K, V>) {
+    let mut i = 0u32;
+    shard.retain(|_, _| {
+        i = i.wrapping_add(1);
+        i % 8 != 0
+    });
+}

@@ -48,9 +48,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlMap<K, V> {
             let ttl = self.ttl;
             shard.retain(|_, (_, at)| at.elapsed() < ttl);
             if shard.len() >= self.per_shard {
-                if let Some(k) = shard.keys().next().cloned() {
-                    shard.remove(&k);
-                }
+                super::evict_some(&mut shard);
             }
         }
         shard.insert(key, (value, Instant::now()));

@@ -74,9 +74,7 @@ impl ViewerLikes {
             return e.clone();
         }
         if shard.len() >= self.per_shard {
-            if let Some(k) = shard.keys().next().copied() {
-                shard.remove(&k);
-            }
+            super::evict_some(&mut shard);
         }
         shard
             .entry(user)
@@ -85,8 +83,13 @@ impl ViewerLikes {
     }
 
     /// Record the viewer's own committed write (called before the response is sent).
+    ///
+    /// Only viewers who have read recently have an entry; for anyone else the next read goes
+    /// to storage, which already holds the durable write, so nothing is lost by skipping.
     pub fn record(&self, user: UserId, post: PostId, liked: bool, order: u64) {
-        let entry = self.entry(user);
+        let Some(entry) = self.shards[shard_of(&self.hasher, &user)].lock().get(&user).cloned() else {
+            return;
+        };
         let mut e = entry.lock();
         match e.recent.get(&post.0) {
             Some((_, o)) if *o > order => return,
