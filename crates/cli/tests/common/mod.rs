@@ -1,0 +1,156 @@
+//! Test helpers: start the real service on port 0 with a fresh data directory, and a small
+//! JSON HTTP client.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use likewise::app::Application;
+use likewise::config::{Config, Overrides};
+use likewise_core::ids::UserId;
+use likewise_http::auth::TokenKeys;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub const SECRET: &str = "test-secret-0123456789abcdef";
+
+/// A running service.
+pub struct TestApp {
+    pub base: String,
+    pub keys: TokenKeys,
+    pub data_dir: PathBuf,
+    pub client: Client<HttpConnector, Full<Bytes>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+/// Configuration for a test: port 0, the given data directory, a short aggregator window.
+pub fn test_config(data_dir: &Path) -> Config {
+    let mut cfg = Config::load(None, &Overrides { listen: Some("127.0.0.1:0".into()), data_dir: Some(data_dir.into()) })
+        .expect("config");
+    cfg.auth.secret = Some(SECRET.into());
+    cfg.aggregator.window_ms = 20;
+    cfg.store.cache_mb = 16;
+    cfg.store.memtable_mb = 4;
+    cfg.store.max_journal_mb = 64;
+    cfg
+}
+
+impl TestApp {
+    /// Start on `data_dir` with `cfg`.
+    pub async fn start_with(cfg: Config) -> TestApp {
+        let app = Application::build(&cfg).await.expect("build");
+        let base = format!("http://{}", app.local_addr());
+        let keys = app.keys();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(app.run_until_stopped(async {
+            let _ = rx.await;
+        }));
+        TestApp {
+            base,
+            keys,
+            data_dir: cfg.store.data_dir.clone(),
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Start on `data_dir` with the test configuration.
+    pub async fn start(data_dir: &Path) -> TestApp {
+        Self::start_with(test_config(data_dir)).await
+    }
+
+    /// Graceful stop (like SIGTERM): drains and persists.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.expect("join").expect("clean stop");
+        }
+    }
+
+    pub fn user(&self, id: u64) -> String {
+        self.keys.mint(UserId(id), false, Duration::from_secs(600)).expect("mint")
+    }
+
+    pub fn service(&self) -> String {
+        self.keys.mint(UserId(1), true, Duration::from_secs(600)).expect("mint")
+    }
+
+    /// Send a request; returns status and parsed JSON (Null when empty or not JSON).
+    pub async fn call(&self, method: Method, path: &str, token: Option<&str>, body: Option<&str>) -> (StatusCode, Value) {
+        let (st, _, v) = self.call_full(method, path, token, body).await;
+        (st, v)
+    }
+
+    /// Like `call`, with the response headers.
+    pub async fn call_full(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (StatusCode, hyper::HeaderMap, Value) {
+        let mut req = Request::builder().method(method).uri(format!("{}{}", self.base, path));
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let body = Full::new(Bytes::from(body.unwrap_or("").to_string()));
+        let resp = self.client.request(req.body(body).expect("request")).await.expect("send");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (status, headers, v)
+    }
+
+    /// Register a post by `author` (service role).
+    pub async fn post(&self, id: u64, author: u64, hide: bool) {
+        let body = format!(r#"{{"author_id":"{author}","hide_like_count":{hide}}}"#);
+        let (st, v) = self.call(Method::PUT, &format!("/v1/posts/{id}"), Some(&self.service()), Some(&body)).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+
+    /// Like (true) or unlike (false) as `user`; returns (liked, changed).
+    pub async fn like(&self, user: u64, post: u64, like: bool) -> (bool, bool) {
+        let m = if like { Method::PUT } else { Method::DELETE };
+        let (st, v) = self.call(m, &format!("/v1/posts/{post}/like"), Some(&self.user(user)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        (v["liked"].as_bool().expect("liked"), v["changed"].as_bool().expect("changed"))
+    }
+
+    /// The post as `viewer` sees it.
+    pub async fn view(&self, viewer: u64, post: u64) -> Value {
+        let (st, v) = self.call(Method::GET, &format!("/v1/posts/{post}"), Some(&self.user(viewer)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        v
+    }
+
+    /// Wait until the post's like count (as its author sees it) equals `want`.
+    pub async fn wait_count(&self, author: u64, post: u64, want: i64) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let v = self.view(author, post).await;
+            if v["like_count"].as_i64() == Some(want) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "count did not converge to {want}: {v}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Assert an error response: status and JSON `error` kind with a message.
+pub fn assert_error(st: StatusCode, v: &Value, want: u16, kind: &str) {
+    assert_eq!(st.as_u16(), want, "{v}");
+    assert_eq!(v["error"].as_str(), Some(kind), "{v}");
+    assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+}
