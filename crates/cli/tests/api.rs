@@ -97,8 +97,9 @@ async fn hidden_counts_are_absent_for_others_and_present_for_the_author() {
     assert_eq!(other["liked_by"], serde_json::json!(["user100"]));
     assert_eq!(app.view(100, 2).await["like_count"], 1);
     // The viewer's own setting hides counts on everyone else's posts...
-    let (st, v) =
-        app.call(Method::PUT, "/v1/me/settings", Some(&app.user(100)), Some(r#"{"hide_like_counts":true}"#)).await;
+    let (st, v) = app
+        .call(Method::PUT, "/v1/me/settings", Some(&app.user(100)), Some(r#"{"hide_like_counts":true}"#))
+        .await;
     assert_eq!((st, v["hide_like_counts"].as_bool()), (StatusCode::OK, Some(true)));
     assert!(app.view(100, 2).await["like_count"].is_null());
     // ...but never from an author on their own post.
@@ -133,7 +134,12 @@ async fn bad_requests_get_the_right_4xx_with_a_json_error() {
         assert_error(st, &v, 400, "invalid");
     }
     let many = (1..=101).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
-    for q in [format!("/v1/posts?ids={many}"), "/v1/posts?ids=".into(), "/v1/posts".into(), "/v1/posts?ids=1,x".into()] {
+    for q in [
+        format!("/v1/posts?ids={many}"),
+        "/v1/posts?ids=".into(),
+        "/v1/posts".into(),
+        "/v1/posts?ids=1,x".into(),
+    ] {
         let (st, v) = app.call(Method::GET, &q, Some(&user), None).await;
         assert_error(st, &v, 400, "invalid");
     }
@@ -144,7 +150,8 @@ async fn bad_requests_get_the_right_4xx_with_a_json_error() {
     let (st, v) = app.call(Method::PUT, "/v1/users/5/follows/6", Some(&user), None).await;
     assert_error(st, &v, 403, "forbidden");
     let svc = app.service();
-    let (st, v) = app.call(Method::PUT, "/v1/posts/2", Some(&svc), Some(r#"{"author_id":"5","extra":1}"#)).await;
+    let (st, v) =
+        app.call(Method::PUT, "/v1/posts/2", Some(&svc), Some(r#"{"author_id":"5","extra":1}"#)).await;
     assert_error(st, &v, 422, "invalid");
     let (st, v) = app.call(Method::PUT, "/v1/posts/2", Some(&svc), Some(r#"{"author_id":"5""#)).await;
     assert_error(st, &v, 400, "invalid");
@@ -194,20 +201,30 @@ async fn likers_page_newest_first_and_liked_by_puts_followees_first() {
     let token = app.user(99);
     let (_, p1) = app.call(Method::GET, "/v1/posts/1/likers?limit=2", Some(&token), None).await;
     let names = |v: &serde_json::Value| -> Vec<String> {
-        v["items"].as_array().expect("items").iter().map(|i| i["username"].as_str().expect("name").to_string()).collect()
+        v["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| i["username"].as_str().expect("name").to_string())
+            .collect()
     };
     assert_eq!(names(&p1), ["erin", "dave"]);
     let cursor = p1["next_cursor"].as_str().expect("cursor");
-    let (_, p2) = app.call(Method::GET, &format!("/v1/posts/1/likers?limit=2&cursor={cursor}"), Some(&token), None).await;
+    let (_, p2) = app
+        .call(Method::GET, &format!("/v1/posts/1/likers?limit=2&cursor={cursor}"), Some(&token), None)
+        .await;
     assert_eq!(names(&p2), ["carol", "bob"]);
     let cursor2 = p2["next_cursor"].as_str().expect("cursor");
-    let (_, p3) = app.call(Method::GET, &format!("/v1/posts/1/likers?limit=2&cursor={cursor2}"), Some(&token), None).await;
+    let (_, p3) = app
+        .call(Method::GET, &format!("/v1/posts/1/likers?limit=2&cursor={cursor2}"), Some(&token), None)
+        .await;
     assert_eq!(names(&p3), ["alice"]);
     assert!(p3["next_cursor"].is_null());
     assert!(p1["items"][0]["liked_at"].as_str().is_some_and(|t| t.ends_with('Z')));
     // A cursor from another post's list is rejected.
     app.post(2, 7, false).await;
-    let (st, v) = app.call(Method::GET, &format!("/v1/posts/2/likers?cursor={cursor}"), Some(&token), None).await;
+    let (st, v) =
+        app.call(Method::GET, &format!("/v1/posts/2/likers?cursor={cursor}"), Some(&token), None).await;
     assert_error(st, &v, 400, "invalid");
     app.stop().await;
 }
@@ -238,20 +255,34 @@ async fn operations_routes_answer_without_a_token() {
     assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("ok")));
     let (st, doc) = app.call(Method::GET, "/openapi.json", None, None).await;
     assert_eq!(st, StatusCode::OK);
-    for path in ["/v1/posts", "/v1/posts/{post_id}", "/v1/posts/{post_id}/like", "/v1/posts/{post_id}/likers",
-        "/v1/users/{user_id}", "/v1/users/{user_id}/follows/{other_id}", "/v1/me/settings", "/healthz"] {
+    for path in [
+        "/v1/posts",
+        "/v1/posts/{post_id}",
+        "/v1/posts/{post_id}/like",
+        "/v1/posts/{post_id}/likers",
+        "/v1/users/{user_id}",
+        "/v1/users/{user_id}/follows/{other_id}",
+        "/v1/me/settings",
+        "/healthz",
+    ] {
         assert!(doc["paths"][path].is_object(), "{path} missing from OpenAPI");
     }
     app.post(1, 7, false).await;
     app.like(2, 1, true).await;
     let (st, _, _) = app.call_full(Method::GET, "/metrics", None, None).await;
     assert_eq!(st, StatusCode::OK);
-    let req = hyper::Request::get(format!("{}/metrics", app.base)).body(http_body_util::Full::new(bytes::Bytes::new())).expect("req");
+    let req = hyper::Request::get(format!("{}/metrics", app.base))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("req");
     let resp = app.client.request(req).await.expect("metrics");
     let text = http_body_util::BodyExt::collect(resp.into_body()).await.expect("body").to_bytes();
     let text = String::from_utf8_lossy(&text);
-    for m in ["likewise_http_requests_total", "likewise_http_request_duration_seconds", "likewise_group_commit_batch_size",
-        "likewise_group_commit_fsync_seconds"] {
+    for m in [
+        "likewise_http_requests_total",
+        "likewise_http_request_duration_seconds",
+        "likewise_group_commit_batch_size",
+        "likewise_group_commit_fsync_seconds",
+    ] {
         assert!(text.contains(m), "{m} missing from /metrics");
     }
     app.stop().await;

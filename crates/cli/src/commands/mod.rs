@@ -92,7 +92,17 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 pub fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+    // fjall and lsm-tree log every flush at info: keep them at warn unless asked.
+    let filter = filter
+        .add_directive("fjall=warn".parse().unwrap_or_default())
+        .add_directive("lsm_tree=warn".parse().unwrap_or_default());
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// A multi-threaded runtime for a command.

@@ -32,8 +32,11 @@ pub struct TestApp {
 
 /// Configuration for a test: port 0, the given data directory, a short aggregator window.
 pub fn test_config(data_dir: &Path) -> Config {
-    let mut cfg = Config::load(None, &Overrides { listen: Some("127.0.0.1:0".into()), data_dir: Some(data_dir.into()) })
-        .expect("config");
+    let mut cfg = Config::load(
+        None,
+        &Overrides { listen: Some("127.0.0.1:0".into()), data_dir: Some(data_dir.into()) },
+    )
+    .expect("config");
     cfg.auth.secret = Some(SECRET.into());
     cfg.aggregator.window_ms = 20;
     cfg.store.cache_mb = 16;
@@ -86,7 +89,13 @@ impl TestApp {
     }
 
     /// Send a request; returns status and parsed JSON (Null when empty or not JSON).
-    pub async fn call(&self, method: Method, path: &str, token: Option<&str>, body: Option<&str>) -> (StatusCode, Value) {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (StatusCode, Value) {
         let (st, _, v) = self.call_full(method, path, token, body).await;
         (st, v)
     }
@@ -115,7 +124,8 @@ impl TestApp {
     /// Register a post by `author` (service role).
     pub async fn post(&self, id: u64, author: u64, hide: bool) {
         let body = format!(r#"{{"author_id":"{author}","hide_like_count":{hide}}}"#);
-        let (st, v) = self.call(Method::PUT, &format!("/v1/posts/{id}"), Some(&self.service()), Some(&body)).await;
+        let (st, v) =
+            self.call(Method::PUT, &format!("/v1/posts/{id}"), Some(&self.service()), Some(&body)).await;
         assert_eq!(st, StatusCode::OK, "{v}");
     }
 
@@ -129,7 +139,8 @@ impl TestApp {
 
     /// The post as `viewer` sees it.
     pub async fn view(&self, viewer: u64, post: u64) -> Value {
-        let (st, v) = self.call(Method::GET, &format!("/v1/posts/{post}"), Some(&self.user(viewer)), None).await;
+        let (st, v) =
+            self.call(Method::GET, &format!("/v1/posts/{post}"), Some(&self.user(viewer)), None).await;
         assert_eq!(st, StatusCode::OK, "{v}");
         v
     }
