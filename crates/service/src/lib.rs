@@ -112,6 +112,11 @@ impl Engagement {
         &self.counts
     }
 
+    /// Whether the viewer's liked-set Bloom filter has been built (tests, diagnostics).
+    pub fn viewer_filter_ready(&self, viewer: UserId) -> bool {
+        self.viewer_likes.filter_ready(viewer)
+    }
+
     /// Liveness of the storage, for `/healthz`.
     pub async fn ping(&self) -> ServiceResult<()> {
         Ok(self.stores.meta.ping().await?)

@@ -19,13 +19,13 @@ pub(crate) fn shard_of<K: Hash>(hasher: &std::collections::hash_map::RandomState
     (hasher.hash_one(key) as usize) % SHARDS
 }
 
-/// Make room in a full shard by dropping about an eighth of its entries, chosen by hash
-/// order (effectively random). One O(n) pass per n/8 inserts: O(1) amortised, unlike
-/// removing "the first key", which rescans the table's empty buckets on every insert.
-pub(crate) fn evict_some<K, V>(shard: &mut std::collections::HashMap<K, V>) {
-    let mut i = 0u32;
-    shard.retain(|_, _| {
-        i = i.wrapping_add(1);
-        i % 8 != 0
-    });
+/// Make room in a full shard by dropping about an eighth of its entries (at least one), in
+/// hash order (effectively random). One pass per n/8 inserts: O(1) amortised, unlike removing
+/// "the first key" on every insert, which rescans the table's empty buckets each time.
+pub(crate) fn evict_some<K: Hash + Eq + Clone, V>(shard: &mut std::collections::HashMap<K, V>) {
+    let n = (shard.len() / 8).max(1);
+    let victims: Vec<K> = shard.keys().take(n).cloned().collect();
+    for k in victims {
+        shard.remove(&k);
+    }
 }
