@@ -6,6 +6,7 @@
 //! - from 10,000: scaled to K, M or B and **truncated** (not rounded) to 3 significant digits,
 //!   with one decimal below 100 units and a trailing ".0" dropped
 //!   ("12.3K", "12K", "123K", "999K", "1.2M", "12.3M", "123M", "3.4B").
+//!
 //! Negative values (impossible once counts converge) render as "0".
 
 /// Render a like count for display.
@@ -36,7 +37,7 @@ fn with_separator(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -99,10 +99,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut resp =
             (self.status, Json(ErrorBody { error: self.kind, message: self.message })).into_response();
-        if let Some(secs) = self.retry_after {
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
+        if let Some(v) = self.retry_after.and_then(|secs| HeaderValue::from_str(&secs.to_string()).ok()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
         }
         resp
     }

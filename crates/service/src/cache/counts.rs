@@ -185,10 +185,8 @@ impl CountCache {
 
     fn install(&self, slot: &Slot, load_epoch: u64, mut value: Cached) {
         let mut state = slot.state.lock();
-        if let Some(cur) = state.as_ref() {
-            if cur.tag > load_epoch {
-                return; // the aggregator wrote something newer while we were reading
-            }
+        if state.as_ref().is_some_and(|cur| cur.tag > load_epoch) {
+            return; // the aggregator wrote something newer while we were reading
         }
         if slot.missed_epoch.load(Ordering::Acquire) > load_epoch {
             // The aggregator moved on while we loaded and could not update us: serve this

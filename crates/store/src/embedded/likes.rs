@@ -77,10 +77,10 @@ impl LikeWriteEngine for EmbeddedStore {
                 continue;
             }
             let ukey = user_like_key(t.user, t.target.kind, t.target.id);
-            if let Some(old_ts) = t.before {
-                if t.now != Some(old_ts) {
-                    batch.remove(&s.likers, liker_key(t.target, old_ts, t.user));
-                }
+            if let Some(old_ts) = t.before
+                && t.now != Some(old_ts)
+            {
+                batch.remove(&s.likers, liker_key(t.target, old_ts, t.user));
             }
             match t.now {
                 Some(ts) => {
