@@ -75,7 +75,7 @@ pub struct WriteConfig {
 
 impl Default for WriteConfig {
     fn default() -> Self {
-        WriteConfig { max_batch: 8192, max_delay_us: 200, max_in_flight: 65_536 }
+        WriteConfig { max_batch: 8192, max_delay_us: 0, max_in_flight: 65_536 }
     }
 }
 

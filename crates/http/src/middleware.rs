@@ -11,16 +11,12 @@ use std::time::Instant;
 /// Record `likewise_http_requests_total` and `likewise_http_request_duration_seconds`,
 /// labelled by the route template (not the raw path, which would explode cardinality).
 pub async fn track(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".into());
-    let method = req.method().as_str().to_owned();
+    let route = req.extensions().get::<MatchedPath>().map(|m| intern(m.as_str())).unwrap_or("unmatched");
+    let method = intern(req.method().as_str());
     let started = Instant::now();
     let resp = next.run(req).await;
-    let status = resp.status().as_u16().to_string();
-    metrics::counter!("likewise_http_requests_total", "route" => route.clone(), "method" => method.clone(), "status" => status)
+    let status = intern(resp.status().as_str());
+    metrics::counter!("likewise_http_requests_total", "route" => route, "method" => method, "status" => status)
         .increment(1);
     metrics::histogram!("likewise_http_request_duration_seconds", "route" => route, "method" => method)
         .record(started.elapsed().as_secs_f64());
@@ -36,4 +32,25 @@ pub async fn timeout(State(state): State<Arc<AppState>>, req: Request, next: Nex
             ApiError::unavailable("request timed out").into_response()
         }
     }
+}
+
+/// Route templates, methods and status codes form a small closed set: intern them once so
+/// labelling a request allocates nothing (this runs on every request).
+fn intern(s: &str) -> &'static str {
+    static TABLE: std::sync::OnceLock<parking_lot::RwLock<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(Default::default);
+    if let Some(v) = table.read().get(s) {
+        return v;
+    }
+    let mut w = table.write();
+    if let Some(v) = w.get(s) {
+        return v;
+    }
+    if w.len() >= 1024 {
+        return "other"; // never grow without bound, whatever the input
+    }
+    let leaked: &'static str = Box::leak(s.to_owned().into_boxed_str());
+    w.insert(leaked);
+    leaked
 }

@@ -31,7 +31,7 @@ pub struct GroupCommitOptions {
 
 impl Default for GroupCommitOptions {
     fn default() -> Self {
-        GroupCommitOptions { max_batch: 8192, max_delay: Duration::from_micros(200), max_in_flight: 65_536 }
+        GroupCommitOptions { max_batch: 8192, max_delay: Duration::ZERO, max_in_flight: 65_536 }
     }
 }
 
