@@ -137,6 +137,29 @@ impl Client {
     }
 }
 
+/// Run the binary with the test secret and return its stdout (it must succeed).
+fn likewise(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_likewise"))
+        .args(args)
+        .env("LIKEWISE__AUTH__SECRET", SECRET)
+        .output()
+        .expect("run likewise");
+    assert!(out.status.success(), "likewise {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn bearer(c: &Client, base: &str, path: &str, token: &str) -> (u16, Value) {
+    use http_body_util::BodyExt;
+    let req = hyper::Request::put(format!("{base}{path}"))
+        .header("authorization", format!("Bearer {token}"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("request");
+    let resp = c.http.request(req).await.expect("send");
+    let st = resp.status().as_u16();
+    let b = resp.into_body().collect().await.expect("body").to_bytes();
+    (st, serde_json::from_slice(&b).unwrap_or(Value::Null))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_then_restart_keeps_every_like_and_count() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -154,9 +177,21 @@ async fn sigterm_then_restart_keeps_every_like_and_count() {
     let status = child.wait().expect("wait");
     assert!(status.success(), "graceful stop exits 0, got {status}");
 
+    // The offline tools work on the stopped server's data directory.
+    let out = likewise(&["reconcile", "--all", "--data-dir", &dir.path().display().to_string()]);
+    assert!(out.contains("reconciled 1 posts: 0 drifted"), "{out}");
+
     let s = start(dir.path());
     c.wait_count(&s.base, 5, 60).await;
     assert_eq!(c.likers(&s.base, 5).await.len(), 60);
+    // `likewise token` signs with the same secret the server uses.
+    let token = likewise(&["token", "161"]);
+    let (st, v) = bearer(&c, &s.base, "/v1/posts/5/like", token.trim()).await;
+    assert_eq!((st, v["changed"].as_bool()), (200, Some(true)), "{v}");
+    let expired = likewise(&["token", "162", "--ttl", "1s"]);
+    tokio::time::sleep(Duration::from_millis(7_000)).await;
+    let (st, v) = bearer(&c, &s.base, "/v1/posts/5/like", expired.trim()).await;
+    assert_eq!((st, v["error"].as_str()), (401, Some("unauthenticated")), "{v}");
     let (_, v) = c.call(&s.base, Method::PUT, "/v1/posts/5/like", 100, false, "").await.expect("retry");
     assert_eq!(v["changed"], false, "a retry after restart still counts once");
     signal(&s.child, "-TERM");

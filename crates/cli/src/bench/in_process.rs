@@ -87,10 +87,29 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
         None => println!("count did NOT converge within 30 s"),
     }
     println!("like rows {}  counter {}  pending {}", recount.rows, recount.counter, recount.pending);
+    if let Some(rss) = rss_mib() {
+        println!("process RSS after the run: {rss} MiB (peak {} MiB)", peak_rss_mib().unwrap_or(0));
+    }
     anyhow::ensure!(
         converged.is_some() && recount.rows == n as i64 && recount.counter == n as i64,
         "final count does not equal the number of distinct likers"
     );
     println!("check: final count == distinct likers ({n})  OK");
     Ok(())
+}
+
+fn status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Resident memory now, MiB (Linux).
+fn rss_mib() -> Option<u64> {
+    status_kib("VmRSS:").map(|k| k / 1024)
+}
+
+/// Peak resident memory, MiB (Linux).
+fn peak_rss_mib() -> Option<u64> {
+    status_kib("VmHWM:").map(|k| k / 1024)
 }
