@@ -77,7 +77,19 @@ impl DeltaBatch {
 
     /// Fold one event in. Events must be added in log order.
     pub fn add(&mut self, event: &Event) {
-        self.add_delta(CounterKey { target: event.target, field: CounterField::Likes }, event.delta());
+        if event.kind.is_like() {
+            self.add_delta(CounterKey { target: event.target, field: CounterField::Likes }, event.delta());
+        } else if event.delta != 0 {
+            // A comment became (in)visible: the post's comment count moves, and for a reply
+            // its top-level parent's reply count too.
+            let post = CounterKey { target: Target::post(event.post), field: CounterField::Comments };
+            self.add_delta(post, event.delta());
+            if event.parent != 0 {
+                let parent =
+                    CounterKey { target: Target::comment(event.parent), field: CounterField::Replies };
+                self.add_delta(parent, event.delta());
+            }
+        }
         self.last_seq = Some(event.seq);
         self.events += 1;
     }
@@ -118,14 +130,33 @@ mod tests {
     use proptest::prelude::*;
 
     fn ev(seq: u64, post: u64, created: bool) -> Event {
-        Event {
-            seq,
-            kind: if created { EventKind::LikeCreated } else { EventKind::LikeRemoved },
-            target: Target::post(post),
+        Event::like(seq, created, Target::post(post), UserId(1), UserId(seq), 0, post)
+    }
+
+    #[test]
+    fn visible_replies_move_the_post_and_parent_counts() {
+        let mut b = DeltaBatch::new();
+        let reply = Event {
+            seq: 1,
+            kind: EventKind::CommentCreated,
+            target: Target::comment(900),
             target_author: UserId(1),
-            actor: UserId(seq),
+            actor: UserId(2),
             ts_ms: 0,
-        }
+            post: 42,
+            parent: 800,
+            delta: 1,
+        };
+        b.add(&reply);
+        b.add(&Event { seq: 2, kind: EventKind::CommentStatusChanged, delta: 0, ..reply });
+        let d = b.into_deltas();
+        assert_eq!(
+            d,
+            vec![
+                (CounterKey { target: Target::post(42), field: CounterField::Comments }, 1),
+                (CounterKey { target: Target::comment(800), field: CounterField::Replies }, 1),
+            ]
+        );
     }
 
     #[test]

@@ -2,21 +2,32 @@
 //!
 //! An event is written in the same atomic batch as the state change that caused it, and only
 //! when the state really changed. Its `seq` is its position in the log and its ID: strictly
-//! increasing, never reused. The stored form is a small versioned binary record.
+//! increasing, never reused. Each event carries what consumers need without looking anything
+//! up: the target and its author, the actor, the post concerned, the top-level parent of a
+//! reply, and the counter delta the change implies. The stored form is a small versioned
+//! binary record; version 1 (likes only) is still read.
 
 use crate::ids::UserId;
 use crate::like::{Target, TargetKind};
 
-/// The current on-disk format version of an event record.
+/// Format version 1: likes only, no post/parent/delta fields.
 pub const EVENT_FORMAT_V1: u8 = 1;
+/// Format version 2 (current): adds post, parent and delta.
+pub const EVENT_FORMAT_V2: u8 = 2;
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventKind {
-    /// A like row was created.
+    /// A like row was created (target: post or comment).
     LikeCreated,
     /// A like row was removed.
     LikeRemoved,
+    /// A comment was written (target: the comment).
+    CommentCreated,
+    /// A comment's status changed (moderation, approval).
+    CommentStatusChanged,
+    /// A comment was deleted.
+    CommentDeleted,
 }
 
 impl EventKind {
@@ -24,12 +35,18 @@ impl EventKind {
         match self {
             EventKind::LikeCreated => 1,
             EventKind::LikeRemoved => 2,
+            EventKind::CommentCreated => 3,
+            EventKind::CommentStatusChanged => 4,
+            EventKind::CommentDeleted => 5,
         }
     }
     fn from_code(c: u8) -> Option<Self> {
         match c {
             1 => Some(EventKind::LikeCreated),
             2 => Some(EventKind::LikeRemoved),
+            3 => Some(EventKind::CommentCreated),
+            4 => Some(EventKind::CommentStatusChanged),
+            5 => Some(EventKind::CommentDeleted),
             _ => None,
         }
     }
@@ -38,7 +55,14 @@ impl EventKind {
         match self {
             EventKind::LikeCreated => "LikeCreated",
             EventKind::LikeRemoved => "LikeRemoved",
+            EventKind::CommentCreated => "CommentCreated",
+            EventKind::CommentStatusChanged => "CommentStatusChanged",
+            EventKind::CommentDeleted => "CommentDeleted",
         }
+    }
+    /// A like event (its delta moves the target's like count).
+    pub fn is_like(self) -> bool {
+        matches!(self, EventKind::LikeCreated | EventKind::LikeRemoved)
     }
 }
 
@@ -51,16 +75,26 @@ pub struct Event {
     pub kind: EventKind,
     /// The post or comment concerned.
     pub target: Target,
-    /// The target's author (the post author for a post like).
+    /// The target's author (the post's author for a post like or a top-level comment).
     pub target_author: UserId,
-    /// Who acted (the liker).
+    /// Who acted.
     pub actor: UserId,
     /// When, milliseconds since the Unix epoch.
     pub ts_ms: u64,
+    /// The post the target belongs to (the post itself for a post like).
+    pub post: u64,
+    /// For a reply: its top-level parent comment; else 0.
+    pub parent: u64,
+    /// The counter delta of this change: for likes the target's like count (+1/-1); for
+    /// comment events the post's visible-comment count and the parent's reply count (+1, -1
+    /// or 0 when visibility did not change).
+    pub delta: i8,
 }
 
 /// Length of an encoded v1 event (the sequence is the key, not part of the value).
 pub const EVENT_V1_LEN: usize = 1 + 1 + 1 + 8 + 8 + 8 + 8;
+/// Length of an encoded v2 event.
+pub const EVENT_V2_LEN: usize = EVENT_V1_LEN + 8 + 8 + 1;
 
 /// Why an event record could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,49 +102,87 @@ pub const EVENT_V1_LEN: usize = 1 + 1 + 1 + 8 + 8 + 8 + 8;
 pub struct BadEvent(pub &'static str);
 
 impl Event {
-    /// The counter delta this event carries for its target's like count.
-    pub fn delta(&self) -> i64 {
-        match self.kind {
-            EventKind::LikeCreated => 1,
-            EventKind::LikeRemoved => -1,
+    /// A like/unlike event.
+    pub fn like(
+        seq: u64,
+        created: bool,
+        target: Target,
+        target_author: UserId,
+        actor: UserId,
+        ts_ms: u64,
+        post: u64,
+    ) -> Self {
+        Event {
+            seq,
+            kind: if created { EventKind::LikeCreated } else { EventKind::LikeRemoved },
+            target,
+            target_author,
+            actor,
+            ts_ms,
+            post,
+            parent: 0,
+            delta: if created { 1 } else { -1 },
         }
     }
 
-    /// Encode the value part (everything but `seq`).
-    pub fn encode(&self) -> [u8; EVENT_V1_LEN] {
-        let mut b = [0u8; EVENT_V1_LEN];
-        b[0] = EVENT_FORMAT_V1;
+    /// The counter delta this event carries.
+    pub fn delta(&self) -> i64 {
+        i64::from(self.delta)
+    }
+
+    /// Encode the value part (everything but `seq`) in the current format.
+    pub fn encode(&self) -> [u8; EVENT_V2_LEN] {
+        let mut b = [0u8; EVENT_V2_LEN];
+        b[0] = EVENT_FORMAT_V2;
         b[1] = self.kind.code();
         b[2] = self.target.kind.code();
         b[3..11].copy_from_slice(&self.target.id.to_be_bytes());
         b[11..19].copy_from_slice(&self.target_author.0.to_be_bytes());
         b[19..27].copy_from_slice(&self.actor.0.to_be_bytes());
         b[27..35].copy_from_slice(&self.ts_ms.to_be_bytes());
+        b[35..43].copy_from_slice(&self.post.to_be_bytes());
+        b[43..51].copy_from_slice(&self.parent.to_be_bytes());
+        b[51] = self.delta as u8;
         b
     }
 
-    /// Decode a value written by [`Event::encode`].
+    /// Decode a value written by [`Event::encode`] (or by version 1).
     pub fn decode(seq: u64, b: &[u8]) -> Result<Event, BadEvent> {
-        if b.len() != EVENT_V1_LEN {
+        let version = *b.first().ok_or(BadEvent("empty"))?;
+        let want = match version {
+            EVENT_FORMAT_V1 => EVENT_V1_LEN,
+            EVENT_FORMAT_V2 => EVENT_V2_LEN,
+            _ => return Err(BadEvent("unknown format version")),
+        };
+        if b.len() != want {
             return Err(BadEvent("wrong length"));
-        }
-        if b[0] != EVENT_FORMAT_V1 {
-            return Err(BadEvent("unknown format version"));
         }
         let kind = EventKind::from_code(b[1]).ok_or(BadEvent("unknown event kind"))?;
         let tkind = TargetKind::from_code(b[2]).ok_or(BadEvent("unknown target kind"))?;
-        let u = |r: std::ops::Range<usize>| {
+        let u = |at: usize| {
             let mut a = [0u8; 8];
-            a.copy_from_slice(&b[r]);
+            a.copy_from_slice(&b[at..at + 8]);
             u64::from_be_bytes(a)
+        };
+        let target = Target { kind: tkind, id: u(3) };
+        let (post, parent, delta) = if version == EVENT_FORMAT_V1 {
+            if !kind.is_like() || tkind != TargetKind::Post {
+                return Err(BadEvent("version 1 holds post likes only"));
+            }
+            (target.id, 0, if kind == EventKind::LikeCreated { 1 } else { -1 })
+        } else {
+            (u(35), u(43), b[51] as i8)
         };
         Ok(Event {
             seq,
             kind,
-            target: Target { kind: tkind, id: u(3..11) },
-            target_author: UserId(u(11..19)),
-            actor: UserId(u(19..27)),
-            ts_ms: u(27..35),
+            target,
+            target_author: UserId(u(11)),
+            actor: UserId(u(19)),
+            ts_ms: u(27),
+            post,
+            parent,
+            delta,
         })
     }
 }
@@ -120,34 +192,47 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn kinds() -> impl Strategy<Value = EventKind> {
+        (1u8..=5).prop_map(|c| EventKind::from_code(c).unwrap_or(EventKind::LikeCreated))
+    }
+
     proptest! {
         #[test]
-        fn events_round_trip(seq: u64, created: bool, post: bool, id: u64, author: u64, actor: u64, ts: u64) {
+        fn events_round_trip(seq: u64, kind in kinds(), post_target: bool, id: u64, author: u64, actor: u64,
+                             ts: u64, post: u64, parent: u64, delta in -1i8..=1) {
             let e = Event {
                 seq,
-                kind: if created { EventKind::LikeCreated } else { EventKind::LikeRemoved },
-                target: if post { Target::post(id) } else { Target::comment(id) },
+                kind,
+                target: if post_target { Target::post(id) } else { Target::comment(id) },
                 target_author: UserId(author),
                 actor: UserId(actor),
                 ts_ms: ts,
+                post,
+                parent,
+                delta,
             };
             prop_assert_eq!(Event::decode(seq, &e.encode()), Ok(e));
         }
     }
 
     #[test]
-    fn unknown_versions_are_rejected() {
-        let mut b = Event {
-            seq: 1,
-            kind: EventKind::LikeCreated,
-            target: Target::post(1),
-            target_author: UserId(2),
-            actor: UserId(3),
-            ts_ms: 4,
-        }
-        .encode();
+    fn version_1_records_still_decode() {
+        let mut b = [0u8; EVENT_V1_LEN];
+        b[0] = EVENT_FORMAT_V1;
+        b[1] = 2; // LikeRemoved
+        b[2] = 1; // post
+        b[3..11].copy_from_slice(&42u64.to_be_bytes());
+        let e = Event::decode(9, &b).expect("v1");
+        assert_eq!((e.kind, e.post, e.delta(), e.parent), (EventKind::LikeRemoved, 42, -1, 0));
+    }
+
+    #[test]
+    fn unknown_versions_and_lengths_are_rejected() {
+        let e = Event::like(1, true, Target::post(1), UserId(2), UserId(3), 4, 1);
+        let mut b = e.encode();
+        assert!(Event::decode(1, &b[..10]).is_err());
         b[0] = 9;
         assert!(Event::decode(1, &b).is_err());
-        assert!(Event::decode(1, &b[..10]).is_err());
+        assert!(Event::decode(1, &[]).is_err());
     }
 }

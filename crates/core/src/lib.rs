@@ -3,13 +3,17 @@
 //! - [`ids`]: the 64-bit identifiers and their decimal-string wire form.
 //! - [`like`]: like targets, like/unlike operations and their outcomes (state transitions).
 //! - [`event`]: the engagement events written to the log (the transactional outbox).
+//! - [`comment`]: comments: IDs, text rules, statuses and shadow visibility, moderation
+//!   signals (hidden words, spam, near-duplicates, classifier) and the ranking formula.
 //! - [`counter`]: summing event deltas into one counter update per target.
 //! - [`display`]: the rounded like-count text ("12.3K").
 //! - [`visibility`]: who may see a like count.
 //! - [`model`]: upstream data: posts, users, viewer settings.
 //! - [`ports`]: the small traits the storage engines implement.
+//! - [`write`]: the operations of the single write path (likes, comment changes).
 //! - [`error`]: the error kinds shared by every layer.
 
+pub mod comment;
 pub mod counter;
 pub mod display;
 pub mod error;
@@ -19,6 +23,7 @@ pub mod like;
 pub mod model;
 pub mod ports;
 pub mod visibility;
+pub mod write;
 
 pub use error::{StoreError, StoreResult};
 pub use ids::{CommentId, PostId, UserId};

@@ -72,6 +72,8 @@ pub struct LikeOp {
     pub action: LikeAction,
     /// The target's author, carried into the event so consumers never look it up.
     pub target_author: UserId,
+    /// The post the target belongs to (the post itself for a post like).
+    pub post: u64,
     /// Request time, milliseconds since the Unix epoch.
     pub ts_ms: u64,
 }

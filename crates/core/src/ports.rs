@@ -5,20 +5,22 @@
 use crate::StoreResult;
 use crate::counter::{CounterKey, Counts};
 use crate::event::Event;
+use crate::ids::CommentId;
 use crate::ids::{PostId, UserId};
-use crate::like::{LikeOp, LikeOutcome, Target, TargetKind};
+use crate::like::{Target, TargetKind};
 use crate::model::{PostMeta, UserProfile, ViewerSettings};
+use crate::write::{CommentRecord, WriteOp, WriteOutcome};
 use async_trait::async_trait;
 
-/// The write side of likes, driven by the group committer on its own threads.
+/// The write side, driven by the group committer on its own thread.
 ///
 /// `apply` resolves a batch of operations in order (an op sees the state left by earlier ops
-/// of the same batch), writes like rows, reverse-index rows and one event per real change as
-/// ONE atomic batch, and makes it visible. `sync` makes everything applied so far durable.
-/// The committer acknowledges a request only after a `sync` that began after its `apply`.
-pub trait LikeWriteEngine: Send + Sync {
+/// of the same batch), writes rows, index rows and one event per real change as ONE atomic
+/// batch, and makes it visible. `sync` makes everything applied so far durable. The
+/// committer acknowledges a request only after a `sync` that began after its `apply`.
+pub trait WriteEngine: Send + Sync {
     /// Apply a batch atomically; outcomes are in the order of `ops`.
-    fn apply(&self, ops: &[LikeOp]) -> StoreResult<Vec<LikeOutcome>>;
+    fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>>;
     /// Make all applied batches durable (one fsync for many batches).
     fn sync(&self) -> StoreResult<()>;
 }
@@ -116,4 +118,27 @@ pub trait MetaStore: Send + Sync {
     async fn settings(&self, user: UserId) -> StoreResult<ViewerSettings>;
     /// Cheap liveness probe of the storage.
     async fn ping(&self) -> StoreResult<()>;
+}
+
+/// Reads of comments.
+#[async_trait]
+pub trait CommentReader: Send + Sync {
+    /// Each comment, in order (`None` when it does not exist).
+    async fn comments(&self, ids: &[CommentId]) -> StoreResult<Vec<Option<CommentRecord>>>;
+    /// Top-level comments of a post by ID, newest or oldest first, strictly after `after`
+    /// (a keyset page: the cost does not depend on the depth). All statuses.
+    async fn top_level(
+        &self,
+        post: PostId,
+        newest_first: bool,
+        after: Option<CommentId>,
+        limit: usize,
+    ) -> StoreResult<Vec<CommentRecord>>;
+    /// Replies under a top-level comment, oldest first, strictly after `after`. All statuses.
+    async fn replies(
+        &self,
+        parent: CommentId,
+        after: Option<CommentId>,
+        limit: usize,
+    ) -> StoreResult<Vec<CommentRecord>>;
 }

@@ -38,6 +38,26 @@ pub struct CommentDto {
     pub created_at: String,
 }
 
+/// `POST /v1/posts/{post_id}/comments` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommentCreate {
+    /// 1 to 2,200 characters after trimming.
+    pub text: String,
+    /// Reply to this comment (a reply to a reply goes under the same top-level parent).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub parent_id: Option<CommentId>,
+}
+
+/// A page of comments.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CommentsPage {
+    pub items: Vec<CommentDto>,
+    /// Opaque; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
 /// A post as one viewer sees it.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PostViewDto {

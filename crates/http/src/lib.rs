@@ -72,6 +72,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/posts/{post_id}", get(posts::post).put(upstream::put_post))
         .route("/v1/posts/{post_id}/like", put(likes::like).delete(likes::unlike))
         .route("/v1/posts/{post_id}/likers", get(likes::likers))
+        .route("/v1/posts/{post_id}/comments", get(comments::list).post(comments::create))
+        .route("/v1/comments/{comment_id}", axum::routing::delete(comments::delete))
+        .route("/v1/comments/{comment_id}/replies", get(comments::replies))
+        .route("/v1/comments/{comment_id}/like", put(comments::like).delete(comments::unlike))
         .route("/v1/me/settings", put(me::put_settings).get(me::get_settings));
     Router::new()
         .route("/healthz", get(ops::healthz))

@@ -12,11 +12,13 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         routes::upstream::put_user, routes::upstream::put_post, routes::upstream::follow, routes::upstream::unfollow,
         routes::likes::like, routes::likes::unlike, routes::likes::likers,
         routes::posts::posts, routes::posts::post,
+        routes::comments::create, routes::comments::list, routes::comments::replies, routes::comments::delete,
+        routes::comments::like, routes::comments::unlike,
         routes::me::put_settings, routes::me::get_settings,
     ),
     components(schemas(error::ErrorBody, dto::LikeResponse, dto::PostViewDto, dto::PostsResponse, dto::CommentDto,
         dto::LikerDto, dto::LikersPage, dto::UserPut, dto::PostPut, dto::PostRecord, dto::UserRecord,
-        dto::SettingsDto, dto::Health, dto::CommentsSetting)),
+        dto::SettingsDto, dto::Health, dto::CommentsSetting, dto::CommentCreate, dto::CommentsPage)),
     modifiers(&Bearer),
 )]
 struct ApiDoc;

@@ -4,12 +4,14 @@
 //! - [`likes`]: like/unlike through the group-commit write path, with read-your-writes.
 //! - [`posts`]: feed hydration: a page of [`posts::PostView`]s from caches and one batched
 //!   lookup per concern.
+//! - [`comments`]: comments and replies with shadow visibility, comment likes.
 //! - [`upstream`]: users, posts, follows and settings pushed by their owners.
 //! - [`cache`]: the read-path caches (counts with single-flight, per-viewer liked sets with
 //!   Bloom filters, upstream data with TTLs).
 //! - [`error`]: [`ServiceError`], classified by kind.
 
 pub mod cache;
+pub mod comments;
 pub mod error;
 pub mod likes;
 pub mod posts;

@@ -38,6 +38,7 @@ impl Engagement {
             user: viewer,
             action,
             target_author: meta.author,
+            post: post.0,
             ts_ms: now_ms(),
         };
         let committed = self.stores.writer.submit(op).await?;

@@ -6,7 +6,8 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use likewise_core::ids::UserId;
 use likewise_core::like::{LikeAction, LikeOp, Target};
-use likewise_core::ports::LikeWriteEngine;
+use likewise_core::ports::WriteEngine;
+use likewise_core::write::WriteOp;
 use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
 
 fn bench(c: &mut Criterion) {
@@ -18,16 +19,17 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Elements(size as u64));
         group.bench_with_input(BenchmarkId::from_parameter(size), &size, |b, &size| {
             b.iter(|| {
-                let ops: Vec<LikeOp> = (0..size)
+                let ops: Vec<WriteOp> = (0..size)
                     .map(|_| {
                         next_user += 1;
-                        LikeOp {
+                        WriteOp::Like(LikeOp {
                             target: Target::post(42),
                             user: UserId(next_user),
                             action: LikeAction::Like,
                             target_author: UserId(7),
+                            post: 42,
                             ts_ms: next_user,
-                        }
+                        })
                     })
                     .collect();
                 store.apply(&ops).expect("apply");

@@ -11,9 +11,10 @@ use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::{LikeAction, LikeOp, Target, TargetKind};
 use likewise_core::model::{CommentsPolicy, PostMeta, UserProfile, ViewerSettings};
 use likewise_core::ports::Liker;
+use likewise_core::write::{WriteOp, WriteOutcome};
 
 fn op(target: Target, user: u64, action: LikeAction, ts: u64) -> LikeOp {
-    LikeOp { target, user: UserId(user), action, target_author: UserId(7), ts_ms: ts }
+    LikeOp { target, user: UserId(user), action, target_author: UserId(7), ts_ms: ts, post: target.id }
 }
 
 /// A retried like creates one row and one event.
@@ -54,9 +55,16 @@ pub async fn one_batch_resolves_each_key_in_arrival_order(s: &Stores) {
         op(t, 1, LikeAction::Like, 4),
         op(t, 2, LikeAction::Unlike, 5),
     ];
+    let ops: Vec<WriteOp> = ops.into_iter().map(WriteOp::Like).collect();
     let out = s.write_engine.apply(&ops).expect("apply");
     s.write_engine.sync().expect("sync");
-    let changed: Vec<bool> = out.iter().map(|o| o.changed).collect();
+    let changed: Vec<bool> = out
+        .iter()
+        .map(|o| match o {
+            WriteOutcome::Like(l) => l.changed,
+            WriteOutcome::Comment(_) => panic!("a like answered with a comment outcome"),
+        })
+        .collect();
     assert_eq!(changed, vec![true, true, true, false, false]);
     let ev = s.events.read_after(0, 10).await.expect("events");
     let deltas: Vec<i64> = ev.iter().map(|e| e.delta()).collect();

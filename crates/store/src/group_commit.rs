@@ -1,16 +1,17 @@
-//! Group commit: many concurrent like/unlike requests, one atomic batch, one fsync.
+//! Group commit: many concurrent writes (likes, comment changes), one atomic batch, one fsync.
 //!
 //! Requests go into an unbounded queue (bounded in practice by a semaphore of in-flight
 //! requests). One writer thread takes everything queued (up to `max_batch`), lingers up to
-//! `max_delay` if the batch is still small, applies it with [`LikeWriteEngine::apply`] and
-//! makes it durable with one [`LikeWriteEngine::sync`]; only then does each caller get its
+//! `max_delay` if the batch is still small, applies it with [`WriteEngine::apply`] and
+//! makes it durable with one [`WriteEngine::sync`]; only then does each caller get its
 //! outcome. While a batch is being synced the next one fills, so batches grow with load and
 //! the per-like cost of the fsync shrinks: that is how one hot post takes hundreds of
 //! thousands of likes per second without a hot row. Requests are applied in queue order, so
 //! two writes of the same (target, user) resolve in arrival order.
 
 use likewise_core::like::{LikeOp, LikeOutcome};
-use likewise_core::ports::LikeWriteEngine;
+use likewise_core::ports::WriteEngine;
+use likewise_core::write::{CommentOp, CommentOutcome, WriteOp, WriteOutcome};
 use likewise_core::{StoreError, StoreResult};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
@@ -37,16 +38,16 @@ impl Default for GroupCommitOptions {
 
 /// A committed operation: its outcome and its position in the global commit order (used by
 /// caches to apply the viewer's own writes in the order they really happened).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Committed {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed<T> {
     /// What the operation did.
-    pub outcome: LikeOutcome,
+    pub outcome: T,
     /// Strictly increasing over all operations of this process.
     pub order: u64,
 }
 
 enum Msg {
-    Op(LikeOp, oneshot::Sender<StoreResult<Committed>>),
+    Op(WriteOp, oneshot::Sender<StoreResult<Committed<WriteOutcome>>>),
     Close,
 }
 
@@ -59,7 +60,7 @@ pub struct GroupCommitter {
 
 impl GroupCommitter {
     /// Start the writer thread over `engine`.
-    pub fn start(engine: Arc<dyn LikeWriteEngine>, opts: GroupCommitOptions) -> Arc<Self> {
+    pub fn start(engine: Arc<dyn WriteEngine>, opts: GroupCommitOptions) -> Arc<Self> {
         let (tx, rx) = channel();
         let o = opts.clone();
         let thread = std::thread::Builder::new()
@@ -73,8 +74,30 @@ impl GroupCommitter {
         })
     }
 
+    /// Submit a like/unlike and wait until its batch is durable.
+    pub async fn submit(&self, op: LikeOp) -> StoreResult<Committed<LikeOutcome>> {
+        let c = self.submit_op(WriteOp::Like(op)).await?;
+        match c.outcome {
+            WriteOutcome::Like(outcome) => Ok(Committed { outcome, order: c.order }),
+            WriteOutcome::Comment(_) => {
+                Err(StoreError::Engine("engine answered a like with a comment outcome".into()))
+            }
+        }
+    }
+
+    /// Submit a comment change and wait until its batch is durable.
+    pub async fn submit_comment(&self, op: CommentOp) -> StoreResult<Committed<CommentOutcome>> {
+        let c = self.submit_op(WriteOp::Comment(op)).await?;
+        match c.outcome {
+            WriteOutcome::Comment(outcome) => Ok(Committed { outcome, order: c.order }),
+            WriteOutcome::Like(_) => {
+                Err(StoreError::Engine("engine answered a comment with a like outcome".into()))
+            }
+        }
+    }
+
     /// Submit one operation and wait until its batch is durable.
-    pub async fn submit(&self, op: LikeOp) -> StoreResult<Committed> {
+    pub async fn submit_op(&self, op: WriteOp) -> StoreResult<Committed<WriteOutcome>> {
         let _permit = self.permits.acquire().await.map_err(|_| StoreError::Closed)?;
         let (reply, rx) = oneshot::channel();
         {
@@ -102,9 +125,9 @@ impl Drop for GroupCommitter {
     }
 }
 
-type Pending = Vec<(LikeOp, oneshot::Sender<StoreResult<Committed>>)>;
+type Pending = Vec<(WriteOp, oneshot::Sender<StoreResult<Committed<WriteOutcome>>>)>;
 
-fn writer_loop(engine: Arc<dyn LikeWriteEngine>, rx: Receiver<Msg>, opts: GroupCommitOptions) {
+fn writer_loop(engine: Arc<dyn WriteEngine>, rx: Receiver<Msg>, opts: GroupCommitOptions) {
     let mut order: u64 = 0;
     let mut closing = false;
     while !closing {
@@ -146,8 +169,8 @@ fn writer_loop(engine: Arc<dyn LikeWriteEngine>, rx: Receiver<Msg>, opts: GroupC
     // Anything left in the queue after Close gets `Closed` when its sender is dropped here.
 }
 
-fn commit(engine: &dyn LikeWriteEngine, batch: Pending, order: &mut u64) {
-    let ops: Vec<LikeOp> = batch.iter().map(|(op, _)| *op).collect();
+fn commit(engine: &dyn WriteEngine, batch: Pending, order: &mut u64) {
+    let (ops, replies): (Vec<WriteOp>, Vec<_>) = batch.into_iter().unzip();
     let started = Instant::now();
     let applied = engine.apply(&ops);
     let applied_at = Instant::now();
@@ -158,7 +181,7 @@ fn commit(engine: &dyn LikeWriteEngine, batch: Pending, order: &mut u64) {
     metrics::histogram!("likewise_group_commit_fsync_seconds").record((synced_at - applied_at).as_secs_f64());
     match result {
         Ok(outcomes) => {
-            for ((_, reply), outcome) in batch.into_iter().zip(outcomes) {
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 *order += 1;
                 let _ = reply.send(Ok(Committed { outcome, order: *order }));
             }
@@ -167,7 +190,7 @@ fn commit(engine: &dyn LikeWriteEngine, batch: Pending, order: &mut u64) {
             tracing::error!(error = %e, batch = ops.len(), "group commit failed");
             metrics::counter!("likewise_group_commit_failures_total").increment(1);
             let msg = e.to_string();
-            for (_, reply) in batch {
+            for reply in replies {
                 let _ = reply.send(Err(StoreError::Engine(msg.clone())));
             }
         }

@@ -15,3 +15,11 @@ pub mod keys;
 pub mod open;
 
 pub use open::{StoreConfig, Stores, open};
+
+/// Milliseconds since the Unix epoch (engines stamp comment IDs with it).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

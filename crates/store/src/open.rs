@@ -3,7 +3,7 @@
 
 use crate::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::group_commit::{GroupCommitOptions, GroupCommitter};
-use likewise_core::ports::{CounterStore, EventLog, LikeReader, LikeWriteEngine, MetaStore};
+use likewise_core::ports::{CommentReader, CounterStore, EventLog, LikeReader, MetaStore, WriteEngine};
 use likewise_core::{StoreError, StoreResult};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,7 +27,9 @@ pub struct Stores {
     /// The group-commit write path for likes.
     pub writer: Arc<GroupCommitter>,
     /// The engine under the write path (conformance tests drive it directly).
-    pub write_engine: Arc<dyn LikeWriteEngine>,
+    pub write_engine: Arc<dyn WriteEngine>,
+    /// Comments.
+    pub comments: Arc<dyn CommentReader>,
     /// Like rows and the reverse index.
     pub likes: Arc<dyn LikeReader>,
     /// The event log.
@@ -72,6 +74,7 @@ pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
     Stores {
         writer: GroupCommitter::start(arc.clone(), gc),
         write_engine: arc.clone(),
+        comments: arc.clone(),
         likes: arc.clone(),
         events: arc.clone(),
         counters: arc.clone(),

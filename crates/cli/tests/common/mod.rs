@@ -159,6 +159,21 @@ impl TestApp {
     }
 }
 
+impl TestApp {
+    /// Poll `cond` until it holds (counts are eventually consistent), at most 10 s.
+    pub async fn wait_until<F, Fut>(&self, cond: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond().await {
+            assert!(Instant::now() < deadline, "condition not reached within 10 s");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
 /// Assert an error response: status and JSON `error` kind with a message.
 pub fn assert_error(st: StatusCode, v: &Value, want: u16, kind: &str) {
     assert_eq!(st.as_u16(), want, "{v}");

@@ -1,19 +1,19 @@
 //! Like rows on the embedded engine: the atomic write batch and the reads of both indexes.
 
+use super::write::BatchState;
 use super::{EmbeddedStore, engine_err};
 use crate::keys::{
     be_u64, like_key, liker_key, num_value, parse_num, target_prefix, user_kind_prefix, user_like_key,
 };
 use async_trait::async_trait;
-use likewise_core::event::{Event, EventKind};
+use likewise_core::event::Event;
 use likewise_core::ids::UserId;
 use likewise_core::like::{LikeOp, LikeOutcome, Target, TargetKind, transition};
-use likewise_core::ports::{LikeReader, LikeWriteEngine, Liker};
+use likewise_core::ports::{LikeReader, Liker};
 use likewise_core::{StoreError, StoreResult};
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::ops::Bound;
-use std::sync::atomic::Ordering;
 
 /// The state of one (target, user) key while a batch is resolved.
 struct Touched {
@@ -25,54 +25,45 @@ struct Touched {
     now: Option<u64>,
 }
 
-impl LikeWriteEngine for EmbeddedStore {
-    fn apply(&self, ops: &[LikeOp]) -> StoreResult<Vec<LikeOutcome>> {
-        let s = &*self.inner;
-        let _serial = s.write_lock.lock();
-        let mut seq = s.next_seq.load(Ordering::SeqCst);
-        let mut batch = s.db.batch().durability(None);
-        let mut touched: HashMap<[u8; 17], Touched> = HashMap::with_capacity(ops.len());
-        let mut order: Vec<[u8; 17]> = Vec::with_capacity(ops.len());
-        let mut outcomes = Vec::with_capacity(ops.len());
+/// Like keys touched by the current batch, in first-touch order.
+#[derive(Default)]
+pub(super) struct LikeOverlay {
+    touched: HashMap<[u8; 17], Touched>,
+    order: Vec<[u8; 17]>,
+}
 
-        for op in ops {
-            let key = like_key(op.target, op.user);
-            let entry = match touched.entry(key) {
-                Entry::Occupied(e) => e.into_mut(),
-                Entry::Vacant(v) => {
-                    let before = match s.likes.get(key).map_err(engine_err)? {
-                        Some(v) => Some(parse_num("likes", &v)?),
-                        None => None,
-                    };
-                    order.push(key);
-                    v.insert(Touched { target: op.target, user: op.user, before, now: before })
-                }
-            };
-            let (liked, changed) = transition(entry.now.is_some(), op.action);
-            let mut event_seq = None;
-            if changed {
-                entry.now = liked.then_some(op.ts_ms);
-                let kind = if liked { EventKind::LikeCreated } else { EventKind::LikeRemoved };
-                let event = Event {
-                    seq,
-                    kind,
-                    target: op.target,
-                    target_author: op.target_author,
-                    actor: op.user,
-                    ts_ms: op.ts_ms,
+impl BatchState<'_> {
+    /// Resolve one like/unlike against the stored row (or this batch's earlier state of it).
+    pub(super) fn like(&mut self, op: &LikeOp) -> StoreResult<LikeOutcome> {
+        let key = like_key(op.target, op.user);
+        let entry = match self.likes.touched.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(v) => {
+                let before = match self.s.likes.get(key).map_err(engine_err)? {
+                    Some(v) => Some(parse_num("likes", &v)?),
+                    None => None,
                 };
-                batch.insert(&s.events, seq.to_be_bytes(), event.encode());
-                event_seq = Some(seq);
-                seq += 1;
+                self.likes.order.push(key);
+                v.insert(Touched { target: op.target, user: op.user, before, now: before })
             }
-            outcomes.push(LikeOutcome { liked, changed, event_seq });
+        };
+        let (liked, changed) = transition(entry.now.is_some(), op.action);
+        let mut event_seq = None;
+        if changed {
+            entry.now = liked.then_some(op.ts_ms);
+            let e = Event::like(0, liked, op.target, op.target_author, op.user, op.ts_ms, op.post);
+            event_seq = Some(self.event(e));
         }
+        Ok(LikeOutcome { liked, changed, event_seq })
+    }
 
-        // Rows are written once per key with the batch's final state: fjall gives every item of
-        // a batch the same sequence number, so two writes of one key in a batch would be
-        // ambiguous. Per-key arrival order was already resolved above.
-        for key in &order {
-            let t = &touched[key];
+    /// Write each touched key once, with its final state: fjall gives every item of a batch
+    /// the same sequence number, so two writes of one key in a batch would be ambiguous.
+    /// Per-key arrival order was already resolved by `like`.
+    pub(super) fn flush_likes(&mut self) {
+        let s = self.s;
+        for key in &self.likes.order {
+            let t = &self.likes.touched[key];
             if t.before == t.now {
                 continue;
             }
@@ -80,27 +71,20 @@ impl LikeWriteEngine for EmbeddedStore {
             if let Some(old_ts) = t.before
                 && t.now != Some(old_ts)
             {
-                batch.remove(&s.likers, liker_key(t.target, old_ts, t.user));
+                self.batch.remove(&s.likers, liker_key(t.target, old_ts, t.user));
             }
             match t.now {
                 Some(ts) => {
-                    batch.insert(&s.likes, *key, num_value(ts));
-                    batch.insert(&s.user_likes, ukey, num_value(ts));
-                    batch.insert(&s.likers, liker_key(t.target, ts, t.user), []);
+                    self.batch.insert(&s.likes, *key, num_value(ts));
+                    self.batch.insert(&s.user_likes, ukey, num_value(ts));
+                    self.batch.insert(&s.likers, liker_key(t.target, ts, t.user), []);
                 }
                 None => {
-                    batch.remove(&s.likes, *key);
-                    batch.remove(&s.user_likes, ukey);
+                    self.batch.remove(&s.likes, *key);
+                    self.batch.remove(&s.user_likes, ukey);
                 }
             }
         }
-        batch.commit().map_err(engine_err)?;
-        s.next_seq.store(seq, Ordering::SeqCst);
-        Ok(outcomes)
-    }
-
-    fn sync(&self) -> StoreResult<()> {
-        self.persist()
     }
 }
 

@@ -4,9 +4,11 @@
 //! keyspaces (like row + reverse-index row + event) is atomic, and one fsync of the journal
 //! makes every earlier batch durable, in order. See [`crate::keys`] for the layouts.
 
+mod comments;
 mod counters;
 mod likes;
 mod meta;
+mod write;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 use likewise_core::{StoreError, StoreResult};
@@ -55,6 +57,12 @@ struct Inner {
     follows: Keyspace,
     followers: Keyspace,
     settings: Keyspace,
+    comments: Keyspace,
+    top_comments: Keyspace,
+    replies: Keyspace,
+    comment_posts: Keyspace,
+    /// Comment IDs: seeded from the highest stored ID, so unique across restarts.
+    id_gen: Mutex<likewise_core::comment::id::CommentIdGen>,
     /// Next event sequence; only the write path (one thread at a time) advances it.
     next_seq: AtomicU64,
     /// Serialises `apply` so sequence order equals commit order even with several callers.
@@ -92,11 +100,18 @@ impl EmbeddedStore {
             follows: ks("follows", small)?,
             followers: ks("followers", small)?,
             settings: ks("settings", small)?,
+            comments: ks("comments", big)?,
+            top_comments: ks("top_comments", small)?,
+            replies: ks("replies", small)?,
+            comment_posts: ks("comment_posts", small)?,
+            id_gen: Mutex::new(likewise_core::comment::id::CommentIdGen::new(None)),
             next_seq: AtomicU64::new(0),
             write_lock: Mutex::new(()),
             db,
         };
         let head = counters::last_seq(&inner.events)?;
+        *inner.id_gen.lock() =
+            likewise_core::comment::id::CommentIdGen::new(comments::highest_id(&inner.comment_posts)?);
         inner.next_seq.store(head + 1, std::sync::atomic::Ordering::SeqCst);
         let secs = started.elapsed().as_secs_f64();
         metrics::gauge!("likewise_store_open_seconds").set(secs);

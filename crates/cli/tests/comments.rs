@@ -1,0 +1,225 @@
+//! Comments through the API: keyset pages under concurrent inserts, two-level threads,
+//! deletion placeholders, comment likes, permission checks and validation.
+
+mod common;
+
+use common::{TestApp, assert_error};
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+async fn comment(app: &TestApp, user: u64, post: u64, text: &str, parent: Option<&str>) -> Value {
+    let body = match parent {
+        Some(p) => json!({"text": text, "parent_id": p}),
+        None => json!({"text": text}),
+    };
+    let (st, v) = app
+        .call(
+            Method::POST,
+            &format!("/v1/posts/{post}/comments"),
+            Some(&app.user(user)),
+            Some(&body.to_string()),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    v
+}
+
+fn ids(v: &Value) -> Vec<u64> {
+    v["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|c| c["comment_id"].as_str().and_then(|s| s.parse().ok()).expect("id"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newest_first_pages_never_repeat_or_skip_while_comments_arrive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = Arc::new(TestApp::start(dir.path()).await);
+    app.post(1, 7, false).await;
+    let mut first: Vec<u64> = Vec::new();
+    for i in 0..300u64 {
+        let v = comment(&app, 100 + i % 50, 1, &format!("comment number {i}"), None).await;
+        first.push(v["comment_id"].as_str().and_then(|s| s.parse().ok()).expect("id"));
+    }
+    let writer = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            for i in 0..60u64 {
+                comment(&app, 200 + i, 1, &format!("late comment {i}"), None).await;
+            }
+        })
+    };
+    let token = app.user(9);
+    let mut seen: Vec<u64> = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/posts/1/comments?order=newest&limit=25&cursor={c}"),
+            None => "/v1/posts/1/comments?order=newest&limit=25".to_string(),
+        };
+        let (st, v) = app.call(Method::GET, &path, Some(&token), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        seen.extend(ids(&v));
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    writer.await.expect("writer");
+    assert!(seen.windows(2).all(|w| w[0] > w[1]), "IDs strictly descending");
+    let set: HashSet<u64> = seen.iter().copied().collect();
+    assert_eq!(set.len(), seen.len(), "no repeats");
+    assert!(first.iter().all(|id| set.contains(id)), "none of the first 300 skipped");
+    let (_, v) = app.call(Method::GET, "/v1/posts/1", Some(&token), None).await;
+    assert!(v["comment_count"].as_i64().is_some());
+    app.wait_until(|| async { app.view(9, 1).await["comment_count"] == 360 }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_to_a_reply_lands_under_the_top_level_parent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let top = comment(&app, 10, 1, "top-level", None).await;
+    let top_id = top["comment_id"].as_str().expect("id").to_string();
+    let r1 = comment(&app, 11, 1, "first reply", Some(&top_id)).await;
+    let r1_id = r1["comment_id"].as_str().expect("id").to_string();
+    let r2 = comment(&app, 12, 1, "@user11 reply to the reply", Some(&r1_id)).await;
+    assert_eq!(r1["parent_id"], top_id.as_str());
+    assert!(r1["reply_to_user_id"].is_null());
+    assert_eq!(r2["parent_id"], top_id.as_str(), "a reply to a reply goes under the top-level parent");
+    assert_eq!(r2["reply_to_user_id"], "11");
+    let token = app.user(9);
+    let (st, replies) =
+        app.call(Method::GET, &format!("/v1/comments/{top_id}/replies"), Some(&token), None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        ids(&replies),
+        vec![ids(&json!({"items": [r1]}))[0], ids(&json!({"items": [r2]}))[0]],
+        "oldest first"
+    );
+    app.wait_until(|| async {
+        let (_, v) = app.call(Method::GET, "/v1/posts/1/comments?order=oldest", Some(&token), None).await;
+        v["items"][0]["reply_count"] == 2
+    })
+    .await;
+    // Only top-level comments in the post's list; all three counted.
+    let (_, list) = app.call(Method::GET, "/v1/posts/1/comments?order=oldest", Some(&token), None).await;
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(1));
+    app.wait_until(|| async { app.view(9, 1).await["comment_count"] == 3 }).await;
+
+    // Deleting the parent leaves a placeholder; deleting a leaf removes it.
+    let (st, _) =
+        app.call(Method::DELETE, &format!("/v1/comments/{top_id}"), Some(&app.user(10)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (_, list) = app.call(Method::GET, "/v1/posts/1/comments?order=oldest", Some(&token), None).await;
+    assert_eq!(
+        (list["items"][0]["status"].as_str(), list["items"][0]["text"].as_str()),
+        (Some("deleted"), Some(""))
+    );
+    let leaf = comment(&app, 13, 1, "a leaf", None).await;
+    let leaf_id = leaf["comment_id"].as_str().expect("id");
+    let (st, v) =
+        app.call(Method::DELETE, &format!("/v1/comments/{leaf_id}"), Some(&app.user(99)), None).await;
+    assert_error(st, &v, 403, "forbidden");
+    let (st, _) =
+        app.call(Method::DELETE, &format!("/v1/comments/{leaf_id}"), Some(&app.user(7)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "the post's author may delete");
+    let (_, list) = app.call(Method::GET, "/v1/posts/1/comments?order=oldest", Some(&token), None).await;
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(1), "the leaf is gone");
+    app.wait_until(|| async { app.view(9, 1).await["comment_count"] == 2 }).await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn comment_likes_are_idempotent_and_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let c = comment(&app, 10, 1, "like me", None).await;
+    let id = c["comment_id"].as_str().expect("id");
+    for u in 20..30u64 {
+        let (st, v) =
+            app.call(Method::PUT, &format!("/v1/comments/{id}/like"), Some(&app.user(u)), None).await;
+        assert_eq!((st, v["changed"].as_bool()), (StatusCode::OK, Some(true)));
+        let (_, v) =
+            app.call(Method::PUT, &format!("/v1/comments/{id}/like"), Some(&app.user(u)), None).await;
+        assert_eq!(v["changed"], false);
+    }
+    let (_, v) =
+        app.call(Method::DELETE, &format!("/v1/comments/{id}/like"), Some(&app.user(20)), None).await;
+    assert_eq!((v["liked"].as_bool(), v["changed"].as_bool()), (Some(false), Some(true)));
+    let token = app.user(21);
+    app.wait_until(|| async {
+        let (_, v) = app.call(Method::GET, "/v1/posts/1/comments?order=newest", Some(&token), None).await;
+        v["items"][0]["like_count"] == 9 && v["items"][0]["viewer_has_liked"] == true
+    })
+    .await;
+    let (st, v) = app.call(Method::PUT, "/v1/comments/123456/like", Some(&token), None).await;
+    assert_error(st, &v, 404, "not_found");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_comments_and_forbidden_comments_get_a_4xx() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    app.post(2, 7, false).await;
+    let other = comment(&app, 10, 2, "on post two", None).await;
+    let other_id = other["comment_id"].as_str().expect("id");
+    let token = app.user(10);
+    let cases = [
+        (json!({"text": "   "}), 400),
+        (json!({"text": "x".repeat(2201)}), 400),
+        (json!({"text": "bell \u{7} char"}), 400),
+        (json!({"text": "ok", "parent_id": "999999"}), 400),
+        (json!({"text": "ok", "parent_id": other_id}), 400),
+        (json!({"text": "ok", "extra": true}), 422),
+    ];
+    for (body, want) in cases {
+        let (st, v) =
+            app.call(Method::POST, "/v1/posts/1/comments", Some(&token), Some(&body.to_string())).await;
+        assert_error(st, &v, want, "invalid");
+    }
+    let ok = comment(&app, 10, 1, &"y".repeat(2200), None).await;
+    assert_eq!(ok["text"].as_str().map(|t| t.chars().count()), Some(2200));
+    let (st, v) =
+        app.call(Method::POST, "/v1/posts/404/comments", Some(&token), Some(r#"{"text":"hi"}"#)).await;
+    assert_error(st, &v, 404, "not_found");
+    for q in ["order=sideways", "order=newest&cursor=forged", "order=newest&limit=101"] {
+        let (st, v) = app.call(Method::GET, &format!("/v1/posts/1/comments?{q}"), Some(&token), None).await;
+        assert_error(st, &v, 400, "invalid");
+    }
+    // A cursor of the oldest-first list is not valid for newest-first.
+    for i in 0..3 {
+        comment(&app, 10, 1, &format!("c{i}"), None).await;
+    }
+    let (_, v) = app.call(Method::GET, "/v1/posts/1/comments?order=oldest&limit=1", Some(&token), None).await;
+    let c = v["next_cursor"].as_str().expect("cursor");
+    let (st, v) = app
+        .call(Method::GET, &format!("/v1/posts/1/comments?order=newest&cursor={c}"), Some(&token), None)
+        .await;
+    assert_error(st, &v, 400, "invalid");
+    // Comments off and followers-only.
+    let svc = app.service();
+    app.call(Method::PUT, "/v1/posts/3", Some(&svc), Some(r#"{"author_id":"7","comments":"off"}"#)).await;
+    let (st, v) =
+        app.call(Method::POST, "/v1/posts/3/comments", Some(&token), Some(r#"{"text":"hi"}"#)).await;
+    assert_error(st, &v, 403, "forbidden");
+    app.call(Method::PUT, "/v1/posts/4", Some(&svc), Some(r#"{"author_id":"7","comments":"followers"}"#))
+        .await;
+    let (st, v) =
+        app.call(Method::POST, "/v1/posts/4/comments", Some(&token), Some(r#"{"text":"hi"}"#)).await;
+    assert_error(st, &v, 403, "forbidden");
+    let (st, _) = app.call(Method::PUT, "/v1/users/10/follows/7", Some(&svc), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (st, v) =
+        app.call(Method::POST, "/v1/posts/4/comments", Some(&token), Some(r#"{"text":"hi"}"#)).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    app.stop().await;
+}

@@ -1,0 +1,219 @@
+//! Comments: write, list (keyset pages), replies, delete, like.
+
+use crate::AppState;
+use crate::auth::Viewer;
+use crate::dto::{CommentCreate, CommentDto, CommentsPage, LikeResponse, rfc3339_ms};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{JsonBody, PathParams, QueryParams};
+use crate::routes::likes::parse_limit;
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use likewise_core::comment::id::id_timestamp_ms;
+use likewise_core::ids::{CommentId, PostId};
+use likewise_core::like::LikeAction;
+use likewise_service::comments::{CommentPage, CommentView, Order, Reader};
+use serde::Deserialize;
+use std::sync::Arc;
+use utoipa::IntoParams;
+
+/// Cursor kind bytes.
+const COMMENTS_CURSOR: u8 = 2;
+const REPLIES_CURSOR: u8 = 3;
+
+/// Convert a service view to the contract's shape.
+pub fn to_dto(v: CommentView) -> CommentDto {
+    let r = v.record;
+    CommentDto {
+        comment_id: r.id,
+        post_id: r.post,
+        author_id: r.author,
+        author_username: v.author_username,
+        parent_id: r.parent,
+        reply_to_user_id: r.reply_to_user,
+        text: r.text,
+        status: r.status.as_str().to_string(),
+        like_count: v.like_count,
+        reply_count: v.reply_count,
+        viewer_has_liked: v.viewer_has_liked,
+        pinned: v.pinned,
+        created_at: rfc3339_ms(id_timestamp_ms(r.id)),
+    }
+}
+
+fn reader(v: Viewer) -> Reader {
+    Reader { user: v.0.user, moderator: v.0.service }
+}
+
+/// Cursor payload: the scope (post or parent ID), the order byte and the last ID scanned.
+fn seal(state: &AppState, kind: u8, scope: u64, order: u8, after: CommentId) -> String {
+    let mut p = Vec::with_capacity(17);
+    p.extend_from_slice(&scope.to_be_bytes());
+    p.push(order);
+    p.extend_from_slice(&after.0.to_be_bytes());
+    state.cursors.seal(kind, &p)
+}
+
+fn open(
+    state: &AppState,
+    kind: u8,
+    scope: u64,
+    order: u8,
+    cursor: Option<&str>,
+) -> Result<Option<CommentId>, ApiError> {
+    let Some(c) = cursor else { return Ok(None) };
+    let p = state.cursors.open(kind, c)?;
+    if p.len() != 17 || p[..8] != scope.to_be_bytes() || p[8] != order {
+        return Err(ApiError::invalid("invalid cursor"));
+    }
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&p[9..17]);
+    Ok(Some(CommentId(u64::from_be_bytes(a))))
+}
+
+fn page_dto(state: &AppState, kind: u8, scope: u64, order: u8, page: CommentPage) -> CommentsPage {
+    CommentsPage {
+        next_cursor: page.next_after.map(|a| seal(state, kind, scope, order, a)),
+        items: page.items.into_iter().map(to_dto).collect(),
+    }
+}
+
+/// Write a comment or a reply.
+#[utoipa::path(post, path = "/v1/posts/{post_id}/comments", tag = "comments",
+    params(("post_id" = String, Path)),
+    request_body = CommentCreate,
+    responses((status = 201, body = CommentDto), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    PathParams(post): PathParams<PostId>,
+    JsonBody(body): JsonBody<CommentCreate>,
+) -> ApiResult<(StatusCode, Json<CommentDto>)> {
+    let v = state.svc.create_comment(viewer.0.user, post, &body.text, body.parent_id).await?;
+    Ok((StatusCode::CREATED, Json(to_dto(v))))
+}
+
+/// `GET /v1/posts/{post_id}/comments` query.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct CommentsQuery {
+    /// `newest` or `oldest` (keyset pages by ID).
+    pub order: Option<String>,
+    /// 1..=100, default 20.
+    pub limit: Option<String>,
+    /// Opaque cursor from a previous page.
+    pub cursor: Option<String>,
+}
+
+/// Top-level comments of a post.
+#[utoipa::path(get, path = "/v1/posts/{post_id}/comments", tag = "comments",
+    params(("post_id" = String, Path), CommentsQuery),
+    responses((status = 200, body = CommentsPage), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    PathParams(post): PathParams<PostId>,
+    QueryParams(q): QueryParams<CommentsQuery>,
+) -> ApiResult<Json<CommentsPage>> {
+    let (order, code) = match q.order.as_deref() {
+        Some("newest") => (Order::Newest, 1u8),
+        Some("oldest") => (Order::Oldest, 2u8),
+        Some("top") | None => {
+            return Err(ApiError::invalid(
+                "order=top is not available yet: pass order=newest or order=oldest",
+            ));
+        }
+        Some(other) => {
+            return Err(ApiError::invalid(format!("unknown order {other:?}: use top, newest or oldest")));
+        }
+    };
+    let limit = parse_limit(q.limit.as_deref())?;
+    let after = open(&state, COMMENTS_CURSOR, post.0, code, q.cursor.as_deref())?;
+    let page = state.svc.list_comments(reader(viewer), post, order, after, limit).await?;
+    Ok(Json(page_dto(&state, COMMENTS_CURSOR, post.0, code, page)))
+}
+
+/// Paging query of replies.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct RepliesQuery {
+    /// 1..=100, default 20.
+    pub limit: Option<String>,
+    /// Opaque cursor from a previous page.
+    pub cursor: Option<String>,
+}
+
+/// Replies under a top-level comment, oldest first.
+#[utoipa::path(get, path = "/v1/comments/{comment_id}/replies", tag = "comments",
+    params(("comment_id" = String, Path), RepliesQuery),
+    responses((status = 200, body = CommentsPage), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn replies(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    PathParams(parent): PathParams<CommentId>,
+    QueryParams(q): QueryParams<RepliesQuery>,
+) -> ApiResult<Json<CommentsPage>> {
+    let limit = parse_limit(q.limit.as_deref())?;
+    let after = open(&state, REPLIES_CURSOR, parent.0, 0, q.cursor.as_deref())?;
+    let page = state.svc.list_replies(reader(viewer), parent, after, limit).await?;
+    Ok(Json(page_dto(&state, REPLIES_CURSOR, parent.0, 0, page)))
+}
+
+/// Delete a comment (its author or the post's author).
+#[utoipa::path(delete, path = "/v1/comments/{comment_id}", tag = "comments",
+    params(("comment_id" = String, Path)),
+    responses((status = 204), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    PathParams(id): PathParams<CommentId>,
+) -> ApiResult<StatusCode> {
+    state.svc.delete_comment(reader(viewer), id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_like(
+    state: &AppState,
+    viewer: Viewer,
+    id: CommentId,
+    action: LikeAction,
+) -> ApiResult<Json<LikeResponse>> {
+    let r = state.svc.set_comment_like(viewer.0.user, id, action).await?;
+    Ok(Json(LikeResponse { liked: r.liked, changed: r.changed }))
+}
+
+/// Like a comment (idempotent).
+#[utoipa::path(put, path = "/v1/comments/{comment_id}/like", tag = "likes",
+    params(("comment_id" = String, Path)),
+    responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn like(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    PathParams(id): PathParams<CommentId>,
+) -> ApiResult<Json<LikeResponse>> {
+    set_like(&state, viewer, id, LikeAction::Like).await
+}
+
+/// Remove a like from a comment (idempotent).
+#[utoipa::path(delete, path = "/v1/comments/{comment_id}/like", tag = "likes",
+    params(("comment_id" = String, Path)),
+    responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn unlike(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    PathParams(id): PathParams<CommentId>,
+) -> ApiResult<Json<LikeResponse>> {
+    set_like(&state, viewer, id, LikeAction::Unlike).await
+}

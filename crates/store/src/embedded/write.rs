@@ -1,0 +1,61 @@
+//! The embedded engine's write path: one fjall batch per group-commit batch, holding likes and
+//! comment changes in arrival order. Each module contributes its ops (`likes.rs`,
+//! `comments.rs`); this file owns the batch, the event sequence and the commit.
+
+use super::{EmbeddedStore, Inner, engine_err};
+use likewise_core::StoreResult;
+use likewise_core::event::Event;
+use likewise_core::ports::WriteEngine;
+use likewise_core::write::{WriteOp, WriteOutcome};
+use std::sync::atomic::Ordering;
+
+/// Everything a batch accumulates before its single commit.
+pub(super) struct BatchState<'a> {
+    pub(super) s: &'a Inner,
+    pub(super) batch: fjall::OwnedWriteBatch,
+    pub(super) seq: u64,
+    pub(super) likes: super::likes::LikeOverlay,
+    pub(super) comments: super::comments::CommentOverlay,
+}
+
+impl<'a> BatchState<'a> {
+    /// Append an event with the next sequence number; returns it.
+    pub(super) fn event(&mut self, mut e: Event) -> u64 {
+        e.seq = self.seq;
+        self.batch.insert(&self.s.events, self.seq.to_be_bytes(), e.encode());
+        self.seq += 1;
+        e.seq
+    }
+}
+
+impl WriteEngine for EmbeddedStore {
+    fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
+        let s = &*self.inner;
+        let _serial = s.write_lock.lock();
+        let mut st = BatchState {
+            s,
+            batch: s.db.batch().durability(None),
+            seq: s.next_seq.load(Ordering::SeqCst),
+            likes: Default::default(),
+            comments: Default::default(),
+        };
+        let now = crate::now_ms();
+        let mut out = Vec::with_capacity(ops.len());
+        for op in ops {
+            out.push(match op {
+                WriteOp::Like(l) => WriteOutcome::Like(st.like(l)?),
+                WriteOp::Comment(c) => WriteOutcome::Comment(st.comment(c, now)?),
+            });
+        }
+        st.flush_likes();
+        st.flush_comments();
+        let seq = st.seq;
+        st.batch.commit().map_err(engine_err)?;
+        s.next_seq.store(seq, Ordering::SeqCst);
+        Ok(out)
+    }
+
+    fn sync(&self) -> StoreResult<()> {
+        self.persist()
+    }
+}
