@@ -142,3 +142,70 @@ pub trait CommentReader: Send + Sync {
         limit: usize,
     ) -> StoreResult<Vec<CommentRecord>>;
 }
+
+/// Why a comment was reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportReason {
+    /// Spam.
+    Spam,
+    /// Bullying or harassment.
+    Bullying,
+    /// Anything else.
+    Other,
+}
+
+impl ReportReason {
+    /// Stable one-byte code.
+    pub fn code(self) -> u8 {
+        match self {
+            ReportReason::Spam => 1,
+            ReportReason::Bullying => 2,
+            ReportReason::Other => 3,
+        }
+    }
+}
+
+/// Moderation state: blocks, restricts, hidden words, pins, reports, the review queue and the
+/// recent text fingerprints used for near-duplicate detection.
+#[async_trait]
+pub trait ModerationStore: Send + Sync {
+    /// `owner` blocks (or unblocks) `other`.
+    async fn set_block(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()>;
+    /// Has `owner` blocked `other`?
+    async fn is_blocked(&self, owner: UserId, other: UserId) -> StoreResult<bool>;
+    /// `owner` restricts (or stops restricting) `other`.
+    async fn set_restrict(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()>;
+    /// Has `owner` restricted `other`?
+    async fn is_restricted(&self, owner: UserId, other: UserId) -> StoreResult<bool>;
+    /// Replace `owner`'s hidden-words list.
+    async fn put_hidden_words(&self, owner: UserId, words: &[String]) -> StoreResult<()>;
+    /// `owner`'s hidden-words list (empty when never set).
+    async fn hidden_words(&self, owner: UserId) -> StoreResult<Vec<String>>;
+    /// Replace a post's pinned comments (in pin order).
+    async fn set_pins(&self, post: PostId, pins: &[CommentId]) -> StoreResult<()>;
+    /// A post's pinned comments, in pin order.
+    async fn pins(&self, post: PostId) -> StoreResult<Vec<CommentId>>;
+    /// Record a report (one per reporter and comment); returns the comment's distinct reports.
+    async fn add_report(
+        &self,
+        comment: CommentId,
+        reporter: UserId,
+        reason: ReportReason,
+    ) -> StoreResult<u32>;
+    /// Distinct reports of each comment, in order.
+    async fn report_counts(&self, comments: &[CommentId]) -> StoreResult<Vec<u32>>;
+    /// Put a comment in (or take it out of) the review queue.
+    async fn set_queued(&self, comment: CommentId, queued: bool) -> StoreResult<()>;
+    /// Queued comments, oldest first, strictly after `after`.
+    async fn queue(&self, after: Option<CommentId>, limit: usize) -> StoreResult<Vec<CommentId>>;
+    /// Remember the SimHash of a comment `user` wrote.
+    async fn add_fingerprint(&self, user: UserId, comment: CommentId, simhash: u64) -> StoreResult<()>;
+    /// `user`'s most recent fingerprints (newest first), at most `limit`, none older than
+    /// `since_comment` (comment IDs are time-sortable, so this is a time bound).
+    async fn fingerprints(
+        &self,
+        user: UserId,
+        since_comment: CommentId,
+        limit: usize,
+    ) -> StoreResult<Vec<(CommentId, u64)>>;
+}

@@ -50,6 +50,61 @@ pub struct CommentCreate {
     pub parent_id: Option<CommentId>,
 }
 
+/// `PUT /v1/me/hidden-words` body and answer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HiddenWordsDto {
+    /// Up to 1,000 words or phrases of up to 64 characters.
+    pub words: Vec<String>,
+}
+
+/// Why a comment is reported.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportReasonDto {
+    Spam,
+    Bullying,
+    Other,
+}
+
+/// `POST /v1/comments/{comment_id}/reports` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReportCreate {
+    pub reason: ReportReasonDto,
+}
+
+/// A moderator's action.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ModerationAction {
+    Approve,
+    Hide,
+}
+
+/// `POST /v1/moderation/comments/{comment_id}` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModerationDecision {
+    pub action: ModerationAction,
+}
+
+/// A comment awaiting a decision, with its real status and report count.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct QueueItem {
+    #[serde(flatten)]
+    pub comment: CommentDto,
+    pub report_count: u32,
+}
+
+/// The review queue.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct QueuePage {
+    pub items: Vec<QueueItem>,
+    /// Opaque; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
 /// A page of comments.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct CommentsPage {

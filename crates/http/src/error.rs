@@ -86,6 +86,11 @@ impl From<ServiceError> for ApiError {
             Kind::NotFound => ApiError::not_found(e.to_string()),
             Kind::Forbidden => ApiError::forbidden(e.to_string()),
             Kind::Invalid => ApiError::invalid(e.to_string()),
+            Kind::Conflict => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
+            Kind::RateLimited => ApiError::rate_limited(match e {
+                ServiceError::RateLimited(secs) => secs,
+                _ => 1,
+            }),
             Kind::Unavailable => ApiError::unavailable("service is shutting down or storage is unavailable"),
             Kind::Internal => {
                 tracing::error!(error = %e, "internal error");

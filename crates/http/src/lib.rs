@@ -76,7 +76,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/comments/{comment_id}", axum::routing::delete(comments::delete))
         .route("/v1/comments/{comment_id}/replies", get(comments::replies))
         .route("/v1/comments/{comment_id}/like", put(comments::like).delete(comments::unlike))
-        .route("/v1/me/settings", put(me::put_settings).get(me::get_settings));
+        .route("/v1/me/settings", put(me::put_settings).get(me::get_settings))
+        .route("/v1/me/hidden-words", put(moderation::put_hidden_words))
+        .route("/v1/me/blocks/{user_id}", put(moderation::block).delete(moderation::unblock))
+        .route("/v1/me/restricts/{user_id}", put(moderation::restrict).delete(moderation::unrestrict))
+        .route("/v1/comments/{comment_id}/reports", axum::routing::post(moderation::report))
+        .route("/v1/comments/{comment_id}/approve", axum::routing::post(moderation::approve))
+        .route("/v1/posts/{post_id}/pins/{comment_id}", put(moderation::pin).delete(moderation::unpin))
+        .route("/v1/moderation/queue", get(moderation::queue))
+        .route("/v1/moderation/comments/{comment_id}", axum::routing::post(moderation::decide));
     Router::new()
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))

@@ -14,11 +14,17 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         routes::posts::posts, routes::posts::post,
         routes::comments::create, routes::comments::list, routes::comments::replies, routes::comments::delete,
         routes::comments::like, routes::comments::unlike,
+        routes::moderation::put_hidden_words, routes::moderation::block, routes::moderation::unblock,
+        routes::moderation::restrict, routes::moderation::unrestrict, routes::moderation::report,
+        routes::moderation::approve, routes::moderation::pin, routes::moderation::unpin,
+        routes::moderation::queue, routes::moderation::decide,
         routes::me::put_settings, routes::me::get_settings,
     ),
     components(schemas(error::ErrorBody, dto::LikeResponse, dto::PostViewDto, dto::PostsResponse, dto::CommentDto,
         dto::LikerDto, dto::LikersPage, dto::UserPut, dto::PostPut, dto::PostRecord, dto::UserRecord,
-        dto::SettingsDto, dto::Health, dto::CommentsSetting, dto::CommentCreate, dto::CommentsPage)),
+        dto::SettingsDto, dto::Health, dto::CommentsSetting, dto::CommentCreate, dto::CommentsPage, dto::HiddenWordsDto,
+        dto::ReportReasonDto, dto::ReportCreate, dto::ModerationAction, dto::ModerationDecision, dto::QueueItem,
+        dto::QueuePage)),
     modifiers(&Bearer),
 )]
 struct ApiDoc;

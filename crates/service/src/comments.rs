@@ -85,6 +85,7 @@ impl Engagement {
         parent: Option<CommentId>,
     ) -> ServiceResult<CommentView> {
         let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        self.check_not_blocked(meta.author, viewer).await?;
         match meta.comments {
             CommentsPolicy::Off => {
                 return Err(ServiceError::Forbidden("comments are turned off for this post".into()));
@@ -99,6 +100,7 @@ impl Engagement {
             _ => {}
         }
         let text = normalize_text(raw_text).map_err(|e| ServiceError::Invalid(e.to_string()))?;
+        self.moderation.check_rate(viewer)?;
         let (parent_id, reply_to_user) = match parent {
             None => (None, None),
             Some(pid) => {
@@ -117,6 +119,8 @@ impl Engagement {
                 }
             }
         };
+        let simhash = simhash64(&text);
+        let (status, layer) = self.initial_status(viewer, meta.author, &text, simhash).await?;
         let rec = CommentRecord {
             id: CommentId(0),
             post,
@@ -124,8 +128,8 @@ impl Engagement {
             post_author: meta.author,
             parent: parent_id,
             reply_to_user,
-            status: CommentStatus::Visible,
-            simhash: simhash64(&text),
+            status,
+            simhash,
             text,
         };
         let committed = self.stores.writer.submit_comment(CommentOp::Create(rec)).await?;
@@ -139,6 +143,11 @@ impl Engagement {
         };
         metrics::counter!("likewise_comments_total", "kind" => if stored.parent.is_some() { "reply" } else { "top" })
             .increment(1);
+        self.stores.moderation.add_fingerprint(viewer, stored.id, simhash).await?;
+        if status != CommentStatus::Visible {
+            metrics::counter!("likewise_comments_held_total", "layer" => layer).increment(1);
+            self.stores.moderation.set_queued(stored.id, true).await?;
+        }
         let reader = Reader { user: viewer, moderator: false };
         Ok(self.views(reader, vec![stored]).await?.pop().ok_or(ServiceError::NotFound("comment"))?)
     }
@@ -275,6 +284,7 @@ impl Engagement {
         let r = r
             .filter(|r| r.status != CommentStatus::Deleted && as_seen_by(reader, r).is_some())
             .ok_or(ServiceError::NotFound("comment"))?;
+        self.check_not_blocked(r.post_author, viewer).await?;
         let op = LikeOp {
             target: Target::comment(id.0),
             user: viewer,

@@ -15,6 +15,12 @@ pub enum ServiceError {
     /// The request is malformed.
     #[error("{0}")]
     Invalid(String),
+    /// The request conflicts with the current state (e.g. a fourth pin).
+    #[error("{0}")]
+    Conflict(String),
+    /// Too many requests; retry after this many seconds.
+    #[error("too many requests; retry in {0} s")]
+    RateLimited(u64),
     /// Storage failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -29,6 +35,10 @@ pub enum Kind {
     Forbidden,
     /// 400.
     Invalid,
+    /// 409.
+    Conflict,
+    /// 429.
+    RateLimited,
     /// 503: retry later.
     Unavailable,
     /// 500.
@@ -42,6 +52,8 @@ impl ServiceError {
             ServiceError::NotFound(_) => Kind::NotFound,
             ServiceError::Forbidden(_) => Kind::Forbidden,
             ServiceError::Invalid(_) => Kind::Invalid,
+            ServiceError::Conflict(_) => Kind::Conflict,
+            ServiceError::RateLimited(_) => Kind::RateLimited,
             ServiceError::Store(e) => match e.kind() {
                 StoreKind::Unavailable => Kind::Unavailable,
                 StoreKind::Internal => Kind::Internal,

@@ -5,6 +5,10 @@
 //! - [`posts`]: feed hydration: a page of [`posts::PostView`]s from caches and one batched
 //!   lookup per concern.
 //! - [`comments`]: comments and replies with shadow visibility, comment likes.
+//! - [`moderation`]: the synchronous layers (blocks, rate limits, hidden words, restrict,
+//!   classifier, near-duplicates) deciding a new comment's status.
+//! - [`review`]: reports, the review queue, approvals, pins.
+//! - [`ranking`]: top comments: precomputed top-K per post, re-ranked per viewer.
 //! - [`upstream`]: users, posts, follows and settings pushed by their owners.
 //! - [`cache`]: the read-path caches (counts with single-flight, per-viewer liked sets with
 //!   Bloom filters, upstream data with TTLs).
@@ -14,7 +18,10 @@ pub mod cache;
 pub mod comments;
 pub mod error;
 pub mod likes;
+pub mod moderation;
 pub mod posts;
+pub mod ranking;
+pub mod review;
 pub mod upstream;
 
 pub use error::{ServiceError, ServiceResult};
@@ -49,6 +56,8 @@ pub struct ServiceOptions {
     pub recent_likers: usize,
     /// Most followees considered when putting followed likers first.
     pub max_followees: usize,
+    /// Moderation tuning.
+    pub moderation: moderation::ModerationOptions,
 }
 
 impl Default for ServiceOptions {
@@ -62,6 +71,7 @@ impl Default for ServiceOptions {
             bloom_max_items: 100_000,
             recent_likers: 32,
             max_followees: 5_000,
+            moderation: moderation::ModerationOptions::default(),
         }
     }
 }
@@ -76,6 +86,8 @@ pub struct Engagement {
     usernames: TtlMap<UserId, Option<Arc<str>>>,
     settings: TtlMap<UserId, ViewerSettings>,
     followees: TtlMap<UserId, Arc<HashSet<UserId>>>,
+    moderation: moderation::Moderation,
+    top: ranking::TopCache,
 }
 
 impl Engagement {
@@ -98,6 +110,12 @@ impl Engagement {
             usernames: TtlMap::new("users", opts.meta_ttl, opts.meta_capacity),
             settings: TtlMap::new("settings", opts.meta_ttl, opts.meta_capacity),
             followees: TtlMap::new("followees", opts.meta_ttl, opts.meta_capacity / 10 + 1),
+            moderation: moderation::Moderation::new(
+                opts.moderation.clone(),
+                opts.meta_ttl,
+                opts.meta_capacity,
+            ),
+            top: ranking::TopCache::new(opts.count_capacity / 10 + 1),
             counts,
             stores,
             opts,
@@ -112,6 +130,11 @@ impl Engagement {
     /// The count cache (the aggregator writes new values into it).
     pub fn counts(&self) -> &Arc<CountCache> {
         &self.counts
+    }
+
+    /// The top-comments cache (the ranker worker refreshes it).
+    pub fn top(&self) -> &ranking::TopCache {
+        &self.top
     }
 
     /// Whether the viewer's liked-set Bloom filter has been built (tests, diagnostics).

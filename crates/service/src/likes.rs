@@ -33,6 +33,7 @@ impl Engagement {
         action: LikeAction,
     ) -> ServiceResult<LikeResult> {
         let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        self.check_not_blocked(meta.author, viewer).await?;
         let op = LikeOp {
             target: Target::post(post.0),
             user: viewer,

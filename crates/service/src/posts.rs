@@ -35,6 +35,8 @@ pub struct PostView {
     pub liked_by: Vec<String>,
     /// May this viewer comment.
     pub comments_enabled: bool,
+    /// The top two comments for this viewer.
+    pub preview_comments: Vec<crate::comments::CommentView>,
 }
 
 impl Engagement {
@@ -84,6 +86,10 @@ impl Engagement {
         let all_users: Vec<UserId> = picks.iter().flatten().copied().collect();
         let mut names = self.usernames(&all_users).await?.into_iter();
 
+        let with_counts: Vec<(PostId, i64)> =
+            post_ids.iter().zip(&counts).map(|(p, c)| (*p, c.counts.comments)).collect();
+        let reader = crate::comments::Reader { user: viewer, moderator: false };
+        let mut previews = self.previews(reader, &with_counts).await?.into_iter();
         let mut out = Vec::with_capacity(known.len());
         for (((id, meta), (c, has_liked)), pick) in known.iter().zip(counts.iter().zip(liked)).zip(&picks) {
             let visible =
@@ -103,6 +109,7 @@ impl Engagement {
                 viewer_has_liked: has_liked,
                 liked_by: pick.iter().filter_map(|_| names.next()).collect(),
                 comments_enabled,
+                preview_comments: previews.next().unwrap_or_default(),
             });
         }
         Ok(out)

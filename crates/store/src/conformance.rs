@@ -7,10 +7,10 @@
 use crate::Stores;
 use likewise_core::counter::{CounterField, CounterKey};
 use likewise_core::event::EventKind;
-use likewise_core::ids::{PostId, UserId};
+use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{LikeAction, LikeOp, Target, TargetKind};
 use likewise_core::model::{CommentsPolicy, PostMeta, UserProfile, ViewerSettings};
-use likewise_core::ports::Liker;
+use likewise_core::ports::{Liker, ReportReason};
 use likewise_core::write::{WriteOp, WriteOutcome};
 
 fn op(target: Target, user: u64, action: LikeAction, ts: u64) -> LikeOp {
@@ -156,6 +156,123 @@ pub async fn upstream_data_round_trips(s: &Stores) {
     s.meta.ping().await.expect("ping");
 }
 
+/// Blocks and restricts are directed, independent of each other, and can be lifted.
+pub async fn blocks_and_restricts_round_trip(s: &Stores) {
+    let m = &s.moderation;
+    let (a, b, c) = (UserId(1), UserId(2), UserId(3));
+    assert!(!m.is_blocked(a, b).await.expect("blocked"));
+    m.set_block(a, b, true).await.expect("block");
+    assert!(m.is_blocked(a, b).await.expect("blocked"));
+    assert!(!m.is_blocked(b, a).await.expect("reverse"), "a block is one-way");
+    assert!(!m.is_blocked(a, c).await.expect("other"));
+    assert!(!m.is_restricted(a, b).await.expect("restricted"), "a block is not a restrict");
+    m.set_restrict(a, c, true).await.expect("restrict");
+    assert!(m.is_restricted(a, c).await.expect("restricted"));
+    assert!(!m.is_blocked(a, c).await.expect("blocked"), "a restrict is not a block");
+    m.set_block(a, b, false).await.expect("unblock");
+    m.set_block(a, b, false).await.expect("unblock twice");
+    assert!(!m.is_blocked(a, b).await.expect("blocked"));
+    m.set_restrict(a, c, false).await.expect("unrestrict");
+    assert!(!m.is_restricted(a, c).await.expect("restricted"));
+}
+
+/// Hidden words are replaced as a whole, per owner, and empty when never set.
+pub async fn hidden_words_round_trip(s: &Stores) {
+    let m = &s.moderation;
+    assert!(m.hidden_words(UserId(1)).await.expect("unset").is_empty());
+    let words: Vec<String> = ["spoiler", "ünïcode", "two words"].map(String::from).to_vec();
+    m.put_hidden_words(UserId(1), &words).await.expect("put");
+    assert_eq!(m.hidden_words(UserId(1)).await.expect("get"), words);
+    assert!(m.hidden_words(UserId(2)).await.expect("other owner").is_empty());
+    m.put_hidden_words(UserId(1), &["only".to_owned()]).await.expect("replace");
+    assert_eq!(m.hidden_words(UserId(1)).await.expect("get"), vec!["only".to_owned()]);
+    m.put_hidden_words(UserId(1), &[]).await.expect("clear");
+    assert!(m.hidden_words(UserId(1)).await.expect("cleared").is_empty());
+}
+
+/// Pins come back in pin order (not ID order), per post, and can be replaced or cleared.
+pub async fn pins_keep_their_order(s: &Stores) {
+    let m = &s.moderation;
+    assert!(m.pins(PostId(1)).await.expect("unset").is_empty());
+    let pins = [CommentId(30), CommentId(10), CommentId(20)];
+    m.set_pins(PostId(1), &pins).await.expect("pin");
+    assert_eq!(m.pins(PostId(1)).await.expect("pins"), pins.to_vec());
+    assert!(m.pins(PostId(2)).await.expect("other post").is_empty());
+    m.set_pins(PostId(1), &[CommentId(10)]).await.expect("replace");
+    assert_eq!(m.pins(PostId(1)).await.expect("pins"), vec![CommentId(10)]);
+    m.set_pins(PostId(1), &[]).await.expect("clear");
+    assert!(m.pins(PostId(1)).await.expect("cleared").is_empty());
+}
+
+/// A reporter counts once per comment, even when reports of one comment race.
+pub async fn reports_count_each_reporter_once(s: &Stores) {
+    let m = &s.moderation;
+    let (c, other) = (CommentId(5), CommentId(6));
+    assert_eq!(m.add_report(c, UserId(1), ReportReason::Spam).await.expect("report"), 1);
+    assert_eq!(m.add_report(c, UserId(1), ReportReason::Bullying).await.expect("again"), 1);
+    assert_eq!(m.add_report(c, UserId(2), ReportReason::Other).await.expect("second"), 2);
+    assert_eq!(m.add_report(other, UserId(1), ReportReason::Spam).await.expect("other"), 1);
+    assert_eq!(m.report_counts(&[c, CommentId(99), other]).await.expect("counts"), vec![2, 0, 1]);
+    // 20 reporters, each reporting twice, all at once: exactly 20 distinct reports. Blocking
+    // threads rather than tasks, so the calls truly overlap even on a current-thread runtime.
+    let racing = CommentId(7);
+    let tasks: Vec<_> = (0..40u64)
+        .map(|i| {
+            let m = s.moderation.clone();
+            let rt = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                rt.block_on(m.add_report(racing, UserId(100 + i % 20), ReportReason::Spam))
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for t in tasks {
+        seen.push(t.await.expect("join").expect("report"));
+    }
+    assert!(seen.iter().all(|&n| (1..=20).contains(&n)), "{seen:?}");
+    assert_eq!(seen.iter().max(), Some(&20));
+    assert_eq!(m.report_counts(&[racing]).await.expect("counts"), vec![20]);
+}
+
+/// The review queue lists comment IDs ascending and pages strictly after the cursor.
+pub async fn review_queue_pages_in_id_order(s: &Stores) {
+    let m = &s.moderation;
+    assert!(m.queue(None, 10).await.expect("empty").is_empty());
+    for id in [40u64, 10, 30, 20, u64::MAX] {
+        m.set_queued(CommentId(id), true).await.expect("queue");
+    }
+    m.set_queued(CommentId(30), false).await.expect("dequeue");
+    m.set_queued(CommentId(50), false).await.expect("dequeue absent");
+    let first = m.queue(None, 2).await.expect("page 1");
+    assert_eq!(first, vec![CommentId(10), CommentId(20)]);
+    let second = m.queue(first.last().copied(), 10).await.expect("page 2");
+    assert_eq!(second, vec![CommentId(40), CommentId(u64::MAX)]);
+    assert_eq!(m.queue(Some(CommentId(15)), 1).await.expect("between"), vec![CommentId(20)]);
+    assert!(m.queue(Some(CommentId(u64::MAX)), 10).await.expect("past the end").is_empty());
+}
+
+/// Fingerprints list newest first, per user, at most `limit`, none older than the bound.
+pub async fn fingerprints_are_newest_first_and_time_bounded(s: &Stores) {
+    let m = &s.moderation;
+    for (c, h) in [(100u64, 0xa), (300, 0xc), (200, 0xb), (400, 0xd)] {
+        m.add_fingerprint(UserId(1), CommentId(c), h).await.expect("add");
+    }
+    m.add_fingerprint(UserId(2), CommentId(500), 0xe).await.expect("other user");
+    m.add_fingerprint(UserId(0), CommentId(350), 0xf).await.expect("lower user");
+    let all = m.fingerprints(UserId(1), CommentId(0), 10).await.expect("all");
+    assert_eq!(
+        all,
+        vec![(CommentId(400), 0xd), (CommentId(300), 0xc), (CommentId(200), 0xb), (CommentId(100), 0xa)]
+    );
+    let newest = m.fingerprints(UserId(1), CommentId(0), 2).await.expect("limited");
+    assert_eq!(newest, vec![(CommentId(400), 0xd), (CommentId(300), 0xc)]);
+    // The bound is inclusive: a comment exactly at `since_comment` is not older than it.
+    let recent = m.fingerprints(UserId(1), CommentId(200), 10).await.expect("bounded");
+    assert_eq!(recent, vec![(CommentId(400), 0xd), (CommentId(300), 0xc), (CommentId(200), 0xb)]);
+    assert!(m.fingerprints(UserId(1), CommentId(401), 10).await.expect("none").is_empty());
+    assert!(m.fingerprints(UserId(3), CommentId(0), 10).await.expect("no user").is_empty());
+}
+
 /// Instantiate every conformance check as a `#[tokio::test]`. `$open` must evaluate to
 /// `(Stores, guard)` for a new empty store; the guard is kept alive for the test.
 #[macro_export]
@@ -169,7 +286,13 @@ macro_rules! conformance_suite {
             reverse_index_lists_a_users_likes,
             counters_move_with_their_offset,
             event_log_reads_and_truncates,
-            upstream_data_round_trips
+            upstream_data_round_trips,
+            blocks_and_restricts_round_trip,
+            hidden_words_round_trip,
+            pins_keep_their_order,
+            reports_count_each_reporter_once,
+            review_queue_pages_in_id_order,
+            fingerprints_are_newest_first_and_time_bounded
         );
     };
     (@tests $open:expr; $($name:ident),*) => {

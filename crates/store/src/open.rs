@@ -3,7 +3,9 @@
 
 use crate::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::group_commit::{GroupCommitOptions, GroupCommitter};
-use likewise_core::ports::{CommentReader, CounterStore, EventLog, LikeReader, MetaStore, WriteEngine};
+use likewise_core::ports::{
+    CommentReader, CounterStore, EventLog, LikeReader, MetaStore, ModerationStore, WriteEngine,
+};
 use likewise_core::{StoreError, StoreResult};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -38,6 +40,8 @@ pub struct Stores {
     pub counters: Arc<dyn CounterStore>,
     /// Posts, users, follows, settings.
     pub meta: Arc<dyn MetaStore>,
+    /// Blocks, restricts, hidden words, pins, reports, the review queue and text fingerprints.
+    pub moderation: Arc<dyn ModerationStore>,
     /// The embedded engine, when that is the one in use (for shutdown and disk metrics).
     pub embedded: Option<EmbeddedStore>,
 }
@@ -78,7 +82,8 @@ pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
         likes: arc.clone(),
         events: arc.clone(),
         counters: arc.clone(),
-        meta: arc,
+        meta: arc.clone(),
+        moderation: arc,
         embedded: Some(store),
     }
 }

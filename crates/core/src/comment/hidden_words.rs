@@ -113,10 +113,9 @@ fn tokenize(text: &str) -> Vec<Token> {
     let mut gap_is_spelling = true;
     for c in fold(text) {
         if is_word_char(c) {
-            if current.is_empty() {
-                if let Some(prev) = tokens.last_mut() {
-                    prev.joins_next = gap_is_spelling;
-                }
+            // A new token starts: now the gap behind the previous one is known.
+            if let Some(prev) = tokens.last_mut().filter(|_| current.is_empty()) {
+                prev.joins_next = gap_is_spelling;
             }
             current.push(c);
         } else {

@@ -10,8 +10,9 @@
 //!
 //! Similar texts get fingerprints a small Hamming distance apart. At [`NEAR_DUPLICATE_BITS`]
 //! two unrelated texts collide with probability about 2^-46, so a hit is trustworthy; the price
-//! is recall: only near-verbatim copies (case, punctuation, a word added to a long text) are
-//! caught, and each added word flips a few bits, more the shorter the text.
+//! is recall: only near-verbatim copies are caught. Case, punctuation and spacing never matter;
+//! one word appended flips a few bits, more the shorter the text (measured: within 3 bits for
+//! about 4 in 5 appended words on a 46-word comment, but only 1 in 4 on a 20-30 word one).
 
 /// Fingerprints at most this many bits apart are near duplicates.
 pub const NEAR_DUPLICATE_BITS: u32 = 3;
@@ -140,67 +141,5 @@ mod tests {
         assert_eq!(hamming(0, u64::MAX), 64);
         assert!(near_duplicate(0, 0b111));
         assert!(!near_duplicate(0, 0b1111));
-    }
-}
-#[cfg(test)]
-mod tmp_probe {
-    use super::*;
-    #[test]
-    fn probe() {
-        let extra = [
-            "today",
-            "lol",
-            "again",
-            "really",
-            "though",
-            "friends",
-            "yes",
-            "wow",
-            "ok",
-            "please",
-            "now",
-            "too",
-            "haha",
-            "seriously",
-            "guys",
-            "x",
-            "!!",
-            "amazing",
-            "right",
-            "indeed",
-        ];
-        let bases = [tests_long(), "I really love how the light falls on the water in this picture, it makes me want to go back to the lake this summer with the whole family".to_string(),
-          "Honestly this is the best thing I have read all week and I am sharing it with everyone I know".to_string(),
-          "Great photo of the mountains at sunrise".to_string()];
-        for b in &bases {
-            let n = b.split_whitespace().count();
-            let ds: Vec<u32> =
-                extra.iter().map(|e| hamming(simhash64(b), simhash64(&format!("{b} {e}")))).collect();
-            let ok = ds.iter().filter(|&&d| d <= 3).count();
-            println!("words {n}: {ok}/{} within 3: {ds:?}", ds.len());
-        }
-    }
-    fn tests_long() -> String {
-        "I visited this little bakery on the corner last weekend with my sister and we ordered the almond croissants, which were flaky and warm and honestly the best I have had anywhere in the city, so we went back the next morning for more of them".to_string()
-    }
-    #[test]
-    fn tox() {
-        use crate::comment::classify::*;
-        for t in [
-            "you are a worthless n1gger, go kill yourself",
-            "this is fucking great",
-            "you are an idiot",
-            "shut up loser",
-            "What a lovely photo",
-            "I'll kill it at the gym",
-            "kys",
-            "you stupid bitch",
-        ] {
-            println!(
-                "{t:?} {:?} {:?}",
-                RulesClassifier.classify(t, 1),
-                rustrict::Censor::from_str(t).analyze()
-            );
-        }
     }
 }

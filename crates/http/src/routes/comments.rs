@@ -13,6 +13,7 @@ use likewise_core::comment::id::id_timestamp_ms;
 use likewise_core::ids::{CommentId, PostId};
 use likewise_core::like::LikeAction;
 use likewise_service::comments::{CommentPage, CommentView, Order, Reader};
+use likewise_service::ranking::TopCursor;
 use serde::Deserialize;
 use std::sync::Arc;
 use utoipa::IntoParams;
@@ -20,6 +21,59 @@ use utoipa::IntoParams;
 /// Cursor kind bytes.
 const COMMENTS_CURSOR: u8 = 2;
 const REPLIES_CURSOR: u8 = 3;
+const TOP_CURSOR: u8 = 5;
+
+fn seal_top(state: &AppState, post: PostId, c: TopCursor) -> String {
+    let mut p = Vec::with_capacity(29);
+    p.extend_from_slice(&post.0.to_be_bytes());
+    match c {
+        TopCursor::Ranked { snapshot, pos, floor } => {
+            p.push(1);
+            p.extend_from_slice(&snapshot.to_be_bytes());
+            p.extend_from_slice(&pos.to_be_bytes());
+            p.extend_from_slice(&floor.to_be_bytes());
+        }
+        TopCursor::Chrono { after } => {
+            p.push(2);
+            p.extend_from_slice(&after.to_be_bytes());
+        }
+    }
+    state.cursors.seal(TOP_CURSOR, &p)
+}
+
+fn open_top(state: &AppState, post: PostId, cursor: &str) -> Result<TopCursor, ApiError> {
+    let bad = || ApiError::invalid("invalid cursor");
+    let p = state.cursors.open(TOP_CURSOR, cursor)?;
+    if p.len() < 9 || p[..8] != post.0.to_be_bytes() {
+        return Err(bad());
+    }
+    let u = |at: usize| -> Result<u64, ApiError> {
+        p.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).ok_or_else(bad)
+    };
+    match (p[8], p.len()) {
+        (1, 29) => {
+            let pos: [u8; 4] = p[17..21].try_into().map_err(|_| bad())?;
+            Ok(TopCursor::Ranked { snapshot: u(9)?, pos: u32::from_be_bytes(pos), floor: u(21)? })
+        }
+        (2, 17) => Ok(TopCursor::Chrono { after: u(9)? }),
+        _ => Err(bad()),
+    }
+}
+
+async fn list_top(
+    state: &AppState,
+    viewer: Viewer,
+    post: PostId,
+    q: &CommentsQuery,
+) -> ApiResult<Json<CommentsPage>> {
+    let limit = parse_limit(q.limit.as_deref())?;
+    let cursor = q.cursor.as_deref().map(|c| open_top(state, post, c)).transpose()?;
+    let page = state.svc.list_top(reader(viewer), post, cursor, limit).await?;
+    Ok(Json(CommentsPage {
+        items: page.items.into_iter().map(to_dto).collect(),
+        next_cursor: page.next.map(|c| seal_top(state, post, c)),
+    }))
+}
 
 /// Convert a service view to the contract's shape.
 pub fn to_dto(v: CommentView) -> CommentDto {
@@ -99,7 +153,8 @@ pub async fn create(
 /// `GET /v1/posts/{post_id}/comments` query.
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct CommentsQuery {
-    /// `newest` or `oldest` (keyset pages by ID).
+    /// `top` (default: ranked for the viewer, pinned first), `newest` or `oldest` (keyset
+    /// pages by ID).
     pub order: Option<String>,
     /// 1..=100, default 20.
     pub limit: Option<String>,
@@ -122,11 +177,7 @@ pub async fn list(
     let (order, code) = match q.order.as_deref() {
         Some("newest") => (Order::Newest, 1u8),
         Some("oldest") => (Order::Oldest, 2u8),
-        Some("top") | None => {
-            return Err(ApiError::invalid(
-                "order=top is not available yet: pass order=newest or order=oldest",
-            ));
-        }
+        Some("top") | None => return list_top(&state, viewer, post, &q).await,
         Some(other) => {
             return Err(ApiError::invalid(format!("unknown order {other:?}: use top, newest or oldest")));
         }

@@ -4,6 +4,7 @@
 pub mod comments;
 pub mod likes;
 pub mod me;
+pub mod moderation;
 pub mod ops;
 pub mod posts;
 pub mod upstream;

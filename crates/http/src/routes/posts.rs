@@ -50,7 +50,7 @@ fn to_dto(v: PostView) -> PostViewDto {
         comment_count: v.comment_count,
         viewer_has_liked: v.viewer_has_liked,
         liked_by: v.liked_by,
-        preview_comments: Vec::new(),
+        preview_comments: v.preview_comments.into_iter().map(crate::routes::comments::to_dto).collect(),
         comments_enabled: v.comments_enabled,
     }
 }

@@ -2,12 +2,14 @@
 //!
 //! One fjall `Database` holds all keyspaces and a single journal, so a write batch spanning
 //! keyspaces (like row + reverse-index row + event) is atomic, and one fsync of the journal
-//! makes every earlier batch durable, in order. See [`crate::keys`] for the layouts.
+//! makes every earlier batch durable, in order. See [`crate::keys`] for the layouts; the
+//! comment and moderation keyspaces are tabled in `comments.rs` and `moderation.rs`.
 
 mod comments;
 mod counters;
 mod likes;
 mod meta;
+mod moderation;
 mod write;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
@@ -61,12 +63,23 @@ struct Inner {
     top_comments: Keyspace,
     replies: Keyspace,
     comment_posts: Keyspace,
+    // Moderation keyspaces; layouts in `moderation.rs`.
+    blocks: Keyspace,
+    restricts: Keyspace,
+    hidden_words: Keyspace,
+    pins: Keyspace,
+    reports: Keyspace,
+    report_counts: Keyspace,
+    mod_queue: Keyspace,
+    fingerprints: Keyspace,
     /// Comment IDs: seeded from the highest stored ID, so unique across restarts.
     id_gen: Mutex<likewise_core::comment::id::CommentIdGen>,
     /// Next event sequence; only the write path (one thread at a time) advances it.
     next_seq: AtomicU64,
     /// Serialises `apply` so sequence order equals commit order even with several callers.
     write_lock: Mutex<()>,
+    /// Serialises `add_report`'s read-modify-write of a comment's report count.
+    report_lock: Mutex<()>,
 }
 
 pub(crate) fn engine_err(e: impl std::fmt::Display) -> StoreError {
@@ -104,9 +117,18 @@ impl EmbeddedStore {
             top_comments: ks("top_comments", small)?,
             replies: ks("replies", small)?,
             comment_posts: ks("comment_posts", small)?,
+            blocks: ks("blocks", small)?,
+            restricts: ks("restricts", small)?,
+            hidden_words: ks("hidden_words", small)?,
+            pins: ks("pins", small)?,
+            reports: ks("reports", small)?,
+            report_counts: ks("report_counts", small)?,
+            mod_queue: ks("mod_queue", small)?,
+            fingerprints: ks("fingerprints", small)?,
             id_gen: Mutex::new(likewise_core::comment::id::CommentIdGen::new(None)),
             next_seq: AtomicU64::new(0),
             write_lock: Mutex::new(()),
+            report_lock: Mutex::new(()),
             db,
         };
         let head = counters::last_seq(&inner.events)?;

@@ -1,0 +1,201 @@
+//! Viewer moderation settings (hidden words, blocks, restricts), reports, approvals, pins and
+//! the moderators' review queue.
+
+use crate::AppState;
+use crate::auth::{Service, Viewer};
+use crate::dto::{
+    CommentDto, HiddenWordsDto, ModerationAction, ModerationDecision, QueueItem, QueuePage, ReportCreate,
+    ReportReasonDto,
+};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{JsonBody, PathParams, QueryParams};
+use crate::routes::comments::to_dto;
+use crate::routes::likes::{PageQuery, parse_limit};
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::ports::ReportReason;
+use likewise_service::comments::Reader;
+use likewise_service::review::Decision;
+use std::sync::Arc;
+
+const QUEUE_CURSOR: u8 = 4;
+
+/// Replace the viewer's hidden words.
+#[utoipa::path(put, path = "/v1/me/hidden-words", tag = "me", request_body = HiddenWordsDto,
+    responses((status = 200, body = HiddenWordsDto), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn put_hidden_words(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    JsonBody(body): JsonBody<HiddenWordsDto>,
+) -> ApiResult<Json<HiddenWordsDto>> {
+    state.svc.put_hidden_words(viewer.0.user, body.words.clone()).await?;
+    Ok(Json(body))
+}
+
+macro_rules! toggle {
+    ($name:ident, $method:ident, $path:literal, $call:ident, $on:expr, $doc:literal) => {
+        #[doc = $doc]
+        #[utoipa::path($method, path = $path, tag = "me", params(("user_id" = String, Path)),
+                    responses((status = 204), (status = 400, body = crate::error::ErrorBody),
+                        (status = 401, body = crate::error::ErrorBody)),
+                    security(("bearer" = [])))]
+        pub async fn $name(
+            State(state): State<Arc<AppState>>,
+            viewer: Viewer,
+            PathParams(other): PathParams<UserId>,
+        ) -> ApiResult<StatusCode> {
+            if other == viewer.0.user {
+                return Err(ApiError::invalid("you cannot do that to yourself"));
+            }
+            state.svc.$call(viewer.0.user, other, $on).await?;
+            Ok(StatusCode::NO_CONTENT)
+        }
+    };
+}
+
+toggle!(
+    block,
+    put,
+    "/v1/me/blocks/{user_id}",
+    set_block,
+    true,
+    "Block a user from commenting on and liking my posts."
+);
+toggle!(unblock, delete, "/v1/me/blocks/{user_id}", set_block, false, "Unblock a user.");
+toggle!(
+    restrict,
+    put,
+    "/v1/me/restricts/{user_id}",
+    set_restrict,
+    true,
+    "Restrict a user: their comments on my posts wait for my approval."
+);
+toggle!(unrestrict, delete, "/v1/me/restricts/{user_id}", set_restrict, false, "Stop restricting a user.");
+
+/// Report a comment.
+#[utoipa::path(post, path = "/v1/comments/{comment_id}/reports", tag = "comments",
+    params(("comment_id" = String, Path)), request_body = ReportCreate,
+    responses((status = 202), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn report(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    PathParams(id): PathParams<CommentId>,
+    JsonBody(body): JsonBody<ReportCreate>,
+) -> ApiResult<StatusCode> {
+    let reason = match body.reason {
+        ReportReasonDto::Spam => ReportReason::Spam,
+        ReportReasonDto::Bullying => ReportReason::Bullying,
+        ReportReasonDto::Other => ReportReason::Other,
+    };
+    let reader = Reader { user: viewer.0.user, moderator: viewer.0.service };
+    state.svc.report_comment(reader, id, reason).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+/// The post's author approves a restricted or pending comment.
+#[utoipa::path(post, path = "/v1/comments/{comment_id}/approve", tag = "comments",
+    params(("comment_id" = String, Path)),
+    responses((status = 200, body = CommentDto), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn approve(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    PathParams(id): PathParams<CommentId>,
+) -> ApiResult<Json<CommentDto>> {
+    Ok(Json(to_dto(state.svc.approve_comment(viewer.0.user, id).await?)))
+}
+
+async fn pin_impl(
+    state: &AppState,
+    viewer: Viewer,
+    post: PostId,
+    id: CommentId,
+    on: bool,
+) -> ApiResult<StatusCode> {
+    state.svc.set_pin(viewer.0.user, post, id, on).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Pin a comment on my post (at most 3).
+#[utoipa::path(put, path = "/v1/posts/{post_id}/pins/{comment_id}", tag = "comments",
+    params(("post_id" = String, Path), ("comment_id" = String, Path)),
+    responses((status = 204), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
+        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+        (status = 409, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn pin(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    PathParams((post, id)): PathParams<(PostId, CommentId)>,
+) -> ApiResult<StatusCode> {
+    pin_impl(&state, viewer, post, id, true).await
+}
+
+/// Unpin a comment.
+#[utoipa::path(delete, path = "/v1/posts/{post_id}/pins/{comment_id}", tag = "comments",
+    params(("post_id" = String, Path), ("comment_id" = String, Path)),
+    responses((status = 204), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
+        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn unpin(
+    State(state): State<Arc<AppState>>,
+    viewer: Viewer,
+    PathParams((post, id)): PathParams<(PostId, CommentId)>,
+) -> ApiResult<StatusCode> {
+    pin_impl(&state, viewer, post, id, false).await
+}
+
+/// The review queue (service role).
+#[utoipa::path(get, path = "/v1/moderation/queue", tag = "moderation", params(PageQuery),
+    responses((status = 200, body = QueuePage), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn queue(
+    State(state): State<Arc<AppState>>,
+    svc: Service,
+    QueryParams(q): QueryParams<PageQuery>,
+) -> ApiResult<Json<QueuePage>> {
+    let limit = parse_limit(q.limit.as_deref())?;
+    let after = match q.cursor.as_deref() {
+        None => None,
+        Some(c) => {
+            let p = state.cursors.open(QUEUE_CURSOR, c)?;
+            let a: [u8; 8] = p.as_slice().try_into().map_err(|_| ApiError::invalid("invalid cursor"))?;
+            Some(CommentId(u64::from_be_bytes(a)))
+        }
+    };
+    let (items, next) = state.svc.review_queue(svc.0.user, after, limit).await?;
+    Ok(Json(QueuePage {
+        items: items.into_iter().map(|(v, n)| QueueItem { comment: to_dto(v), report_count: n }).collect(),
+        next_cursor: next.map(|n| state.cursors.seal(QUEUE_CURSOR, &n.0.to_be_bytes())),
+    }))
+}
+
+/// Approve or hide a comment (service role).
+#[utoipa::path(post, path = "/v1/moderation/comments/{comment_id}", tag = "moderation",
+    params(("comment_id" = String, Path)), request_body = ModerationDecision,
+    responses((status = 200, body = CommentDto), (status = 400, body = crate::error::ErrorBody),
+        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody),
+        (status = 422, body = crate::error::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn decide(
+    State(state): State<Arc<AppState>>,
+    svc: Service,
+    PathParams(id): PathParams<CommentId>,
+    JsonBody(body): JsonBody<ModerationDecision>,
+) -> ApiResult<Json<CommentDto>> {
+    let d = match body.action {
+        ModerationAction::Approve => Decision::Approve,
+        ModerationAction::Hide => Decision::Hide,
+    };
+    Ok(Json(to_dto(state.svc.moderate(svc.0.user, id, d).await?)))
+}

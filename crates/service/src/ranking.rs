@@ -1,0 +1,303 @@
+//! Top comments (design 9.2): a precomputed top-K per post, re-ranked per viewer at read time.
+//!
+//! The base ranking of a post's newest `TOP_K` top-level comments (score: engagement with
+//! time decay, the post author's likes and replies, verified authors, an integrity penalty;
+//! see `likewise_core::comment::rank`) is kept in [`TopCache`]. The ranker worker recomputes it
+//! when comment or comment-like events touch the post; a miss computes it on read. Per viewer:
+//! comments the viewer may not see are dropped, authors the viewer follows are boosted, and up
+//! to three pinned comments come first.
+//!
+//! Paging: the first page freezes the viewer's ranked list in a short-lived snapshot; the
+//! cursor walks it, then continues newest-first strictly below the oldest ranked candidate,
+//! skipping pinned comments, so nothing repeats. If a snapshot expired (10 minutes), the walk
+//! resumes at the chronological part.
+
+use crate::cache::ttl::TtlMap;
+use crate::comments::{CommentView, Order, Reader, as_seen_by};
+use crate::{Engagement, ServiceError, ServiceResult, now_ms};
+use likewise_core::comment::id::id_timestamp_ms;
+use likewise_core::comment::rank::{RankInput, base_score, order_top, viewer_score};
+use likewise_core::comment::spam::{SpamSignals, spam_score};
+use likewise_core::comment::status::CommentStatus;
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::like::{Target, TargetKind};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// How many of a post's newest top-level comments are ranked.
+pub const TOP_K: usize = 200;
+
+/// A post's base ranking.
+#[derive(Debug, Clone)]
+pub struct TopList {
+    /// (comment, author, base score), best first.
+    pub ranked: Vec<(CommentId, UserId, f64)>,
+    /// The oldest candidate (the chronological continuation starts below it).
+    pub floor: Option<CommentId>,
+    /// True when the post may have comments older than the candidates.
+    pub more: bool,
+}
+
+/// Precomputed rankings and viewers' frozen snapshots.
+pub struct TopCache {
+    lists: TtlMap<PostId, Arc<TopList>>,
+    snapshots: TtlMap<u64, Arc<Vec<CommentId>>>,
+    next_snapshot: AtomicU64,
+    computed: AtomicU64,
+}
+
+impl TopCache {
+    /// A cache for about `capacity` posts.
+    pub fn new(capacity: usize) -> Self {
+        TopCache {
+            lists: TtlMap::new("top_comments", Duration::from_secs(60), capacity),
+            snapshots: TtlMap::new("top_snapshots", Duration::from_secs(600), capacity),
+            next_snapshot: AtomicU64::new(now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            computed: AtomicU64::new(0),
+        }
+    }
+
+    /// Forget a post's ranking (pins changed).
+    pub fn invalidate(&self, post: PostId) {
+        self.lists.remove(&post);
+    }
+
+    /// Is the post's ranking cached (the ranker only refreshes those)?
+    pub fn is_cached(&self, post: PostId) -> bool {
+        self.lists.get(&post).is_some()
+    }
+
+    /// How many rankings have been computed (benchmarks, tests).
+    pub fn computed(&self) -> u64 {
+        self.computed.load(Ordering::Relaxed)
+    }
+}
+
+/// Where a top-comments page starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopCursor {
+    /// Inside a frozen ranked snapshot.
+    Ranked {
+        /// The snapshot.
+        snapshot: u64,
+        /// Position of the next item.
+        pos: u32,
+        /// The oldest ranked candidate.
+        floor: u64,
+    },
+    /// In the chronological continuation, strictly below this ID.
+    Chrono {
+        /// Last ID scanned.
+        after: u64,
+    },
+}
+
+/// A page of top comments.
+#[derive(Debug, Clone)]
+pub struct TopPage {
+    /// The comments.
+    pub items: Vec<CommentView>,
+    /// The next page, if any.
+    pub next: Option<TopCursor>,
+}
+
+impl Engagement {
+    /// Compute a post's base ranking from storage and the counters.
+    pub async fn compute_top(&self, post: PostId) -> ServiceResult<Arc<TopList>> {
+        let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        let recs = self.stores.comments.top_level(post, true, None, TOP_K + 1).await?;
+        let more = recs.len() > TOP_K;
+        let recs: Vec<_> =
+            recs.into_iter().take(TOP_K).filter(|r| r.status != CommentStatus::Deleted).collect();
+        let floor = recs.last().map(|r| r.id);
+        let targets: Vec<Target> = recs.iter().map(|r| Target::comment(r.id.0)).collect();
+        let ids: Vec<u64> = recs.iter().map(|r| r.id.0).collect();
+        let authors: Vec<UserId> = recs.iter().map(|r| r.author).collect();
+        let (counts, author_liked, profiles) = tokio::join!(
+            self.counts.get_many(&targets),
+            self.stores.likes.liked_among(meta.author, TargetKind::Comment, &ids),
+            self.stores.meta.users(&authors),
+        );
+        let (counts, author_liked, profiles) = (counts?, author_liked?, profiles?);
+        let now = now_ms();
+        let mut ranked = Vec::with_capacity(recs.len());
+        for (((r, c), liked), profile) in recs.iter().zip(&counts).zip(author_liked).zip(profiles) {
+            let replied_by_author = c.counts.replies > 0
+                && self
+                    .stores
+                    .comments
+                    .replies(r.id, None, 50)
+                    .await?
+                    .iter()
+                    .any(|x| x.author == meta.author);
+            let input = RankInput {
+                likes: c.counts.likes,
+                replies: c.counts.replies,
+                age_secs: now.saturating_sub(id_timestamp_ms(r.id)) / 1000,
+                liked_by_post_author: liked,
+                replied_by_post_author: replied_by_author,
+                by_post_author: r.author == meta.author,
+                author_verified: profile.is_some_and(|p| p.verified),
+                integrity: spam_score(&SpamSignals::of(&r.text), 0),
+            };
+            ranked.push((r.id, r.author, base_score(&input)));
+        }
+        ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.0.cmp(&a.0)));
+        let list = Arc::new(TopList { ranked, floor, more });
+        self.top.lists.put(post, list.clone());
+        self.top.computed.fetch_add(1, Ordering::Relaxed);
+        Ok(list)
+    }
+
+    async fn top_list(&self, post: PostId) -> ServiceResult<Arc<TopList>> {
+        match self.top.lists.get(&post) {
+            Some(l) => Ok(l),
+            None => self.compute_top(post).await,
+        }
+    }
+
+    /// The viewer's ordering of a post's ranked comments (pins first), without paging.
+    async fn viewer_order(
+        &self,
+        reader: Reader,
+        post: PostId,
+        list: &TopList,
+    ) -> ServiceResult<Vec<CommentId>> {
+        let ids: Vec<CommentId> = list.ranked.iter().map(|(id, _, _)| *id).collect();
+        let pins = self.pins(post).await?;
+        let mut want = ids.clone();
+        want.extend(pins.iter().copied());
+        let recs = self.stores.comments.comments(&want).await?;
+        let seen: HashMap<CommentId, bool> = want
+            .iter()
+            .zip(&recs)
+            .map(|(id, r)| (*id, r.as_ref().is_some_and(|r| as_seen_by(reader, r).is_some())))
+            .collect();
+        let followees = self.followees(reader.user).await?;
+        let scored: Vec<(CommentId, f64)> = list
+            .ranked
+            .iter()
+            .filter(|(id, _, _)| seen.get(id).copied().unwrap_or(false))
+            .map(|(id, author, base)| (*id, viewer_score(*base, followees.contains(author))))
+            .collect();
+        let pins: Vec<CommentId> =
+            pins.into_iter().filter(|p| seen.get(p).copied().unwrap_or(false)).collect();
+        Ok(order_top(&pins, &scored))
+    }
+
+    /// A page of top comments for the viewer.
+    pub async fn list_top(
+        &self,
+        reader: Reader,
+        post: PostId,
+        cursor: Option<TopCursor>,
+        limit: usize,
+    ) -> ServiceResult<TopPage> {
+        self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        let (order, pos, floor, snapshot) = match cursor {
+            None => {
+                let list = self.top_list(post).await?;
+                let order = Arc::new(self.viewer_order(reader, post, &list).await?);
+                let snap = self.top.next_snapshot.fetch_add(1, Ordering::Relaxed);
+                self.top.snapshots.put(snap, order.clone());
+                let floor = if list.more { list.floor.map_or(0, |f| f.0) } else { 0 };
+                (Some(order), 0usize, floor, snap)
+            }
+            Some(TopCursor::Ranked { snapshot, pos, floor }) => {
+                (self.top.snapshots.get(&snapshot), pos as usize, floor, snapshot)
+            }
+            Some(TopCursor::Chrono { after }) => return self.top_chrono(reader, post, after, limit).await,
+        };
+        let Some(order) = order else {
+            // The snapshot expired: resume with the chronological part.
+            return if floor == 0 {
+                Ok(TopPage { items: Vec::new(), next: None })
+            } else {
+                self.top_chrono(reader, post, floor, limit).await
+            };
+        };
+        let slice: Vec<CommentId> = order.iter().skip(pos).take(limit).copied().collect();
+        let recs: Vec<_> = self
+            .stores
+            .comments
+            .comments(&slice)
+            .await?
+            .into_iter()
+            .flatten()
+            .filter_map(|r| as_seen_by(reader, &r))
+            .collect();
+        let items = self.views(reader, recs).await?;
+        let mut items = items;
+        self.mark_pins(post, &mut items).await?;
+        let end = pos + slice.len();
+        let next = if end < order.len() {
+            Some(TopCursor::Ranked { snapshot, pos: end as u32, floor })
+        } else if floor != 0 {
+            Some(TopCursor::Chrono { after: floor })
+        } else {
+            None
+        };
+        Ok(TopPage { items, next })
+    }
+
+    async fn top_chrono(
+        &self,
+        reader: Reader,
+        post: PostId,
+        after: u64,
+        limit: usize,
+    ) -> ServiceResult<TopPage> {
+        let pins = self.pins(post).await?;
+        let page = self.list_comments(reader, post, Order::Newest, Some(CommentId(after)), limit).await?;
+        let items = page.items.into_iter().filter(|v| !pins.contains(&v.record.id)).collect();
+        Ok(TopPage { items, next: page.next_after.map(|a| TopCursor::Chrono { after: a.0 }) })
+    }
+
+    /// Set `pinned` on views of pinned comments.
+    pub(crate) async fn mark_pins(&self, post: PostId, items: &mut [CommentView]) -> ServiceResult<()> {
+        let pins = self.pins(post).await?;
+        for v in items.iter_mut() {
+            v.pinned = pins.contains(&v.record.id);
+        }
+        Ok(())
+    }
+
+    /// The top two comments of each post for the viewer (feed previews). Only the best ten
+    /// ranked candidates and the pins are considered, to keep a feed page cheap.
+    pub async fn previews(
+        &self,
+        reader: Reader,
+        posts: &[(PostId, i64)],
+    ) -> ServiceResult<Vec<Vec<CommentView>>> {
+        let mut out = Vec::with_capacity(posts.len());
+        for (post, comment_count) in posts {
+            if *comment_count <= 0 {
+                out.push(Vec::new());
+                continue;
+            }
+            let list = self.top_list(*post).await?;
+            let short = TopList {
+                ranked: list.ranked.iter().take(10).copied().collect(),
+                floor: list.floor,
+                more: list.more,
+            };
+            let order = self.viewer_order(reader, *post, &short).await?;
+            let ids: Vec<CommentId> = order.into_iter().take(2).collect();
+            let recs = self
+                .stores
+                .comments
+                .comments(&ids)
+                .await?
+                .into_iter()
+                .flatten()
+                .filter_map(|r| as_seen_by(reader, &r))
+                .collect();
+            let mut views = self.views(reader, recs).await?;
+            self.mark_pins(*post, &mut views).await?;
+            out.push(views);
+        }
+        Ok(out)
+    }
+}

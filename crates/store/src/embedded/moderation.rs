@@ -1,0 +1,266 @@
+//! Moderation state on the embedded engine: blocks, restricts, hidden words, pins, reports,
+//! the review queue and the text fingerprints used for near-duplicate detection.
+//!
+//! | keyspace        | key                    | value                   | why                               |
+//! |-----------------|------------------------|-------------------------|-----------------------------------|
+//! | `blocks`        | owner(8) other(8)      | (empty)                 | point lookup of one pair          |
+//! | `restricts`     | owner(8) other(8)      | (empty)                 | point lookup of one pair          |
+//! | `hidden_words`  | owner(8)               | v1 words joined by `\n` | one small list per owner          |
+//! | `pins`          | post(8)                | v1 comment(8)*          | pin order is the stored order     |
+//! | `reports`       | comment(8) reporter(8) | v1 reason(1)            | one report per reporter           |
+//! | `report_counts` | comment(8)             | v1 count(8)             | O(1) count, no scan of `reports`  |
+//! | `mod_queue`     | comment(8)             | (empty)                 | IDs are time-sortable: FIFO pages |
+//! | `fingerprints`  | user(8) comment(8)     | simhash(8)              | newest-first reverse prefix scan  |
+//!
+//! Every write is made durable before it returns (`persist`): these are rare, user-facing
+//! changes (a block, a report) that must not silently vanish in a crash. A write touching two
+//! keyspaces (a report row and its count) is one atomic batch, so the count always equals the
+//! number of report rows.
+
+use super::{EmbeddedStore, engine_err};
+use crate::keys::{V1, be_u64, num_value, pair_key, parse_num};
+use async_trait::async_trait;
+use fjall::Keyspace;
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::ports::{ModerationStore, ReportReason};
+use likewise_core::{StoreError, StoreResult};
+use std::ops::Bound;
+
+/// Set or clear a flag row keyed by `owner(8) other(8)` (blocks and restricts).
+fn set_pair_flag(ks: &Keyspace, owner: UserId, other: UserId, on: bool) -> StoreResult<()> {
+    let key = pair_key(owner.0, other.0);
+    if on { ks.insert(key, []) } else { ks.remove(key) }.map_err(engine_err)
+}
+
+/// Encode a hidden-words list: the version byte, then the words joined by `\n`.
+///
+/// Words never contain `\n` (the service validates them), so the join is unambiguous. An
+/// empty list is not encoded at all: the row is removed instead.
+fn encode_words(words: &[String]) -> Vec<u8> {
+    let len = words.iter().map(|w| w.len() + 1).sum::<usize>();
+    let mut v = Vec::with_capacity(1 + len);
+    v.push(V1);
+    for (i, w) in words.iter().enumerate() {
+        if i > 0 {
+            v.push(b'\n');
+        }
+        v.extend_from_slice(w.as_bytes());
+    }
+    v
+}
+
+/// Decode an [`encode_words`] record.
+fn decode_words(v: &[u8]) -> StoreResult<Vec<String>> {
+    let corrupt = |detail: String| StoreError::Corrupt { keyspace: "hidden_words", detail };
+    match v.split_first() {
+        Some((&V1, [])) => Ok(Vec::new()),
+        Some((&V1, body)) => {
+            let text = std::str::from_utf8(body).map_err(|e| corrupt(e.to_string()))?;
+            Ok(text.split('\n').map(str::to_owned).collect())
+        }
+        Some((ver, _)) => Err(corrupt(format!("unknown format version {ver}"))),
+        None => Err(corrupt("empty record".into())),
+    }
+}
+
+/// Encode a pin list: the version byte, then each comment ID as 8 big-endian bytes.
+fn encode_pins(pins: &[CommentId]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(1 + 8 * pins.len());
+    v.push(V1);
+    for p in pins {
+        v.extend_from_slice(&p.0.to_be_bytes());
+    }
+    v
+}
+
+/// Decode an [`encode_pins`] record.
+fn decode_pins(v: &[u8]) -> StoreResult<Vec<CommentId>> {
+    match v.split_first() {
+        Some((&V1, ids)) if ids.len() % 8 == 0 => {
+            Ok((0..ids.len() / 8).map(|i| CommentId(be_u64(ids, i * 8))).collect())
+        }
+        _ => Err(StoreError::Corrupt {
+            keyspace: "pins",
+            detail: format!("bad pin record of {} bytes", v.len()),
+        }),
+    }
+}
+
+/// A stored report count, clamped into the port's `u32`.
+fn parse_count(v: &[u8]) -> StoreResult<u32> {
+    Ok(u32::try_from(parse_num("report_counts", v)?).unwrap_or(u32::MAX))
+}
+
+#[async_trait]
+impl ModerationStore for EmbeddedStore {
+    async fn set_block(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()> {
+        set_pair_flag(&self.inner.blocks, owner, other, on)?;
+        self.persist()
+    }
+
+    async fn is_blocked(&self, owner: UserId, other: UserId) -> StoreResult<bool> {
+        self.inner.blocks.contains_key(pair_key(owner.0, other.0)).map_err(engine_err)
+    }
+
+    async fn set_restrict(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()> {
+        set_pair_flag(&self.inner.restricts, owner, other, on)?;
+        self.persist()
+    }
+
+    async fn is_restricted(&self, owner: UserId, other: UserId) -> StoreResult<bool> {
+        self.inner.restricts.contains_key(pair_key(owner.0, other.0)).map_err(engine_err)
+    }
+
+    async fn put_hidden_words(&self, owner: UserId, words: &[String]) -> StoreResult<()> {
+        let ks = &self.inner.hidden_words;
+        let key = owner.0.to_be_bytes();
+        // An empty list is the same as never set; removing the row keeps the keyspace small.
+        if words.is_empty() { ks.remove(key) } else { ks.insert(key, encode_words(words)) }
+            .map_err(engine_err)?;
+        self.persist()
+    }
+
+    async fn hidden_words(&self, owner: UserId) -> StoreResult<Vec<String>> {
+        match self.inner.hidden_words.get(owner.0.to_be_bytes()).map_err(engine_err)? {
+            Some(v) => decode_words(&v),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn set_pins(&self, post: PostId, pins: &[CommentId]) -> StoreResult<()> {
+        let ks = &self.inner.pins;
+        let key = post.0.to_be_bytes();
+        // The service enforces the pin cap; the store keeps exactly what it is given, in order.
+        if pins.is_empty() { ks.remove(key) } else { ks.insert(key, encode_pins(pins)) }
+            .map_err(engine_err)?;
+        self.persist()
+    }
+
+    async fn pins(&self, post: PostId) -> StoreResult<Vec<CommentId>> {
+        match self.inner.pins.get(post.0.to_be_bytes()).map_err(engine_err)? {
+            Some(v) => decode_pins(&v),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn add_report(
+        &self,
+        comment: CommentId,
+        reporter: UserId,
+        reason: ReportReason,
+    ) -> StoreResult<u32> {
+        let s = &*self.inner;
+        let row = pair_key(comment.0, reporter.0);
+        let count_key = comment.0.to_be_bytes();
+        let count = {
+            // Read-modify-write of the count: without the lock two concurrent first reports of
+            // one comment would both read n and both write n + 1. No `.await` while it is held.
+            let _guard = s.report_lock.lock();
+            let current = match s.report_counts.get(count_key).map_err(engine_err)? {
+                Some(v) => parse_count(&v)?,
+                None => 0,
+            };
+            if s.reports.contains_key(row).map_err(engine_err)? {
+                // A repeated report (a retry, or a second reason) counts once; the first
+                // reason stands, so nothing is written.
+                current
+            } else {
+                let next = current.saturating_add(1);
+                let mut batch = s.db.batch();
+                batch.insert(&s.reports, row, [V1, reason.code()]);
+                batch.insert(&s.report_counts, count_key, num_value(u64::from(next)));
+                batch.commit().map_err(engine_err)?;
+                next
+            }
+        };
+        // Outside the lock: one fsync covers every batch committed before it, so concurrent
+        // reporters need not queue behind each other's fsync. Also on the repeat path, since
+        // the count read may come from a concurrent caller's batch not yet synced.
+        self.persist()?;
+        Ok(count)
+    }
+
+    async fn report_counts(&self, comments: &[CommentId]) -> StoreResult<Vec<u32>> {
+        comments
+            .iter()
+            .map(|c| match self.inner.report_counts.get(c.0.to_be_bytes()).map_err(engine_err)? {
+                Some(v) => parse_count(&v),
+                None => Ok(0),
+            })
+            .collect()
+    }
+
+    async fn set_queued(&self, comment: CommentId, queued: bool) -> StoreResult<()> {
+        let ks = &self.inner.mod_queue;
+        let key = comment.0.to_be_bytes();
+        if queued { ks.insert(key, []) } else { ks.remove(key) }.map_err(engine_err)?;
+        self.persist()
+    }
+
+    async fn queue(&self, after: Option<CommentId>, limit: usize) -> StoreResult<Vec<CommentId>> {
+        // An excluded lower bound rather than `after + 1`, which would wrap at u64::MAX.
+        let lo = match after {
+            Some(a) => Bound::Excluded(a.0.to_be_bytes()),
+            None => Bound::Unbounded,
+        };
+        self.inner
+            .mod_queue
+            .range::<[u8; 8], _>((lo, Bound::Unbounded))
+            .take(limit)
+            .map(|g| g.key().map(|k| CommentId(be_u64(&k, 0))).map_err(engine_err))
+            .collect()
+    }
+
+    async fn add_fingerprint(&self, user: UserId, comment: CommentId, simhash: u64) -> StoreResult<()> {
+        self.inner
+            .fingerprints
+            .insert(pair_key(user.0, comment.0), simhash.to_be_bytes())
+            .map_err(engine_err)?;
+        self.persist()
+    }
+
+    async fn fingerprints(
+        &self,
+        user: UserId,
+        since_comment: CommentId,
+        limit: usize,
+    ) -> StoreResult<Vec<(CommentId, u64)>> {
+        // Keys sort by comment ID within the user, so a reverse scan starts at the newest and
+        // the range's lower end stops it at `since_comment` without reading older rows.
+        let lo = pair_key(user.0, since_comment.0);
+        let hi = pair_key(user.0, u64::MAX);
+        let mut out = Vec::with_capacity(limit.min(64));
+        for g in self.inner.fingerprints.range(lo..=hi).rev().take(limit) {
+            let (k, v) = g.into_inner().map_err(engine_err)?;
+            if k.len() != 16 || v.len() != 8 {
+                return Err(StoreError::Corrupt { keyspace: "fingerprints", detail: "bad row".into() });
+            }
+            out.push((CommentId(be_u64(&k, 8)), be_u64(&v, 0)));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip_and_reject_garbage() {
+        let words = vec!["spoiler".to_owned(), "ü-word".to_owned()];
+        assert_eq!(decode_words(&encode_words(&words)).ok(), Some(words));
+        assert_eq!(decode_words(&[V1]).ok(), Some(Vec::new()));
+        assert!(decode_words(&[]).is_err());
+        assert!(decode_words(&[9, b'a']).is_err());
+        assert!(decode_words(&[V1, 0xff]).is_err());
+    }
+
+    #[test]
+    fn pins_round_trip_and_reject_garbage() {
+        let pins = vec![CommentId(9), CommentId(1), CommentId(u64::MAX)];
+        assert_eq!(decode_pins(&encode_pins(&pins)).ok(), Some(pins));
+        assert!(decode_pins(&[]).is_err());
+        assert!(decode_pins(&[V1, 1, 2]).is_err());
+        assert!(decode_pins(&[2; 9]).is_err());
+    }
+}
