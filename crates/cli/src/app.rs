@@ -104,7 +104,12 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let agg = tokio::spawn(self.aggregator.run(stop_rx));
+        let agg = tokio::spawn(self.aggregator.run(stop_rx.clone()));
+        let ranker = tokio::spawn(likewise_workers::ranker::run(
+            self.state.svc.clone(),
+            likewise_workers::ranker::RankerOptions::default(),
+            stop_rx,
+        ));
         tracing::info!(addr = %self.addr, "likewise listening");
         let svc = self.state.svc.clone();
         let served = likewise_http::serve(self.listener, self.state, shutdown).await;
@@ -113,6 +118,9 @@ impl Application {
         let _ = stop_tx.send(true);
         if let Err(e) = agg.await {
             tracing::error!(error = %e, "aggregator task failed");
+        }
+        if let Err(e) = ranker.await {
+            tracing::error!(error = %e, "ranker task failed");
         }
         svc.stores().close().context("persisting the store")?;
         tracing::info!("stopped cleanly");

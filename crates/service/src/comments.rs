@@ -148,8 +148,10 @@ impl Engagement {
             metrics::counter!("likewise_comments_held_total", "layer" => layer).increment(1);
             self.stores.moderation.set_queued(stored.id, true).await?;
         }
+        // The commenter sees their comment as ordinary even when it was held (shadow).
         let reader = Reader { user: viewer, moderator: false };
-        Ok(self.views(reader, vec![stored]).await?.pop().ok_or(ServiceError::NotFound("comment"))?)
+        let shown = as_seen_by(reader, &stored).ok_or(ServiceError::NotFound("comment"))?;
+        Ok(self.views(reader, vec![shown]).await?.pop().ok_or(ServiceError::NotFound("comment"))?)
     }
 
     /// Top-level comments of a post, keyset-paged by ID, as `reader` may see them.

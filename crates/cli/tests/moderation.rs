@@ -1,0 +1,298 @@
+//! Moderation layers and ranking through the API.
+
+mod common;
+
+use common::{TestApp, assert_error};
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+
+async fn comment(app: &TestApp, user: u64, post: u64, text: &str) -> Value {
+    let body = json!({"text": text}).to_string();
+    let (st, v) = app
+        .call(Method::POST, &format!("/v1/posts/{post}/comments"), Some(&app.user(user)), Some(&body))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    v
+}
+
+fn id(v: &Value) -> String {
+    v["comment_id"].as_str().expect("comment_id").to_string()
+}
+
+async fn list(app: &TestApp, viewer: u64, post: u64, order: &str) -> Vec<Value> {
+    let (st, v) = app
+        .call(
+            Method::GET,
+            &format!("/v1/posts/{post}/comments?order={order}&limit=100"),
+            Some(&app.user(viewer)),
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v["items"].as_array().expect("items").clone()
+}
+
+async fn queue(app: &TestApp) -> Vec<Value> {
+    let (st, v) = app.call(Method::GET, "/v1/moderation/queue?limit=100", Some(&app.service()), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v["items"].as_array().expect("items").clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinned_first_then_liked_above_unliked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let plain_a = comment(&app, 10, 1, "nice photo").await;
+    let liked = comment(&app, 11, 1, "what a view").await;
+    let plain_b = comment(&app, 12, 1, "love this place").await;
+    let pinned = comment(&app, 13, 1, "first time here").await;
+    for u in 100..110u64 {
+        let (st, _) = app
+            .call(Method::PUT, &format!("/v1/comments/{}/like", id(&liked)), Some(&app.user(u)), None)
+            .await;
+        assert_eq!(st, StatusCode::OK);
+    }
+    let (st, v) =
+        app.call(Method::PUT, &format!("/v1/posts/1/pins/{}", id(&pinned)), Some(&app.user(10)), None).await;
+    assert_error(st, &v, 403, "forbidden");
+    let (st, _) =
+        app.call(Method::PUT, &format!("/v1/posts/1/pins/{}", id(&pinned)), Some(&app.user(7)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    // Wait until the likes are counted, then read the ranking (top is the default order).
+    app.wait_until(|| async {
+        let (_, v) =
+            app.call(Method::GET, "/v1/posts/1/comments?order=newest", Some(&app.user(5)), None).await;
+        v["items"].as_array().is_some_and(|a| a.iter().any(|c| c["like_count"] == 10))
+    })
+    .await;
+    app.wait_until(|| async {
+        let (_, v) = app.call(Method::GET, "/v1/posts/1/comments", Some(&app.user(5)), None).await;
+        let ids: Vec<String> = v["items"].as_array().expect("items").iter().map(id).collect();
+        ids.len() == 4 && ids[0] == id(&pinned) && ids[1] == id(&liked)
+    })
+    .await;
+    let (_, v) = app.call(Method::GET, "/v1/posts/1/comments?limit=2", Some(&app.user(5)), None).await;
+    assert_eq!(v["items"][0]["pinned"], true);
+    // Paging the ranking never repeats: two more, then nothing.
+    let c = v["next_cursor"].as_str().expect("cursor");
+    let (_, rest) = app
+        .call(Method::GET, &format!("/v1/posts/1/comments?limit=2&cursor={c}"), Some(&app.user(5)), None)
+        .await;
+    let mut all: Vec<String> = v["items"].as_array().expect("items").iter().map(id).collect();
+    all.extend(rest["items"].as_array().expect("items").iter().map(id));
+    all.sort();
+    let mut want = vec![id(&plain_a), id(&liked), id(&plain_b), id(&pinned)];
+    want.sort();
+    assert_eq!(all, want);
+    // The feed preview shows the viewer's top two.
+    let post = app.view(5, 1).await;
+    let previews: Vec<String> =
+        post["preview_comments"].as_array().expect("previews").iter().map(id).collect();
+    assert_eq!(previews, vec![id(&pinned), id(&liked)]);
+    // A fourth pin is refused.
+    for c in [&plain_a, &plain_b] {
+        let (st, _) =
+            app.call(Method::PUT, &format!("/v1/posts/1/pins/{}", id(c)), Some(&app.user(7)), None).await;
+        assert_eq!(st, StatusCode::NO_CONTENT);
+    }
+    let (st, v) =
+        app.call(Method::PUT, &format!("/v1/posts/1/pins/{}", id(&liked)), Some(&app.user(7)), None).await;
+    assert_error(st, &v, 409, "conflict");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hidden_words_hold_a_comment_in_shadow() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let (st, _) = app
+        .call(Method::PUT, "/v1/me/hidden-words", Some(&app.user(7)), Some(r#"{"words":["rubbish"]}"#))
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    comment(&app, 10, 1, "a fine post").await;
+    let hit = comment(&app, 11, 1, "what RUBB1SH is this").await;
+    assert_eq!(hit["status"], "visible", "the commenter is not told");
+    let others = list(&app, 12, 1, "newest").await;
+    assert!(!others.iter().any(|c| id(c) == id(&hit)), "invisible to others");
+    let own = list(&app, 11, 1, "newest").await;
+    let mine = own.iter().find(|c| id(c) == id(&hit)).expect("the author sees it");
+    assert_eq!(mine["status"], "visible", "as an ordinary comment");
+    app.wait_until(|| async { app.view(12, 1).await["comment_count"] == 1 }).await;
+    let q = queue(&app).await;
+    let item = q.iter().find(|c| id(c) == id(&hit)).expect("queued");
+    assert_eq!(item["status"], "hidden_by_filter");
+    assert_eq!(item["report_count"], 0);
+    // The queue is for moderators only.
+    let (st, v) = app.call(Method::GET, "/v1/moderation/queue", Some(&app.user(7)), None).await;
+    assert_error(st, &v, 403, "forbidden");
+    // A moderator approves it: now everyone sees it and it counts.
+    let (st, v) = app
+        .call(
+            Method::POST,
+            &format!("/v1/moderation/comments/{}", id(&hit)),
+            Some(&app.service()),
+            Some(r#"{"action":"approve"}"#),
+        )
+        .await;
+    assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("visible")), "{v}");
+    assert!(list(&app, 12, 1, "newest").await.iter().any(|c| id(c) == id(&hit)));
+    app.wait_until(|| async { app.view(12, 1).await["comment_count"] == 2 }).await;
+    assert!(!queue(&app).await.iter().any(|c| id(c) == id(&hit)), "left the queue");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restrict_then_approve_and_block_refuses_comments_and_likes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let author = app.user(7);
+    let (st, _) = app.call(Method::PUT, "/v1/me/restricts/20", Some(&author), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let r = comment(&app, 20, 1, "hello there").await;
+    assert!(!list(&app, 30, 1, "newest").await.iter().any(|c| id(c) == id(&r)), "hidden from others");
+    let seen_by_author = list(&app, 7, 1, "newest").await;
+    let c = seen_by_author.iter().find(|c| id(c) == id(&r)).expect("the post author sees it");
+    assert_eq!(c["status"], "restricted");
+    let (st, v) =
+        app.call(Method::POST, &format!("/v1/comments/{}/approve", id(&r)), Some(&app.user(30)), None).await;
+    assert_error(st, &v, 404, "not_found");
+    let (st, v) =
+        app.call(Method::POST, &format!("/v1/comments/{}/approve", id(&r)), Some(&author), None).await;
+    assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("visible")), "{v}");
+    assert!(list(&app, 30, 1, "newest").await.iter().any(|c| id(c) == id(&r)));
+
+    let (st, _) = app.call(Method::PUT, "/v1/me/blocks/21", Some(&author), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (st, v) =
+        app.call(Method::POST, "/v1/posts/1/comments", Some(&app.user(21)), Some(r#"{"text":"hi"}"#)).await;
+    assert_error(st, &v, 403, "forbidden");
+    let (st, v) = app.call(Method::PUT, "/v1/posts/1/like", Some(&app.user(21)), None).await;
+    assert_error(st, &v, 403, "forbidden");
+    let (st, v) =
+        app.call(Method::PUT, &format!("/v1/comments/{}/like", id(&r)), Some(&app.user(21)), None).await;
+    assert_error(st, &v, 403, "forbidden");
+    let (st, _) = app.call(Method::DELETE, "/v1/me/blocks/21", Some(&author), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (st, _) = app.call(Method::PUT, "/v1/posts/1/like", Some(&app.user(21)), None).await;
+    assert_eq!(st, StatusCode::OK, "unblocked");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fifth_copy_of_a_text_across_posts_is_held_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    let spam = "Check out my profile for free followers and great deals every day";
+    let mut last = Value::Null;
+    for p in 1..=5u64 {
+        app.post(p, 7, false).await;
+        last = comment(&app, 40, p, spam).await;
+    }
+    assert!(!list(&app, 41, 5, "newest").await.iter().any(|c| id(c) == id(&last)), "fifth copy hidden");
+    assert!(list(&app, 40, 5, "newest").await.iter().any(|c| id(c) == id(&last)), "its author still sees it");
+    // Different people writing different sentences are never caught.
+    app.post(6, 7, false).await;
+    for (u, text) in
+        [(50u64, "lovely light in this one"), (51, "where was this taken?"), (52, "the colours are amazing")]
+    {
+        let c = comment(&app, u, 6, text).await;
+        assert!(list(&app, 41, 6, "newest").await.iter().any(|x| id(x) == id(&c)));
+    }
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_comments_meets_a_429_but_a_few_never_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    for i in 0..10 {
+        comment(&app, 60, 1, &format!("normal comment {i} about the trip")).await;
+    }
+    let mut limited = None;
+    for i in 0..60 {
+        let body = json!({"text": format!("burst {i} of many words here")}).to_string();
+        let (st, headers, v) =
+            app.call_full(Method::POST, "/v1/posts/1/comments", Some(&app.user(61)), Some(&body)).await;
+        if st == StatusCode::TOO_MANY_REQUESTS {
+            assert_eq!(v["error"], "rate_limited");
+            limited =
+                headers.get("retry-after").and_then(|h| h.to_str().ok()).and_then(|s| s.parse::<u64>().ok());
+            break;
+        }
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    assert!(limited.is_some_and(|s| s >= 1), "a burst of 60 is limited with Retry-After");
+    // Other users (a viral post) are not throttled by it.
+    comment(&app, 62, 1, "someone else entirely").await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enough_reports_hide_a_comment_pending_review() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let c = comment(&app, 70, 1, "an ordinary looking comment").await;
+    for u in 80..84u64 {
+        let (st, _) = app
+            .call(
+                Method::POST,
+                &format!("/v1/comments/{}/reports", id(&c)),
+                Some(&app.user(u)),
+                Some(r#"{"reason":"spam"}"#),
+            )
+            .await;
+        assert_eq!(st, StatusCode::ACCEPTED);
+    }
+    // A repeated report by the same user does not count twice.
+    app.call(
+        Method::POST,
+        &format!("/v1/comments/{}/reports", id(&c)),
+        Some(&app.user(80)),
+        Some(r#"{"reason":"other"}"#),
+    )
+    .await;
+    assert!(
+        list(&app, 90, 1, "newest").await.iter().any(|x| id(x) == id(&c)),
+        "four reporters: still visible"
+    );
+    let (st, _) = app
+        .call(
+            Method::POST,
+            &format!("/v1/comments/{}/reports", id(&c)),
+            Some(&app.user(84)),
+            Some(r#"{"reason":"bullying"}"#),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED);
+    assert!(
+        !list(&app, 90, 1, "newest").await.iter().any(|x| id(x) == id(&c)),
+        "five: hidden pending review"
+    );
+    let q = queue(&app).await;
+    let item = q.iter().find(|x| id(x) == id(&c)).expect("queued");
+    assert_eq!((item["status"].as_str(), item["report_count"].as_u64()), (Some("pending"), Some(5)));
+    let (st, v) = app
+        .call(
+            Method::POST,
+            &format!("/v1/comments/{}/reports", id(&c)),
+            Some(&app.user(85)),
+            Some(r#"{"reason":"nonsense"}"#),
+        )
+        .await;
+    assert_error(st, &v, 422, "invalid");
+    let (st, v) = app
+        .call(
+            Method::POST,
+            &format!("/v1/moderation/comments/{}", id(&c)),
+            Some(&app.service()),
+            Some(r#"{"action":"hide"}"#),
+        )
+        .await;
+    assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("hidden_by_filter")));
+    app.stop().await;
+}

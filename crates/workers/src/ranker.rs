@@ -1,0 +1,98 @@
+//! The comment ranker: keeps each cached post's top-K ranking fresh.
+//!
+//! It reads the event log with its own offset; comment events and comment-like events mark
+//! their post dirty, and once per `interval` the rankings of dirty posts that are cached are
+//! recomputed (posts nobody is reading are computed on their next read instead). The offset is
+//! stored after each round, so a restart resumes where it stopped; rankings are derived data,
+//! so a replayed event only costs one extra recompute.
+
+use likewise_core::ids::PostId;
+use likewise_core::like::TargetKind;
+use likewise_service::Engagement;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Consumer name of the ranker.
+pub const RANKER: &str = "ranker";
+
+/// Ranker tuning.
+#[derive(Debug, Clone)]
+pub struct RankerOptions {
+    /// How often dirty posts are re-ranked.
+    pub interval: Duration,
+    /// Most posts re-ranked per round (the rest wait for the next round).
+    pub max_posts_per_round: usize,
+}
+
+impl Default for RankerOptions {
+    fn default() -> Self {
+        RankerOptions { interval: Duration::from_secs(1), max_posts_per_round: 200 }
+    }
+}
+
+/// One round: read new events, re-rank dirty cached posts, store the offset. Returns the
+/// number of posts re-ranked.
+pub async fn round(
+    svc: &Engagement,
+    offset: &mut u64,
+    dirty: &mut BTreeSet<PostId>,
+    max_posts: usize,
+) -> likewise_core::StoreResult<usize> {
+    let stores = svc.stores();
+    loop {
+        let events = stores.events.read_after(*offset, 16_384).await?;
+        let n = events.len();
+        for e in &events {
+            if !e.kind.is_like() || e.target.kind == TargetKind::Comment {
+                dirty.insert(PostId(e.post));
+            }
+        }
+        if let Some(last) = events.last() {
+            *offset = last.seq;
+        }
+        if n < 16_384 {
+            break;
+        }
+    }
+    let mut done = 0;
+    while done < max_posts {
+        let Some(post) = dirty.pop_first() else { break };
+        if svc.top().is_cached(post) {
+            if let Err(e) = svc.compute_top(post).await {
+                tracing::warn!(error = %e, post = post.0, "re-ranking failed");
+            }
+            done += 1;
+        }
+    }
+    stores.counters.apply_deltas(RANKER, *offset, &[]).await?;
+    metrics::counter!("likewise_ranker_posts_total").increment(done as u64);
+    Ok(done)
+}
+
+/// Run until `shutdown` flips to true.
+pub async fn run(svc: Arc<Engagement>, opts: RankerOptions, mut shutdown: watch::Receiver<bool>) {
+    let mut offset = match svc.stores().counters.offset(RANKER).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(error = %e, "ranker cannot read its offset; not started");
+            return;
+        }
+    };
+    let mut dirty = BTreeSet::new();
+    let mut tick = tokio::time::interval(opts.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+        if let Err(e) = round(&svc, &mut offset, &mut dirty, opts.max_posts_per_round).await {
+            tracing::warn!(error = %e, "ranker round failed");
+        }
+    }
+}
