@@ -151,7 +151,7 @@ impl Engagement {
         // The commenter sees their comment as ordinary even when it was held (shadow).
         let reader = Reader { user: viewer, moderator: false };
         let shown = as_seen_by(reader, &stored).ok_or(ServiceError::NotFound("comment"))?;
-        Ok(self.views(reader, vec![shown]).await?.pop().ok_or(ServiceError::NotFound("comment"))?)
+        self.views(reader, vec![shown]).await?.pop().ok_or(ServiceError::NotFound("comment"))
     }
 
     /// Top-level comments of a post, keyset-paged by ID, as `reader` may see them.
