@@ -43,7 +43,8 @@ async fn setup(dir: &std::path::Path) -> Arc<Engagement> {
     let opts = EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 2 << 20, max_journal_bytes: 64 << 20 };
     let store = EmbeddedStore::open(dir, &opts).expect("open");
     let svc = Engagement::new(from_embedded(store, GroupCommitOptions::default()), ServiceOptions::default());
-    let meta = PostMeta { author: UserId(AUTHOR), hide_like_count: false, comments: CommentsPolicy::Everyone };
+    let meta =
+        PostMeta { author: UserId(AUTHOR), hide_like_count: false, comments: CommentsPolicy::Everyone };
     svc.put_post(POST, meta).await.expect("post");
     svc.put_hidden_words(UserId(AUTHOR), vec!["forbidden".into()]).await.expect("words");
     svc
@@ -70,14 +71,20 @@ async fn run(ops: Vec<Op>, limit: usize) {
     for (i, op) in ops.into_iter().enumerate() {
         match op {
             Op::Comment { user, bad, reply_to } => {
-                let text = if bad { format!("forbidden words number {i}") } else { format!("a kind note number {i}") };
+                let text = if bad {
+                    format!("forbidden words number {i}")
+                } else {
+                    format!("a kind note number {i}")
+                };
                 let parent = reply_to.and_then(|n| created.get(n).copied());
                 // Replies to deleted or hidden parents are refused: that is fine.
                 if let Ok(v) = svc.create_comment(UserId(user), POST, &text, parent).await {
                     created.push(v.record.id);
                 }
             }
-            Op::Restrict { user } => svc.set_restrict(UserId(AUTHOR), UserId(user), true).await.expect("restrict"),
+            Op::Restrict { user } => {
+                svc.set_restrict(UserId(AUTHOR), UserId(user), true).await.expect("restrict")
+            }
             Op::Approve { nth } => {
                 if let Some(id) = created.get(nth) {
                     let _ = svc.approve_comment(UserId(AUTHOR), *id).await;
@@ -118,11 +125,17 @@ async fn run(ops: Vec<Op>, limit: usize) {
                 }
                 let allowed = match status {
                     CommentStatus::Visible | CommentStatus::Deleted => true,
-                    CommentStatus::Restricted | CommentStatus::Pending => viewer == author.0 || viewer == AUTHOR,
+                    CommentStatus::Restricted | CommentStatus::Pending => {
+                        viewer == author.0 || viewer == AUTHOR
+                    }
                     CommentStatus::HiddenByFilter => viewer == author.0,
                 };
                 // Nothing the viewer may see is skipped, nothing else is shown.
-                assert_eq!(set.contains(id), allowed, "viewer {viewer}, comment {id:?} with status {status:?}");
+                assert_eq!(
+                    set.contains(id),
+                    allowed,
+                    "viewer {viewer}, comment {id:?} with status {status:?}"
+                );
             }
         }
     }

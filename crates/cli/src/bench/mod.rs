@@ -3,6 +3,7 @@
 //! running server, prints likes/s and latency percentiles, and checks that the final count
 //! equals the number of distinct likers.
 
+mod comments;
 mod http;
 mod in_process;
 mod stats;
@@ -15,6 +16,8 @@ use std::path::PathBuf;
 pub enum BenchCommand {
     /// Many distinct users like ONE post.
     HotPost(HotPostArgs),
+    /// Comment page latency at depth 0 and 100,000, and ranker throughput.
+    Comments(comments::CommentsArgs),
 }
 
 /// `bench hot-post` options.
@@ -50,6 +53,7 @@ pub struct HotPostArgs {
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     crate::commands::init_logging("warn");
     match cmd {
+        BenchCommand::Comments(a) => crate::commands::runtime()?.block_on(comments::run(&a)),
         BenchCommand::HotPost(a) => {
             let rt = crate::commands::runtime()?;
             match (&a.url, a.in_process) {

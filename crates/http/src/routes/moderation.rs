@@ -40,9 +40,9 @@ macro_rules! toggle {
     ($name:ident, $method:ident, $path:literal, $call:ident, $on:expr, $doc:literal) => {
         #[doc = $doc]
         #[utoipa::path($method, path = $path, tag = "me", params(("user_id" = String, Path)),
-                            responses((status = 204), (status = 400, body = crate::error::ErrorBody),
-                                (status = 401, body = crate::error::ErrorBody)),
-                            security(("bearer" = [])))]
+                                    responses((status = 204), (status = 400, body = crate::error::ErrorBody),
+                                        (status = 401, body = crate::error::ErrorBody)),
+                                    security(("bearer" = [])))]
         pub async fn $name(
             State(state): State<Arc<AppState>>,
             viewer: Viewer,
