@@ -27,8 +27,8 @@ pub struct EmbeddedOptions {
     /// no longer fits, so we always set it.
     pub cache_bytes: u64,
     /// Memtable size of each high-volume keyspace (likes, reverse index, likers, events);
-    /// the small keyspaces get an eighth. Bounds memory: fjall's 64 MiB default times eleven
-    /// keyspaces would be most of our RSS budget.
+    /// the small keyspaces get an eighth. Bounds memory: fjall's 64 MiB default times our
+    /// two dozen keyspaces would exceed the whole RSS budget.
     pub memtable_bytes: u64,
     /// Journal size that forces memtable flushes (bounds recovery time after a crash).
     pub max_journal_bytes: u64,
