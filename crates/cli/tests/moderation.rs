@@ -296,3 +296,26 @@ async fn enough_reports_hide_a_comment_pending_review() {
     assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("hidden_by_filter")));
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_classifier_holds_spam_and_abuse_but_not_ordinary_comments() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let spam = comment(&app, 90, 1, "BUY NOW!!!!!!!! cheap-pills.biz www.x.ru http://spam.io").await;
+    let fine = comment(&app, 91, 1, "Such a calm morning, thanks for sharing").await;
+    let others = list(&app, 92, 1, "newest").await;
+    assert!(!others.iter().any(|c| id(c) == id(&spam)), "spam held back");
+    assert!(others.iter().any(|c| id(c) == id(&fine)), "an ordinary comment is shown");
+    let q = queue(&app).await;
+    assert_eq!(
+        q.iter().find(|c| id(c) == id(&spam)).map(|c| c["status"].clone()),
+        Some(json!("hidden_by_filter"))
+    );
+    // Deleting a queued comment takes it out of the queue.
+    let (st, _) =
+        app.call(Method::DELETE, &format!("/v1/comments/{}", id(&spam)), Some(&app.user(90)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    assert!(!queue(&app).await.iter().any(|c| id(c) == id(&spam)));
+    app.stop().await;
+}

@@ -271,6 +271,8 @@ impl Engagement {
             ));
         }
         self.stores.writer.submit_comment(CommentOp::Delete { id, actor: reader.user }).await?;
+        // Nothing is left to decide about a deleted comment.
+        self.stores.moderation.set_queued(id, false).await?;
         Ok(())
     }
 
