@@ -173,6 +173,8 @@ pub trait ModerationStore: Send + Sync {
     async fn set_block(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()>;
     /// Has `owner` blocked `other`?
     async fn is_blocked(&self, owner: UserId, other: UserId) -> StoreResult<bool>;
+    /// Up to `limit` users `owner` has blocked (ascending IDs).
+    async fn blocked_users(&self, owner: UserId, limit: usize) -> StoreResult<Vec<UserId>>;
     /// `owner` restricts (or stops restricting) `other`.
     async fn set_restrict(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()>;
     /// Has `owner` restricted `other`?

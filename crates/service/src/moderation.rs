@@ -60,7 +60,10 @@ pub struct Moderation {
     opts: ModerationOptions,
     limiter: DefaultKeyedRateLimiter<UserId>,
     classifier: Arc<dyn Classifier>,
-    blocks: TtlMap<(UserId, UserId), bool>,
+    /// Per post author, everyone they block: one load, then O(1) per like or comment, even
+    /// for a hot post liked by a new user every microsecond. `None`: too many to cache, ask
+    /// storage per pair.
+    blocks: TtlMap<UserId, Option<Arc<std::collections::HashSet<UserId>>>>,
     restricts: TtlMap<(UserId, UserId), bool>,
     hidden: TtlMap<UserId, Arc<HiddenWords>>,
 }
@@ -94,17 +97,25 @@ impl Moderation {
 }
 
 impl Engagement {
-    /// Has `owner` blocked `other`? (cached)
+    /// Has `owner` blocked `other`? (cached per owner)
     pub async fn is_blocked(&self, owner: UserId, other: UserId) -> ServiceResult<bool> {
+        const MAX_CACHED_BLOCKS: usize = 10_000;
         if owner == other {
             return Ok(false);
         }
-        if let Some(b) = self.moderation.blocks.get(&(owner, other)) {
-            return Ok(b);
+        let set = match self.moderation.blocks.get(&owner) {
+            Some(set) => set,
+            None => {
+                let list = self.stores.moderation.blocked_users(owner, MAX_CACHED_BLOCKS + 1).await?;
+                let set = (list.len() <= MAX_CACHED_BLOCKS).then(|| Arc::new(list.into_iter().collect()));
+                self.moderation.blocks.put(owner, set.clone());
+                set
+            }
+        };
+        match set {
+            Some(set) => Ok(set.contains(&other)),
+            None => Ok(self.stores.moderation.is_blocked(owner, other).await?),
         }
-        let b = self.stores.moderation.is_blocked(owner, other).await?;
-        self.moderation.blocks.put((owner, other), b);
-        Ok(b)
     }
 
     /// Refuse with 403 when the post's author blocked `viewer`.
@@ -118,7 +129,7 @@ impl Engagement {
     /// `owner` blocks or unblocks `other`.
     pub async fn set_block(&self, owner: UserId, other: UserId, on: bool) -> ServiceResult<()> {
         self.stores.moderation.set_block(owner, other, on).await?;
-        self.moderation.blocks.put((owner, other), on);
+        self.moderation.blocks.remove(&owner);
         Ok(())
     }
 

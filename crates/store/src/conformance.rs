@@ -174,6 +174,11 @@ pub async fn blocks_and_restricts_round_trip(s: &Stores) {
     assert!(!m.is_blocked(a, b).await.expect("blocked"));
     m.set_restrict(a, c, false).await.expect("unrestrict");
     assert!(!m.is_restricted(a, c).await.expect("restricted"));
+    s.moderation.set_block(UserId(500), UserId(9), true).await.expect("block");
+    s.moderation.set_block(UserId(500), UserId(3), true).await.expect("block");
+    s.moderation.set_block(UserId(501), UserId(4), true).await.expect("block");
+    assert_eq!(s.moderation.blocked_users(UserId(500), 10).await.expect("list"), vec![UserId(3), UserId(9)]);
+    assert_eq!(s.moderation.blocked_users(UserId(500), 1).await.expect("list"), vec![UserId(3)]);
 }
 
 /// Hidden words are replaced as a whole, per owner, and empty when never set.

@@ -102,6 +102,15 @@ impl ModerationStore for EmbeddedStore {
         self.inner.blocks.contains_key(pair_key(owner.0, other.0)).map_err(engine_err)
     }
 
+    async fn blocked_users(&self, owner: UserId, limit: usize) -> StoreResult<Vec<UserId>> {
+        let mut out = Vec::new();
+        for g in self.inner.blocks.prefix(owner.0.to_be_bytes()).take(limit) {
+            let k = g.key().map_err(engine_err)?;
+            out.push(UserId(be_u64(&k, 8)));
+        }
+        Ok(out)
+    }
+
     async fn set_restrict(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()> {
         set_pair_flag(&self.inner.restricts, owner, other, on)?;
         self.persist()
