@@ -110,6 +110,21 @@ impl Application {
             likewise_workers::ranker::RankerOptions::default(),
             stop_rx,
         ));
+        let flusher = {
+            let (svc, mut stop) = (self.state.svc.clone(), stop_rx_views(&stop_tx));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = stop.changed() => break,
+                    }
+                    if let Err(e) = svc.flush_views().await {
+                        tracing::warn!(error = %e, "flushing view sketches failed");
+                    }
+                }
+            })
+        };
         tracing::info!(addr = %self.addr, "likewise listening");
         let svc = self.state.svc.clone();
         let served = likewise_http::serve(self.listener, self.state, shutdown).await;
@@ -122,10 +137,18 @@ impl Application {
         if let Err(e) = ranker.await {
             tracing::error!(error = %e, "ranker task failed");
         }
+        let _ = flusher.await;
+        if let Err(e) = svc.flush_views().await {
+            tracing::error!(error = %e, "final flush of view sketches failed");
+        }
         svc.stores().close().context("persisting the store")?;
         tracing::info!("stopped cleanly");
         served.context("HTTP server failed")
     }
+}
+
+fn stop_rx_views(tx: &watch::Sender<bool>) -> watch::Receiver<bool> {
+    tx.subscribe()
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -211,3 +211,12 @@ pub trait ModerationStore: Send + Sync {
         limit: usize,
     ) -> StoreResult<Vec<(CommentId, u64)>>;
 }
+
+/// Unique-viewer sketches (HyperLogLog registers) per post.
+#[async_trait]
+pub trait ViewStore: Send + Sync {
+    /// The stored registers of a post's sketch, if any.
+    async fn load_views(&self, post: PostId) -> StoreResult<Option<Vec<u8>>>;
+    /// Store sketches (one atomic, durable write).
+    async fn save_views(&self, sketches: &[(PostId, Vec<u8>)]) -> StoreResult<()>;
+}

@@ -219,6 +219,17 @@ pub struct SettingsDto {
     pub hide_like_counts: bool,
 }
 
+/// A post's insights (its author only).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct InsightsDto {
+    /// Exact like count, also when hidden from others.
+    pub like_count: i64,
+    /// Visible comments.
+    pub comment_count: i64,
+    /// Distinct viewers, approximate (HyperLogLog, standard error under 1%).
+    pub unique_viewers: u64,
+}
+
 /// `/healthz` answer.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Health {

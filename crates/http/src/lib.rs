@@ -72,6 +72,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/posts/{post_id}", get(posts::post).put(upstream::put_post))
         .route("/v1/posts/{post_id}/like", put(likes::like).delete(likes::unlike))
         .route("/v1/posts/{post_id}/likers", get(likes::likers))
+        .route("/v1/posts/{post_id}/views", axum::routing::post(views::view))
+        .route("/v1/posts/{post_id}/insights", get(views::insights))
         .route("/v1/posts/{post_id}/comments", get(comments::list).post(comments::create))
         .route("/v1/comments/{comment_id}", axum::routing::delete(comments::delete))
         .route("/v1/comments/{comment_id}/replies", get(comments::replies))

@@ -11,7 +11,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         routes::ops::healthz, routes::ops::metrics, routes::ops::openapi,
         routes::upstream::put_user, routes::upstream::put_post, routes::upstream::follow, routes::upstream::unfollow,
         routes::likes::like, routes::likes::unlike, routes::likes::likers,
-        routes::posts::posts, routes::posts::post,
+        routes::posts::posts, routes::posts::post, routes::views::view, routes::views::insights,
         routes::comments::create, routes::comments::list, routes::comments::replies, routes::comments::delete,
         routes::comments::like, routes::comments::unlike,
         routes::moderation::put_hidden_words, routes::moderation::block, routes::moderation::unblock,
@@ -24,7 +24,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         dto::LikerDto, dto::LikersPage, dto::UserPut, dto::PostPut, dto::PostRecord, dto::UserRecord,
         dto::SettingsDto, dto::Health, dto::CommentsSetting, dto::CommentCreate, dto::CommentsPage, dto::HiddenWordsDto,
         dto::ReportReasonDto, dto::ReportCreate, dto::ModerationAction, dto::ModerationDecision, dto::QueueItem,
-        dto::QueuePage)),
+        dto::QueuePage, dto::InsightsDto)),
     modifiers(&Bearer),
 )]
 struct ApiDoc;

@@ -9,6 +9,7 @@
 //!   classifier, near-duplicates) deciding a new comment's status.
 //! - [`review`]: reports, the review queue, approvals, pins.
 //! - [`ranking`]: top comments: precomputed top-K per post, re-ranked per viewer.
+//! - [`views`]: unique viewers per post (HyperLogLog) and the author's insights.
 //! - [`upstream`]: users, posts, follows and settings pushed by their owners.
 //! - [`cache`]: the read-path caches (counts with single-flight, per-viewer liked sets with
 //!   Bloom filters, upstream data with TTLs).
@@ -23,6 +24,7 @@ pub mod posts;
 pub mod ranking;
 pub mod review;
 pub mod upstream;
+pub mod views;
 
 pub use error::{ServiceError, ServiceResult};
 
@@ -88,6 +90,7 @@ pub struct Engagement {
     followees: TtlMap<UserId, Arc<HashSet<UserId>>>,
     moderation: moderation::Moderation,
     top: ranking::TopCache,
+    views: views::Views,
 }
 
 impl Engagement {
@@ -116,6 +119,7 @@ impl Engagement {
                 opts.meta_capacity,
             ),
             top: ranking::TopCache::new(opts.count_capacity / 10 + 1),
+            views: views::Views::default(),
             counts,
             stores,
             opts,

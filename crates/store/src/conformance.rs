@@ -278,6 +278,16 @@ pub async fn fingerprints_are_newest_first_and_time_bounded(s: &Stores) {
     assert!(m.fingerprints(UserId(3), CommentId(0), 10).await.expect("no user").is_empty());
 }
 
+/// View sketches round-trip.
+pub async fn view_sketches_round_trip(s: &Stores) {
+    assert_eq!(s.views.load_views(PostId(1)).await.expect("load"), None);
+    s.views.save_views(&[(PostId(1), vec![1, 2, 3]), (PostId(2), vec![9])]).await.expect("save");
+    assert_eq!(s.views.load_views(PostId(1)).await.expect("load"), Some(vec![1, 2, 3]));
+    s.views.save_views(&[(PostId(1), vec![4])]).await.expect("save");
+    assert_eq!(s.views.load_views(PostId(1)).await.expect("load"), Some(vec![4]));
+    assert_eq!(s.views.load_views(PostId(2)).await.expect("load"), Some(vec![9]));
+}
+
 /// Instantiate every conformance check as a `#[tokio::test]`. `$open` must evaluate to
 /// `(Stores, guard)` for a new empty store; the guard is kept alive for the test.
 #[macro_export]
@@ -292,6 +302,7 @@ macro_rules! conformance_suite {
             counters_move_with_their_offset,
             event_log_reads_and_truncates,
             upstream_data_round_trips,
+            view_sketches_round_trip,
             blocks_and_restricts_round_trip,
             hidden_words_round_trip,
             pins_keep_their_order,

@@ -4,7 +4,7 @@
 use crate::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::group_commit::{GroupCommitOptions, GroupCommitter};
 use likewise_core::ports::{
-    CommentReader, CounterStore, EventLog, LikeReader, MetaStore, ModerationStore, WriteEngine,
+    CommentReader, CounterStore, EventLog, LikeReader, MetaStore, ModerationStore, ViewStore, WriteEngine,
 };
 use likewise_core::{StoreError, StoreResult};
 use std::path::PathBuf;
@@ -32,6 +32,8 @@ pub struct Stores {
     pub write_engine: Arc<dyn WriteEngine>,
     /// Comments.
     pub comments: Arc<dyn CommentReader>,
+    /// Unique-viewer sketches.
+    pub views: Arc<dyn ViewStore>,
     /// Like rows and the reverse index.
     pub likes: Arc<dyn LikeReader>,
     /// The event log.
@@ -79,6 +81,7 @@ pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
         writer: GroupCommitter::start(arc.clone(), gc),
         write_engine: arc.clone(),
         comments: arc.clone(),
+        views: arc.clone(),
         likes: arc.clone(),
         events: arc.clone(),
         counters: arc.clone(),

@@ -8,3 +8,4 @@ pub mod moderation;
 pub mod ops;
 pub mod posts;
 pub mod upstream;
+pub mod views;

@@ -10,6 +10,7 @@ mod counters;
 mod likes;
 mod meta;
 mod moderation;
+mod views;
 mod write;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
@@ -63,6 +64,7 @@ struct Inner {
     top_comments: Keyspace,
     replies: Keyspace,
     comment_posts: Keyspace,
+    views: Keyspace,
     // Moderation keyspaces; layouts in `moderation.rs`.
     blocks: Keyspace,
     restricts: Keyspace,
@@ -117,6 +119,7 @@ impl EmbeddedStore {
             top_comments: ks("top_comments", small)?,
             replies: ks("replies", small)?,
             comment_posts: ks("comment_posts", small)?,
+            views: ks("views", small)?,
             blocks: ks("blocks", small)?,
             restricts: ks("restricts", small)?,
             hidden_words: ks("hidden_words", small)?,

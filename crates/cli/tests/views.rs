@@ -1,0 +1,61 @@
+//! Unique views and insights through the API.
+
+mod common;
+
+use common::{TestApp, assert_error};
+use hyper::{Method, StatusCode};
+use std::sync::Arc;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_viewers_are_counted_within_three_percent_and_only_the_author_sees_insights() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = Arc::new(TestApp::start(dir.path()).await);
+    app.post(1, 7, true).await; // the count is hidden from others
+    for u in 1..=5u64 {
+        app.like(100 + u, 1, true).await;
+    }
+    let mut tasks = Vec::new();
+    for w in 0..16u64 {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..125u64 {
+                let user = 10_000 + w * 125 + i;
+                for _ in 0..2 {
+                    let (st, _) =
+                        app.call(Method::POST, "/v1/posts/1/views", Some(&app.user(user)), None).await;
+                    assert_eq!(st, StatusCode::NO_CONTENT);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("join");
+    }
+    app.wait_until(|| async {
+        let (_, v) = app.call(Method::GET, "/v1/posts/1/insights", Some(&app.user(7)), None).await;
+        v["like_count"] == 5
+    })
+    .await;
+    let (st, v) = app.call(Method::GET, "/v1/posts/1/insights", Some(&app.user(7)), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let uniques = v["unique_viewers"].as_u64().expect("unique_viewers") as f64;
+    assert!((uniques - 2000.0).abs() / 2000.0 <= 0.03, "unique_viewers {uniques} not within 3% of 2000");
+    assert_eq!(v["comment_count"], 0);
+    assert!(app.view(101, 1).await["like_count"].is_null(), "hidden from others");
+    let (st, v) = app.call(Method::GET, "/v1/posts/1/insights", Some(&app.user(101)), None).await;
+    assert_error(st, &v, 403, "forbidden");
+    let (st, v) = app.call(Method::GET, "/v1/posts/404/insights", Some(&app.user(7)), None).await;
+    assert_error(st, &v, 404, "not_found");
+    let (st, v) = app.call(Method::POST, "/v1/posts/404/views", Some(&app.user(7)), None).await;
+    assert_error(st, &v, 404, "not_found");
+    // The sketch survives a restart.
+    let data = app.data_dir.clone();
+    match Arc::try_unwrap(app) {
+        Ok(app) => app.stop().await,
+        Err(_) => panic!("app still shared"),
+    }
+    let app = TestApp::start(&data).await;
+    let (_, v) = app.call(Method::GET, "/v1/posts/1/insights", Some(&app.user(7)), None).await;
+    assert_eq!(v["unique_viewers"].as_u64(), Some(uniques as u64), "{v}");
+    app.stop().await;
+}

@@ -1,0 +1,150 @@
+//! Unique viewers (design 5.4): a HyperLogLog per post, about 0.8% standard error in 16 KiB
+//! (precision 14), whatever the number of viewers. Views update the in-memory sketch; dirty
+//! sketches are written to storage about once a second and on shutdown, so a crash loses at
+//! most the last second of views of an approximate count (never a like or a comment).
+
+use crate::{Engagement, ServiceError, ServiceResult};
+use hyperloglockless::DefaultHasher;
+use hyperloglockless::HyperLogLog;
+use likewise_core::ids::{PostId, UserId};
+use likewise_core::like::Target;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+/// Registers: 2^14 = 16,384 (standard error 1.04 / sqrt(16384) = 0.81%).
+const PRECISION: u8 = 14;
+/// Fixed hash seed: sketches are stored, so the hash must not change between runs.
+const SEED: u128 = 0x6c69_6b65_7769_7365_2d76_6965_7773_0001;
+/// Most sketches kept in memory; past it, clean ones are dropped (they reload on demand).
+const MAX_IN_MEMORY: usize = 10_000;
+
+struct Sketch {
+    hll: HyperLogLog,
+    dirty: bool,
+}
+
+fn empty() -> HyperLogLog {
+    HyperLogLog::seeded(PRECISION, SEED)
+}
+
+fn restore(registers: Vec<u8>) -> Option<HyperLogLog> {
+    if registers.len() != 1 << PRECISION || registers.iter().any(|r| *r > 64) {
+        return None;
+    }
+    let zeros = registers.iter().filter(|r| **r == 0).count();
+    let sum: f64 = registers.iter().map(|r| 2f64.powi(-i32::from(*r))).sum();
+    Some(HyperLogLog::from_parts(
+        registers.into_boxed_slice(),
+        DefaultHasher::seeded(&SEED.to_be_bytes()),
+        zeros,
+        sum,
+    ))
+}
+
+/// The in-memory sketches.
+#[derive(Default)]
+pub struct Views {
+    sketches: Mutex<HashMap<PostId, Sketch>>,
+}
+
+/// A post author's insights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Insights {
+    /// Exact like count (also when hidden from others).
+    pub like_count: i64,
+    /// Visible comments.
+    pub comment_count: i64,
+    /// Approximate distinct viewers.
+    pub unique_viewers: u64,
+}
+
+impl Engagement {
+    async fn load_sketch(&self, post: PostId) -> ServiceResult<()> {
+        if self.views.sketches.lock().contains_key(&post) {
+            return Ok(());
+        }
+        let stored = self.stores.views.load_views(post).await?;
+        let hll = match stored {
+            Some(regs) => restore(regs).unwrap_or_else(|| {
+                tracing::warn!(post = post.0, "stored view sketch unreadable; starting a new one");
+                empty()
+            }),
+            None => empty(),
+        };
+        let mut map = self.views.sketches.lock();
+        if map.len() >= MAX_IN_MEMORY {
+            map.retain(|_, s| s.dirty);
+        }
+        map.entry(post).or_insert(Sketch { hll, dirty: false });
+        Ok(())
+    }
+
+    /// Count a view of `post` by `viewer`.
+    pub async fn record_view(&self, viewer: UserId, post: PostId) -> ServiceResult<()> {
+        self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        self.load_sketch(post).await?;
+        let mut map = self.views.sketches.lock();
+        let s = map.entry(post).or_insert_with(|| Sketch { hll: empty(), dirty: false });
+        s.hll.insert(&viewer.0);
+        s.dirty = true;
+        metrics::counter!("likewise_views_total").increment(1);
+        Ok(())
+    }
+
+    /// Write dirty sketches to storage (called about once a second and on shutdown).
+    pub async fn flush_views(&self) -> ServiceResult<usize> {
+        let dirty: Vec<(PostId, Vec<u8>)> = {
+            let mut map = self.views.sketches.lock();
+            map.iter_mut()
+                .filter(|(_, s)| s.dirty)
+                .map(|(p, s)| {
+                    s.dirty = false;
+                    (*p, s.hll.parts().0.to_vec())
+                })
+                .collect()
+        };
+        if !dirty.is_empty() {
+            if let Err(e) = self.stores.views.save_views(&dirty).await {
+                let mut map = self.views.sketches.lock();
+                for (p, _) in &dirty {
+                    if let Some(s) = map.get_mut(p) {
+                        s.dirty = true;
+                    }
+                }
+                return Err(e.into());
+            }
+        }
+        Ok(dirty.len())
+    }
+
+    /// Insights for the post's author only.
+    pub async fn insights(&self, viewer: UserId, post: PostId) -> ServiceResult<Insights> {
+        let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        if meta.author != viewer {
+            return Err(ServiceError::Forbidden("insights are for the post's author only".into()));
+        }
+        self.load_sketch(post).await?;
+        let unique_viewers = self.views.sketches.lock().get(&post).map_or(0, |s| s.hll.count() as u64);
+        // Straight from the counters, not the display cache: the author gets the exact value.
+        let c = self.stores.counters.counts(&[Target::post(post.0)]).await?[0];
+        Ok(Insights { like_count: c.likes.max(0), comment_count: c.comments.max(0), unique_viewers })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sketch_survives_a_round_trip_through_its_registers() {
+        let mut h = empty();
+        for i in 0..5_000u64 {
+            h.insert(&i);
+        }
+        let back = restore(h.parts().0.to_vec()).expect("restore");
+        assert_eq!(back.count(), h.count());
+        let err = (h.count() as f64 - 5_000.0).abs() / 5_000.0;
+        assert!(err < 0.03, "{}", h.count());
+        assert!(restore(vec![0; 10]).is_none());
+    }
+}
