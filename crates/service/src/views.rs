@@ -103,16 +103,17 @@ impl Engagement {
                 })
                 .collect()
         };
-        if !dirty.is_empty() {
-            if let Err(e) = self.stores.views.save_views(&dirty).await {
-                let mut map = self.views.sketches.lock();
-                for (p, _) in &dirty {
-                    if let Some(s) = map.get_mut(p) {
-                        s.dirty = true;
-                    }
+        if !dirty.is_empty()
+            && let Err(e) = self.stores.views.save_views(&dirty).await
+        {
+            // Keep them dirty: the next flush retries.
+            let mut map = self.views.sketches.lock();
+            for (p, _) in &dirty {
+                if let Some(s) = map.get_mut(p) {
+                    s.dirty = true;
                 }
-                return Err(e.into());
             }
+            return Err(e.into());
         }
         Ok(dirty.len())
     }
