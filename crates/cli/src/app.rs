@@ -55,6 +55,7 @@ pub struct Application {
     state: Arc<AppState>,
     aggregator: Aggregator,
     reconcile: ReconcileHandle,
+    notifier: likewise_workers::notifier::NotifierOptions,
 }
 
 impl Application {
@@ -75,7 +76,11 @@ impl Application {
             metrics: metrics_handle(),
             opts: cfg.http_options(),
         });
-        Ok(Application { listener, addr, state, aggregator, reconcile })
+        let notifier = likewise_workers::notifier::NotifierOptions {
+            hold: std::time::Duration::from_millis(cfg.notifications.hold_ms),
+            ..Default::default()
+        };
+        Ok(Application { listener, addr, state, aggregator, reconcile, notifier })
     }
 
     /// The bound address.
@@ -105,6 +110,11 @@ impl Application {
     ) -> anyhow::Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let agg = tokio::spawn(self.aggregator.run(stop_rx.clone()));
+        let notifier = tokio::spawn(likewise_workers::notifier::run(
+            self.state.svc.clone(),
+            self.notifier.clone(),
+            stop_tx.subscribe(),
+        ));
         let ranker = tokio::spawn(likewise_workers::ranker::run(
             self.state.svc.clone(),
             likewise_workers::ranker::RankerOptions::default(),
@@ -127,12 +137,20 @@ impl Application {
         };
         tracing::info!(addr = %self.addr, "likewise listening");
         let svc = self.state.svc.clone();
+        let closer = svc.clone();
+        let shutdown = async move {
+            shutdown.await;
+            closer.close_live_streams();
+        };
         let served = likewise_http::serve(self.listener, self.state, shutdown).await;
         tracing::info!("HTTP drained; committing queued writes");
         svc.stores().writer.close();
         let _ = stop_tx.send(true);
         if let Err(e) = agg.await {
             tracing::error!(error = %e, "aggregator task failed");
+        }
+        if let Err(e) = notifier.await {
+            tracing::error!(error = %e, "notifier task failed");
         }
         if let Err(e) = ranker.await {
             tracing::error!(error = %e, "ranker task failed");

@@ -19,7 +19,22 @@ pub struct Config {
     pub aggregator: AggregatorConfig,
     pub cache: CacheConfig,
     pub auth: AuthConfig,
+    pub notifications: NotificationsConfig,
     pub log: LogConfig,
+}
+
+/// `[notifications]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotificationsConfig {
+    /// How long like notifications are held (a quick unlike cancels them).
+    pub hold_ms: u64,
+}
+
+impl Default for NotificationsConfig {
+    fn default() -> Self {
+        NotificationsConfig { hold_ms: 5_000 }
+    }
 }
 
 /// `[server]`

@@ -9,6 +9,7 @@
 //! - [`display`]: the rounded like-count text ("12.3K").
 //! - [`visibility`]: who may see a like count.
 //! - [`model`]: upstream data: posts, users, viewer settings.
+//! - [`notify`]: notifications: hold, aggregate, withdraw, as a pure state machine.
 //! - [`ports`]: the small traits the storage engines implement.
 //! - [`write`]: the operations of the single write path (likes, comment changes).
 //! - [`error`]: the error kinds shared by every layer.
@@ -21,6 +22,7 @@ pub mod event;
 pub mod ids;
 pub mod like;
 pub mod model;
+pub mod notify;
 pub mod ports;
 pub mod visibility;
 pub mod write;

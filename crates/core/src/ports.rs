@@ -220,3 +220,43 @@ pub trait ViewStore: Send + Sync {
     /// Store sketches (one atomic, durable write).
     async fn save_views(&self, sketches: &[(PostId, Vec<u8>)]) -> StoreResult<()>;
 }
+
+/// One inbox item as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifItem {
+    /// Item ID (unique).
+    pub id: u64,
+    /// Recipient, post, kind.
+    pub key: crate::notify::NotifKey,
+    /// The latest comment concerned, if any.
+    pub comment: Option<CommentId>,
+    /// Distinct actors.
+    pub actor_count: u64,
+    /// Most recent actors, newest first (at most 8).
+    pub recent: Vec<UserId>,
+    /// Last change, ms since the epoch.
+    pub updated_ms: u64,
+}
+
+/// Notification inboxes.
+#[async_trait]
+pub trait NotificationStore: Send + Sync {
+    /// Apply inbox changes and move `consumer`'s offset to `offset` in one atomic write.
+    /// Returns every item touched, after the changes (an item whose last actor left has
+    /// `actor_count` 0 and is gone from storage).
+    async fn apply_notifications(
+        &self,
+        consumer: &str,
+        offset: u64,
+        changes: &[crate::notify::Change],
+    ) -> StoreResult<Vec<NotifItem>>;
+    /// For each user, is it among the item's actors?
+    async fn notif_members(&self, item: u64, users: &[UserId]) -> StoreResult<Vec<bool>>;
+    /// A recipient's items, most recently updated first, strictly after `(updated_ms, id)`.
+    async fn inbox(
+        &self,
+        recipient: UserId,
+        after: Option<(u64, u64)>,
+        limit: usize,
+    ) -> StoreResult<Vec<NotifItem>>;
+}

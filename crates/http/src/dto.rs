@@ -230,6 +230,35 @@ pub struct InsightsDto {
     pub unique_viewers: u64,
 }
 
+/// An inbox item.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct NotificationDto {
+    pub id: String,
+    /// `post_liked`, `comment_liked`, `commented` or `replied`.
+    pub kind: String,
+    #[schema(value_type = String)]
+    pub post_id: PostId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub comment_id: Option<CommentId>,
+    /// Up to two names, people the recipient follows first.
+    pub actors: Vec<String>,
+    /// Distinct actors.
+    pub actor_count: u64,
+    /// "alice, bob and 22 others liked your post".
+    pub text: String,
+    /// RFC 3339 UTC.
+    pub updated_at: String,
+}
+
+/// A page of notifications.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct NotificationsPage {
+    pub items: Vec<NotificationDto>,
+    /// Opaque; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
 /// `/healthz` answer.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Health {

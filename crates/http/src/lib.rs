@@ -80,6 +80,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/comments/{comment_id}/like", put(comments::like).delete(comments::unlike))
         .route("/v1/me/settings", put(me::put_settings).get(me::get_settings))
         .route("/v1/me/hidden-words", put(moderation::put_hidden_words))
+        .route("/v1/me/notifications", get(notifications::inbox))
+        .route("/v1/me/notifications/stream", get(notifications::stream))
         .route("/v1/me/blocks/{user_id}", put(moderation::block).delete(moderation::unblock))
         .route("/v1/me/restricts/{user_id}", put(moderation::restrict).delete(moderation::unrestrict))
         .route("/v1/comments/{comment_id}/reports", axum::routing::post(moderation::report))

@@ -19,12 +19,13 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         routes::moderation::approve, routes::moderation::pin, routes::moderation::unpin,
         routes::moderation::queue, routes::moderation::decide,
         routes::me::put_settings, routes::me::get_settings,
+        routes::notifications::inbox, routes::notifications::stream,
     ),
     components(schemas(error::ErrorBody, dto::LikeResponse, dto::PostViewDto, dto::PostsResponse, dto::CommentDto,
         dto::LikerDto, dto::LikersPage, dto::UserPut, dto::PostPut, dto::PostRecord, dto::UserRecord,
         dto::SettingsDto, dto::Health, dto::CommentsSetting, dto::CommentCreate, dto::CommentsPage, dto::HiddenWordsDto,
         dto::ReportReasonDto, dto::ReportCreate, dto::ModerationAction, dto::ModerationDecision, dto::QueueItem,
-        dto::QueuePage, dto::InsightsDto)),
+        dto::QueuePage, dto::InsightsDto, dto::NotificationDto, dto::NotificationsPage)),
     modifiers(&Bearer),
 )]
 struct ApiDoc;

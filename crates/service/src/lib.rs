@@ -10,6 +10,7 @@
 //! - [`review`]: reports, the review queue, approvals, pins.
 //! - [`ranking`]: top comments: precomputed top-K per post, re-ranked per viewer.
 //! - [`views`]: unique viewers per post (HyperLogLog) and the author's insights.
+//! - [`notifications`]: inboxes and the live feed for SSE.
 //! - [`upstream`]: users, posts, follows and settings pushed by their owners.
 //! - [`cache`]: the read-path caches (counts with single-flight, per-viewer liked sets with
 //!   Bloom filters, upstream data with TTLs).
@@ -20,6 +21,7 @@ pub mod comments;
 pub mod error;
 pub mod likes;
 pub mod moderation;
+pub mod notifications;
 pub mod posts;
 pub mod ranking;
 pub mod review;
@@ -91,6 +93,7 @@ pub struct Engagement {
     moderation: moderation::Moderation,
     top: ranking::TopCache,
     views: views::Views,
+    live: notifications::LiveFeed,
 }
 
 impl Engagement {
@@ -120,6 +123,7 @@ impl Engagement {
             ),
             top: ranking::TopCache::new(opts.count_capacity / 10 + 1),
             views: views::Views::default(),
+            live: notifications::LiveFeed::default(),
             counts,
             stores,
             opts,

@@ -4,7 +4,8 @@
 use crate::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::group_commit::{GroupCommitOptions, GroupCommitter};
 use likewise_core::ports::{
-    CommentReader, CounterStore, EventLog, LikeReader, MetaStore, ModerationStore, ViewStore, WriteEngine,
+    CommentReader, CounterStore, EventLog, LikeReader, MetaStore, ModerationStore, NotificationStore,
+    ViewStore, WriteEngine,
 };
 use likewise_core::{StoreError, StoreResult};
 use std::path::PathBuf;
@@ -34,6 +35,8 @@ pub struct Stores {
     pub comments: Arc<dyn CommentReader>,
     /// Unique-viewer sketches.
     pub views: Arc<dyn ViewStore>,
+    /// Notification inboxes.
+    pub notifications: Arc<dyn NotificationStore>,
     /// Like rows and the reverse index.
     pub likes: Arc<dyn LikeReader>,
     /// The event log.
@@ -82,6 +85,7 @@ pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
         write_engine: arc.clone(),
         comments: arc.clone(),
         views: arc.clone(),
+        notifications: arc.clone(),
         likes: arc.clone(),
         events: arc.clone(),
         counters: arc.clone(),

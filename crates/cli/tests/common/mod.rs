@@ -42,6 +42,7 @@ pub fn test_config(data_dir: &Path) -> Config {
     cfg.store.cache_mb = 16;
     cfg.store.memtable_mb = 4;
     cfg.store.max_journal_mb = 64;
+    cfg.notifications.hold_ms = 300;
     cfg
 }
 

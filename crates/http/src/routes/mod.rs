@@ -5,6 +5,7 @@ pub mod comments;
 pub mod likes;
 pub mod me;
 pub mod moderation;
+pub mod notifications;
 pub mod ops;
 pub mod posts;
 pub mod upstream;

@@ -141,7 +141,8 @@ impl BatchState<'_> {
                 r.status = *status;
                 let delta = visible(Some(&r)) - visible(Some(&old));
                 self.set(*id, Some(r.clone()));
-                self.comment_event(EventKind::CommentStatusChanged, &r, *actor, delta, now_ms);
+                let _decided_by = actor; // the event's actor is the comment's author (see events.md)
+                self.comment_event(EventKind::CommentStatusChanged, &r, r.author, delta, now_ms);
                 Ok(CommentOutcome::Done(Some(r)))
             }
             CommentOp::Delete { id, actor } => {
@@ -157,7 +158,8 @@ impl BatchState<'_> {
                 });
                 let delta = -visible(Some(&old));
                 self.set(*id, now.clone());
-                self.comment_event(EventKind::CommentDeleted, &old, *actor, delta, now_ms);
+                let _deleted_by = actor;
+                self.comment_event(EventKind::CommentDeleted, &old, old.author, delta, now_ms);
                 Ok(CommentOutcome::Done(now))
             }
         }

@@ -10,6 +10,7 @@ mod counters;
 mod likes;
 mod meta;
 mod moderation;
+mod notifications;
 mod views;
 mod write;
 
@@ -65,6 +66,12 @@ struct Inner {
     replies: Keyspace,
     comment_posts: Keyspace,
     views: Keyspace,
+    notif_items: Keyspace,
+    notif_keys: Keyspace,
+    notif_actors: Keyspace,
+    notif_time: Keyspace,
+    /// One writer of inboxes at a time (the notification consumer).
+    notif_lock: Mutex<()>,
     // Moderation keyspaces; layouts in `moderation.rs`.
     blocks: Keyspace,
     restricts: Keyspace,
@@ -120,6 +127,11 @@ impl EmbeddedStore {
             replies: ks("replies", small)?,
             comment_posts: ks("comment_posts", small)?,
             views: ks("views", small)?,
+            notif_items: ks("notif_items", small)?,
+            notif_keys: ks("notif_keys", small)?,
+            notif_actors: ks("notif_actors", big)?,
+            notif_time: ks("notif_time", small)?,
+            notif_lock: Mutex::new(()),
             blocks: ks("blocks", small)?,
             restricts: ks("restricts", small)?,
             hidden_words: ks("hidden_words", small)?,

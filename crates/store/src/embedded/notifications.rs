@@ -1,0 +1,238 @@
+//! Notification inboxes on the embedded engine.
+//!
+//! | keyspace       | key                                  | value            |
+//! |----------------|--------------------------------------|------------------|
+//! | `notif_items`  | recipient(8) id(8)                   | item record v1   |
+//! | `notif_keys`   | recipient(8) post(8) kind(1)         | id(8)            |
+//! | `notif_actors` | id(8) actor(8)                       | (empty)          |
+//! | `notif_time`   | recipient(8) !updated(8) id(8)       | (empty)          |
+//!
+//! `notif_actors` is the exact distinct set behind `actor_count`, which makes adds and
+//! removes idempotent (a redelivered event changes nothing). `notif_time` orders an inbox
+//! newest first (the timestamp is stored inverted).
+
+use super::{EmbeddedStore, engine_err};
+use crate::keys::{be_u64, num_value, pair_key, parse_num};
+use async_trait::async_trait;
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::notify::{Change, NotifKey, NotifKind};
+use likewise_core::ports::{NotifItem, NotificationStore};
+use likewise_core::{StoreError, StoreResult};
+use std::collections::{HashMap, HashSet};
+
+const ITEM_V1: u8 = 1;
+const RECENT: usize = 8;
+const NEXT_ID: &[u8] = b"notif:next_id";
+
+fn key_bytes(k: &NotifKey) -> [u8; 17] {
+    let mut b = [0u8; 17];
+    b[..16].copy_from_slice(&pair_key(k.recipient.0, k.post.0));
+    b[16] = k.kind.code();
+    b
+}
+
+fn time_key(recipient: u64, updated: u64, id: u64) -> [u8; 24] {
+    let mut b = [0u8; 24];
+    b[..8].copy_from_slice(&recipient.to_be_bytes());
+    b[8..16].copy_from_slice(&(u64::MAX - updated).to_be_bytes());
+    b[16..].copy_from_slice(&id.to_be_bytes());
+    b
+}
+
+fn encode(it: &NotifItem) -> Vec<u8> {
+    let mut b = Vec::with_capacity(35 + 8 * it.recent.len());
+    b.push(ITEM_V1);
+    b.push(it.key.kind.code());
+    for v in [it.key.post.0, it.comment.map_or(0, |c| c.0), it.actor_count, it.updated_ms] {
+        b.extend_from_slice(&v.to_be_bytes());
+    }
+    b.push(it.recent.len() as u8);
+    for u in &it.recent {
+        b.extend_from_slice(&u.0.to_be_bytes());
+    }
+    b
+}
+
+fn decode(recipient: UserId, id: u64, b: &[u8]) -> StoreResult<NotifItem> {
+    let bad = |d: &str| StoreError::Corrupt { keyspace: "notif_items", detail: d.into() };
+    if b.len() < 35 || b[0] != ITEM_V1 {
+        return Err(bad("bad record"));
+    }
+    let kind = NotifKind::from_code(b[1]).ok_or_else(|| bad("bad kind"))?;
+    let n = b[34] as usize;
+    if b.len() != 35 + 8 * n {
+        return Err(bad("bad length"));
+    }
+    let comment = be_u64(b, 10);
+    Ok(NotifItem {
+        id,
+        key: NotifKey { recipient, post: PostId(be_u64(b, 2)), kind },
+        comment: (comment != 0).then_some(CommentId(comment)),
+        actor_count: be_u64(b, 18),
+        updated_ms: be_u64(b, 26),
+        recent: (0..n).map(|i| UserId(be_u64(b, 35 + 8 * i))).collect(),
+    })
+}
+
+struct Work {
+    item: NotifItem,
+    old_updated: Option<u64>,
+    added: HashSet<UserId>,
+    removed: HashSet<UserId>,
+}
+
+#[async_trait]
+impl NotificationStore for EmbeddedStore {
+    async fn apply_notifications(
+        &self,
+        consumer: &str,
+        offset: u64,
+        changes: &[Change],
+    ) -> StoreResult<Vec<NotifItem>> {
+        let s = &*self.inner;
+        let _one_writer = s.notif_lock.lock();
+        let mut next_id = match s.offsets.get(NEXT_ID).map_err(engine_err)? {
+            Some(v) => parse_num("offsets", &v)?,
+            None => 1,
+        };
+        let mut work: HashMap<NotifKey, Work> = HashMap::new();
+        let mut order: Vec<NotifKey> = Vec::new();
+        for ch in changes {
+            let (key, actor) = match ch {
+                Change::Add { key, actor, .. } | Change::Remove { key, actor } => (*key, *actor),
+            };
+            if !work.contains_key(&key) {
+                let existing = match s.notif_keys.get(key_bytes(&key)).map_err(engine_err)? {
+                    Some(idv) if idv.len() == 8 => {
+                        let id = be_u64(&idv, 0);
+                        let rec = s.notif_items.get(pair_key(key.recipient.0, id)).map_err(engine_err)?;
+                        rec.map(|r| decode(key.recipient, id, &r)).transpose()?
+                    }
+                    _ => None,
+                };
+                let (item, old_updated) = match existing {
+                    Some(it) => {
+                        let u = it.updated_ms;
+                        (it, Some(u))
+                    }
+                    None => {
+                        let id = next_id;
+                        next_id += 1;
+                        (
+                            NotifItem {
+                                id,
+                                key,
+                                comment: None,
+                                actor_count: 0,
+                                recent: Vec::new(),
+                                updated_ms: 0,
+                            },
+                            None,
+                        )
+                    }
+                };
+                work.insert(key, Work { item, old_updated, added: HashSet::new(), removed: HashSet::new() });
+                order.push(key);
+            }
+            let Some(w) = work.get_mut(&key) else { continue };
+            let member = if w.added.contains(&actor) {
+                true
+            } else if w.removed.contains(&actor) {
+                false
+            } else {
+                s.notif_actors.contains_key(pair_key(w.item.id, actor.0)).map_err(engine_err)?
+            };
+            match ch {
+                Change::Add { comment, ts_ms, .. } => {
+                    if !member {
+                        w.item.actor_count += 1;
+                        w.added.insert(actor);
+                        w.removed.remove(&actor);
+                    }
+                    w.item.recent.retain(|u| *u != actor);
+                    w.item.recent.insert(0, actor);
+                    w.item.recent.truncate(RECENT);
+                    if comment.is_some() {
+                        w.item.comment = *comment;
+                    }
+                    w.item.updated_ms = w.item.updated_ms.max(*ts_ms);
+                }
+                Change::Remove { .. } => {
+                    if member {
+                        w.item.actor_count = w.item.actor_count.saturating_sub(1);
+                        w.removed.insert(actor);
+                        w.added.remove(&actor);
+                        w.item.recent.retain(|u| *u != actor);
+                    }
+                }
+            }
+        }
+        let mut batch = s.db.batch();
+        let mut out = Vec::with_capacity(order.len());
+        for key in order {
+            let Some(w) = work.remove(&key) else { continue };
+            let it = w.item;
+            let r = it.key.recipient.0;
+            for a in &w.added {
+                batch.insert(&s.notif_actors, pair_key(it.id, a.0), []);
+            }
+            for a in &w.removed {
+                batch.remove(&s.notif_actors, pair_key(it.id, a.0));
+            }
+            if let Some(old) = w.old_updated {
+                batch.remove(&s.notif_time, time_key(r, old, it.id));
+            }
+            if it.actor_count == 0 {
+                if w.old_updated.is_some() {
+                    batch.remove(&s.notif_items, pair_key(r, it.id));
+                    batch.remove(&s.notif_keys, key_bytes(&key));
+                }
+            } else {
+                batch.insert(&s.notif_items, pair_key(r, it.id), encode(&it));
+                batch.insert(&s.notif_keys, key_bytes(&key), it.id.to_be_bytes());
+                batch.insert(&s.notif_time, time_key(r, it.updated_ms, it.id), []);
+            }
+            if it.actor_count > 0 || w.old_updated.is_some() {
+                out.push(it);
+            }
+        }
+        batch.insert(&s.offsets, NEXT_ID, num_value(next_id));
+        batch.insert(&s.offsets, consumer.as_bytes(), num_value(offset));
+        batch.commit().map_err(engine_err)?;
+        Ok(out)
+    }
+
+    async fn notif_members(&self, item: u64, users: &[UserId]) -> StoreResult<Vec<bool>> {
+        users
+            .iter()
+            .map(|u| self.inner.notif_actors.contains_key(pair_key(item, u.0)).map_err(engine_err))
+            .collect()
+    }
+
+    async fn inbox(
+        &self,
+        recipient: UserId,
+        after: Option<(u64, u64)>,
+        limit: usize,
+    ) -> StoreResult<Vec<NotifItem>> {
+        let s = &*self.inner;
+        let start = match after {
+            Some((u, id)) => {
+                let mut k = time_key(recipient.0, u, id).to_vec();
+                k.push(0); // strictly after
+                k
+            }
+            None => recipient.0.to_be_bytes().to_vec(),
+        };
+        let end = time_key(recipient.0, 0, u64::MAX).to_vec();
+        let mut out = Vec::new();
+        for g in s.notif_time.range(start..=end).take(limit) {
+            let k = g.key().map_err(engine_err)?;
+            let id = be_u64(&k, 16);
+            if let Some(v) = s.notif_items.get(pair_key(recipient.0, id)).map_err(engine_err)? {
+                out.push(decode(recipient, id, &v)?);
+            }
+        }
+        Ok(out)
+    }
+}
