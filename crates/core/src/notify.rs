@@ -156,10 +156,10 @@ impl Holder {
                     if let Some(p) = c.parent_author {
                         v.push((p, NotifKind::Replied));
                     }
-                    if let Some(m) = c.reply_to_user {
-                        if Some(m) != c.parent_author {
-                            v.push((m, NotifKind::Replied));
-                        }
+                    if let Some(m) = c.reply_to_user
+                        && Some(m) != c.parent_author
+                    {
+                        v.push((m, NotifKind::Replied));
                     }
                     v
                 }
@@ -187,11 +187,9 @@ impl Holder {
                     let held = Held { due_ms: e.ts_ms + self.hold_ms, seq: e.seq, comment, ts_ms: e.ts_ms };
                     self.pending.insert((key, actor), held);
                 }
-                EventKind::LikeRemoved => {
-                    if self.pending.remove(&(key, actor)).is_none() {
-                        out.push(Change::Remove { key, actor });
-                    }
-                }
+                // Cancelled while held: nothing was delivered, nothing to withdraw.
+                EventKind::LikeRemoved if self.pending.remove(&(key, actor)).is_some() => {}
+                EventKind::LikeRemoved => out.push(Change::Remove { key, actor }),
                 EventKind::CommentCreated if e.delta > 0 => {
                     out.push(Change::Add { key, actor, comment, ts_ms: e.ts_ms })
                 }
