@@ -74,6 +74,29 @@ fn decode(recipient: UserId, id: u64, b: &[u8]) -> StoreResult<NotifItem> {
     })
 }
 
+/// The stored item for `key`, or a new one with the next ID; with its previous update time.
+fn load_item(s: &super::Inner, key: NotifKey, next_id: &mut u64) -> StoreResult<(NotifItem, Option<u64>)> {
+    let existing = match s.notif_keys.get(key_bytes(&key)).map_err(engine_err)? {
+        Some(idv) if idv.len() == 8 => {
+            let id = be_u64(&idv, 0);
+            let rec = s.notif_items.get(pair_key(key.recipient.0, id)).map_err(engine_err)?;
+            rec.map(|r| decode(key.recipient, id, &r)).transpose()?
+        }
+        _ => None,
+    };
+    Ok(match existing {
+        Some(it) => {
+            let u = it.updated_ms;
+            (it, Some(u))
+        }
+        None => {
+            let id = *next_id;
+            *next_id += 1;
+            (NotifItem { id, key, comment: None, actor_count: 0, recent: Vec::new(), updated_ms: 0 }, None)
+        }
+    })
+}
+
 struct Work {
     item: NotifItem,
     old_updated: Option<u64>,
@@ -101,37 +124,9 @@ impl NotificationStore for EmbeddedStore {
             let (key, actor) = match ch {
                 Change::Add { key, actor, .. } | Change::Remove { key, actor } => (*key, *actor),
             };
-            if !work.contains_key(&key) {
-                let existing = match s.notif_keys.get(key_bytes(&key)).map_err(engine_err)? {
-                    Some(idv) if idv.len() == 8 => {
-                        let id = be_u64(&idv, 0);
-                        let rec = s.notif_items.get(pair_key(key.recipient.0, id)).map_err(engine_err)?;
-                        rec.map(|r| decode(key.recipient, id, &r)).transpose()?
-                    }
-                    _ => None,
-                };
-                let (item, old_updated) = match existing {
-                    Some(it) => {
-                        let u = it.updated_ms;
-                        (it, Some(u))
-                    }
-                    None => {
-                        let id = next_id;
-                        next_id += 1;
-                        (
-                            NotifItem {
-                                id,
-                                key,
-                                comment: None,
-                                actor_count: 0,
-                                recent: Vec::new(),
-                                updated_ms: 0,
-                            },
-                            None,
-                        )
-                    }
-                };
-                work.insert(key, Work { item, old_updated, added: HashSet::new(), removed: HashSet::new() });
+            if let std::collections::hash_map::Entry::Vacant(slot) = work.entry(key) {
+                let (item, old_updated) = load_item(s, key, &mut next_id)?;
+                slot.insert(Work { item, old_updated, added: HashSet::new(), removed: HashSet::new() });
                 order.push(key);
             }
             let Some(w) = work.get_mut(&key) else { continue };
