@@ -93,6 +93,8 @@ pub trait CounterStore: Send + Sync {
     /// Recount a target's likes from its rows, in one snapshot with the counter and the
     /// events `consumer` has not applied yet (see [`Recount::drift`]).
     async fn recount_likes(&self, consumer: &str, target: Target) -> StoreResult<Recount>;
+    /// Recount a post's visible comments (top-level and replies) the same way.
+    async fn recount_comments(&self, consumer: &str, post: PostId) -> StoreResult<Recount>;
     /// Every post that has a like counter, for `reconcile --all` (ascending, after `after`).
     async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>>;
 }

@@ -36,13 +36,22 @@ pub struct NotifView {
 /// The live feed (all recipients; each SSE listener keeps its own).
 pub struct LiveFeed {
     tx: broadcast::Sender<Arc<NotifView>>,
+    /// Live pushes per recipient: a burst of 30, then 60 a minute. Past it, a big account's
+    /// changes only update the inbox aggregate (read on the next fetch or reconnect).
+    pushes: governor::DefaultKeyedRateLimiter<UserId>,
     /// Flipped on shutdown so open streams end and the server can drain.
     closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Default for LiveFeed {
     fn default() -> Self {
-        LiveFeed { tx: broadcast::channel(4096).0, closing: tokio::sync::watch::channel(false).0 }
+        let per_minute = std::num::NonZeroU32::new(60).unwrap_or(std::num::NonZeroU32::MIN);
+        let burst = std::num::NonZeroU32::new(30).unwrap_or(std::num::NonZeroU32::MIN);
+        LiveFeed {
+            tx: broadcast::channel(4096).0,
+            pushes: governor::RateLimiter::keyed(governor::Quota::per_minute(per_minute).allow_burst(burst)),
+            closing: tokio::sync::watch::channel(false).0,
+        }
     }
 }
 
@@ -85,6 +94,10 @@ impl Engagement {
     /// Called by the notifier after it stored changes: push them to live listeners.
     pub async fn publish_notifications(&self, items: Vec<NotifItem>) -> ServiceResult<()> {
         for v in self.notif_views(items).await? {
+            if self.live.pushes.check_key(&v.recipient).is_err() {
+                metrics::counter!("likewise_notification_pushes_suppressed_total").increment(1);
+                continue;
+            }
             // No listener is not an error.
             let _ = self.live.tx.send(Arc::new(v));
         }

@@ -122,8 +122,18 @@ impl Aggregator {
                 tracing::warn!(target_kind = ?t.kind, target_id = t.id, drift, "counter drift repaired");
                 batch.add_delta(CounterKey { target: *t, field: CounterField::Likes }, drift);
             }
+            let mut total = drift.unsigned_abs();
+            if t.kind == likewise_core::like::TargetKind::Post {
+                let post = likewise_core::ids::PostId(t.id);
+                let c = stores.counters.recount_comments(&self.opts.consumer, post).await?;
+                if c.drift() != 0 {
+                    tracing::warn!(post = t.id, drift = c.drift(), "comment counter drift repaired");
+                    batch.add_delta(CounterKey { target: *t, field: CounterField::Comments }, c.drift());
+                }
+                total += c.drift().unsigned_abs();
+            }
             metrics::counter!("likewise_reconcile_targets_total").increment(1);
-            metrics::counter!("likewise_reconcile_drift_total").increment(drift.unsigned_abs());
+            metrics::counter!("likewise_reconcile_drift_total").increment(total);
             reconciled.push((*t, drift));
         }
         if batch.is_empty() {

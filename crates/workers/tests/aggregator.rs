@@ -165,3 +165,25 @@ async fn reconciliation_repairs_a_drifted_counter() {
     task.await.expect("join");
     stores.close().expect("close");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_repairs_a_drifted_comment_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (stores, svc) = open(dir.path());
+    register(&svc, &[8]).await;
+    let (mut agg, _) = Aggregator::new(svc.clone(), AggregatorOptions::default()).await.expect("agg");
+    for u in 0..4u64 {
+        svc.create_comment(UserId(200 + u), PostId(8), &format!("comment {u} here"), None)
+            .await
+            .expect("comment");
+    }
+    agg.step(&[]).await.expect("step");
+    let key = CounterKey { target: Target::post(8), field: CounterField::Comments };
+    let offset = stores.counters.offset("counters").await.expect("offset");
+    stores.counters.apply_deltas("counters", offset, &[(key, -3)]).await.expect("corrupt");
+    svc.create_comment(UserId(300), PostId(8), "one more, not yet aggregated", None).await.expect("comment");
+    agg.step(&[Target::post(8)]).await.expect("reconcile");
+    let c = stores.counters.counts(&[Target::post(8)]).await.expect("counts")[0].comments;
+    assert_eq!(c, 5, "four comments, one more pending, drift of -3 repaired");
+    stores.close().expect("close");
+}

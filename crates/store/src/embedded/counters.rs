@@ -156,6 +156,39 @@ impl CounterStore for EmbeddedStore {
         Ok(Recount { rows, counter, pending })
     }
 
+    async fn recount_comments(&self, consumer: &str, post: PostId) -> StoreResult<Recount> {
+        let s = &*self.inner;
+        let snap = s.db.snapshot();
+        let mut rows = 0i64;
+        for g in snap.prefix(&s.comments, post.0.to_be_bytes()) {
+            let (k, v) = g.into_inner().map_err(engine_err)?;
+            let rec =
+                likewise_core::write::CommentRecord::decode(likewise_core::ids::CommentId(be_u64(&k, 8)), &v)
+                    .map_err(|e| StoreError::Corrupt { keyspace: "comments", detail: e.to_string() })?;
+            if rec.status.counts_as_visible() {
+                rows += 1;
+            }
+        }
+        let key = counter_key(CounterKey { target: Target::post(post.0), field: CounterField::Comments });
+        let counter = match snap.get(&s.counters, key).map_err(engine_err)? {
+            Some(v) => parse_counter(&v)?,
+            None => 0,
+        };
+        let offset = match snap.get(&s.offsets, consumer.as_bytes()).map_err(engine_err)? {
+            Some(v) => parse_num("offsets", &v)?,
+            None => 0,
+        };
+        let mut pending = 0i64;
+        for g in snap.range(&s.events, offset.saturating_add(1).to_be_bytes()..) {
+            let (k, v) = g.into_inner().map_err(engine_err)?;
+            let e = decode_event(&k, &v)?;
+            if !e.kind.is_like() && e.post == post.0 {
+                pending += e.delta();
+            }
+        }
+        Ok(Recount { rows, counter, pending })
+    }
+
     async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>> {
         let s = &*self.inner;
         let start = match after {
