@@ -3,6 +3,7 @@
 //! running server, prints likes/s and latency percentiles, and checks that the final count
 //! equals the number of distinct likers.
 
+mod cold_read;
 mod comments;
 mod http;
 mod in_process;
@@ -18,6 +19,8 @@ pub enum BenchCommand {
     HotPost(HotPostArgs),
     /// Comment page latency at depth 0 and 100,000, and ranker throughput.
     Comments(comments::CommentsArgs),
+    /// 10,000 concurrent reads of one cold post: one storage load (single-flight).
+    ColdPost(cold_read::ColdPostArgs),
 }
 
 /// `bench hot-post` options.
@@ -53,6 +56,7 @@ pub struct HotPostArgs {
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     crate::commands::init_logging("warn");
     match cmd {
+        BenchCommand::ColdPost(a) => crate::commands::runtime()?.block_on(cold_read::run(&a)),
         BenchCommand::Comments(a) => crate::commands::runtime()?.block_on(comments::run(&a)),
         BenchCommand::HotPost(a) => {
             let rt = crate::commands::runtime()?;
