@@ -121,3 +121,45 @@ async fn comments_and_replies_notify_and_the_stream_delivers_live() {
     );
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnecting_stream_resumes_from_last_event_id() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    app.post(2, 7, false).await;
+    app.like(70, 1, true).await;
+    app.wait_until(|| async { !inbox(&app, 7).await.is_empty() }).await;
+    let first = inbox(&app, 7).await;
+    let updated_ms: u64 = 1; // older than everything: the whole backlog is replayed
+    let req = hyper::Request::get(format!("{}/v1/me/notifications/stream", app.base))
+        .header("authorization", format!("Bearer {}", app.user(7)))
+        .header("last-event-id", format!("{updated_ms}.0"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("req");
+    let resp = app.client.request(req).await.expect("stream");
+    let mut body = resp.into_body();
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let want = format!("\"id\":\"{}\"", first[0]["id"].as_str().expect("id"));
+    while !seen.contains(&want) {
+        let frame = tokio::time::timeout_at(deadline, body.frame()).await.expect("backlog in time");
+        if let Some(d) = frame.expect("open").expect("frame").data_ref() {
+            seen.push_str(&String::from_utf8_lossy(d));
+        }
+    }
+    let (st, v) = {
+        let req = hyper::Request::get(format!("{}/v1/me/notifications/stream", app.base))
+            .header("authorization", format!("Bearer {}", app.user(7)))
+            .header("last-event-id", "garbage")
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .expect("req");
+        let resp = app.client.request(req).await.expect("stream");
+        let st = resp.status();
+        let b = resp.into_body().collect().await.expect("body").to_bytes();
+        (st, serde_json::from_slice::<Value>(&b).unwrap_or(Value::Null))
+    };
+    common::assert_error(st, &v, 400, "invalid");
+    drop(body);
+    app.stop().await;
+}
