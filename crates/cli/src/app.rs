@@ -61,6 +61,8 @@ pub struct Application {
 impl Application {
     /// Open everything and bind the listener.
     pub async fn build(cfg: &Config) -> anyhow::Result<Self> {
+        // The recorder first: caches register their metric handles when they are built.
+        let metrics = metrics_handle();
         let secret = secret::load_or_create(cfg.auth.secret.as_deref(), &cfg.store.data_dir, true)?;
         let stores = likewise_store::open(&cfg.store_config()).context("opening the store")?;
         let svc = Engagement::new(stores, cfg.service_options());
@@ -73,7 +75,7 @@ impl Application {
             svc,
             keys: TokenKeys::new(&secret),
             cursors: CursorCodec::new(&secret),
-            metrics: metrics_handle(),
+            metrics,
             opts: cfg.http_options(),
         });
         let notifier = likewise_workers::notifier::NotifierOptions {

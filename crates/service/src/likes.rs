@@ -44,8 +44,7 @@ impl Engagement {
         };
         let committed = self.stores.writer.submit(op).await?;
         self.viewer_likes.record(viewer, post, committed.outcome.liked, committed.order);
-        metrics::counter!("likewise_likes_total", "action" => match action { LikeAction::Like => "like", LikeAction::Unlike => "unlike" }, "changed" => if committed.outcome.changed { "true" } else { "false" })
-            .increment(1);
+        like_counter(action, committed.outcome.changed).increment(1);
         Ok(LikeResult { liked: committed.outcome.liked, changed: committed.outcome.changed })
     }
 
@@ -64,4 +63,22 @@ impl Engagement {
         let next = if more { likers.last().copied() } else { None };
         Ok(LikersPage { items: likers.into_iter().zip(names).collect(), next })
     }
+}
+
+/// `likewise_likes_total{action, changed}` handles, registered once (this runs per like).
+fn like_counter(action: LikeAction, changed: bool) -> &'static metrics::Counter {
+    static COUNTERS: std::sync::OnceLock<[metrics::Counter; 4]> = std::sync::OnceLock::new();
+    let c = COUNTERS.get_or_init(|| {
+        [
+            metrics::counter!("likewise_likes_total", "action" => "like", "changed" => "false"),
+            metrics::counter!("likewise_likes_total", "action" => "like", "changed" => "true"),
+            metrics::counter!("likewise_likes_total", "action" => "unlike", "changed" => "false"),
+            metrics::counter!("likewise_likes_total", "action" => "unlike", "changed" => "true"),
+        ]
+    });
+    let i = match action {
+        LikeAction::Like => 0,
+        LikeAction::Unlike => 2,
+    } + usize::from(changed);
+    &c[i]
 }

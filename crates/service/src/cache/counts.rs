@@ -55,6 +55,7 @@ pub struct CountCache {
     shards: Vec<Mutex<HashMap<Target, Arc<Slot>>>>,
     epoch: AtomicU64,
     loads: AtomicU64,
+    lookups: super::LookupCounters,
 }
 
 impl CountCache {
@@ -76,6 +77,7 @@ impl CountCache {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             epoch: AtomicU64::new(0),
             loads: AtomicU64::new(0),
+            lookups: super::LookupCounters::new("counts"),
         })
     }
 
@@ -112,14 +114,15 @@ impl CountCache {
                     if stale && !slot.refreshing.swap(true, Ordering::AcqRel) {
                         self.spawn_refresh(targets[i], slot.clone());
                     }
-                    let result = if stale { "stale" } else { "hit" };
-                    metrics::counter!("likewise_cache_lookups_total", "cache" => "counts", "result" => result)
-                        .increment(1);
+                    if stale {
+                        self.lookups.stale.increment(1)
+                    } else {
+                        self.lookups.hit.increment(1)
+                    }
                     out.push(Some(c));
                 }
                 None => {
-                    metrics::counter!("likewise_cache_lookups_total", "cache" => "counts", "result" => "miss")
-                        .increment(1);
+                    self.lookups.miss.increment(1);
                     missing.push(i);
                     out.push(None);
                 }

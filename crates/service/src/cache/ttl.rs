@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 /// A TTL map. `get` returns only fresh entries.
 pub struct TtlMap<K, V> {
-    name: &'static str,
+    counters: super::LookupCounters,
     ttl: Duration,
     per_shard: usize,
     hasher: RandomState,
@@ -22,7 +22,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlMap<K, V> {
     /// A map named `name` (for metrics) holding about `capacity` entries for `ttl` each.
     pub fn new(name: &'static str, ttl: Duration, capacity: usize) -> Self {
         TtlMap {
-            name,
+            counters: super::LookupCounters::new(name),
             ttl,
             per_shard: capacity.div_ceil(SHARDS).max(1),
             hasher: RandomState::new(),
@@ -34,8 +34,11 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlMap<K, V> {
     pub fn get(&self, key: &K) -> Option<V> {
         let shard = self.shards[shard_of(&self.hasher, key)].lock();
         let hit = shard.get(key).filter(|(_, at)| at.elapsed() < self.ttl).map(|(v, _)| v.clone());
-        metrics::counter!("likewise_cache_lookups_total", "cache" => self.name, "result" => if hit.is_some() { "hit" } else { "miss" })
-            .increment(1);
+        if hit.is_some() {
+            self.counters.hit.increment(1)
+        } else {
+            self.counters.miss.increment(1)
+        }
         hit
     }
 

@@ -48,6 +48,7 @@ pub struct ViewerLikes {
     bloom_max: usize,
     hasher: RandomState,
     shards: Vec<Mutex<HashMap<UserId, Arc<Mutex<Entry>>>>>,
+    counters: super::LookupCounters,
 }
 
 enum Answer {
@@ -65,6 +66,7 @@ impl ViewerLikes {
             bloom_max,
             hasher: RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            counters: super::LookupCounters::new("viewer_likes"),
         }
     }
 
@@ -154,10 +156,8 @@ impl ViewerLikes {
             self.likes.liked_among(user, TargetKind::Post, &ask).await?
         };
         let hits = answers.iter().filter(|a| !matches!(a, Answer::Ask)).count();
-        metrics::counter!("likewise_cache_lookups_total", "cache" => "viewer_likes", "result" => "hit")
-            .increment(hits as u64);
-        metrics::counter!("likewise_cache_lookups_total", "cache" => "viewer_likes", "result" => "miss")
-            .increment(ask.len() as u64);
+        self.counters.hit.increment(hits as u64);
+        self.counters.miss.increment(ask.len() as u64);
         let mut looked = looked_up.into_iter();
         Ok(answers
             .into_iter()
