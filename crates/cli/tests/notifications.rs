@@ -59,15 +59,31 @@ async fn thirty_likes_become_one_aggregated_item() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_like_undone_within_the_hold_never_notifies() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let app = TestApp::start(dir.path()).await;
+    let mut cfg = common::test_config(dir.path());
+    cfg.notifications.hold_ms = 1_500; // ample time to unlike, even on a slow machine
+    let app = TestApp::start_with(cfg).await;
     app.post(1, 7, false).await;
     app.post(2, 7, false).await;
+    // Watch the live stream: a delivered-then-withdrawn notification would show up there.
+    let req = hyper::Request::get(format!("{}/v1/me/notifications/stream", app.base))
+        .header("authorization", format!("Bearer {}", app.user(7)))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("req");
+    let mut body = app.client.request(req).await.expect("stream").into_body();
     app.like(50, 1, true).await;
     app.like(50, 1, false).await;
-    app.like(51, 2, true).await; // a control that must arrive
-    app.wait_until(|| async { inbox(&app, 7).await.iter().any(|i| i["post_id"] == "2") }).await;
-    tokio::time::sleep(Duration::from_millis(700)).await; // well past the 300 ms hold
-    assert!(!inbox(&app, 7).await.iter().any(|i| i["post_id"] == "1"), "the cancelled like left no item");
+    app.like(51, 2, true).await; // a control, due after the cancelled one would have been
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !seen.contains("\"post_id\":\"2\"") {
+        let frame = tokio::time::timeout_at(deadline, body.frame()).await.expect("the control in time");
+        if let Some(d) = frame.expect("open").expect("frame").data_ref() {
+            seen.push_str(&String::from_utf8_lossy(d));
+        }
+    }
+    assert!(!seen.contains("\"post_id\":\"1\""), "the cancelled like was never pushed: {seen}");
+    assert!(!inbox(&app, 7).await.iter().any(|i| i["post_id"] == "1"), "and left no item");
+    drop(body);
     app.stop().await;
 }
 
