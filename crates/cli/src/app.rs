@@ -123,14 +123,11 @@ impl Application {
             stop_rx,
         ));
         let flusher = {
-            let (svc, mut stop) = (self.state.svc.clone(), stop_rx_views(&stop_tx));
+            let svc = self.state.svc.clone();
+            let mut ticker =
+                likewise_workers::Ticker::new(std::time::Duration::from_secs(1), stop_tx.subscribe());
             tokio::spawn(async move {
-                let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-                loop {
-                    tokio::select! {
-                        _ = tick.tick() => {}
-                        _ = stop.changed() => break,
-                    }
+                while ticker.next().await {
                     if let Err(e) = svc.flush_views().await {
                         tracing::warn!(error = %e, "flushing view sketches failed");
                     }
@@ -165,10 +162,6 @@ impl Application {
         tracing::info!("stopped cleanly");
         served.context("HTTP server failed")
     }
-}
-
-fn stop_rx_views(tx: &watch::Sender<bool>) -> watch::Receiver<bool> {
-    tx.subscribe()
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

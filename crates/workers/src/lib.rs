@@ -14,3 +14,31 @@ pub mod reconcile;
 
 pub use aggregator::{Aggregator, AggregatorOptions, StepReport};
 pub use reconcile::ReconcileHandle;
+
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// A periodic tick that ends on shutdown: `while ticker.next().await { ... }`. Shared by the
+/// workers that have nothing to drain when they stop.
+pub struct Ticker {
+    tick: tokio::time::Interval,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Ticker {
+    /// Tick every `period` until `shutdown` flips to true (late ticks are delayed, not bunched).
+    pub fn new(period: Duration, shutdown: watch::Receiver<bool>) -> Self {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Ticker { tick, shutdown }
+    }
+
+    /// Wait for the next tick; false once shutdown was signalled.
+    pub async fn next(&mut self) -> bool {
+        tokio::select! {
+            _ = self.tick.tick() => {}
+            _ = self.shutdown.changed() => return false,
+        }
+        !*self.shutdown.borrow()
+    }
+}

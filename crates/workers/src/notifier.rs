@@ -104,7 +104,7 @@ impl Notifier {
 }
 
 /// Run until `shutdown` flips to true.
-pub async fn run(svc: Arc<Engagement>, opts: NotifierOptions, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(svc: Arc<Engagement>, opts: NotifierOptions, shutdown: watch::Receiver<bool>) {
     let mut n = match Notifier::new(svc, &opts).await {
         Ok(n) => n,
         Err(e) => {
@@ -112,16 +112,8 @@ pub async fn run(svc: Arc<Engagement>, opts: NotifierOptions, mut shutdown: watc
             return;
         }
     };
-    let mut tick = tokio::time::interval(opts.tick);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        if *shutdown.borrow() {
-            return;
-        }
+    let mut ticker = crate::Ticker::new(opts.tick, shutdown);
+    while ticker.next().await {
         if let Err(e) = n.step(now_ms()).await {
             tracing::warn!(error = %e, "notifier step failed");
         }

@@ -72,7 +72,7 @@ pub async fn round(
 }
 
 /// Run until `shutdown` flips to true.
-pub async fn run(svc: Arc<Engagement>, opts: RankerOptions, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(svc: Arc<Engagement>, opts: RankerOptions, shutdown: watch::Receiver<bool>) {
     let mut offset = match svc.stores().counters.offset(RANKER).await {
         Ok(o) => o,
         Err(e) => {
@@ -81,16 +81,8 @@ pub async fn run(svc: Arc<Engagement>, opts: RankerOptions, mut shutdown: watch:
         }
     };
     let mut dirty = BTreeSet::new();
-    let mut tick = tokio::time::interval(opts.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        if *shutdown.borrow() {
-            return;
-        }
+    let mut ticker = crate::Ticker::new(opts.interval, shutdown);
+    while ticker.next().await {
         if let Err(e) = round(&svc, &mut offset, &mut dirty, opts.max_posts_per_round).await {
             tracing::warn!(error = %e, "ranker round failed");
         }

@@ -73,6 +73,38 @@ impl EventLog for EmbeddedStore {
     }
 }
 
+impl EmbeddedStore {
+    /// The rest of a recount, in the same snapshot as the rows: the stored counter and the
+    /// sum of deltas of the events (selected by `concerns`) that `consumer` has not applied.
+    fn finish_recount(
+        &self,
+        snap: &fjall::Snapshot,
+        consumer: &str,
+        key: CounterKey,
+        rows: i64,
+        concerns: impl Fn(&Event) -> bool,
+    ) -> StoreResult<Recount> {
+        let s = &*self.inner;
+        let counter = match snap.get(&s.counters, counter_key(key)).map_err(engine_err)? {
+            Some(v) => parse_counter(&v)?,
+            None => 0,
+        };
+        let offset = match snap.get(&s.offsets, consumer.as_bytes()).map_err(engine_err)? {
+            Some(v) => parse_num("offsets", &v)?,
+            None => 0,
+        };
+        let mut pending = 0i64;
+        for g in snap.range(&s.events, offset.saturating_add(1).to_be_bytes()..) {
+            let (k, v) = g.into_inner().map_err(engine_err)?;
+            let e = decode_event(&k, &v)?;
+            if concerns(&e) {
+                pending += e.delta();
+            }
+        }
+        Ok(Recount { rows, counter, pending })
+    }
+}
+
 #[async_trait]
 impl CounterStore for EmbeddedStore {
     async fn counts(&self, targets: &[Target]) -> StoreResult<Vec<Counts>> {
@@ -135,25 +167,8 @@ impl CounterStore for EmbeddedStore {
             g.key().map_err(engine_err)?;
             rows += 1;
         }
-        let counter =
-            match snap.get(&s.counters, counter_key(CounterKey { target, field: CounterField::Likes })) {
-                Ok(Some(v)) => parse_counter(&v)?,
-                Ok(None) => 0,
-                Err(e) => return Err(engine_err(e)),
-            };
-        let offset = match snap.get(&s.offsets, consumer.as_bytes()).map_err(engine_err)? {
-            Some(v) => parse_num("offsets", &v)?,
-            None => 0,
-        };
-        let mut pending = 0i64;
-        for g in snap.range(&s.events, offset.saturating_add(1).to_be_bytes()..) {
-            let (k, v) = g.into_inner().map_err(engine_err)?;
-            let e = decode_event(&k, &v)?;
-            if e.target == target {
-                pending += e.delta();
-            }
-        }
-        Ok(Recount { rows, counter, pending })
+        let key = CounterKey { target, field: CounterField::Likes };
+        self.finish_recount(&snap, consumer, key, rows, |e| e.kind.is_like() && e.target == target)
     }
 
     async fn recount_comments(&self, consumer: &str, post: PostId) -> StoreResult<Recount> {
@@ -169,24 +184,8 @@ impl CounterStore for EmbeddedStore {
                 rows += 1;
             }
         }
-        let key = counter_key(CounterKey { target: Target::post(post.0), field: CounterField::Comments });
-        let counter = match snap.get(&s.counters, key).map_err(engine_err)? {
-            Some(v) => parse_counter(&v)?,
-            None => 0,
-        };
-        let offset = match snap.get(&s.offsets, consumer.as_bytes()).map_err(engine_err)? {
-            Some(v) => parse_num("offsets", &v)?,
-            None => 0,
-        };
-        let mut pending = 0i64;
-        for g in snap.range(&s.events, offset.saturating_add(1).to_be_bytes()..) {
-            let (k, v) = g.into_inner().map_err(engine_err)?;
-            let e = decode_event(&k, &v)?;
-            if !e.kind.is_like() && e.post == post.0 {
-                pending += e.delta();
-            }
-        }
-        Ok(Recount { rows, counter, pending })
+        let key = CounterKey { target: Target::post(post.0), field: CounterField::Comments };
+        self.finish_recount(&snap, consumer, key, rows, |e| !e.kind.is_like() && e.post == post.0)
     }
 
     async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>> {
