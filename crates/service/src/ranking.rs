@@ -158,13 +158,14 @@ impl Engagement {
         }
     }
 
-    /// The viewer's ordering of a post's ranked comments (pins first), without paging.
+    /// The viewer's ordering of a post's ranked comments (pins first), without paging, and the
+    /// pins the viewer may see.
     async fn viewer_order(
         &self,
         reader: Reader,
         post: PostId,
         list: &TopList,
-    ) -> ServiceResult<Vec<CommentId>> {
+    ) -> ServiceResult<(Vec<CommentId>, Vec<CommentId>)> {
         let ids: Vec<CommentId> = list.ranked.iter().map(|(id, _, _)| *id).collect();
         let pins = self.pins(post).await?;
         let mut want = ids.clone();
@@ -184,7 +185,7 @@ impl Engagement {
             .collect();
         let pins: Vec<CommentId> =
             pins.into_iter().filter(|p| seen.get(p).copied().unwrap_or(false)).collect();
-        Ok(order_top(&pins, &scored))
+        Ok((order_top(&pins, &scored), pins))
     }
 
     /// A page of top comments for the viewer.
@@ -196,17 +197,19 @@ impl Engagement {
         limit: usize,
     ) -> ServiceResult<TopPage> {
         self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
-        let (order, pos, floor, snapshot) = match cursor {
+        // The first page reads the pins while ordering; later pages read them once here.
+        let (order, pins, pos, floor, snapshot) = match cursor {
             None => {
                 let list = self.top_list(post).await?;
-                let order = Arc::new(self.viewer_order(reader, post, &list).await?);
+                let (order, pins) = self.viewer_order(reader, post, &list).await?;
+                let order = Arc::new(order);
                 let snap = self.top.next_snapshot.fetch_add(1, Ordering::Relaxed);
                 self.top.snapshots.put(snap, order.clone());
                 let floor = if list.more { list.floor.map_or(0, |f| f.0) } else { 0 };
-                (Some(order), 0usize, floor, snap)
+                (Some(order), pins, 0usize, floor, snap)
             }
             Some(TopCursor::Ranked { snapshot, pos, floor }) => {
-                (self.top.snapshots.get(&snapshot), pos as usize, floor, snapshot)
+                (self.top.snapshots.get(&snapshot), self.pins(post).await?, pos as usize, floor, snapshot)
             }
             Some(TopCursor::Chrono { after }) => return self.top_chrono(reader, post, after, limit).await,
         };
@@ -228,9 +231,8 @@ impl Engagement {
             .flatten()
             .filter_map(|r| as_seen_by(reader, &r))
             .collect();
-        let items = self.views(reader, recs).await?;
-        let mut items = items;
-        self.mark_pins(post, &mut items).await?;
+        let mut items = self.views(reader, recs).await?;
+        Self::mark_pins(&pins, &mut items);
         let end = pos + slice.len();
         let next = if end < order.len() {
             Some(TopCursor::Ranked { snapshot, pos: end as u32, floor })
@@ -256,12 +258,10 @@ impl Engagement {
     }
 
     /// Set `pinned` on views of pinned comments.
-    pub(crate) async fn mark_pins(&self, post: PostId, items: &mut [CommentView]) -> ServiceResult<()> {
-        let pins = self.pins(post).await?;
+    fn mark_pins(pins: &[CommentId], items: &mut [CommentView]) {
         for v in items.iter_mut() {
             v.pinned = pins.contains(&v.record.id);
         }
-        Ok(())
     }
 
     /// The top two comments of each post for the viewer (feed previews). Only the best ten
@@ -283,7 +283,7 @@ impl Engagement {
                 floor: list.floor,
                 more: list.more,
             };
-            let order = self.viewer_order(reader, *post, &short).await?;
+            let (order, pins) = self.viewer_order(reader, *post, &short).await?;
             let ids: Vec<CommentId> = order.into_iter().take(2).collect();
             let recs = self
                 .stores
@@ -295,7 +295,7 @@ impl Engagement {
                 .filter_map(|r| as_seen_by(reader, &r))
                 .collect();
             let mut views = self.views(reader, recs).await?;
-            self.mark_pins(*post, &mut views).await?;
+            Self::mark_pins(&pins, &mut views);
             out.push(views);
         }
         Ok(out)

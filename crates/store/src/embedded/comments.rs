@@ -132,7 +132,8 @@ impl BatchState<'_> {
                 self.comment_event(EventKind::CommentCreated, &r, r.author, visible(Some(&r)), now_ms);
                 Ok(CommentOutcome::Done(Some(r)))
             }
-            CommentOp::SetStatus { id, status, actor } => {
+            // The event's actor is the comment's author, whoever decided (see docs/events.md).
+            CommentOp::SetStatus { id, status, actor: _ } => {
                 let Some(old) = self.current(*id)? else { return Ok(CommentOutcome::NotFound) };
                 if old.status == *status || old.status == CommentStatus::Deleted {
                     return Ok(CommentOutcome::Done(Some(old)));
@@ -141,11 +142,10 @@ impl BatchState<'_> {
                 r.status = *status;
                 let delta = visible(Some(&r)) - visible(Some(&old));
                 self.set(*id, Some(r.clone()));
-                let _decided_by = actor; // the event's actor is the comment's author (see events.md)
                 self.comment_event(EventKind::CommentStatusChanged, &r, r.author, delta, now_ms);
                 Ok(CommentOutcome::Done(Some(r)))
             }
-            CommentOp::Delete { id, actor } => {
+            CommentOp::Delete { id, actor: _ } => {
                 let Some(old) = self.current(*id)? else { return Ok(CommentOutcome::NotFound) };
                 if old.status == CommentStatus::Deleted {
                     return Ok(CommentOutcome::Done(Some(old)));
@@ -158,7 +158,6 @@ impl BatchState<'_> {
                 });
                 let delta = -visible(Some(&old));
                 self.set(*id, now.clone());
-                let _deleted_by = actor;
                 self.comment_event(EventKind::CommentDeleted, &old, old.author, delta, now_ms);
                 Ok(CommentOutcome::Done(now))
             }
