@@ -32,6 +32,7 @@ pub async fn retried_like_changes_once(s: &Stores) {
         (ev[0].kind, ev[0].actor, ev[0].target_author),
         (EventKind::LikeCreated, UserId(1), UserId(7))
     );
+    s.settle().await.expect("settle");
     assert_eq!(
         s.likes.liked_among(UserId(1), TargetKind::Post, &[42, 43]).await.expect("liked"),
         vec![true, false]
@@ -56,8 +57,15 @@ pub async fn one_batch_resolves_each_key_in_arrival_order(s: &Stores) {
         op(t, 2, LikeAction::Unlike, 5),
     ];
     let ops: Vec<WriteOp> = ops.into_iter().map(WriteOp::Like).collect();
-    let out = s.write_engine.apply(&ops).expect("apply");
-    s.write_engine.sync().expect("sync");
+    // The engine is driven from a plain thread, as the group committer drives it.
+    let engine = s.write_engine.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        let out = engine.apply(&ops).expect("apply");
+        engine.sync().expect("sync");
+        out
+    })
+    .await
+    .expect("writer thread");
     let changed: Vec<bool> = out
         .iter()
         .map(|o| match o {
@@ -71,6 +79,7 @@ pub async fn one_batch_resolves_each_key_in_arrival_order(s: &Stores) {
     assert_eq!(deltas, vec![1, -1, 1]);
     let seqs: Vec<u64> = ev.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, vec![1, 2, 3]);
+    s.settle().await.expect("settle");
     assert_eq!(s.likes.liked_among(UserId(1), TargetKind::Post, &[5]).await.expect("liked"), vec![true]);
     let likers = s.likes.likers(t, None, 10).await.expect("likers");
     assert_eq!(likers, vec![Liker { user: UserId(1), liked_at_ms: 3 }]);
@@ -96,6 +105,7 @@ pub async fn reverse_index_lists_a_users_likes(s: &Stores) {
         s.writer.submit(op(Target::post(p), 8, LikeAction::Like, 1)).await.expect("like");
     }
     s.writer.submit(op(Target::comment(77), 8, LikeAction::Like, 1)).await.expect("comment like");
+    s.settle().await.expect("settle");
     assert_eq!(s.likes.liked_ids(UserId(8), TargetKind::Post, 10).await.expect("ids"), vec![1, 2, 3]);
     assert_eq!(s.likes.liked_ids(UserId(8), TargetKind::Comment, 10).await.expect("ids"), vec![77]);
     assert_eq!(

@@ -3,6 +3,8 @@
 //! - [`embedded`]: the default engine, on fjall (an LSM tree in the process; no server).
 //! - [`group_commit`]: coalesces concurrent like/unlike requests into one atomic batch and one
 //!   fsync, acknowledging each request only once its batch is durable.
+//! - [`postgres`]: the scale-out engine, sharded over N PostgreSQL databases.
+//! - [`stream`]: NATS JetStream: the outbox relay and the durable consumers' event logs.
 //! - [`keys`]: the embedded engine's key layouts.
 //! - [`open`]: picks and opens the engine named by the configuration; [`Stores`] bundles the ports.
 //! - `conformance` (feature `conformance`): the test suite every engine must pass.
@@ -13,6 +15,8 @@ pub mod embedded;
 pub mod group_commit;
 pub mod keys;
 pub mod open;
+pub mod postgres;
+pub mod stream;
 
 pub use open::{StoreConfig, Stores, open};
 

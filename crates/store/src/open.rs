@@ -3,6 +3,7 @@
 
 use crate::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::group_commit::{GroupCommitOptions, GroupCommitter};
+use crate::postgres::{PgOptions, PgStore};
 use likewise_core::ports::{
     CommentReader, CounterStore, EventLog, LikeReader, MetaStore, ModerationStore, NotificationStore,
     ViewStore, WriteEngine,
@@ -22,6 +23,8 @@ pub struct StoreConfig {
     pub embedded: EmbeddedOptions,
     /// Write-path batching.
     pub group_commit: GroupCommitOptions,
+    /// The PostgreSQL shards (backend `postgres`).
+    pub postgres: PgOptions,
 }
 
 /// Every port of an opened engine, plus its write path.
@@ -49,9 +52,20 @@ pub struct Stores {
     pub moderation: Arc<dyn ModerationStore>,
     /// The embedded engine, when that is the one in use (for shutdown and disk metrics).
     pub embedded: Option<EmbeddedStore>,
+    /// The PostgreSQL engine, when that is the one in use (relay, stream consumers, migrations).
+    pub postgres: Option<PgStore>,
 }
 
 impl Stores {
+    /// Make derived indexes that an engine maintains asynchronously (the PostgreSQL reverse
+    /// index) reflect every write so far. Tests and tools only; a no-op for the embedded engine.
+    pub async fn settle(&self) -> StoreResult<()> {
+        match &self.postgres {
+            Some(pg) => pg.settle().await,
+            None => Ok(()),
+        }
+    }
+
     /// Stop the write path (draining and syncing queued writes) and make everything durable.
     pub fn close(&self) -> StoreResult<()> {
         self.writer.close();
@@ -71,8 +85,9 @@ pub fn open(cfg: &StoreConfig) -> StoreResult<Stores> {
             let store = EmbeddedStore::open(&cfg.data_dir.join("store"), &cfg.embedded)?;
             Ok(from_embedded(store, cfg.group_commit.clone()))
         }
+        "postgres" => Ok(from_postgres(PgStore::connect(&cfg.postgres)?, cfg.group_commit.clone())),
         other => Err(StoreError::Engine(format!(
-            "storage backend {other:?} is not available in this build (available: \"embedded\")"
+            "unknown storage backend {other:?} (available: \"embedded\", \"postgres\")"
         ))),
     }
 }
@@ -92,5 +107,31 @@ pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
         meta: arc.clone(),
         moderation: arc,
         embedded: Some(store),
+        postgres: None,
+    }
+}
+
+/// Wrap a connected PostgreSQL store. Its `events` port reads the outbox directly when there
+/// is one shard; with several, events are read from the stream (`crate::stream`).
+pub fn from_postgres(store: PgStore, gc: GroupCommitOptions) -> Stores {
+    let arc = Arc::new(store.clone());
+    let events: Arc<dyn EventLog> = if store.shard_count() == 1 {
+        Arc::new(crate::postgres::outbox::OutboxLog::new(store.clone(), 0))
+    } else {
+        Arc::new(crate::stream::NoDirectLog)
+    };
+    Stores {
+        writer: GroupCommitter::start(arc.clone(), gc),
+        write_engine: arc.clone(),
+        comments: arc.clone(),
+        views: arc.clone(),
+        notifications: arc.clone(),
+        likes: arc.clone(),
+        events,
+        counters: arc.clone(),
+        meta: arc.clone(),
+        moderation: arc,
+        embedded: None,
+        postgres: Some(store),
     }
 }

@@ -1,0 +1,257 @@
+//! Derived counters and consumer offsets.
+//!
+//! A counter is written only by the aggregator of its shard, which commits the summed deltas
+//! and the stream position they cover in ONE transaction on that shard: a consumer that
+//! writes counters is per shard (`counters@3`), so its deltas and its offset always share a
+//! database. Redelivered events at or below the stored offset are skipped by the consumer,
+//! so nothing is counted twice. Consumers without `@shard` keep their offset on shard 0.
+
+use super::{PgStore, i, pg_err, u};
+use async_trait::async_trait;
+use likewise_core::counter::{CounterField, CounterKey, Counts};
+use likewise_core::ids::PostId;
+use likewise_core::like::{Target, TargetKind};
+use likewise_core::ports::{CounterStore, Recount};
+use likewise_core::{StoreError, StoreResult};
+use std::collections::HashMap;
+
+/// Unrelayed outbox rows older than this mean the relay is behind or crashed between a
+/// publish and its bookkeeping; a recount then cannot tell pending from applied, so it
+/// refuses to repair (the next reconciliation will).
+const UNSETTLED_MS: i64 = 1_000;
+
+fn field_code(f: CounterField) -> i16 {
+    i16::from(f.code())
+}
+
+fn field_of(code: i16) -> Option<CounterField> {
+    [CounterField::Likes, CounterField::Comments, CounterField::Replies]
+        .into_iter()
+        .find(|f| field_code(*f) == code)
+}
+
+impl PgStore {
+    /// The shard holding `consumer`'s offset: `name@N` -> N, else 0.
+    pub fn offset_shard(&self, consumer: &str) -> StoreResult<usize> {
+        match consumer.rsplit_once('@') {
+            Some((_, n)) => match n.parse::<usize>() {
+                Ok(s) if s < self.shard_count() => Ok(s),
+                _ => Err(StoreError::Engine(format!(
+                    "consumer {consumer:?} names no shard of {}",
+                    self.shard_count()
+                ))),
+            },
+            None => Ok(0),
+        }
+    }
+
+    /// Store `consumer`'s offset (monotonic) outside a counter commit.
+    pub async fn set_offset(&self, consumer: &str, upto: u64) -> StoreResult<()> {
+        let c = self.conn(self.offset_shard(consumer)?).await?;
+        c.execute(
+            "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
+             ON CONFLICT (consumer) DO UPDATE SET upto = GREATEST(consumer_offsets.upto, EXCLUDED.upto)",
+            &[&consumer, &i(upto)],
+        )
+        .await
+        .map_err(pg_err)?;
+        Ok(())
+    }
+
+    /// The outbox condition for "not applied yet by a consumer at offset $2".
+    fn pending_clause(&self) -> &'static str {
+        if self.stream_positions() { "(stream_seq IS NULL OR stream_seq > $2)" } else { "seq > $2" }
+    }
+
+    async fn recount(
+        &self,
+        consumer: &str,
+        shard: usize,
+        rows_sql: &str,
+        key: (i16, i64, i16),
+        pending_sql: &str,
+    ) -> StoreResult<Recount> {
+        let mut c = self.conn(shard).await?;
+        let tx = c
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(pg_err)?;
+        let offset: i64 = tx
+            .query_opt("SELECT upto FROM consumer_offsets WHERE consumer = $1", &[&consumer])
+            .await
+            .map_err(pg_err)?
+            .map_or(0, |r| r.get(0));
+        let rows: i64 = tx.query_one(rows_sql, &[&key.0, &key.1]).await.map_err(pg_err)?.get(0);
+        let counter: i64 = tx
+            .query_opt(
+                "SELECT value FROM counters WHERE kind = $1 AND target = $2 AND field = $3",
+                &[&key.0, &key.1, &key.2],
+            )
+            .await
+            .map_err(pg_err)?
+            .map_or(0, |r| r.get(0));
+        let p = tx.query_one(pending_sql, &[&key.1, &offset, &key.0]).await.map_err(pg_err)?;
+        let pending: i64 = p.get(0);
+        let oldest_unrelayed: Option<i64> = p.get(1);
+        tx.commit().await.map_err(pg_err)?;
+        if self.stream_positions() && oldest_unrelayed.is_some_and(|t| i(crate::now_ms()) - t > UNSETTLED_MS)
+        {
+            return Err(StoreError::Engine(format!(
+                "events of {key:?} are waiting for the outbox relay; not reconciled now"
+            )));
+        }
+        Ok(Recount { rows, counter, pending })
+    }
+}
+
+#[async_trait]
+impl CounterStore for PgStore {
+    async fn counts(&self, targets: &[Target]) -> StoreResult<Vec<Counts>> {
+        let mut found: HashMap<Target, Counts> = HashMap::new();
+        for (shard, idx) in self.group(targets, |t| self.shard_of_target(*t)) {
+            let c = self.conn(shard).await?;
+            let kinds: Vec<i16> = idx.iter().map(|k| i16::from(targets[*k].kind.code())).collect();
+            let ids: Vec<i64> = idx.iter().map(|k| i(targets[*k].id)).collect();
+            let rows = c
+                .query(
+                    "SELECT c.kind, c.target, c.field, c.value FROM counters c
+                     JOIN unnest($1::smallint[], $2::bigint[]) AS t(kind, target)
+                       ON c.kind = t.kind AND c.target = t.target",
+                    &[&kinds, &ids],
+                )
+                .await
+                .map_err(pg_err)?;
+            for r in rows {
+                let kind = TargetKind::from_code(r.get::<_, i16>(0) as u8);
+                let field = field_of(r.get(2));
+                if let (Some(kind), Some(field)) = (kind, field) {
+                    found.entry(Target { kind, id: u(r.get(1)) }).or_default().add(field, r.get(3));
+                }
+            }
+        }
+        Ok(targets.iter().map(|t| found.get(t).copied().unwrap_or_default()).collect())
+    }
+
+    async fn apply_deltas(
+        &self,
+        consumer: &str,
+        upto: u64,
+        deltas: &[(CounterKey, i64)],
+    ) -> StoreResult<Vec<(CounterKey, i64)>> {
+        let shard = self.offset_shard(consumer)?;
+        if let Some((k, _)) = deltas.iter().find(|(k, _)| self.shard_of_target(k.target) != shard) {
+            return Err(StoreError::Engine(format!(
+                "consumer {consumer:?} keeps its offset on shard {shard} but was given a delta for {:?} on shard {}",
+                k.target,
+                self.shard_of_target(k.target)
+            )));
+        }
+        let mut c = self.conn(shard).await?;
+        let tx = c.transaction().await.map_err(pg_err)?;
+        let mut out = Vec::with_capacity(deltas.len());
+        if !deltas.is_empty() {
+            let kinds: Vec<i16> = deltas.iter().map(|(k, _)| i16::from(k.target.kind.code())).collect();
+            let ids: Vec<i64> = deltas.iter().map(|(k, _)| i(k.target.id)).collect();
+            let fields: Vec<i16> = deltas.iter().map(|(k, _)| field_code(k.field)).collect();
+            let values: Vec<i64> = deltas.iter().map(|(_, d)| *d).collect();
+            let rows = tx
+                .query(
+                    "INSERT INTO counters (kind, target, field, value)
+                     SELECT * FROM unnest($1::smallint[], $2::bigint[], $3::smallint[], $4::bigint[])
+                     ON CONFLICT (kind, target, field) DO UPDATE SET value = counters.value + EXCLUDED.value
+                     RETURNING kind, target, field, value",
+                    &[&kinds, &ids, &fields, &values],
+                )
+                .await
+                .map_err(pg_err)?;
+            for r in rows {
+                let kind = TargetKind::from_code(r.get::<_, i16>(0) as u8);
+                let field = field_of(r.get(2));
+                if let (Some(kind), Some(field)) = (kind, field) {
+                    out.push((CounterKey { target: Target { kind, id: u(r.get(1)) }, field }, r.get(3)));
+                }
+            }
+        }
+        tx.execute(
+            "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
+             ON CONFLICT (consumer) DO UPDATE SET upto = EXCLUDED.upto",
+            &[&consumer, &i(upto)],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)?;
+        Ok(out)
+    }
+
+    async fn offset(&self, consumer: &str) -> StoreResult<u64> {
+        let c = self.conn(self.offset_shard(consumer)?).await?;
+        let row = c
+            .query_opt("SELECT upto FROM consumer_offsets WHERE consumer = $1", &[&consumer])
+            .await
+            .map_err(pg_err)?;
+        Ok(row.map_or(0, |r| u(r.get(0))))
+    }
+
+    async fn recount_likes(&self, consumer: &str, target: Target) -> StoreResult<Recount> {
+        let pending = format!(
+            "SELECT COALESCE(SUM(like_delta), 0)::bigint, MIN(created_ms) FILTER (WHERE stream_seq IS NULL)
+             FROM outbox WHERE target_kind = $3 AND target = $1 AND like_delta <> 0 AND {}",
+            self.pending_clause()
+        );
+        self.recount(
+            consumer,
+            self.shard_of_target(target),
+            "SELECT count(*) FROM likes WHERE kind = $1 AND target = $2",
+            (i16::from(target.kind.code()), i(target.id), field_code(CounterField::Likes)),
+            &pending,
+        )
+        .await
+    }
+
+    async fn recount_comments(&self, consumer: &str, post: PostId) -> StoreResult<Recount> {
+        let pending = format!(
+            "SELECT COALESCE(SUM(comment_delta), 0)::bigint, MIN(created_ms) FILTER (WHERE stream_seq IS NULL)
+             FROM outbox WHERE post_id = $1 AND comment_delta <> 0 AND $3::smallint IS NOT NULL AND {}",
+            self.pending_clause()
+        );
+        let visible = i16::from(likewise_core::comment::status::CommentStatus::Visible.code());
+        let rows_sql = format!(
+            "SELECT count(*) FROM comments WHERE post_id = $2 AND status = {visible} AND $1::smallint IS NOT NULL"
+        );
+        self.recount(
+            consumer,
+            self.shard_of_post(post),
+            &rows_sql,
+            (i16::from(TargetKind::Post.code()), i(post.0), field_code(CounterField::Comments)),
+            &pending,
+        )
+        .await
+    }
+
+    async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>> {
+        let mut all = Vec::new();
+        for shard in 0..self.shard_count() {
+            let c = self.conn(shard).await?;
+            let rows = c
+                .query(
+                    "SELECT target FROM counters WHERE kind = $1 AND field = $2 AND target > $3
+                     ORDER BY target LIMIT $4",
+                    &[
+                        &i16::from(TargetKind::Post.code()),
+                        &field_code(CounterField::Likes),
+                        &after.map_or(-1, |p| i(p.0)),
+                        &(limit as i64),
+                    ],
+                )
+                .await
+                .map_err(pg_err)?;
+            all.extend(rows.iter().map(|r| PostId(u(r.get(0)))));
+        }
+        all.sort();
+        all.truncate(limit);
+        Ok(all)
+    }
+}

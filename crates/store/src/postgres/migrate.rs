@@ -1,0 +1,74 @@
+//! Versioned SQL migrations, applied in order to every shard by `likewise migrate`.
+//!
+//! Each migration runs in one transaction together with its row in `schema_migrations`, under
+//! an advisory lock, so two migrators never interleave and a failed migration leaves nothing
+//! half-applied. Migrations are append-only: never edit one that has shipped.
+
+use super::pg_err;
+use likewise_core::StoreResult;
+
+/// Every migration, in order: (version, name, SQL).
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "likes_and_outbox", include_str!("migrations/0001_likes_and_outbox.sql")),
+    (2, "comments", include_str!("migrations/0002_comments.sql")),
+    (
+        3,
+        "upstream_moderation_views_notifications",
+        include_str!("migrations/0003_upstream_moderation_views_notifications.sql"),
+    ),
+];
+
+/// Advisory lock key held while migrating (any constant unique to Likewise).
+const LOCK: i64 = 0x4c_696b_6577_6973;
+
+async fn ensure_table(c: &tokio_postgres::Client) -> StoreResult<()> {
+    c.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version    integer PRIMARY KEY,
+             name       text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         )",
+    )
+    .await
+    .map_err(pg_err)
+}
+
+async fn applied(c: &tokio_postgres::Client) -> StoreResult<Vec<i32>> {
+    let rows =
+        c.query("SELECT version FROM schema_migrations ORDER BY version", &[]).await.map_err(pg_err)?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Apply the missing migrations to one shard; returns the versions applied.
+pub async fn apply(c: &mut tokio_postgres::Client) -> StoreResult<Vec<i32>> {
+    c.execute("SELECT pg_advisory_lock($1)", &[&LOCK]).await.map_err(pg_err)?;
+    let result = async {
+        ensure_table(c).await?;
+        let done = applied(c).await?;
+        let mut now = Vec::new();
+        for (version, name, sql) in MIGRATIONS {
+            if done.contains(version) {
+                continue;
+            }
+            let tx = c.transaction().await.map_err(pg_err)?;
+            tx.batch_execute(sql).await.map_err(|e| pg_err(format!("migration {version} ({name}): {e}")))?;
+            tx.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", &[version, name])
+                .await
+                .map_err(pg_err)?;
+            tx.commit().await.map_err(pg_err)?;
+            now.push(*version);
+        }
+        Ok(now)
+    }
+    .await;
+    let _ = c.execute("SELECT pg_advisory_unlock($1)", &[&LOCK]).await;
+    result
+}
+
+/// Versions this build expects that the shard lacks.
+pub async fn missing(c: &tokio_postgres::Client) -> StoreResult<Vec<i32>> {
+    let exists: bool =
+        c.query_one("SELECT to_regclass('schema_migrations') IS NOT NULL", &[]).await.map_err(pg_err)?.get(0);
+    let done = if exists { applied(c).await? } else { Vec::new() };
+    Ok(MIGRATIONS.iter().map(|m| m.0).filter(|v| !done.contains(v)).collect())
+}

@@ -1,0 +1,211 @@
+//! The PostgreSQL engine: every port on N PostgreSQL databases (shards), for when one machine
+//! is not enough.
+//!
+//! Routing (see `migrations/`): post-keyed rows (likes, comments, counters, outbox, post
+//! metadata, pins, reports, views) live on `shard_of_post`; user-keyed rows (the reverse index,
+//! profiles, follows, settings, blocks, restricts, hidden words, fingerprints, inboxes) on
+//! `shard_of_user`. A comment's ID carries its shard in its low bits.
+//!
+//! Writes go through the same group committer as the embedded engine: each batch is split by
+//! shard and each shard's part is ONE transaction of multi-row statements (`write.rs`), so a
+//! hot post costs one round trip per batch, not one per like. The like row and its outbox row
+//! commit together; `INSERT ... ON CONFLICT DO NOTHING RETURNING` makes the state transition,
+//! not the request, produce the event. The outbox relay (`relay.rs`) publishes events to NATS
+//! JetStream; consumers (counters, reverse index, notifications, ranker) read them there.
+//!
+//! Modules:
+//! - `migrate`: versioned SQL migrations applied to every shard.
+//! - `write`: the write engine (likes and comments).
+//! - `likes`, `counters`, `comments`: the hot read ports.
+//! - `meta`, `moderation`, `views`, `notifications`: the remaining ports.
+//! - `outbox`: the outbox as an event log (one shard; tests and `settle`) and the reverse-index
+//!   projection shared with the stream consumer.
+//! - `testing`: throwaway databases for tests.
+
+mod comments;
+mod counters;
+mod likes;
+mod meta;
+pub mod migrate;
+mod moderation;
+mod notifications;
+pub mod outbox;
+pub mod testing;
+mod views;
+mod write;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::{StoreError, StoreResult};
+use std::sync::Arc;
+
+/// Most shards: a comment ID keeps the shard in its low 6 bits.
+pub const MAX_SHARDS: usize = 64;
+
+/// How to reach the shards.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// One connection URL per shard, in shard order (the order is part of the data layout).
+    pub shards: Vec<String>,
+    /// Connections per shard pool.
+    pub pool_size: usize,
+    /// Consumers' offsets count JetStream stream sequences (the production setup, where the
+    /// relay records each outbox row's stream sequence) rather than outbox sequences (one
+    /// shard read directly: tests and tools).
+    pub stream_positions: bool,
+}
+
+/// The PostgreSQL store. Cheap to clone.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pools: Vec<Pool>,
+    /// The runtime the group-commit thread drives its async statements on.
+    rt: tokio::runtime::Handle,
+    stream_positions: bool,
+}
+
+/// Map a driver or pool error to a store error.
+pub(crate) fn pg_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Engine(format!("postgres: {e}"))
+}
+
+impl PgStore {
+    /// Connect to every shard (lazily: connections open on first use). Must be called inside
+    /// a Tokio runtime.
+    pub fn connect(opts: &PgOptions) -> StoreResult<Self> {
+        if opts.shards.is_empty() || opts.shards.len() > MAX_SHARDS {
+            return Err(StoreError::Engine(format!(
+                "store.postgres_shards must list 1 to {MAX_SHARDS} databases (got {})",
+                opts.shards.len()
+            )));
+        }
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|_| StoreError::Engine("the PostgreSQL store needs a Tokio runtime".into()))?;
+        let mut pools = Vec::with_capacity(opts.shards.len());
+        for url in &opts.shards {
+            let cfg: tokio_postgres::Config =
+                url.parse().map_err(|e| StoreError::Engine(format!("bad PostgreSQL URL {url:?}: {e}")))?;
+            let mgr = Manager::from_config(
+                cfg,
+                tokio_postgres::NoTls,
+                ManagerConfig { recycling_method: RecyclingMethod::Fast },
+            );
+            let pool = Pool::builder(mgr)
+                .max_size(opts.pool_size.max(2))
+                .runtime(deadpool_postgres::Runtime::Tokio1)
+                .wait_timeout(Some(std::time::Duration::from_secs(10)))
+                .create_timeout(Some(std::time::Duration::from_secs(5)))
+                .build()
+                .map_err(pg_err)?;
+            pools.push(pool);
+        }
+        Ok(PgStore { inner: Arc::new(Inner { pools, rt, stream_positions: opts.stream_positions }) })
+    }
+
+    /// Whether consumer offsets are stream sequences (see [`PgOptions::stream_positions`]).
+    pub fn stream_positions(&self) -> bool {
+        self.inner.stream_positions
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.inner.pools.len()
+    }
+
+    /// The shard holding a post's rows.
+    pub fn shard_of_post(&self, post: PostId) -> usize {
+        (post.0 % self.inner.pools.len() as u64) as usize
+    }
+
+    /// The shard holding a user's rows.
+    pub fn shard_of_user(&self, user: UserId) -> usize {
+        (user.0 % self.inner.pools.len() as u64) as usize
+    }
+
+    /// The shard a comment was created on (its low 6 bits).
+    pub fn shard_of_comment(&self, id: CommentId) -> usize {
+        ((id.0 % MAX_SHARDS as u64) as usize) % self.inner.pools.len()
+    }
+
+    /// A pooled connection to a shard.
+    pub(crate) async fn conn(&self, shard: usize) -> StoreResult<deadpool_postgres::Object> {
+        self.inner.pools[shard].get().await.map_err(pg_err)
+    }
+
+    /// Run `f` on the runtime from a non-runtime thread (the group-commit writer).
+    pub(crate) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.inner.rt.block_on(f)
+    }
+
+    /// Group `items` by shard: (shard, indices into `items`), shards ascending.
+    pub(crate) fn group<T>(&self, items: &[T], shard: impl Fn(&T) -> usize) -> Vec<(usize, Vec<usize>)> {
+        let mut by: Vec<Vec<usize>> = vec![Vec::new(); self.shard_count()];
+        for (i, it) in items.iter().enumerate() {
+            by[shard(it)].push(i);
+        }
+        by.into_iter().enumerate().filter(|(_, v)| !v.is_empty()).collect()
+    }
+
+    /// Apply the migrations every shard is missing.
+    pub async fn migrate(&self) -> StoreResult<Vec<(usize, Vec<i32>)>> {
+        let mut out = Vec::new();
+        for shard in 0..self.shard_count() {
+            let mut c = self.conn(shard).await?;
+            out.push((shard, migrate::apply(&mut c).await?));
+        }
+        Ok(out)
+    }
+
+    /// Fail unless every shard has every migration (a node never runs on an old schema).
+    pub async fn check_schema(&self) -> StoreResult<()> {
+        for shard in 0..self.shard_count() {
+            let c = self.conn(shard).await?;
+            let missing = migrate::missing(&c).await?;
+            if !missing.is_empty() {
+                return Err(StoreError::Engine(format!(
+                    "shard {shard} lacks migrations {missing:?}: run `likewise migrate`"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`pg_err`] for the other modules of the crate.
+pub(crate) use pg_err as pg_err_pub;
+
+impl PgStore {
+    /// A pooled connection to a shard (for the relay and the stream consumers).
+    pub(crate) async fn conn_pub(&self, shard: usize) -> StoreResult<deadpool_postgres::Object> {
+        self.conn(shard).await
+    }
+}
+
+/// Decode an i64 column into a u64 ID.
+pub(crate) fn u(v: i64) -> u64 {
+    v as u64
+}
+
+/// Encode a u64 ID as an i64 column (IDs are stored bit-for-bit).
+pub(crate) fn i(v: u64) -> i64 {
+    v as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::TestShards;
+
+    // One shard: the suite reads the event log, and only one shard's outbox is a total order
+    // (multi-shard routing is covered by the scale-out tests).
+    async fn open() -> (crate::Stores, TestShards) {
+        let t = TestShards::create(1).await;
+        let stores = t.stores().await;
+        (stores, t)
+    }
+
+    crate::conformance_suite!(open().await);
+}

@@ -1,0 +1,305 @@
+//! Moderation state on PostgreSQL (tables in `migrations/0003_*.sql`).
+//!
+//! - blocks, restricts, hidden words, fingerprints: on the owner's (user's) shard;
+//! - pins: on the post's shard, one array per post (array order is pin order);
+//! - reports, report counts, the review queue: on the comment's shard (its ID's low bits).
+//!
+//! Every write is one autocommit statement (durable on return). Listings that the embedded
+//! engine returns in u64 order use the `*_ord` columns (top bit flipped), so bigint order is
+//! u64 order even for IDs >= 2^63.
+
+use super::{PgStore, i, pg_err, u};
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::ports::{ModerationStore, ReportReason};
+use likewise_core::{StoreError, StoreResult};
+use std::collections::HashMap;
+
+/// A u64 as an order-preserving bigint (top bit flipped): `ord(a) < ord(b)` iff `a < b`.
+pub(super) fn ord(v: u64) -> i64 {
+    (v ^ (1 << 63)) as i64
+}
+
+/// Inverse of [`ord`].
+pub(super) fn unord(v: i64) -> u64 {
+    (v as u64) ^ (1 << 63)
+}
+
+/// A `LIMIT` parameter (usize::MAX means "no limit" and still fits).
+pub(super) fn lim(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
+/// A stored report count, clamped into the port's `u32`.
+fn count32(v: i64) -> u32 {
+    u32::try_from(v.max(0)).unwrap_or(u32::MAX)
+}
+
+impl PgStore {
+    /// Set or clear a directed flag row (`blocks` / `restricts` statements given).
+    async fn set_flag(
+        &self,
+        owner: UserId,
+        other: i64,
+        on: bool,
+        insert: &str,
+        delete: &str,
+    ) -> StoreResult<()> {
+        let c = self.conn(self.shard_of_user(owner)).await?;
+        c.execute(if on { insert } else { delete }, &[&i(owner.0), &other]).await.map_err(pg_err)?;
+        Ok(())
+    }
+
+    /// Does a flag row exist (`sql` selects EXISTS for (owner, other))?
+    async fn has_flag(&self, owner: UserId, other: i64, sql: &str) -> StoreResult<bool> {
+        let c = self.conn(self.shard_of_user(owner)).await?;
+        Ok(c.query_one(sql, &[&i(owner.0), &other]).await.map_err(pg_err)?.get(0))
+    }
+}
+
+#[async_trait]
+impl ModerationStore for PgStore {
+    async fn set_block(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()> {
+        self.set_flag(
+            owner,
+            ord(other.0),
+            on,
+            "INSERT INTO blocks (owner, other_ord) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            "DELETE FROM blocks WHERE owner = $1 AND other_ord = $2",
+        )
+        .await
+    }
+
+    async fn is_blocked(&self, owner: UserId, other: UserId) -> StoreResult<bool> {
+        let sql = "SELECT EXISTS (SELECT 1 FROM blocks WHERE owner = $1 AND other_ord = $2)";
+        self.has_flag(owner, ord(other.0), sql).await
+    }
+
+    async fn blocked_users(&self, owner: UserId, limit: usize) -> StoreResult<Vec<UserId>> {
+        let c = self.conn(self.shard_of_user(owner)).await?;
+        let rows = c
+            .query(
+                "SELECT other_ord FROM blocks WHERE owner = $1 ORDER BY other_ord LIMIT $2",
+                &[&i(owner.0), &lim(limit)],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(rows.iter().map(|r| UserId(unord(r.get(0)))).collect())
+    }
+
+    async fn set_restrict(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()> {
+        self.set_flag(
+            owner,
+            i(other.0),
+            on,
+            "INSERT INTO restricts (owner, other) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            "DELETE FROM restricts WHERE owner = $1 AND other = $2",
+        )
+        .await
+    }
+
+    async fn is_restricted(&self, owner: UserId, other: UserId) -> StoreResult<bool> {
+        let sql = "SELECT EXISTS (SELECT 1 FROM restricts WHERE owner = $1 AND other = $2)";
+        self.has_flag(owner, i(other.0), sql).await
+    }
+
+    async fn put_hidden_words(&self, owner: UserId, words: &[String]) -> StoreResult<()> {
+        let c = self.conn(self.shard_of_user(owner)).await?;
+        // An empty list is the same as never set: no row.
+        if words.is_empty() {
+            c.execute("DELETE FROM hidden_words WHERE owner = $1", &[&i(owner.0)]).await
+        } else {
+            c.execute(
+                "INSERT INTO hidden_words (owner, words) VALUES ($1, $2)
+                 ON CONFLICT (owner) DO UPDATE SET words = EXCLUDED.words",
+                &[&i(owner.0), &words],
+            )
+            .await
+        }
+        .map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn hidden_words(&self, owner: UserId) -> StoreResult<Vec<String>> {
+        let c = self.conn(self.shard_of_user(owner)).await?;
+        let row = c
+            .query_opt("SELECT words FROM hidden_words WHERE owner = $1", &[&i(owner.0)])
+            .await
+            .map_err(pg_err)?;
+        Ok(row.map(|r| r.get(0)).unwrap_or_default())
+    }
+
+    async fn set_pins(&self, post: PostId, pins: &[CommentId]) -> StoreResult<()> {
+        let c = self.conn(self.shard_of_post(post)).await?;
+        // The service enforces the pin cap; the store keeps exactly what it is given, in order.
+        if pins.is_empty() {
+            c.execute("DELETE FROM pins WHERE post_id = $1", &[&i(post.0)]).await
+        } else {
+            let ids: Vec<i64> = pins.iter().map(|p| i(p.0)).collect();
+            c.execute(
+                "INSERT INTO pins (post_id, comments) VALUES ($1, $2)
+                 ON CONFLICT (post_id) DO UPDATE SET comments = EXCLUDED.comments",
+                &[&i(post.0), &ids],
+            )
+            .await
+        }
+        .map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn pins(&self, post: PostId) -> StoreResult<Vec<CommentId>> {
+        let c = self.conn(self.shard_of_post(post)).await?;
+        let row = c
+            .query_opt("SELECT comments FROM pins WHERE post_id = $1", &[&i(post.0)])
+            .await
+            .map_err(pg_err)?;
+        let ids: Vec<i64> = row.map(|r| r.get(0)).unwrap_or_default();
+        Ok(ids.into_iter().map(|v| CommentId(u(v))).collect())
+    }
+
+    async fn add_report(
+        &self,
+        comment: CommentId,
+        reporter: UserId,
+        reason: ReportReason,
+    ) -> StoreResult<u32> {
+        let c = self.conn(self.shard_of_comment(comment)).await?;
+        // One statement: the report row and its count move together, and only when the row is
+        // new (a repeated report, or a second reason, counts once; the first reason stands).
+        // Concurrent first reports of one comment serialize on the count row's lock, so none
+        // is lost.
+        let bumped = c
+            .query_opt(
+                "WITH ins AS (
+                     INSERT INTO reports (comment_id, reporter, reason) VALUES ($1, $2, $3)
+                     ON CONFLICT DO NOTHING RETURNING comment_id
+                 )
+                 INSERT INTO report_counts (comment_id, reports) SELECT comment_id, 1 FROM ins
+                 ON CONFLICT (comment_id) DO UPDATE SET reports = report_counts.reports + 1
+                 RETURNING reports",
+                &[&i(comment.0), &i(reporter.0), &i16::from(reason.code())],
+            )
+            .await
+            .map_err(pg_err)?;
+        if let Some(r) = bumped {
+            return Ok(count32(r.get(0)));
+        }
+        // A repeat: the row exists (ON CONFLICT waited for its transaction to commit), and so
+        // does the count it moved.
+        let row = c
+            .query_opt("SELECT reports FROM report_counts WHERE comment_id = $1", &[&i(comment.0)])
+            .await
+            .map_err(pg_err)?;
+        Ok(row.map_or(0, |r| count32(r.get(0))))
+    }
+
+    async fn report_counts(&self, comments: &[CommentId]) -> StoreResult<Vec<u32>> {
+        let groups = self.group(comments, |c| self.shard_of_comment(*c));
+        let parts = try_join_all(groups.iter().map(|(shard, idx)| async move {
+            let ids: Vec<i64> = idx.iter().map(|k| i(comments[*k].0)).collect();
+            let c = self.conn(*shard).await?;
+            let rows = c
+                .query("SELECT comment_id, reports FROM report_counts WHERE comment_id = ANY($1)", &[&ids])
+                .await
+                .map_err(pg_err)?;
+            Ok::<_, StoreError>(rows.iter().map(|r| (u(r.get(0)), count32(r.get(1)))).collect::<Vec<_>>())
+        }))
+        .await?;
+        let found: HashMap<u64, u32> = parts.into_iter().flatten().collect();
+        Ok(comments.iter().map(|c| found.get(&c.0).copied().unwrap_or(0)).collect())
+    }
+
+    async fn set_queued(&self, comment: CommentId, queued: bool) -> StoreResult<()> {
+        let c = self.conn(self.shard_of_comment(comment)).await?;
+        let sql = if queued {
+            "INSERT INTO mod_queue (comment_ord) VALUES ($1) ON CONFLICT DO NOTHING"
+        } else {
+            "DELETE FROM mod_queue WHERE comment_ord = $1"
+        };
+        c.execute(sql, &[&ord(comment.0)]).await.map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn queue(&self, after: Option<CommentId>, limit: usize) -> StoreResult<Vec<CommentId>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // The queue is spread over the comments' shards: take up to `limit` from each, then
+        // the `limit` smallest of the union (a comment lives on one shard only, so the union
+        // has no duplicates). `after` is an excluded bound, never `after + 1` (which wraps).
+        let parts = try_join_all((0..self.shard_count()).map(|shard| async move {
+            let c = self.conn(shard).await?;
+            let rows = match after {
+                Some(a) => {
+                    c.query(
+                        "SELECT comment_ord FROM mod_queue WHERE comment_ord > $1
+                         ORDER BY comment_ord LIMIT $2",
+                        &[&ord(a.0), &lim(limit)],
+                    )
+                    .await
+                }
+                None => {
+                    c.query("SELECT comment_ord FROM mod_queue ORDER BY comment_ord LIMIT $1", &[&lim(limit)])
+                        .await
+                }
+            }
+            .map_err(pg_err)?;
+            Ok::<_, StoreError>(rows.iter().map(|r| unord(r.get(0))).collect::<Vec<u64>>())
+        }))
+        .await?;
+        // Each part is sorted; at most shards * limit IDs, so a sort is as good as a heap merge.
+        let mut all: Vec<u64> = parts.into_iter().flatten().collect();
+        all.sort_unstable();
+        all.truncate(limit);
+        Ok(all.into_iter().map(CommentId).collect())
+    }
+
+    async fn add_fingerprint(&self, user: UserId, comment: CommentId, simhash: u64) -> StoreResult<()> {
+        let c = self.conn(self.shard_of_user(user)).await?;
+        c.execute(
+            "INSERT INTO fingerprints (user_id, comment_ord, simhash) VALUES ($1, $2, $3)
+             ON CONFLICT (user_id, comment_ord) DO UPDATE SET simhash = EXCLUDED.simhash",
+            &[&i(user.0), &ord(comment.0), &i(simhash)],
+        )
+        .await
+        .map_err(pg_err)?;
+        Ok(())
+    }
+
+    async fn fingerprints(
+        &self,
+        user: UserId,
+        since_comment: CommentId,
+        limit: usize,
+    ) -> StoreResult<Vec<(CommentId, u64)>> {
+        let c = self.conn(self.shard_of_user(user)).await?;
+        // A backward scan of the primary key from the newest, stopped by the inclusive bound.
+        let rows = c
+            .query(
+                "SELECT comment_ord, simhash FROM fingerprints
+                 WHERE user_id = $1 AND comment_ord >= $2
+                 ORDER BY comment_ord DESC LIMIT $3",
+                &[&i(user.0), &ord(since_comment.0), &lim(limit)],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(rows.iter().map(|r| (CommentId(unord(r.get(0))), u(r.get(1)))).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ord_preserves_u64_order() {
+        let vals = [0u64, 1, 10, i64::MAX as u64, (i64::MAX as u64) + 1, u64::MAX - 1, u64::MAX];
+        for w in vals.windows(2) {
+            assert!(ord(w[0]) < ord(w[1]), "{w:?}");
+        }
+        for v in vals {
+            assert_eq!(unord(ord(v)), v);
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! Notification inboxes on PostgreSQL: `notif_items` (one row per (recipient, post, kind)) and
+//! `notif_actors` (the exact distinct actor set behind `actor_count`), both on the
+//! recipient's shard.
+//!
+//! `apply_notifications` groups the changes by recipient shard and applies each shard's part
+//! in ONE transaction, serialized per shard by an advisory lock (the embedded engine's single
+//! writer). The consumer offset (`consumer_offsets` on shard 0) is written last, in shard 0's
+//! transaction, so a single-shard deployment is exactly as atomic as the embedded engine.
+//! With several shards, a crash between shard transactions leaves the offset behind changes
+//! already applied: the consumer replays them, which is harmless, because changes are
+//! idempotent (an Add of a member or a Remove of a non-member changes no count; replaying a
+//! shard's changes in order rebuilds the same `recent` list and `updated_ms` is a maximum).
+//!
+//! Item IDs are unique across shards: `nextval(notif_item_seq) * 64 + shard`, so the item's
+//! shard is read from its ID ([`PgStore::shard_of_item`]).
+
+use super::moderation::lim;
+use super::{MAX_SHARDS, PgStore, i, pg_err, u};
+use async_trait::async_trait;
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::notify::{Change, NotifKey, NotifKind};
+use likewise_core::ports::{NotifItem, NotificationStore};
+use likewise_core::{StoreError, StoreResult};
+use std::collections::{HashMap, HashSet};
+use tokio_postgres::{Row, Transaction};
+
+/// Most recent actors kept per item (as the embedded engine).
+const RECENT: usize = 8;
+/// Advisory lock serializing notification writers on a shard (any constant unique to it).
+const WRITER_LOCK: i64 = 0x4c_696b_6e6f_7469;
+/// The columns [`item_of`] decodes, in order.
+const ITEM_COLS: &str = "id, recipient, post_id, kind, comment_id, actor_count, recent, updated_ms";
+
+impl PgStore {
+    /// The shard an inbox item lives on (its ID's low 6 bits).
+    fn shard_of_item(&self, item: u64) -> usize {
+        ((item % MAX_SHARDS as u64) as usize) % self.shard_count()
+    }
+}
+
+fn item_of(r: &Row) -> StoreResult<NotifItem> {
+    let code: i16 = r.get(3);
+    let kind = u8::try_from(code)
+        .ok()
+        .and_then(NotifKind::from_code)
+        .ok_or_else(|| StoreError::Corrupt { keyspace: "notif_items", detail: format!("bad kind {code}") })?;
+    let comment: Option<i64> = r.get(4);
+    let recent: Vec<i64> = r.get(6);
+    Ok(NotifItem {
+        id: u(r.get(0)),
+        key: NotifKey { recipient: UserId(u(r.get(1))), post: PostId(u(r.get(2))), kind },
+        // Comment 0 means none, as in the embedded record.
+        comment: comment.map(u).filter(|c| *c != 0).map(CommentId),
+        actor_count: u(r.get(5)),
+        recent: recent.into_iter().map(|a| UserId(u(a))).collect(),
+        updated_ms: u(r.get(7)),
+    })
+}
+
+/// An item being changed: `id` is 0 for an item not stored yet (allocated at write time).
+struct Work {
+    item: NotifItem,
+    existed: bool,
+    added: HashSet<UserId>,
+    removed: HashSet<UserId>,
+}
+
+fn parts(ch: &Change) -> (NotifKey, UserId) {
+    match ch {
+        Change::Add { key, actor, .. } | Change::Remove { key, actor } => (*key, *actor),
+    }
+}
+
+/// Apply one shard's changes (in order) inside `tx`; returns the touched items that exist
+/// after them or existed before (the embedded engine's output rule), by key.
+async fn apply_shard(
+    tx: &Transaction<'_>,
+    shard: usize,
+    changes: &[&Change],
+) -> StoreResult<Vec<(NotifKey, NotifItem)>> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITER_LOCK]).await.map_err(pg_err)?;
+
+    // 1. The stored items of every key, locked.
+    let mut keys: Vec<NotifKey> = Vec::new();
+    let mut seen: HashSet<NotifKey> = HashSet::new();
+    for ch in changes {
+        let (key, _) = parts(ch);
+        if seen.insert(key) {
+            keys.push(key);
+        }
+    }
+    let recipients: Vec<i64> = keys.iter().map(|k| i(k.recipient.0)).collect();
+    let posts: Vec<i64> = keys.iter().map(|k| i(k.post.0)).collect();
+    let kinds: Vec<i16> = keys.iter().map(|k| i16::from(k.kind.code())).collect();
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {ITEM_COLS} FROM notif_items
+                 WHERE (recipient, post_id, kind) IN
+                       (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[]))
+                 FOR UPDATE"
+            ),
+            &[&recipients, &posts, &kinds],
+        )
+        .await
+        .map_err(pg_err)?;
+    let mut stored: HashMap<NotifKey, NotifItem> = HashMap::new();
+    for r in &rows {
+        let it = item_of(r)?;
+        stored.insert(it.key, it);
+    }
+
+    // 2. Which actors of the changes are already members of their (existing) items.
+    let mut pair_items: Vec<i64> = Vec::new();
+    let mut pair_actors: Vec<i64> = Vec::new();
+    for ch in changes {
+        let (key, actor) = parts(ch);
+        if let Some(it) = stored.get(&key) {
+            pair_items.push(i(it.id));
+            pair_actors.push(i(actor.0));
+        }
+    }
+    let mut members: HashSet<(u64, UserId)> = HashSet::new();
+    if !pair_items.is_empty() {
+        let rows = tx
+            .query(
+                "SELECT item, actor FROM notif_actors
+                 WHERE (item, actor) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+                &[&pair_items, &pair_actors],
+            )
+            .await
+            .map_err(pg_err)?;
+        members.extend(rows.iter().map(|r| (u(r.get(0)), UserId(u(r.get(1))))));
+    }
+
+    // 3. The embedded engine's state machine, change by change.
+    let mut work: HashMap<NotifKey, Work> = HashMap::new();
+    for ch in changes {
+        let (key, actor) = parts(ch);
+        let w = work.entry(key).or_insert_with(|| match stored.remove(&key) {
+            Some(item) => Work { item, existed: true, added: HashSet::new(), removed: HashSet::new() },
+            None => Work {
+                item: NotifItem {
+                    id: 0,
+                    key,
+                    comment: None,
+                    actor_count: 0,
+                    recent: Vec::new(),
+                    updated_ms: 0,
+                },
+                existed: false,
+                added: HashSet::new(),
+                removed: HashSet::new(),
+            },
+        });
+        let member = if w.added.contains(&actor) {
+            true
+        } else if w.removed.contains(&actor) {
+            false
+        } else {
+            w.existed && members.contains(&(w.item.id, actor))
+        };
+        match ch {
+            Change::Add { comment, ts_ms, .. } => {
+                if !member {
+                    w.item.actor_count += 1;
+                    w.added.insert(actor);
+                    w.removed.remove(&actor);
+                }
+                w.item.recent.retain(|a| *a != actor);
+                w.item.recent.insert(0, actor);
+                w.item.recent.truncate(RECENT);
+                if comment.is_some() {
+                    w.item.comment = *comment;
+                }
+                w.item.updated_ms = w.item.updated_ms.max(*ts_ms);
+            }
+            Change::Remove { .. } => {
+                if member {
+                    w.item.actor_count = w.item.actor_count.saturating_sub(1);
+                    w.removed.insert(actor);
+                    w.added.remove(&actor);
+                    w.item.recent.retain(|a| *a != actor);
+                }
+            }
+        }
+    }
+
+    // 4. IDs for the new items that survive their changes.
+    let fresh =
+        keys.iter().filter(|k| work.get(k).is_some_and(|w| !w.existed && w.item.actor_count > 0)).count();
+    if fresh > 0 {
+        let rows = tx
+            .query(
+                "SELECT nextval('notif_item_seq') * $2::bigint + $3::bigint FROM generate_series(1, $1::bigint)",
+                &[&(fresh as i64), &(MAX_SHARDS as i64), &(shard as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        let mut ids = rows.iter().map(|r| u(r.get(0)));
+        for k in &keys {
+            if let Some(w) = work.get_mut(k)
+                && !w.existed
+                && w.item.actor_count > 0
+            {
+                w.item.id = ids.next().ok_or_else(|| pg_err("notification IDs ran short"))?;
+            }
+        }
+    }
+
+    // 5. Write: actor rows, then items (upsert the live ones, delete the emptied ones).
+    let (mut add_items, mut add_actors, mut del_items, mut del_actors) = (vec![], vec![], vec![], vec![]);
+    let mut gone: Vec<i64> = Vec::new();
+    let mut live: Vec<&NotifItem> = Vec::new();
+    let mut out = Vec::with_capacity(keys.len());
+    for k in &keys {
+        let Some(w) = work.get(k) else { continue };
+        if w.item.actor_count == 0 {
+            if w.existed {
+                gone.push(i(w.item.id));
+                out.push((*k, w.item.clone()));
+            }
+            continue;
+        }
+        for a in &w.added {
+            add_items.push(i(w.item.id));
+            add_actors.push(i(a.0));
+        }
+        for a in &w.removed {
+            del_items.push(i(w.item.id));
+            del_actors.push(i(a.0));
+        }
+        live.push(&w.item);
+        out.push((*k, w.item.clone()));
+    }
+    if !gone.is_empty() {
+        tx.execute("DELETE FROM notif_actors WHERE item = ANY($1)", &[&gone]).await.map_err(pg_err)?;
+        tx.execute("DELETE FROM notif_items WHERE id = ANY($1)", &[&gone]).await.map_err(pg_err)?;
+    }
+    if !del_items.is_empty() {
+        tx.execute(
+            "DELETE FROM notif_actors
+             WHERE (item, actor) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
+            &[&del_items, &del_actors],
+        )
+        .await
+        .map_err(pg_err)?;
+    }
+    if !add_items.is_empty() {
+        tx.execute(
+            "INSERT INTO notif_actors (item, actor) SELECT * FROM unnest($1::bigint[], $2::bigint[])
+             ON CONFLICT DO NOTHING",
+            &[&add_items, &add_actors],
+        )
+        .await
+        .map_err(pg_err)?;
+    }
+    if !live.is_empty() {
+        let ids: Vec<i64> = live.iter().map(|it| i(it.id)).collect();
+        let recipients: Vec<i64> = live.iter().map(|it| i(it.key.recipient.0)).collect();
+        let posts: Vec<i64> = live.iter().map(|it| i(it.key.post.0)).collect();
+        let kinds: Vec<i16> = live.iter().map(|it| i16::from(it.key.kind.code())).collect();
+        let comments: Vec<Option<i64>> = live.iter().map(|it| it.comment.map(|c| i(c.0))).collect();
+        let counts: Vec<i64> = live.iter().map(|it| i(it.actor_count)).collect();
+        // Per-row arrays travel as array literals (`{1,2}`): unnest cannot yield ragged arrays.
+        let recent: Vec<String> = live
+            .iter()
+            .map(|it| {
+                let ids: Vec<String> = it.recent.iter().map(|a| i(a.0).to_string()).collect();
+                format!("{{{}}}", ids.join(","))
+            })
+            .collect();
+        let updated: Vec<i64> = live.iter().map(|it| i(it.updated_ms)).collect();
+        tx.execute(
+            "INSERT INTO notif_items
+                 (id, recipient, post_id, kind, comment_id, actor_count, recent, updated_ms)
+             SELECT id, recipient, post_id, kind, comment_id, actor_count, recent::bigint[], updated_ms
+             FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[], $5::bigint[],
+                         $6::bigint[], $7::text[], $8::bigint[])
+                  AS v(id, recipient, post_id, kind, comment_id, actor_count, recent, updated_ms)
+             ON CONFLICT (id) DO UPDATE SET
+                 comment_id = EXCLUDED.comment_id, actor_count = EXCLUDED.actor_count,
+                 recent = EXCLUDED.recent, updated_ms = EXCLUDED.updated_ms",
+            &[&ids, &recipients, &posts, &kinds, &comments, &counts, &recent, &updated],
+        )
+        .await
+        .map_err(pg_err)?;
+    }
+    Ok(out)
+}
+
+/// Move `consumer`'s offset to `offset` (exactly, as the embedded engine: a consumer may
+/// rewind to replay).
+async fn put_offset(tx: &Transaction<'_>, consumer: &str, offset: u64) -> StoreResult<()> {
+    tx.execute(
+        "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
+         ON CONFLICT (consumer) DO UPDATE SET upto = EXCLUDED.upto",
+        &[&consumer, &i(offset)],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
+}
+
+#[async_trait]
+impl NotificationStore for PgStore {
+    async fn apply_notifications(
+        &self,
+        consumer: &str,
+        offset: u64,
+        changes: &[Change],
+    ) -> StoreResult<Vec<NotifItem>> {
+        let mut groups = self.group(changes, |ch| self.shard_of_user(parts(ch).0.recipient));
+        // Shard 0 last, and always: its transaction also carries the offset.
+        groups.sort_by_key(|(shard, _)| *shard == 0);
+        if groups.last().is_none_or(|(shard, _)| *shard != 0) {
+            groups.push((0, Vec::new()));
+        }
+        let mut touched: HashMap<NotifKey, NotifItem> = HashMap::new();
+        for (shard, idx) in &groups {
+            let part: Vec<&Change> = idx.iter().map(|k| &changes[*k]).collect();
+            let mut c = self.conn(*shard).await?;
+            let tx = c.transaction().await.map_err(pg_err)?;
+            if !part.is_empty() {
+                touched.extend(apply_shard(&tx, *shard, &part).await?);
+            }
+            if *shard == 0 {
+                put_offset(&tx, consumer, offset).await?;
+            }
+            tx.commit().await.map_err(pg_err)?;
+        }
+        // In the order each item was first touched, as the embedded engine returns them.
+        let mut out = Vec::with_capacity(touched.len());
+        for ch in changes {
+            if let Some(it) = touched.remove(&parts(ch).0) {
+                out.push(it);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn notif_members(&self, item: u64, users: &[UserId]) -> StoreResult<Vec<bool>> {
+        if users.is_empty() {
+            return Ok(Vec::new());
+        }
+        let c = self.conn(self.shard_of_item(item)).await?;
+        let actors: Vec<i64> = users.iter().map(|a| i(a.0)).collect();
+        let rows = c
+            .query("SELECT actor FROM notif_actors WHERE item = $1 AND actor = ANY($2)", &[&i(item), &actors])
+            .await
+            .map_err(pg_err)?;
+        let found: HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
+        Ok(actors.iter().map(|a| found.contains(a)).collect())
+    }
+
+    async fn inbox(
+        &self,
+        recipient: UserId,
+        after: Option<(u64, u64)>,
+        limit: usize,
+    ) -> StoreResult<Vec<NotifItem>> {
+        let c = self.conn(self.shard_of_user(recipient)).await?;
+        let limit = lim(limit);
+        // Most recently updated first, ties by ascending ID (the embedded key order).
+        let rows = match after {
+            Some((updated, id)) => {
+                // Stored times and IDs are below 2^63; a larger cursor is past every item in
+                // its dimension, which these clamped bounds express exactly.
+                let (updated, id) = match i64::try_from(updated) {
+                    Ok(t) => (t, i64::try_from(id).unwrap_or(i64::MAX)),
+                    Err(_) => (i64::MAX, -1),
+                };
+                c.query(
+                    &format!(
+                        "SELECT {ITEM_COLS} FROM notif_items
+                         WHERE recipient = $1 AND updated_ms <= $2 AND (updated_ms < $2 OR id > $3)
+                         ORDER BY updated_ms DESC, id LIMIT $4"
+                    ),
+                    &[&i(recipient.0), &updated, &id, &limit],
+                )
+                .await
+            }
+            None => {
+                c.query(
+                    &format!(
+                        "SELECT {ITEM_COLS} FROM notif_items WHERE recipient = $1
+                         ORDER BY updated_ms DESC, id LIMIT $2"
+                    ),
+                    &[&i(recipient.0), &limit],
+                )
+                .await
+            }
+        }
+        .map_err(pg_err)?;
+        rows.iter().map(item_of).collect()
+    }
+}

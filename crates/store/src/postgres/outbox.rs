@@ -1,0 +1,134 @@
+//! The outbox, read directly, and the reverse-index projection.
+//!
+//! In production the relay (`crate::stream::relay`) publishes outbox rows to JetStream and
+//! consumers read them there. Reading a shard's outbox directly ([`OutboxLog`]) is what a
+//! single-shard store offers the conformance suite and tools; with one shard its `seq` is a
+//! total order.
+//!
+//! [`project_reverse`] is the reverse-index writer's step, shared by the stream consumer and
+//! by [`PgStore::settle`]: it collapses a batch of like events to each key's final state
+//! (events arrive in order per post, so the last one wins) and writes one upsert and one
+//! delete per user shard. Replaying events is harmless.
+
+use super::{PgStore, i, pg_err, u};
+use async_trait::async_trait;
+use likewise_core::event::Event;
+use likewise_core::ids::UserId;
+use likewise_core::like::Target;
+use likewise_core::ports::EventLog;
+use likewise_core::{StoreError, StoreResult};
+use std::collections::HashMap;
+
+/// One shard's outbox as an event log (outbox `seq` as the position).
+pub struct OutboxLog {
+    store: PgStore,
+    shard: usize,
+}
+
+impl OutboxLog {
+    /// The outbox of `shard`.
+    pub fn new(store: PgStore, shard: usize) -> Self {
+        OutboxLog { store, shard }
+    }
+}
+
+/// Decode an outbox body.
+pub fn decode(seq: u64, body: &[u8]) -> StoreResult<Event> {
+    Event::decode(seq, body).map_err(|e| StoreError::Corrupt { keyspace: "outbox", detail: e.to_string() })
+}
+
+#[async_trait]
+impl EventLog for OutboxLog {
+    async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
+        let c = self.store.conn(self.shard).await?;
+        let rows = c
+            .query(
+                "SELECT seq, body FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2",
+                &[&i(after), &(max as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(|r| decode(u(r.get(0)), r.get::<_, &[u8]>(1))).collect()
+    }
+
+    async fn head(&self) -> StoreResult<u64> {
+        let c = self.store.conn(self.shard).await?;
+        let r = c.query_one("SELECT last_value, is_called FROM outbox_seq_seq", &[]).await.map_err(pg_err)?;
+        let called: bool = r.get(1);
+        Ok(if called { u(r.get(0)) } else { 0 })
+    }
+
+    async fn truncate(&self, upto: u64) -> StoreResult<u64> {
+        let c = self.store.conn(self.shard).await?;
+        let n = c.execute("DELETE FROM outbox WHERE seq <= $1", &[&i(upto)]).await.map_err(pg_err)?;
+        Ok(n)
+    }
+}
+
+/// Apply like events to the user-keyed reverse index.
+pub async fn project_reverse(store: &PgStore, events: &[Event]) -> StoreResult<usize> {
+    let mut last: HashMap<(UserId, Target), &Event> = HashMap::new();
+    for e in events.iter().filter(|e| e.kind.is_like()) {
+        last.insert((e.actor, e.target), e);
+    }
+    let finals: Vec<&Event> = last.into_values().collect();
+    for (shard, idx) in store.group(&finals, |e| store.shard_of_user(e.actor)) {
+        let (mut add, mut del): (Vec<&Event>, Vec<&Event>) = idx
+            .iter()
+            .map(|k| finals[*k])
+            .partition(|e| e.kind == likewise_core::event::EventKind::LikeCreated);
+        add.sort_by_key(|e| (e.actor, e.target));
+        del.sort_by_key(|e| (e.actor, e.target));
+        let c = store.conn(shard).await?;
+        if !add.is_empty() {
+            let users: Vec<i64> = add.iter().map(|e| i(e.actor.0)).collect();
+            let kinds: Vec<i16> = add.iter().map(|e| i16::from(e.target.kind.code())).collect();
+            let targets: Vec<i64> = add.iter().map(|e| i(e.target.id)).collect();
+            let ts: Vec<i64> = add.iter().map(|e| i(e.ts_ms)).collect();
+            c.execute(
+                "INSERT INTO user_likes (user_id, kind, target, liked_at)
+                 SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
+                 ON CONFLICT (user_id, kind, target) DO UPDATE SET liked_at = EXCLUDED.liked_at",
+                &[&users, &kinds, &targets, &ts],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        if !del.is_empty() {
+            let users: Vec<i64> = del.iter().map(|e| i(e.actor.0)).collect();
+            let kinds: Vec<i16> = del.iter().map(|e| i16::from(e.target.kind.code())).collect();
+            let targets: Vec<i64> = del.iter().map(|e| i(e.target.id)).collect();
+            c.execute(
+                "DELETE FROM user_likes r USING unnest($1::bigint[], $2::smallint[], $3::bigint[]) AS d(u, k, t)
+                 WHERE r.user_id = d.u AND r.kind = d.k AND r.target = d.t",
+                &[&users, &kinds, &targets],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+    }
+    Ok(finals.len())
+}
+
+/// Consumer name under which [`PgStore::settle`] tracks each shard's outbox.
+const SETTLE: &str = "reverse-index-direct";
+
+impl PgStore {
+    /// Bring the reverse index up to date by reading every shard's outbox directly (tests and
+    /// tools; in production the stream consumer does this continuously).
+    pub async fn settle(&self) -> StoreResult<()> {
+        for shard in 0..self.shard_count() {
+            let consumer = format!("{SETTLE}@{shard}");
+            let log = OutboxLog::new(self.clone(), shard);
+            let mut at = likewise_core::ports::CounterStore::offset(self, &consumer).await?;
+            loop {
+                let events = log.read_after(at, 10_000).await?;
+                let Some(last) = events.last() else { break };
+                at = last.seq;
+                project_reverse(self, &events).await?;
+                self.set_offset(&consumer, at).await?;
+            }
+        }
+        Ok(())
+    }
+}

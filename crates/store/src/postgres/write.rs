@@ -1,0 +1,400 @@
+//! The PostgreSQL write engine, driven by the group committer.
+//!
+//! A batch is split by shard; each shard's part is ONE transaction, run concurrently with the
+//! other shards' parts:
+//! 1. comment operations, in arrival order (each sees the earlier ones: same transaction);
+//! 2. likes in *rounds*: round r holds the r-th operation on each (target, user) key, so
+//!    every key appears at most once per statement and per-key arrival order holds. A round is
+//!    one multi-row `INSERT ... ON CONFLICT DO NOTHING RETURNING` (likes) and one multi-row
+//!    `DELETE ... RETURNING` (unlikes). A returned row IS the state transition: only it makes
+//!    an event, so a retry, or the same like racing in from another API node, never counts
+//!    twice. Almost every batch is a single round;
+//! 3. one multi-row insert of the events into the outbox.
+//!
+//! `sync` has nothing to do: a committed transaction is durable (PostgreSQL's WAL fsync).
+//! Deadlocks and serialization failures between nodes are retried.
+
+use super::{PgStore, i, pg_err};
+use likewise_core::comment::id::{EPOCH_UNIX_MS, SEQUENCE_BITS};
+use likewise_core::comment::status::CommentStatus;
+use likewise_core::event::{Event, EventKind};
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::like::{LikeAction, LikeOp, LikeOutcome, Target};
+use likewise_core::ports::WriteEngine;
+use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, WriteOp, WriteOutcome};
+use likewise_core::{StoreError, StoreResult};
+use std::collections::{HashMap, HashSet};
+use tokio_postgres::Transaction;
+
+/// Attempts of a shard transaction that hit a deadlock or serialization failure.
+const ATTEMPTS: usize = 4;
+
+impl WriteEngine for PgStore {
+    fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
+        self.block_on(self.apply_async(ops))
+    }
+
+    fn sync(&self) -> StoreResult<()> {
+        Ok(())
+    }
+}
+
+fn op_shard(s: &PgStore, op: &WriteOp) -> usize {
+    match op {
+        WriteOp::Like(l) => s.shard_of_post(PostId(l.post)),
+        WriteOp::Comment(CommentOp::Create(r)) => s.shard_of_post(r.post),
+        WriteOp::Comment(CommentOp::SetStatus { id, .. } | CommentOp::Delete { id, .. }) => {
+            s.shard_of_comment(*id)
+        }
+    }
+}
+
+fn retryable(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code()
+        .is_some_and(|c| *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE)
+}
+
+/// An error of a shard transaction: retry it or give up.
+enum TxError {
+    Retry(tokio_postgres::Error),
+    Fail(StoreError),
+}
+
+impl From<tokio_postgres::Error> for TxError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        if retryable(&e) { TxError::Retry(e) } else { TxError::Fail(pg_err(e)) }
+    }
+}
+
+impl From<StoreError> for TxError {
+    fn from(e: StoreError) -> Self {
+        TxError::Fail(e)
+    }
+}
+
+impl PgStore {
+    async fn apply_async(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
+        let groups = self.group(ops, |op| op_shard(self, op));
+        let parts = futures::future::try_join_all(
+            groups
+                .iter()
+                .map(|(shard, idx)| self.apply_shard(*shard, idx.iter().map(|i| &ops[*i]).collect())),
+        )
+        .await?;
+        let mut out: Vec<Option<WriteOutcome>> = vec![None; ops.len()];
+        for ((_, idx), outcomes) in groups.iter().zip(parts) {
+            for (i, o) in idx.iter().zip(outcomes) {
+                out[*i] = Some(o);
+            }
+        }
+        out.into_iter()
+            .map(|o| o.ok_or_else(|| StoreError::Engine("write batch lost an outcome".into())))
+            .collect()
+    }
+
+    async fn apply_shard(&self, shard: usize, ops: Vec<&WriteOp>) -> StoreResult<Vec<WriteOutcome>> {
+        let mut c = self.conn(shard).await?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let tx = c.transaction().await.map_err(pg_err)?;
+            match shard_tx(&tx, shard, &ops).await {
+                Ok(out) => match tx.commit().await {
+                    Ok(()) => return Ok(out),
+                    Err(e) if retryable(&e) && attempt < ATTEMPTS => continue,
+                    Err(e) => return Err(pg_err(e)),
+                },
+                Err(TxError::Retry(e)) if attempt < ATTEMPTS => {
+                    tracing::debug!(error = %e, shard, attempt, "write transaction retried");
+                    metrics::counter!("likewise_pg_write_retries_total").increment(1);
+                    continue;
+                }
+                Err(TxError::Retry(e)) => return Err(pg_err(e)),
+                Err(TxError::Fail(e)) => return Err(e),
+            }
+        }
+    }
+}
+
+/// One shard's part of a batch, inside its transaction.
+async fn shard_tx(
+    tx: &Transaction<'_>,
+    shard: usize,
+    ops: &[&WriteOp],
+) -> Result<Vec<WriteOutcome>, TxError> {
+    let mut out: Vec<Option<WriteOutcome>> = vec![None; ops.len()];
+    let mut events: Vec<(usize, Event)> = Vec::new();
+    let now = crate::now_ms();
+    for (k, op) in ops.iter().enumerate() {
+        if let WriteOp::Comment(c) = op {
+            let (outcome, event) = comment_op(tx, shard, c, now).await?;
+            out[k] = Some(WriteOutcome::Comment(outcome));
+            if let Some(e) = event {
+                events.push((k, e));
+            }
+        }
+    }
+    // Likes, in rounds.
+    let mut round_of: HashMap<(Target, UserId), usize> = HashMap::new();
+    let mut rounds: Vec<Vec<(usize, &LikeOp)>> = Vec::new();
+    for (k, op) in ops.iter().enumerate() {
+        if let WriteOp::Like(l) = op {
+            let r = round_of.entry((l.target, l.user)).or_insert(0);
+            if rounds.len() <= *r {
+                rounds.push(Vec::new());
+            }
+            rounds[*r].push((k, l));
+            *r += 1;
+        }
+    }
+    for round in rounds {
+        let changed = like_round(tx, &round).await?;
+        for (k, l) in round {
+            let did = changed.contains(&(l.target, l.user));
+            let liked = l.action == LikeAction::Like;
+            out[k] = Some(WriteOutcome::Like(LikeOutcome { liked, changed: did, event_seq: None }));
+            if did {
+                events.push((k, Event::like(0, liked, l.target, l.target_author, l.user, l.ts_ms, l.post)));
+            }
+        }
+    }
+    let seqs = insert_events(tx, &events).await?;
+    for ((k, _), seq) in events.iter().zip(seqs) {
+        if let Some(WriteOutcome::Like(o)) = &mut out[*k] {
+            o.event_seq = Some(seq);
+        }
+    }
+    out.into_iter()
+        .map(|o| o.ok_or_else(|| TxError::Fail(StoreError::Engine("shard batch lost an outcome".into()))))
+        .collect()
+}
+
+/// Apply one round of like/unlike operations (distinct keys); returns the keys that changed.
+async fn like_round(
+    tx: &Transaction<'_>,
+    round: &[(usize, &LikeOp)],
+) -> Result<HashSet<(Target, UserId)>, TxError> {
+    // Sorted by key so concurrent transactions of two API nodes lock rows in the same order.
+    let mut likes: Vec<&LikeOp> =
+        round.iter().filter(|(_, l)| l.action == LikeAction::Like).map(|x| x.1).collect();
+    let mut unlikes: Vec<&LikeOp> =
+        round.iter().filter(|(_, l)| l.action == LikeAction::Unlike).map(|x| x.1).collect();
+    likes.sort_by_key(|l| (l.target, l.user));
+    unlikes.sort_by_key(|l| (l.target, l.user));
+    let mut changed = HashSet::new();
+    let key = |r: &tokio_postgres::Row| -> Result<(Target, UserId), TxError> {
+        let kind: i16 = r.get(0);
+        let kind = likewise_core::like::TargetKind::from_code(kind as u8).ok_or_else(|| {
+            StoreError::Corrupt { keyspace: "likes", detail: format!("target kind {kind}") }
+        })?;
+        Ok((Target { kind, id: r.get::<_, i64>(1) as u64 }, UserId(r.get::<_, i64>(2) as u64)))
+    };
+    if !likes.is_empty() {
+        let kinds: Vec<i16> = likes.iter().map(|l| i16::from(l.target.kind.code())).collect();
+        let targets: Vec<i64> = likes.iter().map(|l| i(l.target.id)).collect();
+        let users: Vec<i64> = likes.iter().map(|l| i(l.user.0)).collect();
+        let posts: Vec<i64> = likes.iter().map(|l| i(l.post)).collect();
+        let ts: Vec<i64> = likes.iter().map(|l| i(l.ts_ms)).collect();
+        let rows = tx
+            .query(
+                "INSERT INTO likes (kind, target, user_id, post_id, liked_at)
+                 SELECT * FROM unnest($1::smallint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])
+                 ON CONFLICT DO NOTHING
+                 RETURNING kind, target, user_id",
+                &[&kinds, &targets, &users, &posts, &ts],
+            )
+            .await?;
+        for r in &rows {
+            changed.insert(key(r)?);
+        }
+    }
+    if !unlikes.is_empty() {
+        let kinds: Vec<i16> = unlikes.iter().map(|l| i16::from(l.target.kind.code())).collect();
+        let targets: Vec<i64> = unlikes.iter().map(|l| i(l.target.id)).collect();
+        let users: Vec<i64> = unlikes.iter().map(|l| i(l.user.0)).collect();
+        let rows = tx
+            .query(
+                "DELETE FROM likes l
+                 USING unnest($1::smallint[], $2::bigint[], $3::bigint[]) AS d(kind, target, user_id)
+                 WHERE l.kind = d.kind AND l.target = d.target AND l.user_id = d.user_id
+                 RETURNING l.kind, l.target, l.user_id",
+                &[&kinds, &targets, &users],
+            )
+            .await?;
+        for r in &rows {
+            changed.insert(key(r)?);
+        }
+    }
+    Ok(changed)
+}
+
+/// The outbox columns an event is filed under.
+fn outbox_deltas(e: &Event) -> (i16, i16) {
+    if e.kind.is_like() { (i16::from(e.delta), 0) } else { (0, i16::from(e.delta)) }
+}
+
+/// Insert events into the outbox in order; returns their sequence numbers.
+async fn insert_events(tx: &Transaction<'_>, events: &[(usize, Event)]) -> Result<Vec<u64>, TxError> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let posts: Vec<i64> = events.iter().map(|(_, e)| i(e.post)).collect();
+    let kinds: Vec<i16> = events.iter().map(|(_, e)| i16::from(e.target.kind.code())).collect();
+    let targets: Vec<i64> = events.iter().map(|(_, e)| i(e.target.id)).collect();
+    let like_d: Vec<i16> = events.iter().map(|(_, e)| outbox_deltas(e).0).collect();
+    let comment_d: Vec<i16> = events.iter().map(|(_, e)| outbox_deltas(e).1).collect();
+    let bodies: Vec<Vec<u8>> = events.iter().map(|(_, e)| e.encode().to_vec()).collect();
+    let now = i(crate::now_ms());
+    // ORDER BY ord: rows (and their bigserial seqs) follow the events' order.
+    let rows = tx
+        .query(
+            "INSERT INTO outbox (post_id, target_kind, target, like_delta, comment_delta, body, created_ms)
+             SELECT p, k, t, ld, cd, b, $7 FROM unnest($1::bigint[], $2::smallint[], $3::bigint[],
+                 $4::smallint[], $5::smallint[], $6::bytea[]) WITH ORDINALITY AS x(p, k, t, ld, cd, b, ord)
+             ORDER BY ord
+             RETURNING seq",
+            &[&posts, &kinds, &targets, &like_d, &comment_d, &bodies, &now],
+        )
+        .await?;
+    let mut seqs: Vec<u64> = rows.iter().map(|r| r.get::<_, i64>(0) as u64).collect();
+    seqs.sort_unstable();
+    Ok(seqs)
+}
+
+const COMMENT_COLS: &str = "id, post_id, author, post_author, parent, reply_to_user, status, body, simhash";
+
+/// Decode a `comments` row selected with [`COMMENT_COLS`].
+pub(super) fn comment_row(r: &tokio_postgres::Row) -> StoreResult<CommentRecord> {
+    let status: i16 = r.get(6);
+    Ok(CommentRecord {
+        id: CommentId(r.get::<_, i64>(0) as u64),
+        post: PostId(r.get::<_, i64>(1) as u64),
+        author: UserId(r.get::<_, i64>(2) as u64),
+        post_author: UserId(r.get::<_, i64>(3) as u64),
+        parent: r.get::<_, Option<i64>>(4).map(|v| CommentId(v as u64)),
+        reply_to_user: r.get::<_, Option<i64>>(5).map(|v| UserId(v as u64)),
+        status: CommentStatus::from_code(status as u8).ok_or_else(|| StoreError::Corrupt {
+            keyspace: "comments",
+            detail: format!("status {status}"),
+        })?,
+        text: r.get(7),
+        simhash: r.get::<_, i64>(8) as u64,
+    })
+}
+
+/// The select list for comment rows.
+pub(super) fn comment_cols() -> &'static str {
+    COMMENT_COLS
+}
+
+fn visible(r: &CommentRecord) -> i8 {
+    i8::from(r.status.counts_as_visible())
+}
+
+fn comment_event(kind: EventKind, r: &CommentRecord, delta: i8, ts: u64) -> Event {
+    Event {
+        seq: 0,
+        kind,
+        target: Target::comment(r.id.0),
+        target_author: r.post_author,
+        actor: r.author,
+        ts_ms: ts,
+        post: r.post.0,
+        parent: r.parent.map_or(0, |p| p.0),
+        delta,
+    }
+}
+
+/// A new comment ID: milliseconds since the comment epoch, then 16 bits of the shard's
+/// sequence (unique across API nodes), then the shard in the low 6 bits.
+async fn new_comment_id(tx: &Transaction<'_>, shard: usize, now_ms: u64) -> Result<CommentId, TxError> {
+    let n: i64 = tx.query_one("SELECT nextval('comment_id_seq')", &[]).await?.get(0);
+    let ms = now_ms.saturating_sub(EPOCH_UNIX_MS) & ((1 << 41) - 1);
+    let low = ((n as u64 & 0xFFFF) << 6) | shard as u64;
+    Ok(CommentId((ms << SEQUENCE_BITS) | low))
+}
+
+async fn load_for_update(tx: &Transaction<'_>, id: CommentId) -> Result<Option<CommentRecord>, TxError> {
+    let q = format!("SELECT {COMMENT_COLS} FROM comments WHERE id = $1 FOR UPDATE");
+    match tx.query_opt(&q, &[&i(id.0)]).await? {
+        Some(r) => Ok(Some(comment_row(&r)?)),
+        None => Ok(None),
+    }
+}
+
+/// Apply one comment operation (same semantics as the embedded engine).
+async fn comment_op(
+    tx: &Transaction<'_>,
+    shard: usize,
+    op: &CommentOp,
+    now: u64,
+) -> Result<(CommentOutcome, Option<Event>), TxError> {
+    match op {
+        CommentOp::Create(rec) => {
+            let mut r = rec.clone();
+            r.id = new_comment_id(tx, shard, now).await?;
+            tx.execute(
+                "INSERT INTO comments (id, post_id, author, post_author, parent, reply_to_user, status, body, simhash)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                &[
+                    &i(r.id.0),
+                    &i(r.post.0),
+                    &i(r.author.0),
+                    &i(r.post_author.0),
+                    &r.parent.map(|p| i(p.0)),
+                    &r.reply_to_user.map(|u| i(u.0)),
+                    &i16::from(r.status.code()),
+                    &r.text,
+                    &i(r.simhash),
+                ],
+            )
+            .await?;
+            let e = comment_event(EventKind::CommentCreated, &r, visible(&r), now);
+            Ok((CommentOutcome::Done(Some(r)), Some(e)))
+        }
+        CommentOp::SetStatus { id, status, actor: _ } => {
+            let Some(old) = load_for_update(tx, *id).await? else {
+                return Ok((CommentOutcome::NotFound, None));
+            };
+            if old.status == *status || old.status == CommentStatus::Deleted {
+                return Ok((CommentOutcome::Done(Some(old)), None));
+            }
+            let mut r = old.clone();
+            r.status = *status;
+            tx.execute(
+                "UPDATE comments SET status = $2 WHERE id = $1",
+                &[&i(id.0), &i16::from(status.code())],
+            )
+            .await?;
+            let e = comment_event(EventKind::CommentStatusChanged, &r, visible(&r) - visible(&old), now);
+            Ok((CommentOutcome::Done(Some(r)), Some(e)))
+        }
+        CommentOp::Delete { id, actor: _ } => {
+            let Some(old) = load_for_update(tx, *id).await? else {
+                return Ok((CommentOutcome::NotFound, None));
+            };
+            if old.status == CommentStatus::Deleted {
+                return Ok((CommentOutcome::Done(Some(old)), None));
+            }
+            let has_replies = old.parent.is_none()
+                && tx
+                    .query_one("SELECT EXISTS (SELECT 1 FROM comments WHERE parent = $1)", &[&i(id.0)])
+                    .await?
+                    .get::<_, bool>(0);
+            let now_rec = if has_replies {
+                tx.execute(
+                    "UPDATE comments SET status = $2, body = '' WHERE id = $1",
+                    &[&i(id.0), &i16::from(CommentStatus::Deleted.code())],
+                )
+                .await?;
+                Some(CommentRecord { status: CommentStatus::Deleted, text: String::new(), ..old.clone() })
+            } else {
+                tx.execute("DELETE FROM comments WHERE id = $1", &[&i(id.0)]).await?;
+                None
+            };
+            let e = comment_event(EventKind::CommentDeleted, &old, -visible(&old), now);
+            Ok((CommentOutcome::Done(now_rec), Some(e)))
+        }
+    }
+}

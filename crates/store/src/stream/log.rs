@@ -1,0 +1,111 @@
+//! A durable JetStream pull consumer seen as an [`EventLog`].
+//!
+//! `read_after(after, n)` first acknowledges (cumulatively: `AckPolicy::All`) the delivered
+//! messages at or below `after` (the caller only asks past a position once it has committed
+//! everything up to it), then fetches up to `n` messages without waiting and returns those
+//! past `after`, with the stream sequence as each event's `seq`.
+//!
+//! The authoritative position of a consumer is the offset it commits together with its
+//! effects (in PostgreSQL). On start the durable consumer is re-created at that offset + 1, so
+//! messages delivered but not applied before a crash come again, in order, and nothing is
+//! skipped or applied twice. Acks keep the server's view (pending counts, redelivery timers)
+//! in step for operators.
+
+use super::{EventStream, name_part, nats_err};
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_trait::async_trait;
+use futures::StreamExt;
+use likewise_core::StoreResult;
+use likewise_core::event::Event;
+use likewise_core::ports::EventLog;
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+/// A consumer's view of the stream.
+pub struct StreamLog {
+    stream: EventStream,
+    consumer: PullConsumer,
+    /// Delivered messages not acknowledged yet, by stream sequence (ascending).
+    delivered: Mutex<Vec<(u64, async_nats::jetstream::Message)>>,
+    /// False for ephemeral consumers (no acks).
+    acks: bool,
+}
+
+impl StreamLog {
+    /// A durable consumer `name` of the events matching `filter`, positioned after `offset`.
+    pub async fn durable(stream: &EventStream, name: &str, filter: String, offset: u64) -> StoreResult<Self> {
+        let durable = format!("{}_{}", name_part(&stream.prefix), name_part(name));
+        let s = stream.js.get_stream(&stream.stream_name).await.map_err(nats_err)?;
+        // Re-position from the committed offset (see the module docs). Deleting a consumer
+        // that does not exist yet is fine.
+        let _ = s.delete_consumer(&durable).await;
+        let consumer = s
+            .create_consumer(pull::Config {
+                durable_name: Some(durable.clone()),
+                filter_subject: filter,
+                deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: offset + 1 },
+                ack_policy: AckPolicy::All,
+                ack_wait: Duration::from_secs(60),
+                max_ack_pending: 1_000_000,
+                ..Default::default()
+            })
+            .await
+            .map_err(nats_err)?;
+        Ok(StreamLog { stream: stream.clone(), consumer, delivered: Mutex::new(Vec::new()), acks: true })
+    }
+
+    /// An ephemeral consumer of new events only (per-node cache invalidation: nothing to
+    /// resume, nothing to keep on the server when the node goes away).
+    pub async fn ephemeral_new(stream: &EventStream, filter: String) -> StoreResult<Self> {
+        let s = stream.js.get_stream(&stream.stream_name).await.map_err(nats_err)?;
+        let consumer = s
+            .create_consumer(pull::Config {
+                filter_subject: filter,
+                deliver_policy: DeliverPolicy::New,
+                ack_policy: AckPolicy::None,
+                inactive_threshold: Duration::from_secs(60),
+                ..Default::default()
+            })
+            .await
+            .map_err(nats_err)?;
+        Ok(StreamLog { stream: stream.clone(), consumer, delivered: Mutex::new(Vec::new()), acks: false })
+    }
+}
+
+#[async_trait]
+impl EventLog for StreamLog {
+    async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
+        let mut delivered = self.delivered.lock().await;
+        if let Some(pos) = delivered.iter().rposition(|(seq, _)| *seq <= after) {
+            let (_, msg) = &delivered[pos];
+            msg.ack().await.map_err(nats_err)?;
+            delivered.drain(..=pos);
+        }
+        let mut batch =
+            self.consumer.fetch().max_messages(max.clamp(1, 10_000)).messages().await.map_err(nats_err)?;
+        let mut out = Vec::new();
+        while let Some(m) = batch.next().await {
+            let m = m.map_err(nats_err)?;
+            let seq = m.info().map_err(nats_err)?.stream_sequence;
+            if seq > after {
+                out.push(crate::postgres::outbox::decode(seq, &m.payload)?);
+            }
+            if self.acks {
+                delivered.push((seq, m));
+            }
+        }
+        delivered.sort_by_key(|(s, _)| *s);
+        out.sort_by_key(|e| e.seq);
+        out.dedup_by_key(|e| e.seq);
+        Ok(out)
+    }
+
+    async fn head(&self) -> StoreResult<u64> {
+        self.stream.head().await
+    }
+
+    async fn truncate(&self, _upto: u64) -> StoreResult<u64> {
+        // The stream's max_age bounds retention.
+        Ok(0)
+    }
+}

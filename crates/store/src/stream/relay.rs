@@ -1,0 +1,190 @@
+//! The outbox relay: moves each shard's committed outbox rows to JetStream, in order.
+//!
+//! One relay per shard holds a PostgreSQL advisory lock on that shard, so a second worker
+//! process stands by instead of interleaving. Each round publishes up to `batch` unrelayed
+//! rows in `seq` order on one connection (pipelined: all publishes, then all acks), with
+//! message ID `<shard>-<seq>`, and then records each row's stream sequence. A crash between
+//! the publish and the bookkeeping re-publishes the rows on restart; JetStream recognises
+//! the IDs inside its duplicate window and answers with the original sequence.
+//!
+//! Rows are relayed in `seq` order. Two transactions that touch the same like or comment row
+//! are serialized by that row's lock and take their outbox `seq` after it, so the events of
+//! one key reach the stream in commit order even when unrelated transactions commit out of
+//! `seq` order. Relayed rows are deleted once older than `retain`.
+
+use super::{EventStream, nats_err};
+use crate::postgres::{PgStore, pg_err_pub as pg_err};
+use async_nats::jetstream::context::Publish;
+use likewise_core::StoreResult;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Relay tuning.
+#[derive(Debug, Clone)]
+pub struct RelayOptions {
+    /// Most rows per round.
+    pub batch: usize,
+    /// Pause between rounds that found nothing.
+    pub idle: Duration,
+    /// How long relayed rows stay in the outbox (reconciliation reads recent ones).
+    pub retain: Duration,
+}
+
+impl Default for RelayOptions {
+    fn default() -> Self {
+        RelayOptions { batch: 5_000, idle: Duration::from_millis(5), retain: Duration::from_secs(600) }
+    }
+}
+
+const LOCK_BASE: i64 = 0x4c57_5245_4c41_0000;
+
+/// One round: relay up to `batch` rows of `shard`. Returns how many were relayed.
+pub async fn relay_once(
+    pg: &PgStore,
+    stream: &EventStream,
+    shard: usize,
+    batch: usize,
+) -> StoreResult<usize> {
+    let c = pg.conn_pub(shard).await?;
+    let rows = c
+        .query(
+            "SELECT seq, post_id, body FROM outbox WHERE stream_seq IS NULL ORDER BY seq LIMIT $1",
+            &[&(batch as i64)],
+        )
+        .await
+        .map_err(pg_err)?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let mut acks = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let seq: i64 = r.get(0);
+        let post: i64 = r.get(1);
+        let body: Vec<u8> = r.get(2);
+        let ack = stream
+            .js
+            .send_publish(
+                stream.subject(shard, post as u64),
+                Publish::build().message_id(format!("{shard}-{seq}")).payload(body.into()),
+            )
+            .await
+            .map_err(nats_err)?;
+        acks.push((seq, ack));
+    }
+    let mut seqs = Vec::with_capacity(acks.len());
+    let mut stream_seqs = Vec::with_capacity(acks.len());
+    for (seq, ack) in acks {
+        let a = ack.await.map_err(nats_err)?;
+        seqs.push(seq);
+        stream_seqs.push(a.sequence as i64);
+    }
+    c.execute(
+        "UPDATE outbox o SET stream_seq = v.s FROM unnest($1::bigint[], $2::bigint[]) AS v(q, s) WHERE o.seq = v.q",
+        &[&seqs, &stream_seqs],
+    )
+    .await
+    .map_err(pg_err)?;
+    metrics::counter!("likewise_relay_events_total").increment(seqs.len() as u64);
+    Ok(seqs.len())
+}
+
+/// Delete relayed rows older than `retain`.
+pub async fn prune(pg: &PgStore, shard: usize, retain: Duration) -> StoreResult<u64> {
+    let c = pg.conn_pub(shard).await?;
+    let cutoff = crate::now_ms().saturating_sub(retain.as_millis() as u64) as i64;
+    c.execute("DELETE FROM outbox WHERE stream_seq IS NOT NULL AND created_ms < $1", &[&cutoff])
+        .await
+        .map_err(pg_err)
+}
+
+/// Relay `shard` until shutdown: take the shard's relay lock (waiting while another process
+/// holds it), then relay continuously.
+pub async fn run(
+    pg: PgStore,
+    stream: EventStream,
+    shard: usize,
+    opts: RelayOptions,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let key = LOCK_BASE + shard as i64;
+    'outer: loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        // The lock lives on a connection held for as long as this process relays the shard.
+        let lock_conn = match pg.conn_pub(shard).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, shard, "relay cannot reach its shard; retrying");
+                if wait(&mut shutdown, Duration::from_secs(1)).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        let got: bool = match lock_conn.query_one("SELECT pg_try_advisory_lock($1)", &[&key]).await {
+            Ok(r) => r.get(0),
+            Err(e) => {
+                tracing::warn!(error = %e, shard, "relay lock query failed");
+                false
+            }
+        };
+        if !got {
+            if wait(&mut shutdown, Duration::from_secs(1)).await {
+                return;
+            }
+            continue;
+        }
+        tracing::info!(shard, "outbox relay active");
+        let mut last_prune = std::time::Instant::now();
+        loop {
+            match relay_once(&pg, &stream, shard, opts.batch).await {
+                Ok(n) if n > 0 => {
+                    if *shutdown.borrow() {
+                        // Keep relaying until the outbox is empty: the API may still be draining.
+                        continue;
+                    }
+                    continue;
+                }
+                Ok(_) => {
+                    if wait(&mut shutdown, opts.idle).await {
+                        // One last pass so nothing committed before shutdown waits for a restart.
+                        let _ = relay_once(&pg, &stream, shard, opts.batch).await;
+                        let _ = lock_conn.execute("SELECT pg_advisory_unlock($1)", &[&key]).await;
+                        return;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, shard, "relay round failed; retrying");
+                    metrics::counter!("likewise_relay_failures_total").increment(1);
+                    if wait(&mut shutdown, Duration::from_millis(500)).await {
+                        return;
+                    }
+                    if lock_conn.is_closed() {
+                        continue 'outer;
+                    }
+                }
+            }
+            if last_prune.elapsed() > Duration::from_secs(60) {
+                last_prune = std::time::Instant::now();
+                match prune(&pg, shard, opts.retain).await {
+                    Ok(n) if n > 0 => tracing::debug!(shard, removed = n, "outbox pruned"),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, shard, "outbox prune failed"),
+                }
+            }
+            if lock_conn.is_closed() {
+                tracing::warn!(shard, "relay lost its lock connection; re-acquiring");
+                continue 'outer;
+            }
+        }
+    }
+}
+
+/// Sleep `d` or until shutdown; true when shutting down.
+async fn wait(shutdown: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => *shutdown.borrow(),
+        _ = shutdown.changed() => true,
+    }
+}
