@@ -48,14 +48,21 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
         .clone()
 }
 
+/// What runs beside the HTTP server.
+enum Mode {
+    /// Everything in this process on the embedded store.
+    Embedded { aggregator: Aggregator, notifier: likewise_workers::notifier::NotifierOptions },
+    /// A role of a scaled-out deployment.
+    Cluster { cluster: crate::scaleout::Cluster, api: bool, worker: bool, cfg: Box<Config> },
+}
+
 /// A built, bound, not yet running service.
 pub struct Application {
     listener: TcpListener,
     addr: SocketAddr,
     state: Arc<AppState>,
-    aggregator: Aggregator,
+    mode: Mode,
     reconcile: ReconcileHandle,
-    notifier: likewise_workers::notifier::NotifierOptions,
 }
 
 impl Application {
@@ -65,8 +72,26 @@ impl Application {
         let metrics = metrics_handle();
         let secret = secret::load_or_create(cfg.auth.secret.as_deref(), &cfg.store.data_dir, true)?;
         let stores = likewise_store::open(&cfg.store_config()).context("opening the store")?;
-        let svc = Engagement::new(stores, cfg.service_options());
-        let (aggregator, reconcile) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
+        let (svc, mode, reconcile) = if cfg.scaled_out() {
+            let (stores, cluster) = crate::scaleout::connect(cfg, stores).await?;
+            let svc = Engagement::new(stores, cfg.service_options());
+            let role = cfg.server.role.as_str();
+            let mode = Mode::Cluster {
+                cluster,
+                api: role != "worker",
+                worker: role != "api",
+                cfg: Box::new(cfg.clone()),
+            };
+            (svc, mode, ReconcileHandle::routed(Vec::new(), Arc::new(|_| 0)))
+        } else {
+            let svc = Engagement::new(stores, cfg.service_options());
+            let (aggregator, reconcile) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
+            let notifier = likewise_workers::notifier::NotifierOptions {
+                hold: std::time::Duration::from_millis(cfg.notifications.hold_ms),
+                ..Default::default()
+            };
+            (svc, Mode::Embedded { aggregator, notifier }, reconcile)
+        };
         let listener = TcpListener::bind(&cfg.server.listen)
             .await
             .with_context(|| format!("binding {}", cfg.server.listen))?;
@@ -78,11 +103,7 @@ impl Application {
             metrics,
             opts: cfg.http_options(),
         });
-        let notifier = likewise_workers::notifier::NotifierOptions {
-            hold: std::time::Duration::from_millis(cfg.notifications.hold_ms),
-            ..Default::default()
-        };
-        Ok(Application { listener, addr, state, aggregator, reconcile, notifier })
+        Ok(Application { listener, addr, state, mode, reconcile })
     }
 
     /// The bound address.
@@ -110,20 +131,95 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
+        match self.mode {
+            Mode::Embedded { aggregator, notifier } => {
+                run_embedded(self.listener, self.addr, self.state, aggregator, notifier, shutdown).await
+            }
+            Mode::Cluster { cluster, api, worker, cfg } => {
+                run_cluster(self.listener, self.addr, self.state, cluster, api, worker, &cfg, shutdown).await
+            }
+        }
+    }
+}
+
+/// One role of a scaled-out deployment (see `crate::scaleout`).
+#[allow(clippy::too_many_arguments)]
+async fn run_cluster(
+    listener: TcpListener,
+    addr: SocketAddr,
+    state: Arc<AppState>,
+    cluster: crate::scaleout::Cluster,
+    api: bool,
+    worker: bool,
+    cfg: &Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let svc = state.svc.clone();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = vec![crate::scaleout::join_bus(&svc, &cluster, &stop_rx).await?];
+    if worker {
+        tasks.extend(crate::scaleout::spawn_workers(&svc, &cluster, cfg, &stop_rx));
+    }
+    if api {
+        tasks.extend(crate::scaleout::spawn_api(&svc, &cluster, &stop_rx).await?);
+        let svc = svc.clone();
+        let mut ticker = likewise_workers::Ticker::new(std::time::Duration::from_secs(1), stop_rx.clone());
+        tasks.push(tokio::spawn(async move {
+            while ticker.next().await {
+                if let Err(e) = svc.flush_views().await {
+                    tracing::warn!(error = %e, "flushing view sketches failed");
+                }
+            }
+        }));
+    }
+    tracing::info!(addr = %addr, api, worker, shards = cluster.pg.shard_count(), "likewise listening (scaled out)");
+    let closer = svc.clone();
+    let shutdown = async move {
+        shutdown.await;
+        closer.close_live_streams();
+    };
+    let router = if api { likewise_http::router(state) } else { likewise_http::ops_router(state) };
+    let served = likewise_http::serve_router(listener, router, shutdown).await;
+    tracing::info!("HTTP drained; committing queued writes");
+    svc.stores().writer.close();
+    let _ = stop_tx.send(true);
+    for t in tasks {
+        if let Err(e) = t.await {
+            tracing::error!(error = %e, "task failed");
+        }
+    }
+    if api && let Err(e) = svc.flush_views().await {
+        tracing::error!(error = %e, "final flush of view sketches failed");
+    }
+    svc.stores().close().context("closing the store")?;
+    tracing::info!("stopped cleanly");
+    served.context("HTTP server failed")
+}
+
+/// The whole service in this process on the embedded store.
+async fn run_embedded(
+    listener: TcpListener,
+    addr: SocketAddr,
+    state: Arc<AppState>,
+    aggregator: Aggregator,
+    notifier_opts: likewise_workers::notifier::NotifierOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    {
         let (stop_tx, stop_rx) = watch::channel(false);
-        let agg = tokio::spawn(self.aggregator.run(stop_rx.clone()));
+        let agg = tokio::spawn(aggregator.run(stop_rx.clone()));
         let notifier = tokio::spawn(likewise_workers::notifier::run(
-            self.state.svc.clone(),
-            self.notifier.clone(),
+            state.svc.clone(),
+            notifier_opts,
             stop_tx.subscribe(),
         ));
         let ranker = tokio::spawn(likewise_workers::ranker::run(
-            self.state.svc.clone(),
+            state.svc.clone(),
             likewise_workers::ranker::RankerOptions::default(),
             stop_rx,
         ));
         let flusher = {
-            let svc = self.state.svc.clone();
+            let svc = state.svc.clone();
             let mut ticker =
                 likewise_workers::Ticker::new(std::time::Duration::from_secs(1), stop_tx.subscribe());
             tokio::spawn(async move {
@@ -134,14 +230,14 @@ impl Application {
                 }
             })
         };
-        tracing::info!(addr = %self.addr, "likewise listening");
-        let svc = self.state.svc.clone();
+        tracing::info!(addr = %addr, "likewise listening");
+        let svc = state.svc.clone();
         let closer = svc.clone();
         let shutdown = async move {
             shutdown.await;
             closer.close_live_streams();
         };
-        let served = likewise_http::serve(self.listener, self.state, shutdown).await;
+        let served = likewise_http::serve(listener, state, shutdown).await;
         tracing::info!("HTTP drained; committing queued writes");
         svc.stores().writer.close();
         let _ = stop_tx.send(true);

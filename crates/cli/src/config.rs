@@ -20,7 +20,26 @@ pub struct Config {
     pub cache: CacheConfig,
     pub auth: AuthConfig,
     pub notifications: NotificationsConfig,
+    pub stream: StreamConfig,
     pub log: LogConfig,
+}
+
+/// `[stream]`: NATS JetStream (backend `postgres`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamConfig {
+    /// NATS server URL; required with the PostgreSQL backend.
+    pub nats_url: Option<String>,
+    /// Prefix of subjects, the stream and consumer names (tests isolate runs with it).
+    pub prefix: String,
+    /// How long events stay in the stream, in hours.
+    pub max_age_hours: u64,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig { nats_url: None, prefix: "likewise".into(), max_age_hours: 168 }
+    }
 }
 
 /// `[notifications]`
@@ -44,6 +63,8 @@ pub struct ServerConfig {
     pub listen: String,
     pub request_timeout_ms: u64,
     pub max_body_bytes: usize,
+    /// `all` (API and workers), `api` or `worker`; the last two need the postgres backend.
+    pub role: String,
 }
 
 impl Default for ServerConfig {
@@ -52,6 +73,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8080".into(),
             request_timeout_ms: 10_000,
             max_body_bytes: 64 * 1024,
+            role: "all".into(),
         }
     }
 }
@@ -65,6 +87,10 @@ pub struct StoreSection {
     pub cache_mb: u64,
     pub memtable_mb: u64,
     pub max_journal_mb: u64,
+    /// PostgreSQL databases, one per shard, in shard order (backend `postgres`).
+    pub postgres_shards: Vec<String>,
+    /// Connections per shard and process.
+    pub postgres_pool_size: usize,
 }
 
 impl Default for StoreSection {
@@ -75,6 +101,8 @@ impl Default for StoreSection {
             cache_mb: 256,
             memtable_mb: 32,
             max_journal_mb: 256,
+            postgres_shards: Vec::new(),
+            postgres_pool_size: 16,
         }
     }
 }
@@ -125,6 +153,15 @@ pub struct CacheConfig {
     pub meta_capacity: usize,
     pub viewer_capacity: usize,
     pub bloom_max_items: usize,
+    /// Redis URL; required with the PostgreSQL backend.
+    pub redis_url: Option<String>,
+    /// Prefix of every Redis key (tests isolate runs with it).
+    pub redis_prefix: String,
+    /// Replicas of each counter key in Redis (hot-key protection).
+    pub hot_replicas: u32,
+    /// With the PostgreSQL backend, how long an API node serves a count before reloading it
+    /// (the aggregator runs elsewhere and cannot write into this node's cache).
+    pub cluster_count_refresh_ms: u64,
 }
 
 impl Default for CacheConfig {
@@ -136,6 +173,10 @@ impl Default for CacheConfig {
             meta_capacity: 200_000,
             viewer_capacity: 100_000,
             bloom_max_items: 100_000,
+            redis_url: None,
+            redis_prefix: "likewise".into(),
+            hot_replicas: 4,
+            cluster_count_refresh_ms: 250,
         }
     }
 }
@@ -166,6 +207,7 @@ impl Default for LogConfig {
 #[derive(Debug, Default, Clone)]
 pub struct Overrides {
     pub listen: Option<String>,
+    pub role: Option<String>,
     pub data_dir: Option<PathBuf>,
 }
 
@@ -182,6 +224,9 @@ impl Config {
         if let Some(l) = &overrides.listen {
             cfg.server.listen = l.clone();
         }
+        if let Some(r) = &overrides.role {
+            cfg.server.role = r.clone();
+        }
         if let Some(d) = &overrides.data_dir {
             cfg.store.data_dir = d.clone();
         }
@@ -196,6 +241,46 @@ impl Config {
         anyhow::ensure!(self.store.max_journal_mb >= 64, "store.max_journal_mb must be at least 64");
         anyhow::ensure!(self.store.cache_mb >= 1, "store.cache_mb must be at least 1");
         anyhow::ensure!(self.server.request_timeout_ms >= 1, "server.request_timeout_ms must be at least 1");
+        anyhow::ensure!(
+            matches!(self.server.role.as_str(), "all" | "api" | "worker"),
+            "server.role must be all, api or worker (got {:?})",
+            self.server.role
+        );
+        match self.store.backend.as_str() {
+            "embedded" => anyhow::ensure!(
+                self.server.role == "all",
+                "server.role {:?} needs store.backend = \"postgres\" (the embedded store lives in one process)",
+                self.server.role
+            ),
+            "postgres" => {
+                anyhow::ensure!(
+                    !self.store.postgres_shards.is_empty(),
+                    "store.postgres_shards must list at least one database"
+                );
+                anyhow::ensure!(
+                    self.store.postgres_shards.len() <= likewise_store::postgres::MAX_SHARDS,
+                    "store.postgres_shards lists more than {} databases",
+                    likewise_store::postgres::MAX_SHARDS
+                );
+                anyhow::ensure!(self.cache.redis_url.is_some(), "the postgres backend needs cache.redis_url");
+                anyhow::ensure!(
+                    self.auth.secret.is_some(),
+                    "the postgres backend needs auth.secret (every node must verify the same tokens)"
+                );
+                anyhow::ensure!(self.stream.nats_url.is_some(), "the postgres backend needs stream.nats_url");
+                anyhow::ensure!(self.cache.hot_replicas >= 1, "cache.hot_replicas must be at least 1");
+                anyhow::ensure!(
+                    !self.stream.prefix.is_empty()
+                        && self
+                            .stream
+                            .prefix
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+                    "stream.prefix must be letters, digits, '_' or '-'"
+                );
+            }
+            other => anyhow::bail!("store.backend must be \"embedded\" or \"postgres\" (got {other:?})"),
+        }
         if let Some(s) = &self.auth.secret {
             anyhow::ensure!(s.len() >= 16, "auth.secret must be at least 16 characters");
         }
@@ -217,14 +302,46 @@ impl Config {
                 max_delay: Duration::from_micros(self.write.max_delay_us),
                 max_in_flight: self.write.max_in_flight,
             },
+            postgres: likewise_store::postgres::PgOptions {
+                shards: self.store.postgres_shards.clone(),
+                pool_size: self.store.postgres_pool_size,
+                stream_positions: true,
+            },
         }
+    }
+
+    /// Redis options (backend `postgres`).
+    pub fn redis_options(&self) -> likewise_store::shared_cache::RedisOptions {
+        likewise_store::shared_cache::RedisOptions {
+            url: self.cache.redis_url.clone().unwrap_or_default(),
+            prefix: self.cache.redis_prefix.clone(),
+            replicas: self.cache.hot_replicas,
+            ..Default::default()
+        }
+    }
+
+    /// Stream options (backend `postgres`).
+    pub fn stream_options(&self) -> likewise_store::stream::StreamOptions {
+        likewise_store::stream::StreamOptions {
+            url: self.stream.nats_url.clone().unwrap_or_default(),
+            prefix: self.stream.prefix.clone(),
+            max_age: Duration::from_secs(self.stream.max_age_hours.max(1) * 3600),
+            ..Default::default()
+        }
+    }
+
+    /// True when this process runs on the scale-out engines.
+    pub fn scaled_out(&self) -> bool {
+        self.store.backend == "postgres"
     }
 
     /// Read-path options.
     pub fn service_options(&self) -> likewise_service::ServiceOptions {
         let c = &self.cache;
+        let refresh = if self.scaled_out() { c.cluster_count_refresh_ms } else { c.count_refresh_ms };
         likewise_service::ServiceOptions {
-            count_refresh: Duration::from_millis(c.count_refresh_ms),
+            count_refresh: Duration::from_millis(refresh),
+            local_viewer_cache: !self.scaled_out(),
             count_capacity: c.count_capacity,
             meta_ttl: Duration::from_millis(c.meta_ttl_ms),
             meta_capacity: c.meta_capacity,
@@ -261,11 +378,14 @@ mod tests {
 
     #[test]
     fn flags_override_defaults_and_bad_values_fail() {
-        let o = Overrides { listen: Some("127.0.0.1:0".into()), data_dir: Some("/tmp/x".into()) };
+        let o = Overrides { listen: Some("127.0.0.1:0".into()), data_dir: Some("/tmp/x".into()), role: None };
         let c = Config::load(None, &o).expect("load");
         assert_eq!(c.server.listen, "127.0.0.1:0");
         assert_eq!(c.store.data_dir, PathBuf::from("/tmp/x"));
         assert_eq!(c.aggregator.window_ms, 250);
+        let api = Overrides { role: Some("api".into()), ..Overrides::default() };
+        let e = Config::load(None, &api).expect_err("api role on the embedded store");
+        assert!(format!("{e:#}").contains("postgres"), "{e:#}");
     }
 
     #[test]

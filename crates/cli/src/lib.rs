@@ -2,6 +2,7 @@
 //!
 //! - [`config`]: layered configuration (defaults, TOML, environment, flags).
 //! - [`app`]: builds and runs the whole service in one process.
+//! - [`scaleout`]: the roles of a deployment on PostgreSQL, Redis and NATS.
 //! - [`secret`]: the token signing secret.
 //! - [`commands`]: `serve`, `token`, `reconcile`.
 //! - [`bench`]: `likewise bench hot-post` (in process and over HTTP).
@@ -10,4 +11,5 @@ pub mod app;
 pub mod bench;
 pub mod commands;
 pub mod config;
+pub mod scaleout;
 pub mod secret;

@@ -54,6 +54,12 @@ pub trait EventLog: Send + Sync {
     async fn head(&self) -> StoreResult<u64>;
     /// Drop events with `seq <= upto` (every consumer is past them and retention allows).
     async fn truncate(&self, upto: u64) -> StoreResult<u64>;
+    /// The reader committed its effects up to `upto`: a log that delivers to one consumer
+    /// (a stream consumer) may acknowledge and forget those events. Until then it must serve
+    /// them again to `read_after` (a failed commit is retried from the same position).
+    async fn committed(&self, _upto: u64) -> StoreResult<()> {
+        Ok(())
+    }
 }
 
 /// A consistent recount of one target, taken from a single snapshot.
@@ -261,4 +267,14 @@ pub trait NotificationStore: Send + Sync {
         after: Option<(u64, u64)>,
         limit: usize,
     ) -> StoreResult<Vec<NotifItem>>;
+}
+
+/// A record of each viewer's own recent like/unlike writes that every API node reads, written
+/// before the response (read-your-writes across nodes while the reverse index catches up).
+/// Scale-out deployments keep it in Redis; the embedded deployment needs none (its in-process
+/// cache sees every write).
+#[async_trait]
+pub trait OwnLikes: Send + Sync {
+    /// `user` now likes (or no longer likes) `target`.
+    async fn record(&self, user: UserId, target: Target, liked: bool) -> StoreResult<()>;
 }

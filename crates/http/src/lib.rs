@@ -102,6 +102,27 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
+/// Only `/healthz` and `/metrics`: what a worker process (no API) offers its operators.
+pub fn ops_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(routes::ops::healthz))
+        .route("/metrics", get(routes::ops::metrics))
+        .fallback(|| async {
+            ApiError::not_found("this is a worker node: it serves /healthz and /metrics only")
+        })
+        .layer(axum::middleware::from_fn(middleware::track))
+        .with_state(state)
+}
+
+/// Serve `router` until `shutdown` resolves, then drain.
+pub async fn serve_router(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}
+
 /// Serve until `shutdown` resolves, then stop accepting and finish in-flight requests.
 pub async fn serve(
     listener: TcpListener,

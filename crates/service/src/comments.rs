@@ -298,6 +298,7 @@ impl Engagement {
             ts_ms: now_ms(),
         };
         let committed = self.stores.writer.submit(op).await?;
+        self.record_own_like(viewer, Target::comment(id.0), committed.outcome.liked).await;
         Ok(LikeResult { liked: committed.outcome.liked, changed: committed.outcome.changed })
     }
 }

@@ -14,9 +14,11 @@
 //! - [`upstream`]: users, posts, follows and settings pushed by their owners.
 //! - [`cache`]: the read-path caches (counts with single-flight, per-viewer liked sets with
 //!   Bloom filters, upstream data with TTLs).
+//! - [`cluster`]: keeping several API nodes' caches in step (invalidations, live pushes).
 //! - [`error`]: [`ServiceError`], classified by kind.
 
 pub mod cache;
+pub mod cluster;
 pub mod comments;
 pub mod error;
 pub mod likes;
@@ -62,6 +64,10 @@ pub struct ServiceOptions {
     pub max_followees: usize,
     /// Moderation tuning.
     pub moderation: moderation::ModerationOptions,
+    /// Keep viewers' liked sets in process (recent writes + Bloom filters). Only right when
+    /// this process sees every like write: off on scaled-out API nodes, where the shared
+    /// cache (Redis) answers instead.
+    pub local_viewer_cache: bool,
 }
 
 impl Default for ServiceOptions {
@@ -76,6 +82,7 @@ impl Default for ServiceOptions {
             recent_likers: 32,
             max_followees: 5_000,
             moderation: moderation::ModerationOptions::default(),
+            local_viewer_cache: true,
         }
     }
 }
@@ -94,6 +101,7 @@ pub struct Engagement {
     top: ranking::TopCache,
     views: views::Views,
     live: notifications::LiveFeed,
+    broadcast: std::sync::OnceLock<Arc<dyn cluster::Broadcast>>,
 }
 
 impl Engagement {
@@ -111,6 +119,7 @@ impl Engagement {
                 stores.likes.clone(),
                 opts.viewer_capacity,
                 opts.bloom_max_items,
+                opts.local_viewer_cache,
             )),
             posts: TtlMap::new("posts", opts.meta_ttl, opts.meta_capacity),
             usernames: TtlMap::new("users", opts.meta_ttl, opts.meta_capacity),
@@ -124,6 +133,7 @@ impl Engagement {
             top: ranking::TopCache::new(opts.count_capacity / 10 + 1),
             views: views::Views::default(),
             live: notifications::LiveFeed::default(),
+            broadcast: std::sync::OnceLock::new(),
             counts,
             stores,
             opts,

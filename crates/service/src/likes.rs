@@ -44,6 +44,7 @@ impl Engagement {
         };
         let committed = self.stores.writer.submit(op).await?;
         self.viewer_likes.record(viewer, post, committed.outcome.liked, committed.order);
+        self.record_own_like(viewer, Target::post(post.0), committed.outcome.liked).await;
         like_counter(action, committed.outcome.changed).increment(1);
         Ok(LikeResult { liked: committed.outcome.liked, changed: committed.outcome.changed })
     }
@@ -62,6 +63,20 @@ impl Engagement {
         let names = self.usernames(&likers.iter().map(|l| l.user).collect::<Vec<_>>()).await?;
         let next = if more { likers.last().copied() } else { None };
         Ok(LikersPage { items: likers.into_iter().zip(names).collect(), next })
+    }
+}
+
+impl Engagement {
+    /// Tell the other API nodes about the viewer's own write before answering (read-your-
+    /// writes across nodes). The like is durable already: a failure here is logged, and the
+    /// reverse index answers once it catches up.
+    pub(crate) async fn record_own_like(&self, viewer: UserId, target: Target, liked: bool) {
+        if let Some(own) = &self.stores.own_likes
+            && let Err(e) = own.record(viewer, target, liked).await
+        {
+            tracing::warn!(error = %e, user = viewer.0, "recording an own like in the shared cache failed");
+            metrics::counter!("likewise_own_like_record_failures_total").increment(1);
+        }
     }
 }
 

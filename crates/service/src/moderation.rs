@@ -63,9 +63,9 @@ pub struct Moderation {
     /// Per post author, everyone they block: one load, then O(1) per like or comment, even
     /// for a hot post liked by a new user every microsecond. `None`: too many to cache, ask
     /// storage per pair.
-    blocks: TtlMap<UserId, Option<Arc<std::collections::HashSet<UserId>>>>,
-    restricts: TtlMap<(UserId, UserId), bool>,
-    hidden: TtlMap<UserId, Arc<HiddenWords>>,
+    pub(crate) blocks: TtlMap<UserId, Option<Arc<std::collections::HashSet<UserId>>>>,
+    pub(crate) restricts: TtlMap<(UserId, UserId), bool>,
+    pub(crate) hidden: TtlMap<UserId, Arc<HiddenWords>>,
 }
 
 impl Moderation {
@@ -130,6 +130,7 @@ impl Engagement {
     pub async fn set_block(&self, owner: UserId, other: UserId, on: bool) -> ServiceResult<()> {
         self.stores.moderation.set_block(owner, other, on).await?;
         self.moderation.blocks.remove(&owner);
+        self.announce(crate::cluster::Invalidation::Blocks(owner));
         Ok(())
     }
 
@@ -137,6 +138,7 @@ impl Engagement {
     pub async fn set_restrict(&self, owner: UserId, other: UserId, on: bool) -> ServiceResult<()> {
         self.stores.moderation.set_restrict(owner, other, on).await?;
         self.moderation.restricts.put((owner, other), on);
+        self.announce(crate::cluster::Invalidation::Restrict(owner, other));
         Ok(())
     }
 
@@ -149,6 +151,7 @@ impl Engagement {
         let matcher = HiddenWords::new(&words).map_err(|e| ServiceError::Invalid(e.to_string()))?;
         self.stores.moderation.put_hidden_words(owner, &words).await?;
         self.moderation.hidden.put(owner, Arc::new(matcher));
+        self.announce(crate::cluster::Invalidation::HiddenWords(owner));
         Ok(())
     }
 

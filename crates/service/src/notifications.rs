@@ -93,6 +93,15 @@ impl Engagement {
 
     /// Called by the notifier after it stored changes: push them to live listeners.
     pub async fn publish_notifications(&self, items: Vec<NotifItem>) -> ServiceResult<()> {
+        if let Some(b) = self.broadcast.get() {
+            b.notifications(&items);
+        }
+        self.push_live(items).await
+    }
+
+    /// Push stored inbox changes to this node's live listeners (the notifier's own node, or
+    /// any node receiving them from the notifier's).
+    pub async fn push_live(&self, items: Vec<NotifItem>) -> ServiceResult<()> {
         for v in self.notif_views(items).await? {
             if self.live.pushes.check_key(&v.recipient).is_err() {
                 metrics::counter!("likewise_notification_pushes_suppressed_total").increment(1);

@@ -144,6 +144,7 @@ impl Engagement {
         }
         self.stores.moderation.set_pins(post, &pins).await?;
         self.top.invalidate(post);
+        self.announce(crate::cluster::Invalidation::Top(post));
         Ok(())
     }
 }

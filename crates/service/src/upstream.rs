@@ -1,6 +1,7 @@
 //! Upstream data pushed by its owners (service role), and the cached reads of it used on
 //! every request. Pushes go to storage first, then replace the cached value.
 
+use crate::cluster::Invalidation;
 use crate::{Engagement, ServiceResult};
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::model::{PostMeta, UserProfile, ViewerSettings};
@@ -12,6 +13,7 @@ impl Engagement {
     pub async fn put_post(&self, id: PostId, meta: PostMeta) -> ServiceResult<()> {
         self.stores.meta.put_post(id, meta).await?;
         self.posts.put(id, Some(meta));
+        self.announce(Invalidation::Post(id));
         Ok(())
     }
 
@@ -20,6 +22,7 @@ impl Engagement {
         let name: Arc<str> = profile.username.as_str().into();
         self.stores.meta.put_user(id, profile).await?;
         self.usernames.put(id, Some(name));
+        self.announce(Invalidation::User(id));
         Ok(())
     }
 
@@ -27,6 +30,7 @@ impl Engagement {
     pub async fn set_follow(&self, follower: UserId, followee: UserId, follows: bool) -> ServiceResult<()> {
         self.stores.meta.set_follow(follower, followee, follows).await?;
         self.followees.remove(&follower);
+        self.announce(Invalidation::Follows(follower));
         Ok(())
     }
 
@@ -34,6 +38,7 @@ impl Engagement {
     pub async fn put_settings(&self, user: UserId, settings: ViewerSettings) -> ServiceResult<()> {
         self.stores.meta.put_settings(user, settings).await?;
         self.settings.put(user, settings);
+        self.announce(Invalidation::Settings(user));
         Ok(())
     }
 

@@ -4,6 +4,7 @@
 //! - [`group_commit`]: coalesces concurrent like/unlike requests into one atomic batch and one
 //!   fsync, acknowledging each request only once its batch is durable.
 //! - [`postgres`]: the scale-out engine, sharded over N PostgreSQL databases.
+//! - [`shared_cache`]: Redis in front of the PostgreSQL ports (counters, viewers' own likes).
 //! - [`stream`]: NATS JetStream: the outbox relay and the durable consumers' event logs.
 //! - [`keys`]: the embedded engine's key layouts.
 //! - [`open`]: picks and opens the engine named by the configuration; [`Stores`] bundles the ports.
@@ -16,6 +17,7 @@ pub mod group_commit;
 pub mod keys;
 pub mod open;
 pub mod postgres;
+pub mod shared_cache;
 pub mod stream;
 
 pub use open::{StoreConfig, Stores, open};

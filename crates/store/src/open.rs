@@ -6,7 +6,7 @@ use crate::group_commit::{GroupCommitOptions, GroupCommitter};
 use crate::postgres::{PgOptions, PgStore};
 use likewise_core::ports::{
     CommentReader, CounterStore, EventLog, LikeReader, MetaStore, ModerationStore, NotificationStore,
-    ViewStore, WriteEngine,
+    OwnLikes, ViewStore, WriteEngine,
 };
 use likewise_core::{StoreError, StoreResult};
 use std::path::PathBuf;
@@ -54,9 +54,21 @@ pub struct Stores {
     pub embedded: Option<EmbeddedStore>,
     /// The PostgreSQL engine, when that is the one in use (relay, stream consumers, migrations).
     pub postgres: Option<PgStore>,
+    /// Where API nodes record each viewer's own like writes for the other nodes (Redis).
+    pub own_likes: Option<Arc<dyn OwnLikes>>,
 }
 
 impl Stores {
+    /// Put Redis in front of the counters and the viewer-likes lookups.
+    pub fn with_shared_cache(mut self, redis: crate::shared_cache::Redis) -> Self {
+        use crate::shared_cache::{CachedCounters, CachedLikes};
+        self.counters = Arc::new(CachedCounters::new(self.counters.clone(), redis.clone()));
+        let likes = Arc::new(CachedLikes::new(self.likes.clone(), redis));
+        self.likes = likes.clone();
+        self.own_likes = Some(likes);
+        self
+    }
+
     /// Make derived indexes that an engine maintains asynchronously (the PostgreSQL reverse
     /// index) reflect every write so far. Tests and tools only; a no-op for the embedded engine.
     pub async fn settle(&self) -> StoreResult<()> {
@@ -108,6 +120,7 @@ pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
         moderation: arc,
         embedded: Some(store),
         postgres: None,
+        own_likes: None,
     }
 }
 
@@ -133,5 +146,6 @@ pub fn from_postgres(store: PgStore, gc: GroupCommitOptions) -> Stores {
         moderation: arc,
         embedded: None,
         postgres: Some(store),
+        own_likes: None,
     }
 }

@@ -12,6 +12,7 @@ use crate::reconcile::{HotTracker, ReconcileHandle, ReconcileRequest};
 use likewise_core::StoreResult;
 use likewise_core::counter::{CounterField, CounterKey, DeltaBatch};
 use likewise_core::like::Target;
+use likewise_core::ports::EventLog;
 use likewise_service::{Engagement, now_ms};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,6 +68,7 @@ pub struct StepReport {
 /// [`Aggregator::step`].
 pub struct Aggregator {
     svc: Arc<Engagement>,
+    log: Arc<dyn EventLog>,
     opts: AggregatorOptions,
     offset: u64,
     hot: HotTracker,
@@ -76,10 +78,26 @@ pub struct Aggregator {
 impl Aggregator {
     /// An aggregator resuming from its stored offset, and the handle to ask it to reconcile.
     pub async fn new(svc: Arc<Engagement>, opts: AggregatorOptions) -> StoreResult<(Self, ReconcileHandle)> {
-        let offset = svc.stores().counters.offset(&opts.consumer).await?;
+        let log = svc.stores().events.clone();
+        Self::with_log(svc, opts, log).await
+    }
+
+    /// An aggregator reading `log` (a stream consumer of one shard's events, in scale-out
+    /// deployments) instead of the store's own log. Create the log at [`Aggregator::stored_offset`].
+    pub async fn with_log(
+        svc: Arc<Engagement>,
+        opts: AggregatorOptions,
+        log: Arc<dyn EventLog>,
+    ) -> StoreResult<(Self, ReconcileHandle)> {
+        let offset = Self::stored_offset(&svc, &opts).await?;
         let (tx, rx) = mpsc::channel(1024);
         let hot = HotTracker::new(opts.reconcile_hot);
-        Ok((Aggregator { svc, opts, offset, hot, requests: rx }, ReconcileHandle::new(tx)))
+        Ok((Aggregator { svc, log, opts, offset, hot, requests: rx }, ReconcileHandle::new(tx)))
+    }
+
+    /// The position this consumer has committed.
+    pub async fn stored_offset(svc: &Engagement, opts: &AggregatorOptions) -> StoreResult<u64> {
+        svc.stores().counters.offset(&opts.consumer).await
     }
 
     /// The log position applied so far.
@@ -94,10 +112,8 @@ impl Aggregator {
         let mut events = Vec::new();
         let mut more = false;
         loop {
-            let chunk = stores
-                .events
-                .read_after(batch.last_seq().unwrap_or(self.offset), self.opts.read_chunk)
-                .await?;
+            let chunk =
+                self.log.read_after(batch.last_seq().unwrap_or(self.offset), self.opts.read_chunk).await?;
             let n = chunk.len();
             for e in &chunk {
                 batch.add(e);
@@ -116,7 +132,16 @@ impl Aggregator {
         // the stored offset, including the ones folded into this batch.
         let mut reconciled = Vec::with_capacity(targets.len());
         for t in targets {
-            let r = stores.counters.recount_likes(&self.opts.consumer, *t).await?;
+            // A target that cannot be recounted now (storage hiccup, relay behind) is skipped;
+            // its requester is told, and the next round tries again.
+            let r = match stores.counters.recount_likes(&self.opts.consumer, *t).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, target_id = t.id, "recount skipped");
+                    metrics::counter!("likewise_reconcile_skipped_total").increment(1);
+                    continue;
+                }
+            };
             let drift = r.drift();
             if drift != 0 {
                 tracing::warn!(target_kind = ?t.kind, target_id = t.id, drift, "counter drift repaired");
@@ -125,7 +150,14 @@ impl Aggregator {
             let mut total = drift.unsigned_abs();
             if t.kind == likewise_core::like::TargetKind::Post {
                 let post = likewise_core::ids::PostId(t.id);
-                let c = stores.counters.recount_comments(&self.opts.consumer, post).await?;
+                let c = match stores.counters.recount_comments(&self.opts.consumer, post).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, post = t.id, "comment recount skipped");
+                        metrics::counter!("likewise_reconcile_skipped_total").increment(1);
+                        likewise_core::ports::Recount { rows: 0, counter: 0, pending: 0 }
+                    }
+                };
                 if c.drift() != 0 {
                     tracing::warn!(post = t.id, drift = c.drift(), "comment counter drift repaired");
                     batch.add_delta(CounterKey { target: *t, field: CounterField::Comments }, c.drift());
@@ -146,6 +178,9 @@ impl Aggregator {
         let values = stores.counters.apply_deltas(&self.opts.consumer, upto, &deltas).await?;
         self.svc.counts().publish(upto, &values, &events);
         self.offset = upto;
+        if let Err(e) = self.log.committed(upto).await {
+            tracing::warn!(error = %e, "acknowledging applied events failed");
+        }
         if let Some(ts) = oldest_ts {
             let lag = now_ms().saturating_sub(ts) as f64 / 1000.0;
             metrics::histogram!("likewise_aggregator_lag_seconds").record(lag);
@@ -184,7 +219,10 @@ impl Aggregator {
                         for req in waiting.drain(..) {
                             let drift =
                                 report.reconciled.iter().find(|(t, _)| *t == req.target).map(|(_, d)| *d);
-                            let _ = req.reply.send(Ok(drift.unwrap_or(0)));
+                            let _ =
+                                req.reply.send(drift.ok_or_else(|| {
+                                    "the target could not be recounted now; retry".to_string()
+                                }));
                         }
                         targets.clear();
                         if !report.more {
@@ -214,7 +252,7 @@ impl Aggregator {
     }
 
     async fn report_lag(&self) {
-        if let Ok(head) = self.svc.stores().events.head().await {
+        if let Ok(head) = self.log.head().await {
             metrics::gauge!("likewise_aggregator_lag_events").set(head.saturating_sub(self.offset) as f64);
             metrics::gauge!("likewise_aggregator_offset").set(self.offset as f64);
         }
@@ -225,7 +263,7 @@ impl Aggregator {
         if upto == 0 {
             return;
         }
-        match self.svc.stores().events.truncate(upto).await {
+        match self.log.truncate(upto).await {
             Ok(n) if n > 0 => tracing::info!(removed = n, upto, "event log truncated"),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "event log truncation failed"),

@@ -5,12 +5,14 @@
 //!   by reconciliation in the same commit.
 //! - [`notifier`]: turns engagement events into aggregated notifications.
 //! - [`ranker`]: keeps the cached top-comment rankings fresh from comment events.
+//! - [`reverse_index`]: (scale-out) writes the user-keyed like index from the event stream.
 //! - [`reconcile`]: which targets to recount (hot posts, on request) and the handle used to ask.
 
 pub mod aggregator;
 pub mod notifier;
 pub mod ranker;
 pub mod reconcile;
+pub mod reverse_index;
 
 pub use aggregator::{Aggregator, AggregatorOptions, StepReport};
 pub use reconcile::ReconcileHandle;

@@ -10,6 +10,7 @@
 use likewise_core::event::Event;
 use likewise_core::ids::CommentId;
 use likewise_core::notify::{CommentContext, Holder};
+use likewise_core::ports::EventLog;
 use likewise_core::{StoreResult, ids::UserId};
 use likewise_service::{Engagement, now_ms};
 use std::sync::Arc;
@@ -37,7 +38,9 @@ impl Default for NotifierOptions {
 /// The consumer state; drive it with [`Notifier::step`] (tests pass their own clock).
 pub struct Notifier {
     svc: Arc<Engagement>,
+    log: Arc<dyn EventLog>,
     holder: Holder,
+    hold_ms: u64,
     processed: u64,
     committed: u64,
 }
@@ -45,13 +48,31 @@ pub struct Notifier {
 impl Notifier {
     /// Resume from the stored offset.
     pub async fn new(svc: Arc<Engagement>, opts: &NotifierOptions) -> StoreResult<Self> {
-        let offset = svc.stores().counters.offset(NOTIFIER).await?;
+        let log = svc.stores().events.clone();
+        Self::with_log(svc, opts, log).await
+    }
+
+    /// Resume from the stored offset, reading `log` (a stream consumer positioned at
+    /// [`Notifier::stored_offset`] in scale-out deployments).
+    pub async fn with_log(
+        svc: Arc<Engagement>,
+        opts: &NotifierOptions,
+        log: Arc<dyn EventLog>,
+    ) -> StoreResult<Self> {
+        let offset = Self::stored_offset(&svc).await?;
         Ok(Notifier {
             svc,
+            log,
             holder: Holder::new(opts.hold.as_millis() as u64),
+            hold_ms: opts.hold.as_millis() as u64,
             processed: offset,
             committed: offset,
         })
+    }
+
+    /// The position the notifier has committed.
+    pub async fn stored_offset(svc: &Engagement) -> StoreResult<u64> {
+        svc.stores().counters.offset(NOTIFIER).await
     }
 
     async fn context(&self, e: &Event) -> StoreResult<Option<CommentContext>> {
@@ -75,7 +96,7 @@ impl Notifier {
         let stores = self.svc.stores().clone();
         let mut changes = Vec::new();
         loop {
-            let events = stores.events.read_after(self.processed, 4_096).await?;
+            let events = self.log.read_after(self.processed, 4_096).await?;
             let n = events.len();
             for e in &events {
                 let ctx = self.context(e).await?;
@@ -91,8 +112,20 @@ impl Notifier {
         if changes.is_empty() && offset == self.committed {
             return Ok(0);
         }
-        let items = stores.notifications.apply_notifications(NOTIFIER, offset, &changes).await?;
+        let items = match stores.notifications.apply_notifications(NOTIFIER, offset, &changes).await {
+            Ok(items) => items,
+            Err(e) => {
+                // Forget what this step absorbed and re-read from the committed offset (it
+                // never passes a held event), so the lost changes are derived again.
+                self.holder = Holder::new(self.hold_ms);
+                self.processed = self.committed;
+                return Err(e);
+            }
+        };
         self.committed = offset;
+        if let Err(e) = self.log.committed(offset).await {
+            tracing::warn!(error = %e, "acknowledging notified events failed");
+        }
         metrics::gauge!("likewise_notifications_held").set(self.holder.held() as f64);
         metrics::counter!("likewise_notification_changes_total").increment(changes.len() as u64);
         let n = items.len();
@@ -105,7 +138,18 @@ impl Notifier {
 
 /// Run until `shutdown` flips to true.
 pub async fn run(svc: Arc<Engagement>, opts: NotifierOptions, shutdown: watch::Receiver<bool>) {
-    let mut n = match Notifier::new(svc, &opts).await {
+    let log = svc.stores().events.clone();
+    run_with(svc, opts, log, shutdown).await
+}
+
+/// [`run`] reading `log`.
+pub async fn run_with(
+    svc: Arc<Engagement>,
+    opts: NotifierOptions,
+    log: Arc<dyn EventLog>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let mut n = match Notifier::with_log(svc, &opts, log).await {
         Ok(n) => n,
         Err(e) => {
             tracing::error!(error = %e, "notifier cannot read its offset; not started");

@@ -8,6 +8,7 @@
 
 use likewise_core::ids::PostId;
 use likewise_core::like::TargetKind;
+use likewise_core::ports::EventLog;
 use likewise_service::Engagement;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -40,9 +41,23 @@ pub async fn round(
     dirty: &mut BTreeSet<PostId>,
     max_posts: usize,
 ) -> likewise_core::StoreResult<usize> {
+    let log = svc.stores().events.clone();
+    round_with(svc, &*log, true, offset, dirty, max_posts).await
+}
+
+/// [`round`] reading `log`; the offset is stored only when `persist` (an API node's ranker
+/// reads new events of an ephemeral consumer: its rankings are a cache, nothing to resume).
+pub async fn round_with(
+    svc: &Engagement,
+    log: &dyn EventLog,
+    persist: bool,
+    offset: &mut u64,
+    dirty: &mut BTreeSet<PostId>,
+    max_posts: usize,
+) -> likewise_core::StoreResult<usize> {
     let stores = svc.stores();
     loop {
-        let events = stores.events.read_after(*offset, 16_384).await?;
+        let events = log.read_after(*offset, 16_384).await?;
         let n = events.len();
         for e in &events {
             if !e.kind.is_like() || e.target.kind == TargetKind::Comment {
@@ -66,24 +81,45 @@ pub async fn round(
             done += 1;
         }
     }
-    stores.counters.apply_deltas(RANKER, *offset, &[]).await?;
+    if persist {
+        stores.counters.apply_deltas(RANKER, *offset, &[]).await?;
+    }
+    log.committed(*offset).await?;
     metrics::counter!("likewise_ranker_posts_total").increment(done as u64);
     Ok(done)
 }
 
 /// Run until `shutdown` flips to true.
 pub async fn run(svc: Arc<Engagement>, opts: RankerOptions, shutdown: watch::Receiver<bool>) {
-    let mut offset = match svc.stores().counters.offset(RANKER).await {
-        Ok(o) => o,
-        Err(e) => {
-            tracing::error!(error = %e, "ranker cannot read its offset; not started");
-            return;
+    let log = svc.stores().events.clone();
+    run_with(svc, opts, log, true, shutdown).await
+}
+
+/// [`run`] reading `log`, storing the offset only when `persist` (see [`round_with`]).
+pub async fn run_with(
+    svc: Arc<Engagement>,
+    opts: RankerOptions,
+    log: Arc<dyn EventLog>,
+    persist: bool,
+    shutdown: watch::Receiver<bool>,
+) {
+    let mut offset = if persist {
+        match svc.stores().counters.offset(RANKER).await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::error!(error = %e, "ranker cannot read its offset; not started");
+                return;
+            }
         }
+    } else {
+        0
     };
     let mut dirty = BTreeSet::new();
     let mut ticker = crate::Ticker::new(opts.interval, shutdown);
     while ticker.next().await {
-        if let Err(e) = round(&svc, &mut offset, &mut dirty, opts.max_posts_per_round).await {
+        if let Err(e) =
+            round_with(&svc, &*log, persist, &mut offset, &mut dirty, opts.max_posts_per_round).await
+        {
             tracing::warn!(error = %e, "ranker round failed");
         }
     }

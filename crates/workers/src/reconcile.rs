@@ -19,18 +19,30 @@ pub(crate) struct ReconcileRequest {
 /// Asks the running aggregator to reconcile targets.
 #[derive(Clone)]
 pub struct ReconcileHandle {
-    tx: mpsc::Sender<ReconcileRequest>,
+    tx: Vec<mpsc::Sender<ReconcileRequest>>,
+    route: Option<std::sync::Arc<dyn Fn(Target) -> usize + Send + Sync>>,
 }
 
 impl ReconcileHandle {
     pub(crate) fn new(tx: mpsc::Sender<ReconcileRequest>) -> Self {
-        ReconcileHandle { tx }
+        ReconcileHandle { tx: vec![tx], route: None }
+    }
+
+    /// One handle over several aggregators (one per shard): `route` picks a target's.
+    pub fn routed(
+        handles: Vec<ReconcileHandle>,
+        route: std::sync::Arc<dyn Fn(Target) -> usize + Send + Sync>,
+    ) -> Self {
+        ReconcileHandle { tx: handles.into_iter().flat_map(|h| h.tx).collect(), route: Some(route) }
     }
 
     /// Recount `target` at the aggregator's next window; returns the drift repaired.
     pub async fn reconcile(&self, target: Target) -> Result<i64, String> {
         let (reply, rx) = oneshot::channel();
+        let i = self.route.as_ref().map_or(0, |r| r(target));
         self.tx
+            .get(i)
+            .ok_or_else(|| "no aggregator for this target".to_string())?
             .send(ReconcileRequest { target, reply })
             .await
             .map_err(|_| "aggregator stopped".to_string())?;

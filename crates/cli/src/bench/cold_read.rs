@@ -20,7 +20,10 @@ pub struct ColdPostArgs {
 
 pub async fn run(a: &ColdPostArgs) -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let cfg = Config::load(None, &Overrides { listen: None, data_dir: Some(tmp.path().to_path_buf()) })?;
+    let cfg = Config::load(
+        None,
+        &Overrides { listen: None, role: None, data_dir: Some(tmp.path().to_path_buf()) },
+    )?;
     let stores = likewise_store::open(&cfg.store_config())?;
     let svc = Engagement::new(stores.clone(), cfg.service_options());
     svc.put_post(

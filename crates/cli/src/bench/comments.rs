@@ -49,7 +49,10 @@ async fn time_pages(
 pub async fn run(a: &CommentsArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.depth + 20 <= a.comments, "--depth must leave a full page");
     let tmp = tempfile::tempdir()?;
-    let cfg = Config::load(None, &Overrides { listen: None, data_dir: Some(tmp.path().to_path_buf()) })?;
+    let cfg = Config::load(
+        None,
+        &Overrides { listen: None, role: None, data_dir: Some(tmp.path().to_path_buf()) },
+    )?;
     let stores = likewise_store::open(&cfg.store_config())?;
     let svc = Engagement::new(stores.clone(), cfg.service_options());
     let meta = PostMeta { author: UserId(1), hide_like_count: false, comments: CommentsPolicy::Everyone };

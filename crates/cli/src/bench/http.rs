@@ -79,8 +79,10 @@ pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
     let secret = match &a.secret {
         Some(s) => s.as_bytes().to_vec(),
         None => {
-            let cfg =
-                Config::load(a.config.as_deref(), &Overrides { listen: None, data_dir: a.data_dir.clone() })?;
+            let cfg = Config::load(
+                a.config.as_deref(),
+                &Overrides { listen: None, role: None, data_dir: a.data_dir.clone() },
+            )?;
             crate::secret::load_or_create(cfg.auth.secret.as_deref(), &cfg.store.data_dir, false)
                 .context("pass --secret or the server's --data-dir")?
         }

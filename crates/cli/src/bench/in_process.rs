@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
     let data_dir = a.data_dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
-    let cfg = Config::load(a.config.as_deref(), &Overrides { listen: None, data_dir: Some(data_dir) })?;
+    let cfg =
+        Config::load(a.config.as_deref(), &Overrides { listen: None, role: None, data_dir: Some(data_dir) })?;
     let stores = likewise_store::open(&cfg.store_config())?;
     let svc = Engagement::new(stores.clone(), cfg.service_options());
     let (agg, _) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;

@@ -1,5 +1,6 @@
-//! The command line: `serve`, `token`, `reconcile`, `bench`.
+//! The command line: `serve`, `migrate`, `token`, `reconcile`, `bench`.
 
+mod migrate;
 mod reconcile;
 mod serve;
 mod token;
@@ -30,11 +31,16 @@ pub struct Common {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the whole service in this process on the embedded store.
+    /// Run the service: everything in one process on the embedded store by default; with
+    /// the postgres backend, API nodes and workers can run as separate processes.
     Serve {
         /// Address to listen on (overrides server.listen).
         #[arg(long)]
         listen: Option<String>,
+        /// What this process runs: all (default), api (stateless HTTP node) or worker
+        /// (outbox relay, aggregators, reverse index, notifier). Overrides server.role.
+        #[arg(long, value_parser = ["all", "api", "worker"])]
+        role: Option<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -62,6 +68,11 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Apply the PostgreSQL schema migrations to every shard (creating missing databases).
+    Migrate {
+        #[command(flatten)]
+        common: Common,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -72,14 +83,20 @@ pub enum Command {
 impl Common {
     /// Load the configuration these options point at.
     pub fn load(&self, listen: Option<String>) -> anyhow::Result<Config> {
-        Config::load(self.config.as_deref(), &Overrides { listen, data_dir: self.data_dir.clone() })
+        self.load_role(listen, None)
+    }
+
+    /// Load, with a role override.
+    pub fn load_role(&self, listen: Option<String>, role: Option<String>) -> anyhow::Result<Config> {
+        Config::load(self.config.as_deref(), &Overrides { listen, role, data_dir: self.data_dir.clone() })
     }
 }
 
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { listen, common } => serve::run(common.load(listen)?),
+        Command::Serve { listen, role, common } => serve::run(common.load_role(listen, role)?),
+        Command::Migrate { common } => migrate::run(common.load(None)?),
         Command::Token { user_id, service, ttl, common } => {
             token::run(&common.load(None)?, &user_id, service, &ttl)
         }

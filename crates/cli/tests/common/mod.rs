@@ -34,7 +34,7 @@ pub struct TestApp {
 pub fn test_config(data_dir: &Path) -> Config {
     let mut cfg = Config::load(
         None,
-        &Overrides { listen: Some("127.0.0.1:0".into()), data_dir: Some(data_dir.into()) },
+        &Overrides { listen: Some("127.0.0.1:0".into()), role: None, data_dir: Some(data_dir.into()) },
     )
     .expect("config");
     cfg.auth.secret = Some(SECRET.into());

@@ -49,6 +49,8 @@ pub struct ViewerLikes {
     hasher: RandomState,
     shards: Vec<Mutex<HashMap<UserId, Arc<Mutex<Entry>>>>>,
     counters: super::LookupCounters,
+    /// False: no in-process state; every lookup goes to the (shared) store.
+    local: bool,
 }
 
 enum Answer {
@@ -59,7 +61,7 @@ enum Answer {
 
 impl ViewerLikes {
     /// A cache for about `capacity` viewers.
-    pub fn new(likes: Arc<dyn LikeReader>, capacity: usize, bloom_max: usize) -> Self {
+    pub fn new(likes: Arc<dyn LikeReader>, capacity: usize, bloom_max: usize, local: bool) -> Self {
         ViewerLikes {
             likes,
             per_shard: capacity.div_ceil(SHARDS).max(1),
@@ -67,6 +69,7 @@ impl ViewerLikes {
             hasher: RandomState::new(),
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             counters: super::LookupCounters::new("viewer_likes"),
+            local,
         }
     }
 
@@ -89,6 +92,9 @@ impl ViewerLikes {
     /// Only viewers who have read recently have an entry; for anyone else the next read goes
     /// to storage, which already holds the durable write, so nothing is lost by skipping.
     pub fn record(&self, user: UserId, post: PostId, liked: bool, order: u64) {
+        if !self.local {
+            return;
+        }
         let Some(entry) = self.shards[shard_of(&self.hasher, &user)].lock().get(&user).cloned() else {
             return;
         };
@@ -122,6 +128,10 @@ impl ViewerLikes {
 
     /// For each post, has `user` liked it? One storage call at most.
     pub async fn liked(self: &Arc<Self>, user: UserId, posts: &[PostId]) -> StoreResult<Vec<bool>> {
+        if !self.local {
+            let ids: Vec<u64> = posts.iter().map(|p| p.0).collect();
+            return self.likes.liked_among(user, TargetKind::Post, &ids).await;
+        }
         let entry = self.entry(user);
         let mut answers = Vec::with_capacity(posts.len());
         let mut build = false;

@@ -151,6 +151,20 @@ impl CounterStore for PgStore {
         }
         let mut c = self.conn(shard).await?;
         let tx = c.transaction().await.map_err(pg_err)?;
+        // The offset row is locked for the commit; a position behind the stored one means
+        // another process applied this consumer's events meanwhile: refuse (no double count).
+        let cur: Option<i64> = tx
+            .query_opt("SELECT upto FROM consumer_offsets WHERE consumer = $1 FOR UPDATE", &[&consumer])
+            .await
+            .map_err(pg_err)?
+            .map(|r| r.get(0));
+        if let Some(cur) = cur
+            && u(cur) > upto
+        {
+            return Err(StoreError::Engine(format!(
+                "consumer {consumer:?} is already at {cur}, past {upto}: another process applies its events"
+            )));
+        }
         let mut out = Vec::with_capacity(deltas.len());
         if !deltas.is_empty() {
             let kinds: Vec<i16> = deltas.iter().map(|(k, _)| i16::from(k.target.kind.code())).collect();

@@ -72,3 +72,36 @@ pub async fn missing(c: &tokio_postgres::Client) -> StoreResult<Vec<i32>> {
     let done = if exists { applied(c).await? } else { Vec::new() };
     Ok(MIGRATIONS.iter().map(|m| m.0).filter(|v| !done.contains(v)).collect())
 }
+
+/// Connect to `url`; when its database does not exist, create it through the server's
+/// `postgres` database (so a fresh machine needs only `likewise migrate`).
+pub async fn create_database_if_missing(url: &str) -> StoreResult<()> {
+    let cfg: tokio_postgres::Config = url.parse().map_err(pg_err)?;
+    match cfg.connect(tokio_postgres::NoTls).await {
+        Ok((_c, conn)) => {
+            drop(conn);
+            Ok(())
+        }
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INVALID_CATALOG_NAME) => {
+            let name = cfg.get_dbname().ok_or_else(|| pg_err("the URL names no database"))?.to_string();
+            if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(pg_err(format!(
+                    "will not create database {name:?}: use letters, digits and '_'"
+                )));
+            }
+            let mut admin = cfg.clone();
+            admin.dbname("postgres");
+            let (c, conn) = admin.connect(tokio_postgres::NoTls).await.map_err(pg_err)?;
+            let task = tokio::spawn(conn);
+            let r = c.batch_execute(&format!("CREATE DATABASE {name}")).await;
+            drop(c);
+            let _ = task.await;
+            match r {
+                Ok(()) => Ok(()),
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_DATABASE) => Ok(()),
+                Err(e) => Err(pg_err(e)),
+            }
+        }
+        Err(e) => Err(pg_err(e)),
+    }
+}

@@ -175,6 +175,47 @@ impl PgStore {
     }
 }
 
+/// An exclusive, session-scoped advisory lock on one shard: while a process holds it, it is
+/// the only one running that shard's workers. Dropping the lease closes its connection,
+/// which releases the lock (a crashed process releases it the same way).
+pub struct Lease {
+    conn: Option<deadpool_postgres::Object>,
+}
+
+impl Lease {
+    /// True once the lock's connection is gone (the lock may be someone else's now).
+    pub fn is_lost(&self) -> bool {
+        self.conn.as_ref().is_none_or(|c| c.is_closed())
+    }
+
+    /// Check the connection with a round trip (a dead server is noticed even while idle).
+    pub async fn check(&self) -> bool {
+        match &self.conn {
+            Some(c) => c.simple_query("").await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            // Take the connection out of the pool so it closes instead of returning with the
+            // lock still held.
+            drop(deadpool_postgres::Object::take(c));
+        }
+    }
+}
+
+impl PgStore {
+    /// Try to take lease `key` on `shard` without waiting.
+    pub async fn try_lease(&self, shard: usize, key: i64) -> StoreResult<Option<Lease>> {
+        let c = self.conn(shard).await?;
+        let got: bool = c.query_one("SELECT pg_try_advisory_lock($1)", &[&key]).await.map_err(pg_err)?.get(0);
+        Ok(if got { Some(Lease { conn: Some(c) }) } else { None })
+    }
+}
+
 /// [`pg_err`] for the other modules of the crate.
 pub(crate) use pg_err as pg_err_pub;
 

@@ -4,8 +4,9 @@
 //!
 //! `apply_notifications` groups the changes by recipient shard and applies each shard's part
 //! in ONE transaction, serialized per shard by an advisory lock (the embedded engine's single
-//! writer). The consumer offset (`consumer_offsets` on shard 0) is written last, in shard 0's
-//! transaction, so a single-shard deployment is exactly as atomic as the embedded engine.
+//! writer). The consumer offset (`consumer_offsets` on [`PgStore::offset_shard`], shard 0 for
+//! the notifier) is written last, in that shard's transaction, so a single-shard deployment is
+//! exactly as atomic as the embedded engine.
 //! With several shards, a crash between shard transactions leaves the offset behind changes
 //! already applied: the consumer replays them, which is harmless, because changes are
 //! idempotent (an Add of a member or a Remove of a non-member changes no count; replaying a
@@ -310,11 +311,13 @@ impl NotificationStore for PgStore {
         offset: u64,
         changes: &[Change],
     ) -> StoreResult<Vec<NotifItem>> {
+        // The offset lives where `CounterStore::offset` reads it (shard 0 unless `name@N`).
+        let home = self.offset_shard(consumer)?;
         let mut groups = self.group(changes, |ch| self.shard_of_user(parts(ch).0.recipient));
-        // Shard 0 last, and always: its transaction also carries the offset.
-        groups.sort_by_key(|(shard, _)| *shard == 0);
-        if groups.last().is_none_or(|(shard, _)| *shard != 0) {
-            groups.push((0, Vec::new()));
+        // The offset's shard last, and always: its transaction also carries the offset.
+        groups.sort_by_key(|(shard, _)| *shard == home);
+        if groups.last().is_none_or(|(shard, _)| *shard != home) {
+            groups.push((home, Vec::new()));
         }
         let mut touched: HashMap<NotifKey, NotifItem> = HashMap::new();
         for (shard, idx) in &groups {
@@ -324,7 +327,7 @@ impl NotificationStore for PgStore {
             if !part.is_empty() {
                 touched.extend(apply_shard(&tx, *shard, &part).await?);
             }
-            if *shard == 0 {
+            if *shard == home {
                 put_offset(&tx, consumer, offset).await?;
             }
             tx.commit().await.map_err(pg_err)?;
@@ -393,5 +396,106 @@ impl NotificationStore for PgStore {
         }
         .map_err(pg_err)?;
         rows.iter().map(item_of).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded::{EmbeddedOptions, EmbeddedStore};
+    use crate::postgres::testing::TestShards;
+    use likewise_core::ports::CounterStore;
+
+    /// An item without its ID (IDs differ between engines).
+    fn shape(it: &NotifItem) -> NotifItem {
+        NotifItem { id: 0, ..it.clone() }
+    }
+
+    /// A recipient's whole inbox, paged two at a time through the keyset cursor.
+    async fn paged(s: &dyn NotificationStore, r: UserId) -> Vec<NotifItem> {
+        let mut out: Vec<NotifItem> = Vec::new();
+        loop {
+            let after = out.last().map(|it| (it.updated_ms, it.id));
+            let page = s.inbox(r, after, 2).await.expect("inbox");
+            if page.is_empty() {
+                return out;
+            }
+            out.extend(page);
+        }
+    }
+
+    /// The same batches of changes, applied to the embedded engine and to two PostgreSQL
+    /// shards, give the same returned items, inboxes, pages and actor sets.
+    #[tokio::test]
+    async fn matches_the_embedded_engine() {
+        let t = TestShards::create(2).await;
+        let pg = t.store();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts =
+            EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 4 << 20, max_journal_bytes: 64 << 20 };
+        let emb = EmbeddedStore::open(dir.path(), &opts).expect("embedded");
+        let kinds = [NotifKind::PostLiked, NotifKind::Commented];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        let mut ts = 1_000u64;
+        let mut batches: Vec<Vec<Change>> = Vec::new();
+        for _ in 0..40 {
+            let mut batch = Vec::new();
+            for _ in 0..next(12) {
+                let key = NotifKey {
+                    recipient: UserId(1 + next(4)),
+                    post: PostId(1 + next(2)),
+                    kind: kinds[next(2) as usize],
+                };
+                let actor = UserId(10 + next(4));
+                ts += 1;
+                batch.push(if next(5) < 2 {
+                    Change::Remove { key, actor }
+                } else {
+                    let comment = (next(2) == 0).then(|| CommentId(100 + next(50)));
+                    Change::Add { key, actor, comment, ts_ms: ts }
+                });
+            }
+            batches.push(batch);
+        }
+        // Redeliveries: a batch applied again changes nothing but is still reported.
+        batches.push(batches[3].clone());
+        batches.push(batches[39].clone());
+        let mut emptied = 0;
+        for (n, batch) in batches.iter().enumerate() {
+            let a = emb.apply_notifications("notifier", n as u64, batch).await.expect("embedded");
+            let b = pg.apply_notifications("notifier", n as u64, batch).await.expect("postgres");
+            assert_eq!(
+                a.iter().map(shape).collect::<Vec<_>>(),
+                b.iter().map(shape).collect::<Vec<_>>(),
+                "{n}"
+            );
+            for it in &b {
+                assert_eq!(pg.shard_of_item(it.id), pg.shard_of_user(it.key.recipient), "{it:?}");
+            }
+            emptied += b.iter().filter(|it| it.actor_count == 0).count();
+        }
+        assert!(emptied > 0, "the script should empty some items");
+        let actors: Vec<UserId> = (10..22).map(UserId).collect();
+        for r in 1..=4 {
+            let a = emb.inbox(UserId(r), None, 100).await.expect("embedded");
+            let b = pg.inbox(UserId(r), None, 100).await.expect("postgres");
+            assert!(!b.is_empty());
+            assert_eq!(a.iter().map(shape).collect::<Vec<_>>(), b.iter().map(shape).collect::<Vec<_>>());
+            assert_eq!(paged(&pg, UserId(r)).await, b, "keyset pages");
+            for (x, y) in a.iter().zip(&b) {
+                let ma = emb.notif_members(x.id, &actors).await.expect("embedded");
+                let mb = pg.notif_members(y.id, &actors).await.expect("postgres");
+                assert_eq!(ma, mb);
+                assert_eq!(mb.iter().filter(|m| **m).count() as u64, y.actor_count);
+            }
+        }
+        // The offset lands where `CounterStore::offset` reads it, and may rewind.
+        assert_eq!(pg.offset("notifier").await.expect("offset"), batches.len() as u64 - 1);
+        assert!(pg.apply_notifications("notifier", 0, &[]).await.expect("rewind").is_empty());
+        assert_eq!(pg.offset("notifier").await.expect("offset"), 0);
     }
 }

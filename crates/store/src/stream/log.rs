@@ -1,9 +1,10 @@
 //! A durable JetStream pull consumer seen as an [`EventLog`].
 //!
-//! `read_after(after, n)` first acknowledges (cumulatively: `AckPolicy::All`) the delivered
-//! messages at or below `after` (the caller only asks past a position once it has committed
-//! everything up to it), then fetches up to `n` messages without waiting and returns those
-//! past `after`, with the stream sequence as each event's `seq`.
+//! `read_after(after, n)` returns the delivered-but-uncommitted messages past `after`, then
+//! fetches more without waiting, with the stream sequence as each event's `seq`. A consumer
+//! calls `committed(upto)` once its effects are stored; only then are the messages
+//! acknowledged (cumulatively: `AckPolicy::All`) and forgotten, so a failed commit re-reads
+//! the same events from the same position.
 //!
 //! The authoritative position of a consumer is the offset it commits together with its
 //! effects (in PostgreSQL). On start the durable consumer is re-created at that offset + 1, so
@@ -75,29 +76,44 @@ impl StreamLog {
 #[async_trait]
 impl EventLog for StreamLog {
     async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
+        let max = max.clamp(1, 10_000);
         let mut delivered = self.delivered.lock().await;
-        if let Some(pos) = delivered.iter().rposition(|(seq, _)| *seq <= after) {
-            let (_, msg) = &delivered[pos];
-            msg.ack().await.map_err(nats_err)?;
-            delivered.drain(..=pos);
-        }
-        let mut batch =
-            self.consumer.fetch().max_messages(max.clamp(1, 10_000)).messages().await.map_err(nats_err)?;
+        // Delivered but not committed yet: served again (a failed commit retries from `after`).
         let mut out = Vec::new();
-        while let Some(m) = batch.next().await {
-            let m = m.map_err(nats_err)?;
-            let seq = m.info().map_err(nats_err)?.stream_sequence;
-            if seq > after {
-                out.push(crate::postgres::outbox::decode(seq, &m.payload)?);
-            }
-            if self.acks {
+        for (seq, m) in delivered.iter().filter(|(s, _)| *s > after).take(max) {
+            out.push(crate::postgres::outbox::decode(*seq, &m.payload)?);
+        }
+        if out.len() < max {
+            let mut batch =
+                self.consumer.fetch().max_messages(max - out.len()).messages().await.map_err(nats_err)?;
+            while let Some(m) = batch.next().await {
+                let m = m.map_err(nats_err)?;
+                let seq = m.info().map_err(nats_err)?.stream_sequence;
+                if delivered.last().is_some_and(|(s, _)| *s >= seq) {
+                    continue; // a redelivery of something still buffered
+                }
+                if seq > after {
+                    out.push(crate::postgres::outbox::decode(seq, &m.payload)?);
+                }
                 delivered.push((seq, m));
             }
         }
-        delivered.sort_by_key(|(s, _)| *s);
-        out.sort_by_key(|e| e.seq);
-        out.dedup_by_key(|e| e.seq);
+        if delivered.len() > 1_000_000 {
+            tracing::warn!(buffered = delivered.len(), "stream consumer holds many uncommitted events");
+        }
         Ok(out)
+    }
+
+    async fn committed(&self, upto: u64) -> StoreResult<()> {
+        let mut delivered = self.delivered.lock().await;
+        if let Some(pos) = delivered.iter().rposition(|(seq, _)| *seq <= upto) {
+            if self.acks {
+                // AckPolicy::All: acknowledging the last one acknowledges everything before it.
+                delivered[pos].1.ack().await.map_err(nats_err)?;
+            }
+            delivered.drain(..=pos);
+        }
+        Ok(())
     }
 
     async fn head(&self) -> StoreResult<u64> {

@@ -1,7 +1,7 @@
 //! The outbox relay: moves each shard's committed outbox rows to JetStream, in order.
 //!
-//! One relay per shard holds a PostgreSQL advisory lock on that shard, so a second worker
-//! process stands by instead of interleaving. Each round publishes up to `batch` unrelayed
+//! One relay per shard runs, under the worker's lease on that shard (a second worker process
+//! stands by instead of interleaving). Each round publishes up to `batch` unrelayed
 //! rows in `seq` order on one connection (pipelined: all publishes, then all acks), with
 //! message ID `<shard>-<seq>`, and then records each row's stream sequence. A crash between
 //! the publish and the bookkeeping re-publishes the rows on restart; JetStream recognises
@@ -35,8 +35,6 @@ impl Default for RelayOptions {
         RelayOptions { batch: 5_000, idle: Duration::from_millis(5), retain: Duration::from_secs(600) }
     }
 }
-
-const LOCK_BASE: i64 = 0x4c57_5245_4c41_0000;
 
 /// One round: relay up to `batch` rows of `shard`. Returns how many were relayed.
 pub async fn relay_once(
@@ -97,8 +95,8 @@ pub async fn prune(pg: &PgStore, shard: usize, retain: Duration) -> StoreResult<
         .map_err(pg_err)
 }
 
-/// Relay `shard` until shutdown: take the shard's relay lock (waiting while another process
-/// holds it), then relay continuously.
+/// Relay `shard` until shutdown, then make one last pass. Run it under the shard's lease
+/// (one relay per shard: two would interleave publishes).
 pub async fn run(
     pg: PgStore,
     stream: EventStream,
@@ -106,76 +104,35 @@ pub async fn run(
     opts: RelayOptions,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let key = LOCK_BASE + shard as i64;
-    'outer: loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        // The lock lives on a connection held for as long as this process relays the shard.
-        let lock_conn = match pg.conn_pub(shard).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, shard, "relay cannot reach its shard; retrying");
-                if wait(&mut shutdown, Duration::from_secs(1)).await {
+    let mut last_prune = std::time::Instant::now();
+    loop {
+        match relay_once(&pg, &stream, shard, opts.batch).await {
+            Ok(n) if n > 0 && !*shutdown.borrow() => continue,
+            Ok(_) => {
+                if wait(&mut shutdown, opts.idle).await {
+                    // One last pass so nothing committed before shutdown waits for a restart.
+                    while let Ok(n) = relay_once(&pg, &stream, shard, opts.batch).await {
+                        if n == 0 {
+                            break;
+                        }
+                    }
                     return;
                 }
-                continue;
             }
-        };
-        let got: bool = match lock_conn.query_one("SELECT pg_try_advisory_lock($1)", &[&key]).await {
-            Ok(r) => r.get(0),
             Err(e) => {
-                tracing::warn!(error = %e, shard, "relay lock query failed");
-                false
+                tracing::warn!(error = %e, shard, "relay round failed; retrying");
+                metrics::counter!("likewise_relay_failures_total").increment(1);
+                if wait(&mut shutdown, Duration::from_millis(200)).await {
+                    return;
+                }
             }
-        };
-        if !got {
-            if wait(&mut shutdown, Duration::from_secs(1)).await {
-                return;
-            }
-            continue;
         }
-        tracing::info!(shard, "outbox relay active");
-        let mut last_prune = std::time::Instant::now();
-        loop {
-            match relay_once(&pg, &stream, shard, opts.batch).await {
-                Ok(n) if n > 0 => {
-                    if *shutdown.borrow() {
-                        // Keep relaying until the outbox is empty: the API may still be draining.
-                        continue;
-                    }
-                    continue;
-                }
-                Ok(_) => {
-                    if wait(&mut shutdown, opts.idle).await {
-                        // One last pass so nothing committed before shutdown waits for a restart.
-                        let _ = relay_once(&pg, &stream, shard, opts.batch).await;
-                        let _ = lock_conn.execute("SELECT pg_advisory_unlock($1)", &[&key]).await;
-                        return;
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, shard, "relay round failed; retrying");
-                    metrics::counter!("likewise_relay_failures_total").increment(1);
-                    if wait(&mut shutdown, Duration::from_millis(500)).await {
-                        return;
-                    }
-                    if lock_conn.is_closed() {
-                        continue 'outer;
-                    }
-                }
-            }
-            if last_prune.elapsed() > Duration::from_secs(60) {
-                last_prune = std::time::Instant::now();
-                match prune(&pg, shard, opts.retain).await {
-                    Ok(n) if n > 0 => tracing::debug!(shard, removed = n, "outbox pruned"),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, shard, "outbox prune failed"),
-                }
-            }
-            if lock_conn.is_closed() {
-                tracing::warn!(shard, "relay lost its lock connection; re-acquiring");
-                continue 'outer;
+        if last_prune.elapsed() > Duration::from_secs(60) {
+            last_prune = std::time::Instant::now();
+            match prune(&pg, shard, opts.retain).await {
+                Ok(n) if n > 0 => tracing::debug!(shard, removed = n, "outbox pruned"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, shard, "outbox prune failed"),
             }
         }
     }
