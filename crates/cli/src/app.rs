@@ -161,7 +161,7 @@ async fn run_cluster(
         tasks.extend(crate::scaleout::spawn_workers(&svc, &cluster, cfg, &stop_rx));
     }
     if api {
-        tasks.extend(crate::scaleout::spawn_api(&svc, &cluster, &stop_rx).await?);
+        tasks.extend(crate::scaleout::spawn_api(&svc, &stop_rx));
         let svc = svc.clone();
         let mut ticker = likewise_workers::Ticker::new(std::time::Duration::from_secs(1), stop_rx.clone());
         tasks.push(tokio::spawn(async move {

@@ -1,9 +1,10 @@
 //! Scale-out wiring: the roles of a deployment on PostgreSQL (shards), Redis and NATS.
 //!
 //! - API node (`--role api`): stateless HTTP. Reads through Redis and PostgreSQL, writes
-//!   through its own group committer into the shards' transactions. It runs two light
-//!   consumers of its own: an ephemeral stream consumer that keeps its top-comments cache
-//!   fresh, and the cluster bus (NATS core) for cache invalidations and live notifications.
+//!   through its own group committer into the shards' transactions. It listens on the
+//!   cluster bus (NATS core) for cache invalidations, live notifications and the aggregators'
+//!   commits (new counts go straight into its count cache; comment events re-rank its cached
+//!   top comments).
 //! - Worker (`--role worker`): per shard, under that shard's lease (a PostgreSQL advisory
 //!   lock, so a second worker is a hot standby, never a second writer): the outbox relay, the
 //!   counter aggregator and the reverse-index writer; under one more lease, the notifier.
@@ -12,9 +13,13 @@
 use crate::config::Config;
 use anyhow::Context;
 use futures_util::StreamExt;
+use likewise_core::counter::CounterKey;
+use likewise_core::event::Event;
 use likewise_core::ports::{CounterStore, EventLog, NotifItem};
 use likewise_service::Engagement;
-use likewise_service::cluster::{Broadcast, Invalidation, decode_item, encode_item};
+use likewise_service::cluster::{
+    Broadcast, Invalidation, decode_counters, decode_item, encode_counters, encode_item,
+};
 use likewise_store::Stores;
 use likewise_store::postgres::PgStore;
 use likewise_store::stream::EventStream;
@@ -241,14 +246,10 @@ pub fn spawn_workers(
     tasks
 }
 
-/// Start the API role's own consumers: the top-comments refresher and the cluster bus.
-pub async fn spawn_api(
-    svc: &Arc<Engagement>,
-    cluster: &Cluster,
-    shutdown: &watch::Receiver<bool>,
-) -> anyhow::Result<Vec<JoinHandle<()>>> {
-    let log: Arc<dyn EventLog> =
-        Arc::new(StreamLog::ephemeral_new(&cluster.stream, cluster.stream.all_filter()).await?);
+/// Start the API role's own consumer: the top-comments refresher, fed by the aggregators'
+/// commits on the cluster bus (after the counts they change, so re-ranking sees them).
+pub fn spawn_api(svc: &Arc<Engagement>, shutdown: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+    let log: Arc<dyn EventLog> = svc.remote_events();
     let ranker = tokio::spawn(likewise_workers::ranker::run_with(
         svc.clone(),
         likewise_workers::ranker::RankerOptions::default(),
@@ -256,7 +257,7 @@ pub async fn spawn_api(
         false,
         shutdown.clone(),
     ));
-    Ok(vec![ranker])
+    vec![ranker]
 }
 
 /// Subjects of the cluster bus.
@@ -272,10 +273,13 @@ pub struct NatsBroadcast {
 }
 
 impl NatsBroadcast {
-    fn send(&self, what: &str, payload: String) {
+    /// Publish `[node id: 8 bytes][payload]` on `<prefix>.cluster.<what>`.
+    fn send(&self, what: &str, payload: &[u8]) {
         let client = self.client.clone();
         let subject = bus_subject(&self.prefix, what);
-        let msg = format!("{} {payload}", self.node);
+        let mut msg = Vec::with_capacity(8 + payload.len());
+        msg.extend_from_slice(&self.node.to_be_bytes());
+        msg.extend_from_slice(payload);
         tokio::spawn(async move {
             if let Err(e) = client.publish(subject, msg.into()).await {
                 tracing::warn!(error = %e, "cluster bus publish failed");
@@ -286,7 +290,22 @@ impl NatsBroadcast {
 
 impl Broadcast for NatsBroadcast {
     fn invalidate(&self, inv: Invalidation) {
-        self.send("inval", inv.encode());
+        self.send("inval", inv.encode().as_bytes());
+    }
+
+    fn counters(&self, epoch: u64, values: &[(CounterKey, i64)], events: &[Event]) {
+        let mut chunks = values.chunks(likewise_service::cluster::COUNTERS_PER_MESSAGE);
+        // The events ride with the last chunk, after every value they may depend on.
+        let last = chunks.next_back().unwrap_or(&[]);
+        for c in chunks {
+            self.send("counts", &encode_counters(epoch, c, &[]));
+        }
+        for (i, ev) in events.chunks(likewise_service::cluster::COUNTERS_PER_MESSAGE).enumerate() {
+            self.send("counts", &encode_counters(epoch, if i == 0 { last } else { &[] }, ev));
+        }
+        if events.is_empty() && !last.is_empty() {
+            self.send("counts", &encode_counters(epoch, last, &[]));
+        }
     }
 
     fn notifications(&self, items: &[NotifItem]) {
@@ -294,7 +313,7 @@ impl Broadcast for NatsBroadcast {
             return;
         }
         let lines: Vec<String> = items.iter().map(encode_item).collect();
-        self.send("live", lines.join("\n"));
+        self.send("live", lines.join("\n").as_bytes());
     }
 }
 
@@ -314,24 +333,31 @@ pub async fn join_bus(
     let mut sub =
         client.subscribe(bus_subject(&prefix, "*")).await.context("subscribing to the cluster bus")?;
     let (svc, node, mut shutdown) = (svc.clone(), cluster.node, shutdown.clone());
-    let inval = bus_subject(&prefix, "inval");
+    let (inval, counts) = (bus_subject(&prefix, "inval"), bus_subject(&prefix, "counts"));
     Ok(tokio::spawn(async move {
         loop {
             let msg = tokio::select! {
                 m = sub.next() => match m { Some(m) => m, None => return },
                 _ = shutdown.changed() => return,
             };
-            let Ok(text) = std::str::from_utf8(&msg.payload) else { continue };
-            let Some((from, body)) = text.split_once(' ') else { continue };
-            if from.parse::<u64>().ok() == Some(node) {
+            let Some((from, body)) = msg.payload.split_first_chunk::<8>() else { continue };
+            if u64::from_be_bytes(*from) == node {
                 continue;
             }
+            if msg.subject.as_str() == counts {
+                match decode_counters(body) {
+                    Some((epoch, values, events)) => svc.apply_remote_counters(epoch, &values, &events),
+                    None => tracing::warn!("undecodable counter update on the cluster bus"),
+                }
+                continue;
+            }
+            let Ok(text) = std::str::from_utf8(body) else { continue };
             if msg.subject.as_str() == inval {
-                if let Some(inv) = Invalidation::decode(body) {
+                if let Some(inv) = Invalidation::decode(text) {
                     svc.apply_invalidation(inv);
                 }
             } else {
-                let items: Vec<NotifItem> = body.lines().filter_map(decode_item).collect();
+                let items: Vec<NotifItem> = text.lines().filter_map(decode_item).collect();
                 if let Err(e) = svc.push_live(items).await {
                     tracing::warn!(error = %e, "pushing remote notifications failed");
                 }

@@ -5,136 +5,21 @@
 mod common;
 
 use common::SECRET;
+use common::proc::{Client, signal, start_with};
 use hyper::Method;
-use likewise_core::ids::UserId;
-use likewise_http::auth::TokenKeys;
 use serde_json::Value;
-use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-struct Server {
-    child: Child,
-    base: String,
-}
-
-fn start(data_dir: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_likewise"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .env("LIKEWISE__AUTH__SECRET", SECRET)
-        .env("LIKEWISE__AGGREGATOR__WINDOW_MS", "20")
-        .env("LIKEWISE__STORE__CACHE_MB", "16")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn likewise serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let base = loop {
-        let line = lines.next().expect("server exited before listening").expect("read");
-        if let Some(i) = line.find("addr=") {
-            let addr = line[i + 5..].split_whitespace().next().expect("addr").to_string();
-            break format!("http://{addr}");
-        }
-        assert!(Instant::now() < deadline, "server did not start");
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.by_ref() {});
-    Server { child, base }
-}
-
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("kill").success();
-    assert!(ok, "kill {sig} failed");
-}
-
-struct Client {
-    http: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        http_body_util::Full<bytes::Bytes>,
-    >,
-    keys: TokenKeys,
-}
-
-impl Client {
-    fn new() -> Arc<Self> {
-        Arc::new(Client {
-            http: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http(),
-            keys: TokenKeys::new(SECRET.as_bytes()),
-        })
-    }
-    async fn call(
-        &self,
-        base: &str,
-        m: Method,
-        path: &str,
-        user: u64,
-        service: bool,
-        body: &str,
-    ) -> Result<(u16, Value), String> {
-        use http_body_util::BodyExt;
-        let token =
-            self.keys.mint(UserId(user), service, Duration::from_secs(600)).map_err(|e| e.to_string())?;
-        let req = hyper::Request::builder()
-            .method(m)
-            .uri(format!("{base}{path}"))
-            .header("authorization", format!("Bearer {token}"))
-            .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
-            .map_err(|e| e.to_string())?;
-        let resp = self.http.request(req).await.map_err(|e| e.to_string())?;
-        let st = resp.status().as_u16();
-        let b = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
-        Ok((st, serde_json::from_slice(&b).unwrap_or(Value::Null)))
-    }
-
-    /// Every liker of `post`, through the paged likers list.
-    async fn likers(&self, base: &str, post: u64) -> HashSet<u64> {
-        let mut out = HashSet::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let path = match &cursor {
-                Some(c) => format!("/v1/posts/{post}/likers?limit=100&cursor={c}"),
-                None => format!("/v1/posts/{post}/likers?limit=100"),
-            };
-            let (st, v) = self.call(base, Method::GET, &path, 7, false, "").await.expect("likers");
-            assert_eq!(st, 200, "{v}");
-            for i in v["items"].as_array().expect("items") {
-                assert!(
-                    out.insert(i["user_id"].as_str().and_then(|s| s.parse().ok()).expect("id")),
-                    "repeated liker"
-                );
-            }
-            match v["next_cursor"].as_str() {
-                Some(c) => cursor = Some(c.to_string()),
-                None => return out,
-            }
-        }
-    }
-
-    async fn count(&self, base: &str, post: u64) -> Option<i64> {
-        let (st, v) = self.call(base, Method::GET, &format!("/v1/posts/{post}"), 7, false, "").await.ok()?;
-        assert_eq!(st, 200, "{v}");
-        v["like_count"].as_i64()
-    }
-
-    async fn wait_count(&self, base: &str, post: u64, want: i64) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let got = self.count(base, post).await;
-            if got == Some(want) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "count {got:?} did not converge to {want}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+/// The embedded service on `data_dir`, with a short aggregation window.
+fn start(data_dir: &Path) -> common::proc::Server {
+    let dir = data_dir.display().to_string();
+    start_with(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", &dir],
+        &[("LIKEWISE__AGGREGATOR__WINDOW_MS", "20"), ("LIKEWISE__STORE__CACHE_MB", "16")],
+    )
 }
 
 /// Run the binary with the test secret and return its stdout (it must succeed).

@@ -28,6 +28,13 @@ impl CounterField {
             CounterField::Replies => 3,
         }
     }
+
+    /// Inverse of [`CounterField::code`].
+    pub fn from_code(code: u8) -> Option<Self> {
+        [CounterField::Likes, CounterField::Comments, CounterField::Replies]
+            .into_iter()
+            .find(|f| f.code() == code)
+    }
 }
 
 /// One counter: a field of a target.

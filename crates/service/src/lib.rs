@@ -102,6 +102,7 @@ pub struct Engagement {
     views: views::Views,
     live: notifications::LiveFeed,
     broadcast: std::sync::OnceLock<Arc<dyn cluster::Broadcast>>,
+    remote_events: Arc<cluster::LocalLog>,
 }
 
 impl Engagement {
@@ -134,6 +135,7 @@ impl Engagement {
             views: views::Views::default(),
             live: notifications::LiveFeed::default(),
             broadcast: std::sync::OnceLock::new(),
+            remote_events: Arc::default(),
             counts,
             stores,
             opts,

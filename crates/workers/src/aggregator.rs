@@ -176,7 +176,7 @@ impl Aggregator {
         let oldest_ts = events.first().map(|e| e.ts_ms);
         let deltas = batch.into_deltas();
         let values = stores.counters.apply_deltas(&self.opts.consumer, upto, &deltas).await?;
-        self.svc.counts().publish(upto, &values, &events);
+        self.svc.counters_committed(upto, &values, &events);
         self.offset = upto;
         if let Err(e) = self.log.committed(upto).await {
             tracing::warn!(error = %e, "acknowledging applied events failed");

@@ -2,6 +2,8 @@
 //! JSON HTTP client.
 #![allow(dead_code)]
 
+pub mod proc;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};

@@ -28,8 +28,6 @@ pub struct StreamLog {
     consumer: PullConsumer,
     /// Delivered messages not acknowledged yet, by stream sequence (ascending).
     delivered: Mutex<Vec<(u64, async_nats::jetstream::Message)>>,
-    /// False for ephemeral consumers (no acks).
-    acks: bool,
 }
 
 impl StreamLog {
@@ -52,24 +50,7 @@ impl StreamLog {
             })
             .await
             .map_err(nats_err)?;
-        Ok(StreamLog { stream: stream.clone(), consumer, delivered: Mutex::new(Vec::new()), acks: true })
-    }
-
-    /// An ephemeral consumer of new events only (per-node cache invalidation: nothing to
-    /// resume, nothing to keep on the server when the node goes away).
-    pub async fn ephemeral_new(stream: &EventStream, filter: String) -> StoreResult<Self> {
-        let s = stream.js.get_stream(&stream.stream_name).await.map_err(nats_err)?;
-        let consumer = s
-            .create_consumer(pull::Config {
-                filter_subject: filter,
-                deliver_policy: DeliverPolicy::New,
-                ack_policy: AckPolicy::None,
-                inactive_threshold: Duration::from_secs(60),
-                ..Default::default()
-            })
-            .await
-            .map_err(nats_err)?;
-        Ok(StreamLog { stream: stream.clone(), consumer, delivered: Mutex::new(Vec::new()), acks: false })
+        Ok(StreamLog { stream: stream.clone(), consumer, delivered: Mutex::new(Vec::new()) })
     }
 }
 
@@ -107,10 +88,8 @@ impl EventLog for StreamLog {
     async fn committed(&self, upto: u64) -> StoreResult<()> {
         let mut delivered = self.delivered.lock().await;
         if let Some(pos) = delivered.iter().rposition(|(seq, _)| *seq <= upto) {
-            if self.acks {
-                // AckPolicy::All: acknowledging the last one acknowledges everything before it.
-                delivered[pos].1.ack().await.map_err(nats_err)?;
-            }
+            // AckPolicy::All: acknowledging the last one acknowledges everything before it.
+            delivered[pos].1.ack().await.map_err(nats_err)?;
             delivered.drain(..=pos);
         }
         Ok(())

@@ -1,0 +1,433 @@
+//! The scale-out deployment, for real: separate `likewise` processes (two API nodes and a
+//! worker) on PostgreSQL (two shards), Redis and NATS JetStream. Each test has its own
+//! databases, Redis key prefix and stream prefix, and removes them when done. The servers
+//! must be running (`.ci/run` starts them); a test fails, never skips, without them.
+
+mod common;
+
+use common::SECRET;
+use common::proc::{Client, Server, signal, start_with};
+use hyper::Method;
+use likewise_store::postgres::testing::TestShards;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One isolated deployment: its shards, prefixes and config file.
+struct Deployment {
+    shards: TestShards,
+    prefix: String,
+    redis_url: String,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    started: Mutex<u32>,
+}
+
+impl Deployment {
+    async fn new() -> Deployment {
+        let shards = TestShards::create(2).await;
+        let prefix = format!("t{:016x}", rand::random::<u64>());
+        let redis_url = "redis://127.0.0.1:6379/0".to_string();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("likewise.toml");
+        let urls: Vec<String> = shards.urls.iter().map(|u| format!("{u:?}")).collect();
+        std::fs::write(
+            &config,
+            format!(
+                "[store]\nbackend = \"postgres\"\npostgres_shards = [{}]\npostgres_pool_size = 8\n\
+                 [cache]\nredis_url = \"{redis_url}\"\nredis_prefix = \"{prefix}\"\n\
+                 [stream]\nnats_url = \"nats://127.0.0.1:4222\"\nprefix = \"{prefix}\"\n\
+                 [aggregator]\nwindow_ms = 50\n[notifications]\nhold_ms = 300\n",
+                urls.join(", ")
+            ),
+        )
+        .expect("write config");
+        Deployment { shards, prefix, redis_url, dir, config, started: Mutex::new(0) }
+    }
+
+    fn start(&self, role: &str) -> Server {
+        let n = {
+            let mut s = self.started.lock().expect("lock");
+            *s += 1;
+            *s
+        };
+        let data = self.dir.path().join(format!("{role}-{n}"));
+        start_with(
+            &[
+                "serve",
+                "--config",
+                &self.config.display().to_string(),
+                "--role",
+                role,
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                &data.display().to_string(),
+            ],
+            &[],
+        )
+    }
+
+    /// Like rows of a post, summed over the shards (read straight from PostgreSQL).
+    async fn rows(&self, post: u64) -> i64 {
+        let mut total = 0;
+        for url in &self.shards.urls {
+            let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
+            tokio::spawn(conn);
+            let n: i64 = c
+                .query_one("SELECT count(*) FROM likes WHERE kind = 1 AND target = $1", &[&(post as i64)])
+                .await
+                .expect("count rows")
+                .get(0);
+            total += n;
+        }
+        total
+    }
+
+    /// Drop every key of this deployment from Redis (a FLUSHALL scoped to the test, so tests
+    /// running in parallel keep their caches).
+    async fn flush_redis(&self) -> usize {
+        let client = redis::Client::open(self.redis_url.as_str()).expect("redis url");
+        let mut c = client.get_multiplexed_async_connection().await.expect("redis is not reachable");
+        let keys: Vec<String> =
+            redis::cmd("KEYS").arg(format!("{}:*", self.prefix)).query_async(&mut c).await.expect("keys");
+        if !keys.is_empty() {
+            let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut c).await.expect("del");
+        }
+        keys.len()
+    }
+
+    /// Terminate every PostgreSQL connection to the shards (the nodes must reconnect).
+    async fn drop_pg_connections(&self) -> i64 {
+        let admin = likewise_store::postgres::testing::admin_url();
+        let (c, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await.expect("connect admin");
+        tokio::spawn(conn);
+        let names: Vec<String> =
+            self.shards.urls.iter().map(|u| u.rsplit('/').next().unwrap_or_default().to_string()).collect();
+        let rows = c
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = ANY($1) AND pid <> pg_backend_pid()",
+                &[&names],
+            )
+            .await
+            .expect("terminate");
+        rows.len() as i64
+    }
+
+    async fn cleanup(&self) {
+        self.flush_redis().await;
+        if let Ok(client) = async_nats::connect("nats://127.0.0.1:4222").await {
+            let js = async_nats::jetstream::new(client);
+            let _ = js.delete_stream(format!("{}_EVENTS", self.prefix.to_uppercase())).await;
+        }
+    }
+}
+
+fn stop(s: Server) {
+    signal(&s.child, "-TERM");
+    let mut child = s.child;
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "graceful stop exits 0, got {status}");
+}
+
+async fn put_post(c: &Client, base: &str, post: u64, author: u64) {
+    let body = format!(r#"{{"author_id":"{author}"}}"#);
+    let (st, v) =
+        c.call(base, Method::PUT, &format!("/v1/posts/{post}"), 1, true, &body).await.expect("post");
+    assert_eq!(st, 200, "{v}");
+}
+
+async fn get_post(c: &Client, base: &str, post: u64, viewer: u64) -> Value {
+    let (st, v) =
+        c.call(base, Method::GET, &format!("/v1/posts/{post}"), viewer, false, "").await.expect("get");
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+/// Like `post` as each user, alternating nodes, each request twice (a retry).
+async fn like_all(c: &Arc<Client>, bases: &[String], post: u64, users: Vec<u64>) -> Vec<u64> {
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let users = Arc::new(users);
+    let mut tasks = Vec::new();
+    for w in 0..16usize {
+        let (c, bases, users, acked) = (c.clone(), bases.to_vec(), users.clone(), acked.clone());
+        tasks.push(tokio::spawn(async move {
+            for (i, u) in users.iter().enumerate().skip(w).step_by(16) {
+                let path = format!("/v1/posts/{post}/like");
+                let mut ok = true;
+                for attempt in 0..2 {
+                    let base = &bases[(i + attempt) % bases.len()];
+                    match c.call(base, Method::PUT, &path, *u, false, "").await {
+                        Ok((200, v)) => assert_eq!(v["liked"], true, "{v}"),
+                        _ => ok = false,
+                    }
+                }
+                if ok {
+                    acked.lock().expect("lock").push(*u);
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("join");
+    }
+    let v = acked.lock().expect("lock").clone();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_api_nodes_and_a_worker_converge_to_the_rows() {
+    let d = Deployment::new().await;
+    // `likewise migrate` is idempotent on shards that are up to date.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_likewise"))
+        .args(["migrate", "--config", &d.config.display().to_string()])
+        .env("LIKEWISE__AUTH__SECRET", SECRET)
+        .output()
+        .expect("migrate");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("shard 1: up to date"));
+
+    let worker = d.start("worker");
+    let (a, b) = (d.start("api"), d.start("api"));
+    let bases = vec![a.base.clone(), b.base.clone()];
+    let c = Client::new();
+    // Posts on both shards (post % 2).
+    put_post(&c, &a.base, 42, 7).await;
+    put_post(&c, &b.base, 43, 7).await;
+
+    // Read-your-writes across nodes: like through A, read through B at once.
+    let (st, _) = c.call(&a.base, Method::PUT, "/v1/posts/43/like", 9, false, "").await.expect("like");
+    assert_eq!(st, 200);
+    assert_eq!(get_post(&c, &b.base, 43, 9).await["viewer_has_liked"], true);
+    let (st, _) = c.call(&b.base, Method::DELETE, "/v1/posts/43/like", 9, false, "").await.expect("unlike");
+    assert_eq!(st, 200);
+    assert_eq!(get_post(&c, &a.base, 43, 9).await["viewer_has_liked"], false);
+
+    let acked = like_all(&c, &bases, 42, (1_000..1_500).collect()).await;
+    assert_eq!(acked.len(), 500, "every like (and its retry) answered 200");
+    like_all(&c, &bases, 43, (1_000..1_100).collect()).await;
+    for base in &bases {
+        c.wait_count(base, 42, 500).await;
+        c.wait_count(base, 43, 100).await;
+    }
+    assert_eq!(d.rows(42).await, 500);
+    assert_eq!(d.rows(43).await, 100);
+    assert_eq!(c.likers(&b.base, 42).await.len(), 500);
+    // The worker's ops endpoint answers; its API does not exist.
+    let (st, _) = c.call(&worker.base, Method::GET, "/healthz", 1, false, "").await.expect("healthz");
+    assert_eq!(st, 200);
+    let (st, _) = c.call(&worker.base, Method::GET, "/v1/posts/42", 1, false, "").await.expect("no api");
+    assert_eq!(st, 404);
+    for s in [a, b, worker] {
+        stop(s);
+    }
+    d.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_flushed_mid_run_loses_nothing() {
+    let d = Deployment::new().await;
+    let worker = d.start("worker");
+    let (a, b) = (d.start("api"), d.start("api"));
+    let bases = vec![a.base.clone(), b.base.clone()];
+    let c = Client::new();
+    put_post(&c, &a.base, 10, 7).await;
+    like_all(&c, &bases, 10, (1..=150).collect()).await;
+    c.wait_count(&a.base, 10, 150).await;
+    assert!(d.flush_redis().await > 0, "the deployment had cached keys to lose");
+    // Unlike a few after the flush, like a few more.
+    for u in 1..=10u64 {
+        let (st, _) =
+            c.call(&b.base, Method::DELETE, "/v1/posts/10/like", u, false, "").await.expect("unlike");
+        assert_eq!(st, 200);
+    }
+    like_all(&c, &bases, 10, (151..=200).collect()).await;
+    assert!(d.flush_redis().await > 0);
+    for base in &bases {
+        c.wait_count(base, 10, 190).await;
+        // Own likes recover from the reverse index once the shared cache is gone.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for (user, want) in [(5u64, false), (11, true), (199, true), (4_000, false)] {
+            loop {
+                let got = get_post(&c, base, 10, user).await["viewer_has_liked"].as_bool();
+                if got == Some(want) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "user {user}: viewer_has_liked {got:?}, want {want}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    assert_eq!(d.rows(10).await, 190);
+    for s in [a, b, worker] {
+        stop(s);
+    }
+    d.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_killed_mid_stream_then_restarted_ends_exact() {
+    let d = Deployment::new().await;
+    let mut worker = d.start("worker");
+    let a = d.start("api");
+    let c = Client::new();
+    put_post(&c, &a.base, 77, 7).await;
+    let storm = {
+        let (c, base) = (c.clone(), vec![a.base.clone()]);
+        tokio::spawn(async move { like_all(&c, &base, 77, (10_000..13_000).collect()).await })
+    };
+    // Kill the worker once likes are flowing through the stream.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while d.rows(77).await < 500 {
+        assert!(Instant::now() < deadline, "likes are not flowing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.child.kill().expect("SIGKILL");
+    worker.child.wait().expect("wait");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let worker = d.start("worker");
+    let acked = storm.await.expect("storm");
+    assert_eq!(acked.len(), 3_000, "the API nodes never needed the worker to answer");
+    c.wait_count(&a.base, 77, 3_000).await;
+    assert_eq!(d.rows(77).await, 3_000);
+    stop(a);
+    stop(worker);
+    d.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_connections_dropped_mid_batch_end_exact() {
+    let d = Deployment::new().await;
+    let worker = d.start("worker");
+    let a = d.start("api");
+    let c = Client::new();
+    put_post(&c, &a.base, 88, 7).await;
+    let storm = {
+        let (c, base) = (c.clone(), vec![a.base.clone()]);
+        tokio::spawn(async move { like_all(&c, &base, 88, (20_000..23_000).collect()).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while d.rows(88).await < 300 {
+        assert!(Instant::now() < deadline, "likes are not flowing");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let killed = d.drop_pg_connections().await;
+    assert!(killed > 0, "there were connections to drop");
+    let acked = storm.await.expect("storm");
+    // Requests whose batch died with its connection got an error: retry them (idempotent).
+    let missing: Vec<u64> = (20_000..23_000).filter(|u| !acked.contains(u)).collect();
+    let retried = like_all(&c, &[a.base.clone()], 88, missing.clone()).await;
+    assert_eq!(retried.len(), missing.len(), "retries after reconnecting succeed");
+    c.wait_count(&a.base, 88, 3_000).await;
+    assert_eq!(d.rows(88).await, 3_000);
+    stop(a);
+    stop(worker);
+    d.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn comments_ranking_and_notifications_work_across_nodes() {
+    let d = Deployment::new().await;
+    let worker = d.start("worker");
+    let (a, b) = (d.start("api"), d.start("api"));
+    let c = Client::new();
+    put_post(&c, &a.base, 5, 7).await;
+
+    // A comment written through A is read through B; replies thread under it.
+    let (st, top) = c
+        .call(&a.base, Method::POST, "/v1/posts/5/comments", 20, false, r#"{"text":"first!"}"#)
+        .await
+        .expect("c");
+    assert_eq!(st, 201, "{top}");
+    let top_id = top["comment_id"].as_str().expect("id").to_string();
+    let body = format!(r#"{{"text":"a reply","parent_id":"{top_id}"}}"#);
+    let (st, reply) =
+        c.call(&b.base, Method::POST, "/v1/posts/5/comments", 21, false, &body).await.expect("r");
+    assert_eq!(st, 201, "{reply}");
+    let (st, second) = c
+        .call(&b.base, Method::POST, "/v1/posts/5/comments", 22, false, r#"{"text":"second"}"#)
+        .await
+        .expect("c");
+    assert_eq!(st, 201, "{second}");
+    let second_id = second["comment_id"].as_str().expect("id").to_string();
+    let (st, page) =
+        c.call(&b.base, Method::GET, "/v1/posts/5/comments?order=newest", 30, false, "").await.expect("l");
+    assert_eq!(st, 200, "{page}");
+    let ids: Vec<&str> =
+        page["items"].as_array().expect("items").iter().filter_map(|i| i["comment_id"].as_str()).collect();
+    assert_eq!(ids, vec![second_id.as_str(), top_id.as_str()], "{page}");
+    let path = format!("/v1/comments/{top_id}/replies");
+    let (_, replies) = c.call(&a.base, Method::GET, &path, 30, false, "").await.expect("replies");
+    assert_eq!(replies["items"].as_array().map(Vec::len), Some(1), "{replies}");
+
+    // Ranking: likes on the second comment put it first in "top", on both nodes.
+    for u in 100..105u64 {
+        let (st, _) = c
+            .call(&a.base, Method::PUT, &format!("/v1/comments/{second_id}/like"), u, false, "")
+            .await
+            .expect("cl");
+        assert_eq!(st, 200);
+    }
+    for base in [&a.base, &b.base] {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (_, page) =
+                c.call(base, Method::GET, "/v1/posts/5/comments?order=top", 30, false, "").await.expect("t");
+            let first = page["items"][0]["comment_id"].as_str().map(str::to_string);
+            let likes = page["items"][0]["like_count"].as_i64();
+            if first.as_deref() == Some(second_id.as_str()) && likes == Some(5) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "top comments did not update: {page}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // A block made through A is enforced by B at once (cluster invalidation).
+    let (st, _) = c.call(&b.base, Method::GET, "/v1/posts/5", 40, false, "").await.expect("warm");
+    assert_eq!(st, 200);
+    let (st, _) =
+        c.call(&b.base, Method::PUT, "/v1/posts/5/like", 41, false, "").await.expect("warm block cache");
+    assert_eq!(st, 200);
+    let (st, _) = c.call(&a.base, Method::PUT, "/v1/me/blocks/41", 7, false, "").await.expect("block");
+    assert!(st == 200 || st == 204, "block answered {st}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (st, _) = c
+            .call(&b.base, Method::POST, "/v1/posts/5/comments", 41, false, r#"{"text":"hi"}"#)
+            .await
+            .expect("c");
+        if st == 403 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B still accepts comments from a blocked user ({st})");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Notifications: the post author's inbox, aggregated, read through either node.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (st, inbox) =
+            c.call(&b.base, Method::GET, "/v1/me/notifications", 7, false, "").await.expect("inbox");
+        assert_eq!(st, 200, "{inbox}");
+        let kinds: Vec<String> = inbox["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter_map(|i| i["kind"].as_str().map(str::to_string))
+            .collect();
+        if kinds.iter().any(|k| k == "commented") && kinds.iter().any(|k| k == "post_liked") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "inbox did not fill: {inbox}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, post) = c.call(&a.base, Method::GET, "/v1/posts/5", 30, false, "").await.expect("post");
+    assert_eq!(post["comment_count"], 3, "{post}");
+    for s in [a, b, worker] {
+        stop(s);
+    }
+    d.cleanup().await;
+}
