@@ -30,6 +30,48 @@ pub struct TestApp {
     pub client: Client<HttpConnector, Full<Bytes>>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
+    /// The PostgreSQL shards when the suite runs on the scale-out engines.
+    shards: Option<Shards>,
+    /// Their Redis and stream prefix.
+    prefix: String,
+}
+
+/// `LIKEWISE_TEST_BACKEND=postgres` runs the in-process suites on the scale-out engines
+/// (PostgreSQL shards, Redis, NATS; role `all`) instead of the embedded store, to show the
+/// API behaves the same on both.
+pub fn scaled_out() -> bool {
+    std::env::var("LIKEWISE_TEST_BACKEND").is_ok_and(|v| v == "postgres")
+}
+
+type Shards = std::sync::Arc<likewise_store::postgres::testing::TestShards>;
+
+/// Shards of stopped apps, by data directory: a restart on the same directory finds its
+/// data again. (They live until the test process exits; `TestShards::create` removes
+/// databases of long-gone test runs.)
+static PARKED: std::sync::Mutex<Vec<(PathBuf, Shards, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Turn an embedded test configuration into a scale-out one with isolated shards, Redis
+/// prefix and stream prefix (those of a previous run on the same data directory, if any).
+async fn to_scale_out(cfg: &mut Config) -> Shards {
+    let parked = {
+        let mut p = PARKED.lock().expect("lock");
+        p.iter().position(|(d, _, _)| *d == cfg.store.data_dir).map(|i| p.remove(i))
+    };
+    let (shards, prefix) = match parked {
+        Some((_, s, p)) => (s, p),
+        None => (
+            std::sync::Arc::new(likewise_store::postgres::testing::TestShards::create(2).await),
+            format!("t{:016x}", rand::random::<u64>()),
+        ),
+    };
+    cfg.store.backend = "postgres".into();
+    cfg.store.postgres_shards = shards.urls.clone();
+    cfg.store.postgres_pool_size = 8;
+    cfg.cache.redis_url = Some("redis://127.0.0.1:6379/0".into());
+    cfg.cache.redis_prefix = prefix.clone();
+    cfg.stream.nats_url = Some("nats://127.0.0.1:4222".into());
+    cfg.stream.prefix = prefix;
+    shards
 }
 
 /// Configuration for a test: port 0, the given data directory, a short aggregator window.
@@ -50,7 +92,12 @@ pub fn test_config(data_dir: &Path) -> Config {
 
 impl TestApp {
     /// Start on `data_dir` with `cfg`.
-    pub async fn start_with(cfg: Config) -> TestApp {
+    pub async fn start_with(mut cfg: Config) -> TestApp {
+        let shards = if scaled_out() && cfg.store.backend == "embedded" {
+            Some(to_scale_out(&mut cfg).await)
+        } else {
+            None
+        };
         let app = Application::build(&cfg).await.expect("build");
         let base = format!("http://{}", app.local_addr());
         let keys = app.keys();
@@ -65,6 +112,8 @@ impl TestApp {
             client: Client::builder(TokioExecutor::new()).build_http(),
             stop: Some(tx),
             task: Some(task),
+            shards,
+            prefix: cfg.stream.prefix.clone(),
         }
     }
 
@@ -80,6 +129,9 @@ impl TestApp {
         }
         if let Some(t) = self.task.take() {
             t.await.expect("join").expect("clean stop");
+        }
+        if let Some(s) = self.shards.take() {
+            PARKED.lock().expect("lock").push((self.data_dir.clone(), s, self.prefix.clone()));
         }
     }
 

@@ -25,6 +25,26 @@ fn db_url(admin: &str, name: &str) -> String {
     format!("{base}/{name}{query}")
 }
 
+/// Test databases older than this belong to runs that died without cleaning up.
+const STALE_SECS: u64 = 3 * 3600;
+
+/// Drop test databases of long-gone runs (their names carry their creation time).
+async fn remove_stale(client: &tokio_postgres::Client) {
+    let Ok(rows) =
+        client.query("SELECT datname FROM pg_database WHERE datname LIKE 'likewise_test_%'", &[]).await
+    else {
+        return;
+    };
+    let now = crate::now_ms() / 1000;
+    for r in rows {
+        let name: String = r.get(0);
+        let born = name.split('_').nth(2).and_then(|s| s.parse::<u64>().ok());
+        if born.is_some_and(|b| now.saturating_sub(b) > STALE_SECS) {
+            let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+        }
+    }
+}
+
 /// Databases created for one test; dropped on drop.
 pub struct TestShards {
     /// Connection URL of each shard.
@@ -41,11 +61,13 @@ impl TestShards {
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL is not reachable at {admin}: {e}"));
         tokio::spawn(conn);
-        let tag: u64 = rand::random();
+        remove_stale(&client).await;
+        let tag: u32 = rand::random();
+        let born = crate::now_ms() / 1000;
         let mut names = Vec::new();
         let mut urls = Vec::new();
         for i in 0..n {
-            let name = format!("likewise_test_{tag:016x}_{i}");
+            let name = format!("likewise_test_{born}_{tag:08x}_{i}");
             client
                 .batch_execute(&format!("CREATE DATABASE {name}"))
                 .await
