@@ -114,11 +114,13 @@ pub struct WriteConfig {
     pub max_batch: usize,
     pub max_delay_us: u64,
     pub max_in_flight: usize,
+    /// Parallel writer lanes with the postgres backend (the embedded engine always uses one).
+    pub lanes: usize,
 }
 
 impl Default for WriteConfig {
     fn default() -> Self {
-        WriteConfig { max_batch: 8192, max_delay_us: 0, max_in_flight: 65_536 }
+        WriteConfig { max_batch: 8192, max_delay_us: 0, max_in_flight: 65_536, lanes: 4 }
     }
 }
 
@@ -235,7 +237,12 @@ impl Config {
     }
 
     fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.write.max_batch >= 1, "write.max_batch must be at least 1");
+        anyhow::ensure!(
+            (1..=likewise_store::postgres::outbox::MAX_EVENTS_PER_ROW).contains(&self.write.max_batch),
+            "write.max_batch must be between 1 and {}",
+            likewise_store::postgres::outbox::MAX_EVENTS_PER_ROW
+        );
+        anyhow::ensure!((1..=64).contains(&self.write.lanes), "write.lanes must be between 1 and 64");
         anyhow::ensure!(self.write.max_in_flight >= 1, "write.max_in_flight must be at least 1");
         anyhow::ensure!(self.aggregator.window_ms >= 1, "aggregator.window_ms must be at least 1");
         anyhow::ensure!(self.store.max_journal_mb >= 64, "store.max_journal_mb must be at least 64");
@@ -301,6 +308,7 @@ impl Config {
                 max_batch: self.write.max_batch,
                 max_delay: Duration::from_micros(self.write.max_delay_us),
                 max_in_flight: self.write.max_in_flight,
+                lanes: if self.scaled_out() { self.write.lanes } else { 1 },
             },
             postgres: likewise_store::postgres::PgOptions {
                 shards: self.store.postgres_shards.clone(),

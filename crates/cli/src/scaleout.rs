@@ -129,6 +129,9 @@ async fn shard_workers(
     stop: watch::Receiver<bool>,
 ) {
     let pg = cluster.pg.clone();
+    // The consumers stop after the relay's last pass, so a graceful stop applies every event
+    // committed before it.
+    let (consumers_stop, stop_consumers) = watch::channel(false);
     let relay = tokio::spawn(likewise_store::stream::relay::run(
         pg.clone(),
         cluster.stream.clone(),
@@ -150,7 +153,7 @@ async fn shard_workers(
     }
     .await;
     let aggregator = match aggregator {
-        Ok((a, _)) => Some(tokio::spawn(a.run(stop.clone()))),
+        Ok((a, _)) => Some(tokio::spawn(a.run(stop_consumers.clone()))),
         Err(e) => {
             tracing::error!(error = %e, shard, "aggregator not started");
             None
@@ -192,6 +195,7 @@ async fn shard_workers(
         let _ = stop_wait.wait_for(|s| *s).await;
     }
     let _ = relay.await;
+    let _ = consumers_stop.send(true);
     for t in [aggregator, reverse].into_iter().flatten() {
         let _ = t.await;
     }
@@ -265,26 +269,34 @@ fn bus_subject(prefix: &str, what: &str) -> String {
     format!("{prefix}.cluster.{what}")
 }
 
-/// The cluster bus on NATS core: `<node> <payload>` messages, fire and forget.
+/// The cluster bus on NATS core: `[node id][payload]` messages, fire and forget, published
+/// in the order they were sent (one publisher task), so a node never applies an older
+/// counter value after a newer one from the same aggregator.
 pub struct NatsBroadcast {
-    client: async_nats::Client,
+    tx: tokio::sync::mpsc::UnboundedSender<(String, Vec<u8>)>,
     prefix: String,
     node: u64,
 }
 
 impl NatsBroadcast {
+    fn new(client: async_nats::Client, prefix: String, node: u64) -> Self {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Vec<u8>)>();
+        tokio::spawn(async move {
+            while let Some((subject, msg)) = rx.recv().await {
+                if let Err(e) = client.publish(subject, msg.into()).await {
+                    tracing::warn!(error = %e, "cluster bus publish failed");
+                }
+            }
+        });
+        NatsBroadcast { tx, prefix, node }
+    }
+
     /// Publish `[node id: 8 bytes][payload]` on `<prefix>.cluster.<what>`.
     fn send(&self, what: &str, payload: &[u8]) {
-        let client = self.client.clone();
-        let subject = bus_subject(&self.prefix, what);
         let mut msg = Vec::with_capacity(8 + payload.len());
         msg.extend_from_slice(&self.node.to_be_bytes());
         msg.extend_from_slice(payload);
-        tokio::spawn(async move {
-            if let Err(e) = client.publish(subject, msg.into()).await {
-                tracing::warn!(error = %e, "cluster bus publish failed");
-            }
-        });
+        let _ = self.tx.send((bus_subject(&self.prefix, what), msg));
     }
 }
 
@@ -325,11 +337,7 @@ pub async fn join_bus(
 ) -> anyhow::Result<JoinHandle<()>> {
     let client = cluster.stream.client.clone();
     let prefix = cluster.stream.prefix.clone();
-    svc.set_broadcast(Arc::new(NatsBroadcast {
-        client: client.clone(),
-        prefix: prefix.clone(),
-        node: cluster.node,
-    }));
+    svc.set_broadcast(Arc::new(NatsBroadcast::new(client.clone(), prefix.clone(), cluster.node)));
     let mut sub =
         client.subscribe(bus_subject(&prefix, "*")).await.context("subscribing to the cluster bus")?;
     let (svc, node, mut shutdown) = (svc.clone(), cluster.node, shutdown.clone());

@@ -238,7 +238,7 @@ async fn a_graceful_restart_keeps_every_like_and_count() {
         app.like(u, 1, true).await;
     }
     app.like(3, 1, false).await;
-    app.stop().await; // no waiting for the aggregator: shutdown must drain it
+    app.stop_for_restart().await; // no waiting for the aggregator: shutdown must drain it
     let app = TestApp::start(dir.path()).await;
     let v = app.view(7, 1).await;
     assert_eq!(v["like_count"], 29, "{v}");

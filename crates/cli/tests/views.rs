@@ -51,7 +51,7 @@ async fn unique_viewers_are_counted_within_three_percent_and_only_the_author_see
     // The sketch survives a restart.
     let data = app.data_dir.clone();
     match Arc::try_unwrap(app) {
-        Ok(app) => app.stop().await,
+        Ok(app) => app.stop_for_restart().await,
         Err(_) => panic!("app still shared"),
     }
     let app = TestApp::start(&data).await;

@@ -14,6 +14,7 @@ use likewise_core::ports::WriteEngine;
 use likewise_core::write::{CommentOp, CommentOutcome, WriteOp, WriteOutcome};
 use likewise_core::{StoreError, StoreResult};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,11 +29,16 @@ pub struct GroupCommitOptions {
     pub max_delay: Duration,
     /// Most requests queued or in flight; further callers wait (backpressure).
     pub max_in_flight: usize,
+    /// Independent writer threads. Operations on one key (a like's target and user, a
+    /// comment) always take the same lane, so per-key order holds; different lanes commit in
+    /// parallel. One lane for the embedded engine (one journal, one fsync); several for
+    /// PostgreSQL, whose transactions on one shard run concurrently.
+    pub lanes: usize,
 }
 
 impl Default for GroupCommitOptions {
     fn default() -> Self {
-        GroupCommitOptions { max_batch: 8192, max_delay: Duration::ZERO, max_in_flight: 65_536 }
+        GroupCommitOptions { max_batch: 8192, max_delay: Duration::ZERO, max_in_flight: 65_536, lanes: 1 }
     }
 }
 
@@ -53,24 +59,47 @@ enum Msg {
 
 /// Handle to the writer thread. Clone freely; `close` stops it after draining.
 pub struct GroupCommitter {
-    tx: parking_lot::Mutex<Option<Sender<Msg>>>,
+    tx: parking_lot::Mutex<Vec<Sender<Msg>>>,
     permits: Arc<Semaphore>,
-    thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
+    threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// The lane of an operation: a function of the key it changes.
+fn lane_of(op: &WriteOp, lanes: usize) -> usize {
+    if lanes <= 1 {
+        return 0;
+    }
+    let key = match op {
+        WriteOp::Like(l) => {
+            l.target.id.wrapping_mul(31).wrapping_add(l.user.0) ^ u64::from(l.target.kind.code())
+        }
+        WriteOp::Comment(CommentOp::Create(r)) => r.post.0,
+        WriteOp::Comment(CommentOp::SetStatus { id, .. } | CommentOp::Delete { id, .. }) => id.0,
+    };
+    ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % lanes as u64) as usize
 }
 
 impl GroupCommitter {
     /// Start the writer thread over `engine`.
     pub fn start(engine: Arc<dyn WriteEngine>, opts: GroupCommitOptions) -> Arc<Self> {
-        let (tx, rx) = channel();
-        let o = opts.clone();
-        let thread = std::thread::Builder::new()
-            .name("likewise-group-commit".into())
-            .spawn(move || writer_loop(engine, rx, o))
-            .ok();
+        let order = Arc::new(AtomicU64::new(0));
+        let mut txs = Vec::new();
+        let mut threads = Vec::new();
+        for lane in 0..opts.lanes.max(1) {
+            let (tx, rx) = channel();
+            let (o, engine, order) = (opts.clone(), engine.clone(), order.clone());
+            if let Ok(t) = std::thread::Builder::new()
+                .name(format!("likewise-group-commit-{lane}"))
+                .spawn(move || writer_loop(engine, rx, o, order))
+            {
+                txs.push(tx);
+                threads.push(t);
+            }
+        }
         Arc::new(GroupCommitter {
-            tx: parking_lot::Mutex::new(Some(tx)),
+            tx: parking_lot::Mutex::new(txs),
             permits: Arc::new(Semaphore::new(opts.max_in_flight)),
-            thread: parking_lot::Mutex::new(thread),
+            threads: parking_lot::Mutex::new(threads),
         })
     }
 
@@ -102,7 +131,8 @@ impl GroupCommitter {
         let (reply, rx) = oneshot::channel();
         {
             let tx = self.tx.lock();
-            let tx = tx.as_ref().ok_or(StoreError::Closed)?;
+            let lane = lane_of(&op, tx.len());
+            let tx = tx.get(lane).ok_or(StoreError::Closed)?;
             tx.send(Msg::Op(op, reply)).map_err(|_| StoreError::Closed)?;
         }
         rx.await.map_err(|_| StoreError::Closed)?
@@ -110,10 +140,10 @@ impl GroupCommitter {
 
     /// Stop taking requests, write and sync everything already queued, join the thread.
     pub fn close(&self) {
-        if let Some(tx) = self.tx.lock().take() {
+        for tx in std::mem::take(&mut *self.tx.lock()) {
             let _ = tx.send(Msg::Close);
         }
-        if let Some(t) = self.thread.lock().take() {
+        for t in std::mem::take(&mut *self.threads.lock()) {
             let _ = t.join();
         }
     }
@@ -127,8 +157,12 @@ impl Drop for GroupCommitter {
 
 type Pending = Vec<(WriteOp, oneshot::Sender<StoreResult<Committed<WriteOutcome>>>)>;
 
-fn writer_loop(engine: Arc<dyn WriteEngine>, rx: Receiver<Msg>, opts: GroupCommitOptions) {
-    let mut order: u64 = 0;
+fn writer_loop(
+    engine: Arc<dyn WriteEngine>,
+    rx: Receiver<Msg>,
+    opts: GroupCommitOptions,
+    order: Arc<AtomicU64>,
+) {
     let mut closing = false;
     while !closing {
         let mut batch: Pending = Vec::with_capacity(256);
@@ -164,12 +198,12 @@ fn writer_loop(engine: Arc<dyn WriteEngine>, rx: Receiver<Msg>, opts: GroupCommi
                 }
             }
         }
-        commit(&*engine, batch, &mut order);
+        commit(&*engine, batch, &order);
     }
     // Anything left in the queue after Close gets `Closed` when its sender is dropped here.
 }
 
-fn commit(engine: &dyn WriteEngine, batch: Pending, order: &mut u64) {
+fn commit(engine: &dyn WriteEngine, batch: Pending, order: &AtomicU64) {
     let (ops, replies): (Vec<WriteOp>, Vec<_>) = batch.into_iter().unzip();
     let started = Instant::now();
     let applied = engine.apply(&ops);
@@ -181,9 +215,9 @@ fn commit(engine: &dyn WriteEngine, batch: Pending, order: &mut u64) {
     metrics::histogram!("likewise_group_commit_fsync_seconds").record((synced_at - applied_at).as_secs_f64());
     match result {
         Ok(outcomes) => {
-            for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                *order += 1;
-                let _ = reply.send(Ok(Committed { outcome, order: *order }));
+            let first = order.fetch_add(replies.len() as u64, Ordering::SeqCst);
+            for (k, (reply, outcome)) in replies.into_iter().zip(outcomes).enumerate() {
+                let _ = reply.send(Ok(Committed { outcome, order: first + 1 + k as u64 }));
             }
         }
         Err(e) => {

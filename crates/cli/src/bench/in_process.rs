@@ -17,16 +17,32 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
     let cfg =
         Config::load(a.config.as_deref(), &Overrides { listen: None, role: None, data_dir: Some(data_dir) })?;
     let stores = likewise_store::open(&cfg.store_config())?;
-    let svc = Engagement::new(stores.clone(), cfg.service_options());
-    let (agg, _) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let agg_task = tokio::spawn(agg.run(stop_rx));
+    // With the postgres backend (a config file naming the shards, Redis and NATS), the same
+    // bench drives the scale-out write path: group commit into batched shard transactions,
+    // the outbox relay to JetStream and the shard's aggregator, all in this process. Post and
+    // likers are fresh random IDs so runs can share databases.
+    let (svc, stores, workers, post, base, consumer) = if cfg.scaled_out() {
+        let (stores, cluster) = crate::scaleout::connect(&cfg, stores).await?;
+        let svc = Engagement::new(stores.clone(), cfg.service_options());
+        let workers = crate::scaleout::spawn_workers(&svc, &cluster, &cfg, &stop_rx);
+        let post = PostId(rand::random_range(1_000_000_000..2_000_000_000u64));
+        let consumer = crate::scaleout::counters_consumer(cluster.pg.shard_of_post(post));
+        println!(
+            "scale-out engines: {} PostgreSQL shard(s), Redis, NATS JetStream",
+            cluster.pg.shard_count()
+        );
+        (svc, stores, workers, post, rand::random_range(1u64 << 40..1u64 << 41), consumer)
+    } else {
+        let svc = Engagement::new(stores.clone(), cfg.service_options());
+        let (agg, _) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
+        let workers = vec![tokio::spawn(agg.run(stop_rx))];
+        (svc, stores, workers, PostId(42), 1_000_000u64, "counters".to_string())
+    };
 
-    let post = PostId(42);
     let author = UserId(1);
     svc.put_post(post, PostMeta { author, hide_like_count: false, comments: CommentsPolicy::Everyone })
         .await?;
-    let base = 1_000_000u64;
     let n = a.likers;
     println!("hot-post in process: {n} distinct likers on one post, concurrency {}", a.concurrency);
 
@@ -71,9 +87,12 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
+    stores.writer.close();
     let _ = stop_tx.send(true);
-    agg_task.await?;
-    let recount = stores.counters.recount_likes("counters", Target::post(post.0)).await?;
+    for w in workers {
+        w.await?;
+    }
+    let recount = stores.counters.recount_likes(&consumer, Target::post(post.0)).await?;
     stores.close()?;
 
     let s = stats::summarise(&mut samples);

@@ -43,11 +43,32 @@ pub fn scaled_out() -> bool {
     std::env::var("LIKEWISE_TEST_BACKEND").is_ok_and(|v| v == "postgres")
 }
 
-type Shards = std::sync::Arc<likewise_store::postgres::testing::TestShards>;
+/// A scale-out test deployment's resources: its databases (dropped with them) and its stream
+/// (deleted on drop). Redis keys all carry TTLs.
+pub struct ScaleOut {
+    shards: likewise_store::postgres::testing::TestShards,
+    prefix: String,
+}
 
-/// Shards of stopped apps, by data directory: a restart on the same directory finds its
-/// data again. (They live until the test process exits; `TestShards::create` removes
-/// databases of long-gone test runs.)
+impl Drop for ScaleOut {
+    fn drop(&mut self) {
+        let name = format!("{}_EVENTS", self.prefix.to_uppercase());
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            rt.block_on(async move {
+                if let Ok(client) = async_nats::connect("nats://127.0.0.1:4222").await {
+                    let _ = async_nats::jetstream::new(client).delete_stream(name).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+type Shards = std::sync::Arc<ScaleOut>;
+
+/// Resources of apps stopped for a restart, by data directory: the restart on the same
+/// directory takes them back (and drops them when it stops).
 static PARKED: std::sync::Mutex<Vec<(PathBuf, Shards, String)>> = std::sync::Mutex::new(Vec::new());
 
 /// Turn an embedded test configuration into a scale-out one with isolated shards, Redis
@@ -57,15 +78,16 @@ async fn to_scale_out(cfg: &mut Config) -> Shards {
         let mut p = PARKED.lock().expect("lock");
         p.iter().position(|(d, _, _)| *d == cfg.store.data_dir).map(|i| p.remove(i))
     };
-    let (shards, prefix) = match parked {
-        Some((_, s, p)) => (s, p),
-        None => (
-            std::sync::Arc::new(likewise_store::postgres::testing::TestShards::create(2).await),
-            format!("t{:016x}", rand::random::<u64>()),
-        ),
+    let shards = match parked {
+        Some((_, s, _)) => s,
+        None => std::sync::Arc::new(ScaleOut {
+            shards: likewise_store::postgres::testing::TestShards::create(2).await,
+            prefix: format!("t{:016x}", rand::random::<u64>()),
+        }),
     };
+    let prefix = shards.prefix.clone();
     cfg.store.backend = "postgres".into();
-    cfg.store.postgres_shards = shards.urls.clone();
+    cfg.store.postgres_shards = shards.shards.urls.clone();
     cfg.store.postgres_pool_size = 8;
     cfg.cache.redis_url = Some("redis://127.0.0.1:6379/0".into());
     cfg.cache.redis_prefix = prefix.clone();
@@ -123,14 +145,26 @@ impl TestApp {
     }
 
     /// Graceful stop (like SIGTERM): drains and persists.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
+        self.stop_inner(false).await;
+    }
+
+    /// Graceful stop before a restart on the same data directory: on the scale-out engines
+    /// the databases and stream are kept for the next `start` on that directory.
+    pub async fn stop_for_restart(self) {
+        self.stop_inner(true).await;
+    }
+
+    async fn stop_inner(mut self, restart: bool) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
         if let Some(t) = self.task.take() {
             t.await.expect("join").expect("clean stop");
         }
-        if let Some(s) = self.shards.take() {
+        if let Some(s) = self.shards.take()
+            && restart
+        {
             PARKED.lock().expect("lock").push((self.data_dir.clone(), s, self.prefix.clone()));
         }
     }

@@ -6,7 +6,7 @@
 //! database. Redelivered events at or below the stored offset are skipped by the consumer,
 //! so nothing is counted twice. Consumers without `@shard` keep their offset on shard 0.
 
-use super::{PgStore, i, pg_err, u};
+use super::{PgStore, i, outbox, pg_err, u};
 use async_trait::async_trait;
 use likewise_core::counter::{CounterField, CounterKey, Counts};
 use likewise_core::ids::PostId;
@@ -58,18 +58,17 @@ impl PgStore {
         Ok(())
     }
 
-    /// The outbox condition for "not applied yet by a consumer at offset $2".
-    fn pending_clause(&self) -> &'static str {
-        if self.stream_positions() { "(stream_seq IS NULL OR stream_seq > $2)" } else { "seq > $2" }
-    }
-
+    /// Recount in one snapshot: the rows (`rows_sql` with $1 kind, $2 id), the counter
+    /// (`key`), and the deltas `pending_of` finds in the outbox rows of partition `part` that
+    /// `consumer` has not applied yet.
     async fn recount(
         &self,
         consumer: &str,
         shard: usize,
         rows_sql: &str,
         key: (i16, i64, i16),
-        pending_sql: &str,
+        part: u64,
+        pending_of: impl Fn(&likewise_core::event::Event) -> i64,
     ) -> StoreResult<Recount> {
         let mut c = self.conn(shard).await?;
         let tx = c
@@ -93,15 +92,38 @@ impl PgStore {
             .await
             .map_err(pg_err)?
             .map_or(0, |r| r.get(0));
-        let p = tx.query_one(pending_sql, &[&key.1, &offset, &key.0]).await.map_err(pg_err)?;
-        let pending: i64 = p.get(0);
-        let oldest_unrelayed: Option<i64> = p.get(1);
+        // Not applied yet: with stream positions, rows not relayed or relayed past the offset;
+        // read directly, rows holding positions past it.
+        let outbox = if self.stream_positions() {
+            tx.query(
+                "SELECT seq, body, stream_seq IS NULL, created_ms FROM outbox
+                 WHERE part = $1 AND (stream_seq IS NULL OR stream_seq > $2)",
+                &[&(part as i16), &offset],
+            )
+            .await
+        } else {
+            tx.query(
+                "SELECT seq, body, false, created_ms FROM outbox WHERE part = $1 AND seq >= $2",
+                &[&(part as i16), &(offset >> outbox::INDEX_BITS)],
+            )
+            .await
+        }
+        .map_err(pg_err)?;
         tx.commit().await.map_err(pg_err)?;
-        if self.stream_positions() && oldest_unrelayed.is_some_and(|t| i(crate::now_ms()) - t > UNSETTLED_MS)
-        {
-            return Err(StoreError::Engine(format!(
-                "events of {key:?} are waiting for the outbox relay; not reconciled now"
-            )));
+        let mut pending = 0;
+        let now = i(crate::now_ms());
+        for r in &outbox {
+            let seq = u(r.get(0));
+            if r.get::<_, bool>(2) && now - r.get::<_, i64>(3) > UNSETTLED_MS {
+                return Err(StoreError::Engine(format!(
+                    "events of {key:?} are waiting for the outbox relay; not reconciled now"
+                )));
+            }
+            for e in outbox::unpack(r.get::<_, &[u8]>(1), |k| outbox::position(seq, k))? {
+                if self.stream_positions() || e.seq > u(offset) {
+                    pending += pending_of(&e);
+                }
+            }
         }
         Ok(Recount { rows, counter, pending })
     }
@@ -210,27 +232,34 @@ impl CounterStore for PgStore {
     }
 
     async fn recount_likes(&self, consumer: &str, target: Target) -> StoreResult<Recount> {
-        let pending = format!(
-            "SELECT COALESCE(SUM(like_delta), 0)::bigint, MIN(created_ms) FILTER (WHERE stream_seq IS NULL)
-             FROM outbox WHERE target_kind = $3 AND target = $1 AND like_delta <> 0 AND {}",
-            self.pending_clause()
-        );
+        let shard = self.shard_of_target(target);
+        // A like's events are filed under the partition of the post its target belongs to.
+        let post = match target.kind {
+            TargetKind::Post => target.id,
+            TargetKind::Comment => {
+                let c = self.conn(shard).await?;
+                c.query_opt(
+                    "SELECT post_id FROM comments WHERE id = $1
+                     UNION ALL SELECT post_id FROM likes WHERE kind = 2 AND target = $1 LIMIT 1",
+                    &[&i(target.id)],
+                )
+                .await
+                .map_err(pg_err)?
+                .map_or(0, |r| u(r.get(0)))
+            }
+        };
         self.recount(
             consumer,
-            self.shard_of_target(target),
+            shard,
             "SELECT count(*) FROM likes WHERE kind = $1 AND target = $2",
             (i16::from(target.kind.code()), i(target.id), field_code(CounterField::Likes)),
-            &pending,
+            post % crate::stream::PARTITIONS,
+            |e| if e.kind.is_like() && e.target == target { e.delta() } else { 0 },
         )
         .await
     }
 
     async fn recount_comments(&self, consumer: &str, post: PostId) -> StoreResult<Recount> {
-        let pending = format!(
-            "SELECT COALESCE(SUM(comment_delta), 0)::bigint, MIN(created_ms) FILTER (WHERE stream_seq IS NULL)
-             FROM outbox WHERE post_id = $1 AND comment_delta <> 0 AND $3::smallint IS NOT NULL AND {}",
-            self.pending_clause()
-        );
         let visible = i16::from(likewise_core::comment::status::CommentStatus::Visible.code());
         let rows_sql = format!(
             "SELECT count(*) FROM comments WHERE post_id = $2 AND status = {visible} AND $1::smallint IS NOT NULL"
@@ -240,7 +269,8 @@ impl CounterStore for PgStore {
             self.shard_of_post(post),
             &rows_sql,
             (i16::from(TargetKind::Post.code()), i(post.0), field_code(CounterField::Comments)),
-            &pending,
+            post.0 % crate::stream::PARTITIONS,
+            |e| if !e.kind.is_like() && e.post == post.0 { e.delta() } else { 0 },
         )
         .await
     }

@@ -2,8 +2,9 @@
 //!
 //! In production the relay (`crate::stream::relay`) publishes outbox rows to JetStream and
 //! consumers read them there. Reading a shard's outbox directly ([`OutboxLog`]) is what a
-//! single-shard store offers the conformance suite and tools; with one shard its `seq` is a
-//! total order.
+//! single-shard store offers the conformance suite and tools; with one shard its order is a
+//! total order. Each row packs the events of one transaction for one subject partition, so
+//! a direct reader's position is the row's `seq` and the event's index in it ([`position`]).
 //!
 //! [`project_reverse`] is the reverse-index writer's step, shared by the stream consumer and
 //! by [`PgStore::settle`]: it collapses a batch of like events to each key's final state
@@ -12,14 +13,45 @@
 
 use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
-use likewise_core::event::Event;
+use likewise_core::event::{EVENT_V2_LEN, Event};
 use likewise_core::ids::UserId;
 use likewise_core::like::Target;
 use likewise_core::ports::EventLog;
 use likewise_core::{StoreError, StoreResult};
 use std::collections::HashMap;
 
-/// One shard's outbox as an event log (outbox `seq` as the position).
+/// Bits of a direct-read position that index an event inside its outbox row.
+pub const INDEX_BITS: u32 = 16;
+
+/// Most events one outbox row may hold (the write path's batches are capped below this).
+pub const MAX_EVENTS_PER_ROW: usize = (1 << INDEX_BITS) - 1;
+
+/// Pack events back to back (each a format-v2 record).
+pub fn pack(events: &[&Event]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(events.len() * EVENT_V2_LEN);
+    for e in events {
+        b.extend_from_slice(&e.encode());
+    }
+    b
+}
+
+/// Unpack a row's events; `seq(i)` gives the i-th event its position.
+pub fn unpack(body: &[u8], seq: impl Fn(usize) -> u64) -> StoreResult<Vec<Event>> {
+    if !body.len().is_multiple_of(EVENT_V2_LEN) {
+        return Err(StoreError::Corrupt {
+            keyspace: "outbox",
+            detail: format!("body of {} bytes", body.len()),
+        });
+    }
+    body.chunks_exact(EVENT_V2_LEN).enumerate().map(|(i, c)| decode(seq(i), c)).collect()
+}
+
+/// The position of event `i` of outbox row `seq`, when the outbox is read directly.
+pub fn position(seq: u64, i: usize) -> u64 {
+    (seq << INDEX_BITS) | i as u64
+}
+
+/// One shard's outbox as an event log (positions from [`position`]).
 pub struct OutboxLog {
     store: PgStore,
     shard: usize,
@@ -32,7 +64,7 @@ impl OutboxLog {
     }
 }
 
-/// Decode an outbox body.
+/// Decode one event record.
 pub fn decode(seq: u64, body: &[u8]) -> StoreResult<Event> {
     Event::decode(seq, body).map_err(|e| StoreError::Corrupt { keyspace: "outbox", detail: e.to_string() })
 }
@@ -43,25 +75,41 @@ impl EventLog for OutboxLog {
         let c = self.store.conn(self.shard).await?;
         let rows = c
             .query(
-                "SELECT seq, body FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2",
-                &[&i(after), &(max as i64)],
+                "SELECT seq, body FROM outbox WHERE seq >= $1 ORDER BY seq LIMIT $2",
+                &[&i(after >> INDEX_BITS), &(max as i64 + 1)],
             )
             .await
             .map_err(pg_err)?;
-        rows.iter().map(|r| decode(u(r.get(0)), r.get::<_, &[u8]>(1))).collect()
+        let mut out = Vec::new();
+        for r in &rows {
+            let seq = u(r.get(0));
+            out.extend(
+                unpack(r.get::<_, &[u8]>(1), |k| position(seq, k))?.into_iter().filter(|e| e.seq > after),
+            );
+            if out.len() >= max {
+                break;
+            }
+        }
+        out.truncate(max);
+        Ok(out)
     }
 
     async fn head(&self) -> StoreResult<u64> {
         let c = self.store.conn(self.shard).await?;
-        let r = c.query_one("SELECT last_value, is_called FROM outbox_seq_seq", &[]).await.map_err(pg_err)?;
-        let called: bool = r.get(1);
-        Ok(if called { u(r.get(0)) } else { 0 })
+        let r = c
+            .query_opt("SELECT seq, events FROM outbox ORDER BY seq DESC LIMIT 1", &[])
+            .await
+            .map_err(pg_err)?;
+        Ok(r.map_or(0, |r| position(u(r.get(0)), (r.get::<_, i32>(1) as usize).saturating_sub(1))))
     }
 
     async fn truncate(&self, upto: u64) -> StoreResult<u64> {
         let c = self.store.conn(self.shard).await?;
-        let n = c.execute("DELETE FROM outbox WHERE seq <= $1", &[&i(upto)]).await.map_err(pg_err)?;
-        Ok(n)
+        let rows = c
+            .query("DELETE FROM outbox WHERE (seq << 16) + events - 1 <= $1 RETURNING events", &[&i(upto)])
+            .await
+            .map_err(pg_err)?;
+        Ok(rows.iter().map(|r| r.get::<_, i32>(0) as u64).sum())
     }
 }
 

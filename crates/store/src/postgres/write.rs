@@ -9,7 +9,8 @@
 //!    `DELETE ... RETURNING` (unlikes). A returned row IS the state transition: only it makes
 //!    an event, so a retry, or the same like racing in from another API node, never counts
 //!    twice. Almost every batch is a single round;
-//! 3. one multi-row insert of the events into the outbox.
+//! 3. one outbox row per subject partition touched, holding that partition's events packed
+//!    in order (a hot post's batch of thousands of likes is ONE row and one stream message).
 //!
 //! `sync` has nothing to do: a committed transaction is durable (PostgreSQL's WAL fsync).
 //! Deadlocks and serialization failures between nodes are retried.
@@ -229,37 +230,47 @@ async fn like_round(
     Ok(changed)
 }
 
-/// The outbox columns an event is filed under.
-fn outbox_deltas(e: &Event) -> (i16, i16) {
-    if e.kind.is_like() { (i16::from(e.delta), 0) } else { (0, i16::from(e.delta)) }
-}
-
-/// Insert events into the outbox in order; returns their sequence numbers.
+/// Insert the events into the outbox, one row per subject partition (in order within each);
+/// returns the row each event went into.
 async fn insert_events(tx: &Transaction<'_>, events: &[(usize, Event)]) -> Result<Vec<u64>, TxError> {
     if events.is_empty() {
         return Ok(Vec::new());
     }
-    let posts: Vec<i64> = events.iter().map(|(_, e)| i(e.post)).collect();
-    let kinds: Vec<i16> = events.iter().map(|(_, e)| i16::from(e.target.kind.code())).collect();
-    let targets: Vec<i64> = events.iter().map(|(_, e)| i(e.target.id)).collect();
-    let like_d: Vec<i16> = events.iter().map(|(_, e)| outbox_deltas(e).0).collect();
-    let comment_d: Vec<i16> = events.iter().map(|(_, e)| outbox_deltas(e).1).collect();
-    let bodies: Vec<Vec<u8>> = events.iter().map(|(_, e)| e.encode().to_vec()).collect();
+    let mut parts: Vec<(i16, Vec<usize>)> = Vec::new();
+    for (k, (_, e)) in events.iter().enumerate() {
+        let p = (e.post % crate::stream::PARTITIONS) as i16;
+        match parts.iter_mut().find(|(q, _)| *q == p) {
+            Some((_, v)) => v.push(k),
+            None => parts.push((p, vec![k])),
+        }
+    }
+    let part_ids: Vec<i16> = parts.iter().map(|(p, _)| *p).collect();
+    let counts: Vec<i32> = parts.iter().map(|(_, v)| v.len() as i32).collect();
+    let bodies: Vec<Vec<u8>> = parts
+        .iter()
+        .map(|(_, v)| super::outbox::pack(&v.iter().map(|k| &events[*k].1).collect::<Vec<_>>()))
+        .collect();
     let now = i(crate::now_ms());
-    // ORDER BY ord: rows (and their bigserial seqs) follow the events' order.
+    // ORDER BY ord: rows (and their bigserial seqs) follow the partitions' first appearance.
     let rows = tx
         .query(
-            "INSERT INTO outbox (post_id, target_kind, target, like_delta, comment_delta, body, created_ms)
-             SELECT p, k, t, ld, cd, b, $7 FROM unnest($1::bigint[], $2::smallint[], $3::bigint[],
-                 $4::smallint[], $5::smallint[], $6::bytea[]) WITH ORDINALITY AS x(p, k, t, ld, cd, b, ord)
+            "INSERT INTO outbox (part, events, body, created_ms)
+             SELECT p, n, b, $4 FROM unnest($1::smallint[], $2::integer[], $3::bytea[])
+                 WITH ORDINALITY AS x(p, n, b, ord)
              ORDER BY ord
              RETURNING seq",
-            &[&posts, &kinds, &targets, &like_d, &comment_d, &bodies, &now],
+            &[&part_ids, &counts, &bodies, &now],
         )
         .await?;
     let mut seqs: Vec<u64> = rows.iter().map(|r| r.get::<_, i64>(0) as u64).collect();
     seqs.sort_unstable();
-    Ok(seqs)
+    let mut row_of = vec![0u64; events.len()];
+    for ((_, v), seq) in parts.iter().zip(seqs) {
+        for k in v {
+            row_of[*k] = seq;
+        }
+    }
+    Ok(row_of)
 }
 
 const COMMENT_COLS: &str = "id, post_id, author, post_author, parent, reply_to_user, status, body, simhash";

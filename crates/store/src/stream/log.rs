@@ -13,6 +13,7 @@
 //! in step for operators.
 
 use super::{EventStream, name_part, nats_err};
+use crate::postgres::outbox::unpack;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -61,12 +62,16 @@ impl EventLog for StreamLog {
         let mut delivered = self.delivered.lock().await;
         // Delivered but not committed yet: served again (a failed commit retries from `after`).
         let mut out = Vec::new();
-        for (seq, m) in delivered.iter().filter(|(s, _)| *s > after).take(max) {
-            out.push(crate::postgres::outbox::decode(*seq, &m.payload)?);
+        for (seq, m) in delivered.iter().filter(|(s, _)| *s > after) {
+            if out.len() >= max {
+                break;
+            }
+            out.extend(unpack(&m.payload, |_| *seq)?);
         }
         if out.len() < max {
-            let mut batch =
-                self.consumer.fetch().max_messages(max - out.len()).messages().await.map_err(nats_err)?;
+            // Messages hold many events: ask for few; the caller loops while it gets some.
+            let msgs = (max - out.len()).div_ceil(64).clamp(1, 256);
+            let mut batch = self.consumer.fetch().max_messages(msgs).messages().await.map_err(nats_err)?;
             while let Some(m) = batch.next().await {
                 let m = m.map_err(nats_err)?;
                 let seq = m.info().map_err(nats_err)?.stream_sequence;
@@ -74,7 +79,7 @@ impl EventLog for StreamLog {
                     continue; // a redelivery of something still buffered
                 }
                 if seq > after {
-                    out.push(crate::postgres::outbox::decode(seq, &m.payload)?);
+                    out.extend(unpack(&m.payload, |_| seq)?);
                 }
                 delivered.push((seq, m));
             }

@@ -6,6 +6,8 @@
 //! - [`relay`]: publishes each shard's outbox rows in order, the row's `<shard>-<seq>` as the
 //!   JetStream message ID (the server drops a re-publish inside the duplicate window), and
 //!   records the acknowledged stream sequence on the row.
+//! - A message carries the events of one outbox row, packed; every event of a message has the
+//!   message's stream sequence as its position (consumers commit whole messages).
 //! - [`log`]: a durable pull consumer with explicit (cumulative) acks, seen through the
 //!   [`EventLog`] port, so the same workers (aggregator, notifier, ranker) run on the
 //!   embedded log and on the stream. Positions are stream sequences.
@@ -97,7 +99,12 @@ impl EventStream {
 
     /// The subject of a post's events.
     pub fn subject(&self, shard: usize, post: u64) -> String {
-        format!("{}.events.{shard}.{}", self.prefix, post % PARTITIONS)
+        self.partition_subject(shard, post % PARTITIONS)
+    }
+
+    /// The subject of one partition of a shard's events.
+    pub fn partition_subject(&self, shard: usize, part: u64) -> String {
+        format!("{}.events.{shard}.{part}", self.prefix)
     }
 
     /// Every event of one shard.

@@ -1,5 +1,6 @@
 //! The outbox relay: moves each shard's committed outbox rows to JetStream, in order.
 //!
+//! Each outbox row (one transaction's events for one subject partition) becomes one message.
 //! One relay per shard runs, under the worker's lease on that shard (a second worker process
 //! stands by instead of interleaving). Each round publishes up to `batch` unrelayed
 //! rows in `seq` order on one connection (pipelined: all publishes, then all acks), with
@@ -46,7 +47,7 @@ pub async fn relay_once(
     let c = pg.conn_pub(shard).await?;
     let rows = c
         .query(
-            "SELECT seq, post_id, body FROM outbox WHERE stream_seq IS NULL ORDER BY seq LIMIT $1",
+            "SELECT seq, part, body FROM outbox WHERE stream_seq IS NULL ORDER BY seq LIMIT $1",
             &[&(batch as i64)],
         )
         .await
@@ -57,12 +58,12 @@ pub async fn relay_once(
     let mut acks = Vec::with_capacity(rows.len());
     for r in &rows {
         let seq: i64 = r.get(0);
-        let post: i64 = r.get(1);
+        let part: i16 = r.get(1);
         let body: Vec<u8> = r.get(2);
         let ack = stream
             .js
             .send_publish(
-                stream.subject(shard, post as u64),
+                stream.partition_subject(shard, part as u64),
                 Publish::build().message_id(format!("{shard}-{seq}")).payload(body.into()),
             )
             .await

@@ -26,23 +26,24 @@ CREATE TABLE user_likes (
     PRIMARY KEY (user_id, kind, target)
 );
 
--- The transactional outbox: one row per real state transition, written in the same
--- transaction as the change. The relay publishes rows in seq order and records the stream
--- sequence JetStream acknowledged; unrelayed rows have stream_seq NULL.
+-- The transactional outbox: the events of each transaction's real state transitions,
+-- written in the same transaction as the changes. One row per (transaction, subject
+-- partition) holds that partition's events packed in order (format v2 records back to back),
+-- so a batch of 4,000 likes on a hot post costs one outbox row, one stream message and one
+-- relay bookkeeping update, not 4,000. The relay publishes rows in seq order, the row as one
+-- message with ID <shard>-<seq>, and records the stream sequence JetStream acknowledged;
+-- unrelayed rows have stream_seq NULL.
 CREATE TABLE outbox (
-    seq           bigserial PRIMARY KEY,
-    post_id       bigint   NOT NULL,
-    target_kind   smallint NOT NULL,
-    target        bigint   NOT NULL,
-    like_delta    smallint NOT NULL,     -- +1/-1 for like events, else 0
-    comment_delta smallint NOT NULL,     -- visible-comment delta for comment events, else 0
-    body          bytea    NOT NULL,     -- the event, format v2 (likewise_core::event)
-    created_ms    bigint   NOT NULL,
-    stream_seq    bigint
+    seq        bigserial PRIMARY KEY,
+    part       smallint NOT NULL,        -- post % 64 of every event in the row
+    events     integer  NOT NULL,
+    body       bytea    NOT NULL,
+    created_ms bigint   NOT NULL,
+    stream_seq bigint
 );
 CREATE INDEX outbox_unrelayed ON outbox (seq) WHERE stream_seq IS NULL;
-CREATE INDEX outbox_by_target ON outbox (target_kind, target, stream_seq);
-CREATE INDEX outbox_by_post ON outbox (post_id, stream_seq) WHERE comment_delta <> 0;
+-- Reconciliation reads the rows of a partition its aggregator has not applied yet.
+CREATE INDEX outbox_by_part ON outbox (part, stream_seq);
 
 -- Derived counters, written by the aggregator only (field 1 likes, 2 comments, 3 replies).
 CREATE TABLE counters (
