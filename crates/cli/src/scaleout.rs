@@ -55,6 +55,11 @@ pub async fn connect(cfg: &Config, stores: Stores) -> anyhow::Result<(Stores, Cl
     Ok((stores.with_shared_cache(redis), Cluster { pg, stream, node: rand::random() }))
 }
 
+/// The lease (advisory lock key) of shard `s`'s workers.
+pub fn shard_lease(shard: usize) -> i64 {
+    SHARD_LEASE + shard as i64
+}
+
 /// Consumer name of shard `s`'s counter aggregator (its offset lives on that shard).
 pub fn counters_consumer(shard: usize) -> String {
     format!("counters@{shard}")
@@ -214,7 +219,7 @@ pub fn spawn_workers(
         tasks.push(tokio::spawn(leased(
             cluster.pg.clone(),
             shard,
-            SHARD_LEASE + shard as i64,
+            shard_lease(shard),
             format!("shard {shard} workers"),
             shutdown.clone(),
             move |stop| shard_workers(svc.clone(), c.clone(), agg.clone(), shard, stop),

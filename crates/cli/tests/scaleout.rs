@@ -85,6 +85,20 @@ impl Deployment {
         total
     }
 
+    /// Add `by` to a post's stored like counter (simulated drift); returns the new value.
+    async fn shift_counter(&self, post: u64, by: i64) -> i64 {
+        let url = &self.shards.urls[(post % self.shards.urls.len() as u64) as usize];
+        let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
+        tokio::spawn(conn);
+        c.query_one(
+            "UPDATE counters SET value = value + $2 WHERE kind = 1 AND target = $1 AND field = 1 RETURNING value",
+            &[&(post as i64), &by],
+        )
+        .await
+        .expect("shift counter")
+        .get(0)
+    }
+
     /// Drop every key of this deployment from Redis (a FLUSHALL scoped to the test, so tests
     /// running in parallel keep their caches).
     async fn flush_redis(&self) -> usize {
@@ -232,7 +246,27 @@ async fn two_api_nodes_and_a_worker_converge_to_the_rows() {
     assert_eq!(st, 200);
     let (st, _) = c.call(&worker.base, Method::GET, "/v1/posts/42", 1, false, "").await.expect("no api");
     assert_eq!(st, 404);
-    for s in [a, b, worker] {
+
+    // Offline reconciliation: refused while a worker holds the shards; with the workers
+    // stopped, a corrupted counter is found and repaired.
+    let reconcile = |post: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_likewise"))
+            .args(["reconcile", "--post", post, "--config", &d.config.display().to_string()])
+            .env("LIKEWISE__AUTH__SECRET", SECRET)
+            .output()
+            .expect("reconcile")
+    };
+    let out = reconcile("43");
+    assert!(!out.status.success(), "reconcile must not run beside a worker");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("held by a running worker"));
+    stop(worker);
+    assert_eq!(d.shift_counter(43, 7).await, 107);
+    let out = reconcile("43");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("post 43: drift -7 repaired") || text.contains("drift -7"), "{text}");
+    assert_eq!(d.shift_counter(43, 0).await, 100);
+    for s in [a, b] {
         stop(s);
     }
     d.cleanup().await;

@@ -1,6 +1,11 @@
-//! `likewise reconcile --post ID | --all`: offline recount with a progress bar. It first
-//! applies any events the aggregator had not applied, then recounts each post from its like
-//! rows in one snapshot and repairs drift in the same commit as the aggregator's offset.
+//! `likewise reconcile --post ID | --all`: offline recount with a progress bar.
+//!
+//! Embedded store: first applies any events the aggregator had not applied, then recounts each
+//! post from its like rows in one snapshot and repairs drift in the same commit as the
+//! aggregator's offset. PostgreSQL: per shard, under that shard's worker lease (so no running
+//! worker's aggregator commits meanwhile), each post is recounted in one snapshot with the
+//! events still in the outbox or the stream counted as pending, and the repair is committed
+//! with the aggregator's unchanged offset (the worker applies the pending events later).
 
 use crate::config::Config;
 use anyhow::Context;
@@ -8,7 +13,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use likewise_core::ids::PostId;
 use likewise_core::like::Target;
 use likewise_service::Engagement;
-use likewise_workers::Aggregator;
+use likewise_store::Stores;
+use likewise_workers::{Aggregator, AggregatorOptions};
+use std::sync::Arc;
 
 pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
     super::init_logging("warn");
@@ -16,12 +23,14 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
         let stores = likewise_store::open(&cfg.store_config()).context(
             "opening the store (is `likewise serve` running on this data directory? stop it first)",
         )?;
-        let svc = Engagement::new(stores.clone(), cfg.service_options());
-        let (mut agg, _) = Aggregator::new(svc, cfg.aggregator_options()).await?;
-        while agg.step(&[]).await?.more {}
-
-        let posts: Vec<PostId> = if all {
-            let mut v = Vec::new();
+        let posts = |stores: Stores| async move {
+            if !all {
+                let id = post.unwrap_or_default();
+                return anyhow::Ok(vec![
+                    id.parse().map_err(|_| anyhow::anyhow!("--post must be a positive decimal ID"))?,
+                ]);
+            }
+            let mut v: Vec<PostId> = Vec::new();
             loop {
                 let page = stores.counters.counted_posts(v.last().copied(), 10_000).await?;
                 if page.is_empty() {
@@ -29,32 +38,77 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
                 }
                 v.extend(page);
             }
-            v
-        } else {
-            let id = post.unwrap_or_default();
-            vec![id.parse().map_err(|_| anyhow::anyhow!("--post must be a positive decimal ID"))?]
+            Ok(v)
         };
-        let bar = ProgressBar::new(posts.len() as u64);
+        let (stores, groups) = if cfg.scaled_out() {
+            let (stores, cluster) = crate::scaleout::connect(&cfg, stores).await?;
+            let list = posts(stores.clone()).await?;
+            let mut by_shard: Vec<(usize, Vec<PostId>)> = Vec::new();
+            for p in list {
+                let s = cluster.pg.shard_of_post(p);
+                match by_shard.iter_mut().find(|(k, _)| *k == s) {
+                    Some((_, v)) => v.push(p),
+                    None => by_shard.push((s, vec![p])),
+                }
+            }
+            (stores, by_shard.into_iter().map(|(s, v)| (Some((cluster.clone(), s)), v)).collect::<Vec<_>>())
+        } else {
+            let list = posts(stores.clone()).await?;
+            (stores, vec![(None, list)])
+        };
+        let svc = Engagement::new(stores.clone(), cfg.service_options());
+        let total: usize = groups.iter().map(|(_, v)| v.len()).sum();
+        let bar = ProgressBar::new(total as u64);
         bar.set_style(
             ProgressStyle::with_template("{bar:40} {pos}/{len} posts  {per_sec}  eta {eta}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let (mut drifted, mut total_drift) = (0u64, 0i64);
-        for chunk in posts.chunks(64) {
-            let targets: Vec<Target> = chunk.iter().map(|p| Target::post(p.0)).collect();
-            let report = agg.step(&targets).await?;
-            for (t, d) in report.reconciled {
-                if d != 0 {
-                    drifted += 1;
-                    total_drift += d;
-                    bar.println(format!("post {}: drift {d:+} repaired", t.id));
+        for (shard, posts) in groups {
+            let (mut agg, _lease) = match shard {
+                None => {
+                    let (mut agg, _) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
+                    while agg.step(&[]).await?.more {}
+                    (agg, None)
                 }
+                Some((cluster, s)) => {
+                    let lease = cluster.pg.try_lease(s, crate::scaleout::shard_lease(s)).await?.with_context(|| {
+                        format!(
+                            "shard {s} is held by a running worker (its aggregator reconciles hot posts every \
+                             minute); stop the workers to reconcile offline"
+                        )
+                    })?;
+                    let opts = AggregatorOptions {
+                        consumer: crate::scaleout::counters_consumer(s),
+                        ..cfg.aggregator_options()
+                    };
+                    let (agg, _) =
+                        Aggregator::with_log(svc.clone(), opts, Arc::new(likewise_store::stream::EmptyLog)).await?;
+                    (agg, Some(lease))
+                }
+            };
+            for chunk in posts.chunks(64) {
+                let targets: Vec<Target> = chunk.iter().map(|p| Target::post(p.0)).collect();
+                let report = agg.step(&targets).await?;
+                anyhow::ensure!(
+                    report.reconciled.len() == targets.len(),
+                    "{} of {} posts could not be recounted now (see the log); run again",
+                    targets.len() - report.reconciled.len(),
+                    targets.len()
+                );
+                for (t, d) in report.reconciled {
+                    if d != 0 {
+                        drifted += 1;
+                        total_drift += d;
+                        bar.println(format!("post {}: drift {d:+} repaired", t.id));
+                    }
+                }
+                bar.inc(chunk.len() as u64);
             }
-            bar.inc(chunk.len() as u64);
         }
         bar.finish_and_clear();
         stores.close()?;
-        println!("reconciled {} posts: {drifted} drifted, net drift {total_drift:+}", posts.len());
+        println!("reconciled {total} posts: {drifted} drifted, net drift {total_drift:+}");
         Ok(())
     })
 }

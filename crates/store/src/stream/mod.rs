@@ -130,6 +130,23 @@ impl EventStream {
     }
 }
 
+/// A log with nothing in it: an aggregator over it only reconciles (`likewise reconcile` on
+/// the PostgreSQL backend, where the stream's events are the running workers' business).
+pub struct EmptyLog;
+
+#[async_trait]
+impl EventLog for EmptyLog {
+    async fn read_after(&self, _after: u64, _max: usize) -> StoreResult<Vec<Event>> {
+        Ok(Vec::new())
+    }
+    async fn head(&self) -> StoreResult<u64> {
+        Ok(0)
+    }
+    async fn truncate(&self, _upto: u64) -> StoreResult<u64> {
+        Ok(0)
+    }
+}
+
 /// The `events` port of a multi-shard PostgreSQL store: there is no single ordered log to
 /// read directly; consumers read the stream ([`log::StreamLog`]).
 pub struct NoDirectLog;
