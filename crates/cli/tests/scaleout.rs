@@ -380,6 +380,7 @@ async fn comments_ranking_and_notifications_work_across_nodes() {
     let (a, b) = (d.start("api"), d.start("api"));
     let c = Client::new();
     put_post(&c, &a.base, 5, 7).await;
+    put_post(&c, &a.base, 6, 8).await;
 
     // A comment written through A is read through B; replies thread under it.
     let (st, top) = c
@@ -471,6 +472,18 @@ async fn comments_ranking_and_notifications_work_across_nodes() {
         assert!(Instant::now() < deadline, "inbox did not fill: {inbox}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // One user's comment allowance is shared by the nodes (burst of 20), not multiplied.
+    let mut statuses = Vec::new();
+    for k in 0..26u64 {
+        let base = if k % 2 == 0 { &a.base } else { &b.base };
+        let body = format!(r#"{{"text":"thought number {k} on gardening and {}"}}"#, k * 7919);
+        let (st, _) = c.call(base, Method::POST, "/v1/posts/6/comments", 50, false, &body).await.expect("c");
+        statuses.push(st);
+    }
+    let created = statuses.iter().filter(|s| **s == 201).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!((created, limited), (20, 6), "{statuses:?}");
+
     // Three visible comments (the blocked user's was refused), on both nodes.
     for base in [&a.base, &b.base] {
         let deadline = Instant::now() + Duration::from_secs(10);

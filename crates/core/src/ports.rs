@@ -278,3 +278,12 @@ pub trait OwnLikes: Send + Sync {
     /// `user` now likes (or no longer likes) `target`.
     async fn record(&self, user: UserId, target: Target, liked: bool) -> StoreResult<()>;
 }
+
+/// A rate limiter shared by every API node (GCRA in Redis when scaled out), so a user's
+/// allowance does not multiply with the number of nodes.
+#[async_trait]
+pub trait SharedRateLimiter: Send + Sync {
+    /// Count one action under `key`, allowing bursts of `burst` and `per_minute` sustained.
+    /// `None`: allowed; `Some(ms)`: refused, retry after `ms` milliseconds.
+    async fn check(&self, key: &str, burst: u32, per_minute: u32) -> StoreResult<Option<u64>>;
+}

@@ -100,7 +100,7 @@ impl Engagement {
             _ => {}
         }
         let text = normalize_text(raw_text).map_err(|e| ServiceError::Invalid(e.to_string()))?;
-        self.moderation.check_rate(viewer)?;
+        self.check_comment_rate(viewer).await?;
         let (parent_id, reply_to_user) = match parent {
             None => (None, None),
             Some(pid) => {

@@ -57,7 +57,7 @@ impl Default for ModerationOptions {
 
 /// Moderation state and caches.
 pub struct Moderation {
-    opts: ModerationOptions,
+    pub(crate) opts: ModerationOptions,
     limiter: DefaultKeyedRateLimiter<UserId>,
     classifier: Arc<dyn Classifier>,
     /// Per post author, everyone they block: one load, then O(1) per like or comment, even
@@ -84,7 +84,7 @@ impl Moderation {
     }
 
     /// Count one comment against `user`'s rate; `Err` with the seconds to wait when over.
-    pub fn check_rate(&self, user: UserId) -> ServiceResult<()> {
+    pub fn check_rate_locally(&self, user: UserId) -> ServiceResult<()> {
         if self.limiter.len() > 200_000 {
             self.limiter.retain_recent();
         }
@@ -97,6 +97,25 @@ impl Moderation {
 }
 
 impl Engagement {
+    /// Count one comment against `user`'s rate: in the shared limiter when the deployment has
+    /// one (so the allowance does not grow with the number of API nodes), else in process.
+    /// If the shared limiter is unreachable, the process limits alone rather than refusing
+    /// every comment.
+    pub async fn check_comment_rate(&self, user: UserId) -> ServiceResult<()> {
+        let o = &self.moderation.opts;
+        if let Some(rl) = &self.stores.rate_limiter {
+            match rl.check(&format!("comment:{}", user.0), o.comment_burst, o.comments_per_minute).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(ms)) => {
+                    metrics::counter!("likewise_comment_rate_limited_total").increment(1);
+                    return Err(ServiceError::RateLimited(ms.div_ceil(1000).max(1)));
+                }
+                Err(e) => tracing::warn!(error = %e, "shared rate limiter unavailable; limiting in process"),
+            }
+        }
+        self.moderation.check_rate_locally(user)
+    }
+
     /// Has `owner` blocked `other`? (cached per owner)
     pub async fn is_blocked(&self, owner: UserId, other: UserId) -> ServiceResult<bool> {
         const MAX_CACHED_BLOCKS: usize = 10_000;

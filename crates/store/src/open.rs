@@ -6,7 +6,7 @@ use crate::group_commit::{GroupCommitOptions, GroupCommitter};
 use crate::postgres::{PgOptions, PgStore};
 use likewise_core::ports::{
     CommentReader, CounterStore, EventLog, LikeReader, MetaStore, ModerationStore, NotificationStore,
-    OwnLikes, ViewStore, WriteEngine,
+    OwnLikes, SharedRateLimiter, ViewStore, WriteEngine,
 };
 use likewise_core::{StoreError, StoreResult};
 use std::path::PathBuf;
@@ -56,6 +56,8 @@ pub struct Stores {
     pub postgres: Option<PgStore>,
     /// Where API nodes record each viewer's own like writes for the other nodes (Redis).
     pub own_likes: Option<Arc<dyn OwnLikes>>,
+    /// Rate limits shared by every API node (Redis); `None`: each process limits alone.
+    pub rate_limiter: Option<Arc<dyn SharedRateLimiter>>,
 }
 
 impl Stores {
@@ -63,9 +65,10 @@ impl Stores {
     pub fn with_shared_cache(mut self, redis: crate::shared_cache::Redis) -> Self {
         use crate::shared_cache::{CachedCounters, CachedLikes};
         self.counters = Arc::new(CachedCounters::new(self.counters.clone(), redis.clone()));
-        let likes = Arc::new(CachedLikes::new(self.likes.clone(), redis));
+        let likes = Arc::new(CachedLikes::new(self.likes.clone(), redis.clone()));
         self.likes = likes.clone();
         self.own_likes = Some(likes);
+        self.rate_limiter = Some(Arc::new(crate::shared_cache::RedisRateLimiter::new(redis)));
         self
     }
 
@@ -121,6 +124,7 @@ pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
         embedded: Some(store),
         postgres: None,
         own_likes: None,
+        rate_limiter: None,
     }
 }
 
@@ -147,5 +151,6 @@ pub fn from_postgres(store: PgStore, gc: GroupCommitOptions) -> Stores {
         embedded: None,
         postgres: Some(store),
         own_likes: None,
+        rate_limiter: None,
     }
 }

@@ -12,12 +12,15 @@
 //! - [`CachedLikes`]: "has this viewer liked these?" reads the viewer's own recent writes
 //!   (a hash per user, written synchronously by the API node that took the write) and asks the
 //!   reverse index only for the rest.
+//! - [`RedisRateLimiter`]: per-user limits shared by every API node (GCRA in a Lua script).
 
 mod counters;
 mod likes;
+mod rate;
 
 pub use counters::CachedCounters;
 pub use likes::CachedLikes;
+pub use rate::RedisRateLimiter;
 
 use likewise_core::{StoreError, StoreResult};
 use redis::aio::ConnectionManager;
