@@ -139,16 +139,7 @@ impl Drop for Deployment {
     /// Delete the deployment's stream even when the test failed (the shards drop themselves;
     /// Redis keys all carry TTLs).
     fn drop(&mut self) {
-        let name = format!("{}_EVENTS", self.prefix.to_uppercase());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-            rt.block_on(async move {
-                if let Ok(client) = async_nats::connect("nats://127.0.0.1:4222").await {
-                    let _ = async_nats::jetstream::new(client).delete_stream(name).await;
-                }
-            });
-        })
-        .join();
+        common::delete_stream(&self.prefix);
     }
 }
 

@@ -354,3 +354,66 @@ mod tests {
         assert_eq!(render_text(NotifKind::Commented, &n(&["carol"]), 1), "carol commented on your post");
     }
 }
+
+/// Most recent actors an inbox item keeps (newest first).
+pub const RECENT_ACTORS: usize = 8;
+
+/// An inbox item being changed by one batch of [`Change`]s: the item plus the actors the
+/// batch added and removed (what the engine must write to the item's actor set).
+#[derive(Debug, Clone)]
+pub struct ItemUpdate {
+    /// The item as it will be stored.
+    pub item: crate::ports::NotifItem,
+    /// Actors this batch made members.
+    pub added: std::collections::HashSet<UserId>,
+    /// Actors this batch removed.
+    pub removed: std::collections::HashSet<UserId>,
+}
+
+impl ItemUpdate {
+    /// Start from `item` as stored (or a new, empty one).
+    pub fn new(item: crate::ports::NotifItem) -> Self {
+        ItemUpdate { item, added: Default::default(), removed: Default::default() }
+    }
+
+    /// Is `actor` a member now? `stored` says whether it was one before this batch.
+    pub fn is_member(&self, actor: UserId, stored: bool) -> bool {
+        if self.added.contains(&actor) {
+            true
+        } else if self.removed.contains(&actor) {
+            false
+        } else {
+            stored
+        }
+    }
+
+    /// Apply one change whose actor's membership before it is `member` (from
+    /// [`ItemUpdate::is_member`]): an exact set of actors, so applying a change twice is a
+    /// no-op (replays are harmless).
+    pub fn apply(&mut self, ch: &Change, member: bool) {
+        match ch {
+            Change::Add { actor, comment, ts_ms, .. } => {
+                if !member {
+                    self.item.actor_count += 1;
+                    self.added.insert(*actor);
+                    self.removed.remove(actor);
+                }
+                self.item.recent.retain(|a| a != actor);
+                self.item.recent.insert(0, *actor);
+                self.item.recent.truncate(RECENT_ACTORS);
+                if comment.is_some() {
+                    self.item.comment = *comment;
+                }
+                self.item.updated_ms = self.item.updated_ms.max(*ts_ms);
+            }
+            Change::Remove { actor, .. } => {
+                if member {
+                    self.item.actor_count = self.item.actor_count.saturating_sub(1);
+                    self.removed.insert(*actor);
+                    self.added.remove(actor);
+                    self.item.recent.retain(|a| a != actor);
+                }
+            }
+        }
+    }
+}

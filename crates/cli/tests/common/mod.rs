@@ -52,17 +52,23 @@ pub struct ScaleOut {
 
 impl Drop for ScaleOut {
     fn drop(&mut self) {
-        let name = format!("{}_EVENTS", self.prefix.to_uppercase());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-            rt.block_on(async move {
-                if let Ok(client) = async_nats::connect("nats://127.0.0.1:4222").await {
-                    let _ = async_nats::jetstream::new(client).delete_stream(name).await;
-                }
-            });
-        })
-        .join();
+        delete_stream(&self.prefix);
     }
+}
+
+/// Delete the event stream of deployment `prefix` (from any context: its own thread and
+/// runtime, so it works in `Drop` inside or outside a runtime).
+pub fn delete_stream(prefix: &str) {
+    let name = format!("{}_EVENTS", prefix.to_uppercase());
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async move {
+            if let Ok(client) = async_nats::connect("nats://127.0.0.1:4222").await {
+                let _ = async_nats::jetstream::new(client).delete_stream(name).await;
+            }
+        });
+    })
+    .join();
 }
 
 type Shards = std::sync::Arc<ScaleOut>;

@@ -15,13 +15,12 @@ use super::{EmbeddedStore, engine_err};
 use crate::keys::{be_u64, num_value, pair_key, parse_num};
 use async_trait::async_trait;
 use likewise_core::ids::{CommentId, PostId, UserId};
-use likewise_core::notify::{Change, NotifKey, NotifKind};
+use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind};
 use likewise_core::ports::{NotifItem, NotificationStore};
 use likewise_core::{StoreError, StoreResult};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 const ITEM_V1: u8 = 1;
-const RECENT: usize = 8;
 const NEXT_ID: &[u8] = b"notif:next_id";
 
 fn key_bytes(k: &NotifKey) -> [u8; 17] {
@@ -98,10 +97,8 @@ fn load_item(s: &super::Inner, key: NotifKey, next_id: &mut u64) -> StoreResult<
 }
 
 struct Work {
-    item: NotifItem,
+    up: ItemUpdate,
     old_updated: Option<u64>,
-    added: HashSet<UserId>,
-    removed: HashSet<UserId>,
 }
 
 #[async_trait]
@@ -126,52 +123,26 @@ impl NotificationStore for EmbeddedStore {
             };
             if let std::collections::hash_map::Entry::Vacant(slot) = work.entry(key) {
                 let (item, old_updated) = load_item(s, key, &mut next_id)?;
-                slot.insert(Work { item, old_updated, added: HashSet::new(), removed: HashSet::new() });
+                slot.insert(Work { up: ItemUpdate::new(item), old_updated });
                 order.push(key);
             }
             let Some(w) = work.get_mut(&key) else { continue };
-            let member = if w.added.contains(&actor) {
-                true
-            } else if w.removed.contains(&actor) {
-                false
-            } else {
-                s.notif_actors.contains_key(pair_key(w.item.id, actor.0)).map_err(engine_err)?
-            };
-            match ch {
-                Change::Add { comment, ts_ms, .. } => {
-                    if !member {
-                        w.item.actor_count += 1;
-                        w.added.insert(actor);
-                        w.removed.remove(&actor);
-                    }
-                    w.item.recent.retain(|u| *u != actor);
-                    w.item.recent.insert(0, actor);
-                    w.item.recent.truncate(RECENT);
-                    if comment.is_some() {
-                        w.item.comment = *comment;
-                    }
-                    w.item.updated_ms = w.item.updated_ms.max(*ts_ms);
-                }
-                Change::Remove { .. } => {
-                    if member {
-                        w.item.actor_count = w.item.actor_count.saturating_sub(1);
-                        w.removed.insert(actor);
-                        w.added.remove(&actor);
-                        w.item.recent.retain(|u| *u != actor);
-                    }
-                }
-            }
+            let stored = w.up.added.contains(&actor)
+                || w.up.removed.contains(&actor)
+                || s.notif_actors.contains_key(pair_key(w.up.item.id, actor.0)).map_err(engine_err)?;
+            let member = w.up.is_member(actor, stored);
+            w.up.apply(ch, member);
         }
         let mut batch = s.db.batch();
         let mut out = Vec::with_capacity(order.len());
         for key in order {
             let Some(w) = work.remove(&key) else { continue };
-            let it = w.item;
+            let it = w.up.item;
             let r = it.key.recipient.0;
-            for a in &w.added {
+            for a in &w.up.added {
                 batch.insert(&s.notif_actors, pair_key(it.id, a.0), []);
             }
-            for a in &w.removed {
+            for a in &w.up.removed {
                 batch.remove(&s.notif_actors, pair_key(it.id, a.0));
             }
             if let Some(old) = w.old_updated {

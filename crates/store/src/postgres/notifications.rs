@@ -19,14 +19,12 @@ use super::moderation::lim;
 use super::{MAX_SHARDS, PgStore, i, pg_err, u};
 use async_trait::async_trait;
 use likewise_core::ids::{CommentId, PostId, UserId};
-use likewise_core::notify::{Change, NotifKey, NotifKind};
+use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind};
 use likewise_core::ports::{NotifItem, NotificationStore};
 use likewise_core::{StoreError, StoreResult};
 use std::collections::{HashMap, HashSet};
 use tokio_postgres::{Row, Transaction};
 
-/// Most recent actors kept per item (as the embedded engine).
-const RECENT: usize = 8;
 /// Advisory lock serializing notification writers on a shard (any constant unique to it).
 const WRITER_LOCK: i64 = 0x4c_696b_6e6f_7469;
 /// The columns [`item_of`] decodes, in order.
@@ -60,10 +58,8 @@ fn item_of(r: &Row) -> StoreResult<NotifItem> {
 
 /// An item being changed: `id` is 0 for an item not stored yet (allocated at write time).
 struct Work {
-    item: NotifItem,
+    up: ItemUpdate,
     existed: bool,
-    added: HashSet<UserId>,
-    removed: HashSet<UserId>,
 }
 
 fn parts(ch: &Change) -> (NotifKey, UserId) {
@@ -139,57 +135,26 @@ async fn apply_shard(
     for ch in changes {
         let (key, actor) = parts(ch);
         let w = work.entry(key).or_insert_with(|| match stored.remove(&key) {
-            Some(item) => Work { item, existed: true, added: HashSet::new(), removed: HashSet::new() },
+            Some(item) => Work { up: ItemUpdate::new(item), existed: true },
             None => Work {
-                item: NotifItem {
+                up: ItemUpdate::new(NotifItem {
                     id: 0,
                     key,
                     comment: None,
                     actor_count: 0,
                     recent: Vec::new(),
                     updated_ms: 0,
-                },
+                }),
                 existed: false,
-                added: HashSet::new(),
-                removed: HashSet::new(),
             },
         });
-        let member = if w.added.contains(&actor) {
-            true
-        } else if w.removed.contains(&actor) {
-            false
-        } else {
-            w.existed && members.contains(&(w.item.id, actor))
-        };
-        match ch {
-            Change::Add { comment, ts_ms, .. } => {
-                if !member {
-                    w.item.actor_count += 1;
-                    w.added.insert(actor);
-                    w.removed.remove(&actor);
-                }
-                w.item.recent.retain(|a| *a != actor);
-                w.item.recent.insert(0, actor);
-                w.item.recent.truncate(RECENT);
-                if comment.is_some() {
-                    w.item.comment = *comment;
-                }
-                w.item.updated_ms = w.item.updated_ms.max(*ts_ms);
-            }
-            Change::Remove { .. } => {
-                if member {
-                    w.item.actor_count = w.item.actor_count.saturating_sub(1);
-                    w.removed.insert(actor);
-                    w.added.remove(&actor);
-                    w.item.recent.retain(|a| *a != actor);
-                }
-            }
-        }
+        let member = w.up.is_member(actor, w.existed && members.contains(&(w.up.item.id, actor)));
+        w.up.apply(ch, member);
     }
 
     // 4. IDs for the new items that survive their changes.
     let fresh =
-        keys.iter().filter(|k| work.get(k).is_some_and(|w| !w.existed && w.item.actor_count > 0)).count();
+        keys.iter().filter(|k| work.get(k).is_some_and(|w| !w.existed && w.up.item.actor_count > 0)).count();
     if fresh > 0 {
         let rows = tx
             .query(
@@ -202,9 +167,9 @@ async fn apply_shard(
         for k in &keys {
             if let Some(w) = work.get_mut(k)
                 && !w.existed
-                && w.item.actor_count > 0
+                && w.up.item.actor_count > 0
             {
-                w.item.id = ids.next().ok_or_else(|| pg_err("notification IDs ran short"))?;
+                w.up.item.id = ids.next().ok_or_else(|| pg_err("notification IDs ran short"))?;
             }
         }
     }
@@ -216,23 +181,23 @@ async fn apply_shard(
     let mut out = Vec::with_capacity(keys.len());
     for k in &keys {
         let Some(w) = work.get(k) else { continue };
-        if w.item.actor_count == 0 {
+        if w.up.item.actor_count == 0 {
             if w.existed {
-                gone.push(i(w.item.id));
-                out.push((*k, w.item.clone()));
+                gone.push(i(w.up.item.id));
+                out.push((*k, w.up.item.clone()));
             }
             continue;
         }
-        for a in &w.added {
-            add_items.push(i(w.item.id));
+        for a in &w.up.added {
+            add_items.push(i(w.up.item.id));
             add_actors.push(i(a.0));
         }
-        for a in &w.removed {
-            del_items.push(i(w.item.id));
+        for a in &w.up.removed {
+            del_items.push(i(w.up.item.id));
             del_actors.push(i(a.0));
         }
-        live.push(&w.item);
-        out.push((*k, w.item.clone()));
+        live.push(&w.up.item);
+        out.push((*k, w.up.item.clone()));
     }
     if !gone.is_empty() {
         tx.execute("DELETE FROM notif_actors WHERE item = ANY($1)", &[&gone]).await.map_err(pg_err)?;
