@@ -31,6 +31,54 @@ pub struct TokenKeys {
     encoding: EncodingKey,
     decoding: DecodingKey,
     validation: Validation,
+    verified: Arc<VerifiedTokens>,
+}
+
+/// Tokens already verified, with who they name and when they expire. A client sends the same
+/// token with every request, and checking the signature (base64, JSON, HMAC-SHA256) is a
+/// visible share of a like's CPU cost; a hit only hashes the token and checks the expiry.
+/// Keyed by the whole token string, so only a byte-identical token can hit.
+struct VerifiedTokens {
+    shards: Vec<parking_lot::Mutex<std::collections::HashMap<Box<str>, (Caller, u64)>>>,
+    per_shard: usize,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl VerifiedTokens {
+    fn new(capacity: usize) -> Self {
+        const SHARDS: usize = 16;
+        VerifiedTokens {
+            shards: (0..SHARDS).map(|_| parking_lot::Mutex::new(std::collections::HashMap::new())).collect(),
+            per_shard: capacity.div_ceil(SHARDS).max(1),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+
+    fn shard(&self, token: &str) -> &parking_lot::Mutex<std::collections::HashMap<Box<str>, (Caller, u64)>> {
+        use std::hash::BuildHasher;
+        &self.shards[(self.hasher.hash_one(token) as usize) % self.shards.len()]
+    }
+
+    fn get(&self, token: &str, now: u64) -> Option<Caller> {
+        let mut shard = self.shard(token).lock();
+        match shard.get(token) {
+            Some((c, exp)) if *exp >= now => Some(*c),
+            Some(_) => {
+                shard.remove(token);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn put(&self, token: &str, caller: Caller, exp: u64) {
+        let mut shard = self.shard(token).lock();
+        if shard.len() >= self.per_shard {
+            // Crude but bounded: a full shard starts over (verifying again is always right).
+            shard.clear();
+        }
+        shard.insert(token.into(), (caller, exp));
+    }
 }
 
 impl TokenKeys {
@@ -43,7 +91,23 @@ impl TokenKeys {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
             validation,
+            verified: Arc::new(VerifiedTokens::new(100_000)),
         }
+    }
+
+    /// The caller a token names: from the verified-token cache, else verified and cached
+    /// until its expiry (plus the validation leeway, as `verify` allows).
+    pub fn caller(&self, token: &str) -> Result<Caller, ApiError> {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        if let Some(c) = self.verified.get(token, now) {
+            return Ok(c);
+        }
+        let claims = self.verify(token)?;
+        let user =
+            parse_id(&claims.sub).map_err(|_| ApiError::unauthenticated("token subject is not a user ID"))?;
+        let c = Caller { user: UserId(user), service: claims.role.as_deref() == Some("service") };
+        self.verified.put(token, c, claims.exp.saturating_add(self.validation.leeway));
+        Ok(c)
     }
 
     /// Mint a token for `user`, valid for `ttl`.
@@ -88,10 +152,7 @@ fn caller(parts: &Parts, state: &Arc<AppState>) -> Result<Caller, ApiError> {
         .strip_prefix("Bearer ")
         .or_else(|| value.strip_prefix("bearer "))
         .ok_or_else(|| ApiError::unauthenticated("expected a Bearer token"))?;
-    let claims = state.keys.verify(token.trim())?;
-    let user =
-        parse_id(&claims.sub).map_err(|_| ApiError::unauthenticated("token subject is not a user ID"))?;
-    Ok(Caller { user: UserId(user), service: claims.role.as_deref() == Some("service") })
+    state.keys.caller(token.trim())
 }
 
 /// A user acting as themselves (any valid token).
@@ -133,6 +194,23 @@ mod tests {
         let other = TokenKeys::new(b"secret-two");
         assert_eq!(other.verify(&t).err().map(|e| e.status().as_u16()), Some(401));
         assert!(keys.verify("not.a.token").is_err());
+    }
+
+    #[test]
+    fn the_verified_cache_never_admits_another_token_and_honours_expiry() {
+        let keys = TokenKeys::new(b"secret-one");
+        let t = keys.mint(UserId(42), false, Duration::from_secs(60)).expect("mint");
+        let c = keys.caller(&t).expect("first use verifies");
+        assert_eq!((c.user, c.service), (UserId(42), false));
+        assert_eq!(keys.caller(&t).expect("cached").user, UserId(42));
+        // A token differing in one signature character is verified, not looked up.
+        let mut forged = t.clone();
+        let last = forged.pop().expect("char");
+        forged.push(if last == 'A' { 'B' } else { 'A' });
+        assert_eq!(keys.caller(&forged).err().map(|e| e.status().as_u16()), Some(401));
+        // A cached entry past its expiry is dropped and the token re-verified (and refused).
+        keys.verified.put("stale", Caller { user: UserId(1), service: true }, 10);
+        assert_eq!(keys.caller("stale").err().map(|e| e.status().as_u16()), Some(401));
     }
 
     #[test]
