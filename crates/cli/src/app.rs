@@ -63,6 +63,8 @@ pub struct Application {
     state: Arc<AppState>,
     mode: Mode,
     reconcile: ReconcileHandle,
+    /// Routes added to the API (the demo's).
+    extra: Option<axum::Router<Arc<AppState>>>,
 }
 
 impl Application {
@@ -103,7 +105,13 @@ impl Application {
             metrics,
             opts: cfg.http_options(),
         });
-        Ok(Application { listener, addr, state, mode, reconcile })
+        Ok(Application { listener, addr, state, mode, reconcile, extra: None })
+    }
+
+    /// Add routes to the API (`likewise demo` adds its demo-only routes).
+    pub fn with_routes(mut self, routes: axum::Router<Arc<AppState>>) -> Self {
+        self.extra = Some(routes);
+        self
     }
 
     /// The bound address.
@@ -133,10 +141,28 @@ impl Application {
     ) -> anyhow::Result<()> {
         match self.mode {
             Mode::Embedded { aggregator, notifier } => {
-                run_embedded(self.listener, self.addr, self.state, aggregator, notifier, shutdown).await
+                let router = likewise_http::router_with(self.state.clone(), self.extra);
+                run_embedded(self.listener, self.addr, self.state, router, aggregator, notifier, shutdown)
+                    .await
             }
             Mode::Cluster { cluster, api, worker, cfg } => {
-                run_cluster(self.listener, self.addr, self.state, cluster, api, worker, &cfg, shutdown).await
+                let router = if api {
+                    likewise_http::router_with(self.state.clone(), self.extra)
+                } else {
+                    likewise_http::ops_router(self.state.clone())
+                };
+                run_cluster(
+                    self.listener,
+                    self.addr,
+                    self.state,
+                    router,
+                    cluster,
+                    api,
+                    worker,
+                    &cfg,
+                    shutdown,
+                )
+                .await
             }
         }
     }
@@ -148,6 +174,7 @@ async fn run_cluster(
     listener: TcpListener,
     addr: SocketAddr,
     state: Arc<AppState>,
+    router: axum::Router,
     cluster: crate::scaleout::Cluster,
     api: bool,
     worker: bool,
@@ -178,7 +205,7 @@ async fn run_cluster(
         shutdown.await;
         closer.close_live_streams();
     };
-    let router = if api { likewise_http::router(state) } else { likewise_http::ops_router(state) };
+    drop(state);
     let served = likewise_http::serve_router(listener, router, shutdown).await;
     tracing::info!("HTTP drained; committing queued writes");
     svc.stores().writer.close();
@@ -201,6 +228,7 @@ async fn run_embedded(
     listener: TcpListener,
     addr: SocketAddr,
     state: Arc<AppState>,
+    router: axum::Router,
     aggregator: Aggregator,
     notifier_opts: likewise_workers::notifier::NotifierOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -237,7 +265,8 @@ async fn run_embedded(
             shutdown.await;
             closer.close_live_streams();
         };
-        let served = likewise_http::serve(listener, state, shutdown).await;
+        drop(state);
+        let served = likewise_http::serve_router(listener, router, shutdown).await;
         tracing::info!("HTTP drained; committing queued writes");
         svc.stores().writer.close();
         let _ = stop_tx.send(true);

@@ -38,8 +38,10 @@ pub struct TokenKeys {
 /// token with every request, and checking the signature (base64, JSON, HMAC-SHA256) is a
 /// visible share of a like's CPU cost; a hit only hashes the token and checks the expiry.
 /// Keyed by the whole token string, so only a byte-identical token can hit.
+type TokenShard = parking_lot::Mutex<std::collections::HashMap<Box<str>, (Caller, u64)>>;
+
 struct VerifiedTokens {
-    shards: Vec<parking_lot::Mutex<std::collections::HashMap<Box<str>, (Caller, u64)>>>,
+    shards: Vec<TokenShard>,
     per_shard: usize,
     hasher: std::collections::hash_map::RandomState,
 }
@@ -54,7 +56,7 @@ impl VerifiedTokens {
         }
     }
 
-    fn shard(&self, token: &str) -> &parking_lot::Mutex<std::collections::HashMap<Box<str>, (Caller, u64)>> {
+    fn shard(&self, token: &str) -> &TokenShard {
         use std::hash::BuildHasher;
         &self.shards[(self.hasher.hash_one(token) as usize) % self.shards.len()]
     }

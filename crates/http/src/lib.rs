@@ -9,6 +9,7 @@
 //! - [`dto`]: the JSON shapes; [`openapi`]: the generated OpenAPI document.
 //! - [`middleware`]: request metrics and the per-request timeout.
 //! - [`routes`]: one file per resource.
+//! - [`web`]: the web demo page at `/`, and the demo-only routes `likewise demo` adds.
 
 pub mod auth;
 pub mod cursor;
@@ -18,6 +19,7 @@ pub mod extract;
 pub mod middleware;
 pub mod openapi;
 pub mod routes;
+pub mod web;
 
 use auth::TokenKeys;
 use axum::Router;
@@ -64,6 +66,11 @@ pub struct AppState {
 
 /// Every route of the API with its layers.
 pub fn router(state: Arc<AppState>) -> Router {
+    router_with(state, None)
+}
+
+/// Every route of the API, plus `extra` routes (the demo's), with its layers.
+pub fn router_with(state: Arc<AppState>, extra: Option<Router<Arc<AppState>>>) -> Router {
     use routes::*;
     let v1 = Router::new()
         .route("/v1/users/{user_id}", put(upstream::put_user))
@@ -94,6 +101,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
         .merge(v1)
+        .merge(web::page_routes())
+        .merge(extra.unwrap_or_default())
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(state.opts.max_body_bytes))

@@ -1,5 +1,6 @@
-//! The command line: `serve`, `migrate`, `token`, `reconcile`, `bench`.
+//! The command line: `serve`, `demo`, `migrate`, `token`, `reconcile`, `bench`.
 
+mod demo;
 mod migrate;
 mod reconcile;
 mod serve;
@@ -41,6 +42,15 @@ pub enum Command {
         /// (outbox relay, aggregators, reverse index, notifier). Overrides server.role.
         #[arg(long, value_parser = ["all", "api", "worker"])]
         role: Option<String>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Run the service on the embedded store with a seeded demo world and the web demo's
+    /// demo-only sign-in (open http://ADDR/ or /?as=<user_id>).
+    Demo {
+        /// Address to listen on (overrides server.listen).
+        #[arg(long)]
+        listen: Option<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -96,6 +106,7 @@ impl Common {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { listen, role, common } => serve::run(common.load_role(listen, role)?),
+        Command::Demo { listen, common } => demo::run(common.load(listen)?),
         Command::Migrate { common } => migrate::run(common.load(None)?),
         Command::Token { user_id, service, ttl, common } => {
             token::run(&common.load(None)?, &user_id, service, &ttl)

@@ -1,0 +1,92 @@
+//! The web demo: the page is served by `serve`; the demo-only routes exist only in
+//! `likewise demo`, whose seeded world has a viral post with a rounded count.
+
+mod common;
+
+use common::{TestApp, test_config};
+use hyper::{Method, StatusCode};
+use likewise::app::Application;
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_has_the_page_but_no_demo_sign_in() {
+    if common::scaled_out() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    let (st, _, _) = app.call_full(Method::GET, "/", None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, _, _) = app.call_full(Method::GET, "/web/app.js", None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    for (m, path) in
+        [(Method::GET, "/demo/token?user_id=1"), (Method::GET, "/demo/world"), (Method::POST, "/demo/storm")]
+    {
+        let (st, v) = app.call(m, path, None, None).await;
+        assert_eq!(st, StatusCode::NOT_FOUND, "{path}: {v}");
+    }
+    app.stop().await;
+}
+
+type Client = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Full<bytes::Bytes>,
+>;
+
+async fn get(client: &(Client, String), path: &str, token: Option<&str>) -> (StatusCode, Value) {
+    use http_body_util::BodyExt;
+    let mut req = hyper::Request::get(format!("{}{path}", client.1));
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let resp = client.0.request(req.body(Default::default()).expect("request")).await.expect("send");
+    let st = resp.status();
+    let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+    (st, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn demo_seeds_a_world_once_and_signs_in_seeded_users() {
+    if common::scaled_out() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    for round in 0..2 {
+        let cfg = test_config(dir.path());
+        let app = Application::build(&cfg).await.expect("build");
+        let world = likewise::demo::seed(&app.service()).await.expect("seed");
+        let app = app.with_routes(likewise_http::web::demo_routes(world));
+        let base = format!("http://{}", app.local_addr());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(app.run_until_stopped(async {
+            let _ = rx.await;
+        }));
+        let client = (
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http(),
+            base,
+        );
+        let (st, w) = get(&client, "/demo/world", None).await;
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(w["posts"].as_array().map(Vec::len), Some(30));
+        let (st, _) = get(&client, "/demo/token?user_id=999999", None).await;
+        assert_eq!(st, StatusCode::NOT_FOUND, "only seeded users");
+        let (st, t) = get(&client, "/demo/token?user_id=1", None).await;
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(t["username"], "alice");
+        let token = t["token"].as_str().expect("token").to_string();
+        // The viral post's count converges to "12.3K"-style text.
+        let mut text = String::new();
+        for _ in 0..100 {
+            let (st, v) = get(&client, "/v1/posts?ids=1001", Some(&token)).await;
+            assert_eq!(st, StatusCode::OK);
+            text = v["posts"][0]["like_count_text"].as_str().unwrap_or("").to_string();
+            if text.ends_with('K') {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(text, "12.3K", "round {round}");
+        let _ = tx.send(());
+        task.await.expect("join").expect("clean stop");
+    }
+}

@@ -1,0 +1,621 @@
+// Likewise web demo: a feed with optimistic hearts, a comments sheet and a live bell.
+// Plain ES module, no build step; talks only to the public API (and /demo/* in demo mode).
+
+const $ = (sel) => document.querySelector(sel);
+const state = { token: null, me: null, world: null, posts: new Map(), hideCounts: false };
+
+// ---------- helpers ----------
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'text') el.textContent = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) el.append(c);
+  return el;
+}
+
+let toastTimer;
+function toast(msg) {
+  const t = $('#toast');
+  t.textContent = msg;
+  t.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { t.hidden = true; }, 4000);
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.message) || `HTTP ${status}`);
+    this.status = status;
+  }
+}
+
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${state.token}` };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const raw = res.status === 204 ? '' : await res.text();
+  let data = null;
+  try { data = raw ? JSON.parse(raw) : null; } catch { data = null; }
+  if (!res.ok) throw new ApiError(res.status, data);
+  return data;
+}
+
+// The server's rounding rule (likewise_core::display::count_text), for optimistic counts.
+function countText(n) {
+  if (n <= 0) return '0';
+  if (n < 10000) return n.toLocaleString('en-US');
+  const [unit, suffix] = n < 1e6 ? [1e3, 'K'] : n < 1e9 ? [1e6, 'M'] : [1e9, 'B'];
+  const whole = Math.floor(n / unit);
+  if (whole >= 100) return `${whole.toLocaleString('en-US')}${suffix}`;
+  const tenth = Math.floor(((n % unit) * 10) / unit);
+  return tenth === 0 ? `${whole}${suffix}` : `${whole}.${tenth}${suffix}`;
+}
+
+function ago(iso) {
+  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (s < 60) return 'now';
+  if (s < 3600) return `${Math.floor(s / 60)}m`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h`;
+  return `${Math.floor(s / 86400)}d`;
+}
+
+function username(id) {
+  const u = state.world && state.world.users.find((x) => x.user_id === id);
+  return u ? u.username : `user${id}`;
+}
+
+// ---------- sign-in ----------
+
+async function signIn() {
+  const params = new URLSearchParams(location.search);
+  const res = await fetch('/demo/world');
+  if (res.ok) {
+    state.world = await res.json();
+    const as = params.get('as') || localStorage.getItem('likewise.as') || state.world.default_user_id;
+    const tok = await fetch(`/demo/token?user_id=${encodeURIComponent(as)}`);
+    if (!tok.ok) throw new Error(`cannot sign in as ${as}`);
+    const t = await tok.json();
+    state.token = t.token;
+    state.me = { id: t.user_id, username: t.username };
+    localStorage.setItem('likewise.as', t.user_id);
+    const sel = $('#as-user');
+    for (const u of state.world.users.slice(0, 60)) {
+      sel.append(h('option', { value: u.user_id, selected: u.user_id === t.user_id }, u.username));
+    }
+    if (!state.world.users.slice(0, 60).some((u) => u.user_id === t.user_id)) {
+      sel.append(h('option', { value: t.user_id, selected: true }, t.username));
+    }
+    sel.addEventListener('change', () => { location.search = `?as=${sel.value}`; });
+    return state.world.posts.map((p) => p.post_id);
+  }
+  // Not demo mode: a pasted token and post IDs.
+  $('.who').hidden = true;
+  const saved = JSON.parse(localStorage.getItem('likewise.signin') || 'null');
+  if (saved) {
+    state.token = saved.token;
+    const sub = JSON.parse(atob(saved.token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/')));
+    state.me = { id: sub.sub, username: `user${sub.sub}` };
+    return saved.ids;
+  }
+  $('#signin').hidden = false;
+  return new Promise((resolve) => {
+    $('#signin-form').addEventListener('submit', (e) => {
+      e.preventDefault();
+      const ids = $('#signin-ids').value.split(',').map((s) => s.trim()).filter(Boolean);
+      localStorage.setItem('likewise.signin', JSON.stringify({ token: $('#signin-token').value.trim(), ids }));
+      location.reload();
+      resolve(ids);
+    });
+  });
+}
+
+// ---------- feed ----------
+
+function likedByText(p) {
+  if (!p.liked_by.length) return null;
+  const others = p.like_count === null ? p.liked_by.length > 1 : p.like_count > 1;
+  return h('span', {}, 'Liked by ', h('b', {}, p.liked_by[0]), others ? ' and others' : '');
+}
+
+function renderMeta(card, p) {
+  const meta = card.querySelector('.meta-likes');
+  meta.replaceChildren();
+  if (p.like_count !== null) {
+    const n = p.like_count;
+    meta.append(h('span', { class: 'count', 'data-testid': 'like-count', 'aria-live': 'polite' },
+      `${p.like_count_text} ${n === 1 ? 'like' : 'likes'}`));
+    const lb = likedByText(p);
+    if (lb) meta.append(h('span', { class: 'muted' }, ' · '), lb);
+  } else {
+    const lb = likedByText(p);
+    meta.append(lb || h('span', { class: 'muted' }, 'Like counts are hidden'));
+  }
+  const btn = card.querySelector('[data-testid="like-button"]');
+  btn.setAttribute('aria-pressed', String(p.viewer_has_liked));
+  btn.setAttribute('aria-label', p.viewer_has_liked ? 'Unlike' : 'Like');
+}
+
+function renderCard(p) {
+  const info = state.world ? state.world.posts.find((x) => x.post_id === p.post_id) : null;
+  const hue = info ? info.hue : (Number(p.post_id) * 47) % 360;
+  const caption = info ? info.caption : `Post ${p.post_id}`;
+  const author = info ? info.author_username : username(p.author_id);
+  const pic = h('div', {
+    class: 'pic', role: 'img', 'aria-label': `${caption} (double-tap to like)`,
+    style: `background: linear-gradient(135deg, hsl(${hue} 70% 70%), hsl(${(hue + 60) % 360} 70% 55%))`,
+  }, info ? info.emoji : '📷');
+  const card = h('article', { class: 'card', 'data-testid': `post-${p.post_id}`, 'aria-label': `Post by ${author}` },
+    h('div', { class: 'head' }, author),
+    pic,
+    h('div', { class: 'actions' },
+      h('button', {
+        class: 'icon like', 'data-testid': 'like-button', 'aria-pressed': 'false', 'aria-label': 'Like',
+        onclick: () => toggleLike(p.post_id),
+      }, h('span', { class: 'heart', 'aria-hidden': 'true' })),
+      h('button', {
+        class: 'icon', 'data-testid': 'comments-button', 'aria-label': `Comments (${p.comment_count})`,
+        disabled: !p.comments_enabled, onclick: (e) => openSheet(p.post_id, e.currentTarget),
+      }, '💬')),
+    h('div', { class: 'meta' },
+      h('div', { class: 'meta-likes' }),
+      h('p', { class: 'caption' }, h('b', {}, author), caption),
+      ...p.preview_comments.map((c) => h('p', { class: 'preview' }, h('b', {}, c.author_username), ' ', c.text)),
+      p.comments_enabled
+        ? (p.comment_count > 0
+          ? h('button', { class: 'linkish', onclick: (e) => openSheet(p.post_id, e.currentTarget) },
+            `View all ${p.comment_count} comments`)
+          : null)
+        : h('p', { class: 'muted' }, 'Comments are turned off.')));
+  // Double-tap (or double-click) on the picture likes; it never unlikes.
+  let lastTap = 0;
+  const burst = () => {
+    const b = h('span', { class: 'burst', 'aria-hidden': 'true' }, '❤️');
+    pic.append(b);
+    setTimeout(() => b.remove(), 700);
+  };
+  pic.addEventListener('dblclick', () => { burst(); if (!state.posts.get(p.post_id).view.viewer_has_liked) toggleLike(p.post_id); });
+  pic.addEventListener('touchend', () => {
+    const now = Date.now();
+    if (now - lastTap < 300) pic.dispatchEvent(new MouseEvent('dblclick'));
+    lastTap = now;
+  });
+  renderMeta(card, p);
+  return card;
+}
+
+async function loadFeed(ids) {
+  const { posts } = await api('GET', `/v1/posts?ids=${ids.join(',')}`);
+  const feed = $('#feed');
+  feed.replaceChildren();
+  state.posts.clear();
+  for (const p of posts) {
+    const card = renderCard(p);
+    state.posts.set(p.post_id, { view: p, card, confirmed: p.viewer_has_liked, timer: null, inflight: false });
+    feed.append(card);
+  }
+}
+
+// Optimistic like: flip now, send the final state after 300 ms of quiet, roll back on failure.
+function toggleLike(postId) {
+  const s = state.posts.get(postId);
+  const v = s.view;
+  v.viewer_has_liked = !v.viewer_has_liked;
+  if (v.like_count !== null) {
+    v.like_count += v.viewer_has_liked ? 1 : -1;
+    v.like_count_text = countText(v.like_count);
+  }
+  if (v.viewer_has_liked && !v.liked_by.includes(state.me.username) && v.liked_by.length === 0) {
+    v.liked_by = [state.me.username];
+  }
+  renderMeta(s.card, v);
+  clearTimeout(s.timer);
+  s.timer = setTimeout(() => { s.timer = null; sendLike(postId); }, 300);
+}
+
+async function sendLike(postId) {
+  const s = state.posts.get(postId);
+  if (s.inflight || s.timer) return; // re-checked when the request in flight settles
+  const want = s.view.viewer_has_liked;
+  if (want === s.confirmed) return;
+  s.inflight = true;
+  try {
+    const r = await api(want ? 'PUT' : 'DELETE', `/v1/posts/${postId}/like`);
+    s.confirmed = r.liked;
+  } catch (e) {
+    // Roll back to what the server has.
+    const v = s.view;
+    if (v.viewer_has_liked !== s.confirmed) {
+      v.viewer_has_liked = s.confirmed;
+      if (v.like_count !== null) {
+        v.like_count += s.confirmed ? 1 : -1;
+        v.like_count_text = countText(v.like_count);
+      }
+      renderMeta(s.card, v);
+    }
+    toast(want ? `Couldn't like the post: ${e.message}` : `Couldn't unlike the post: ${e.message}`);
+  } finally {
+    s.inflight = false;
+  }
+  // The viewer toggled again while the request was in flight: send the final state.
+  if (s.view.viewer_has_liked !== s.confirmed) sendLike(postId);
+}
+
+// ---------- settings ----------
+
+async function initSettings(ids) {
+  const box = $('#hide-counts');
+  try {
+    const s = await api('GET', '/v1/me/settings');
+    box.checked = !!s.hide_like_counts;
+  } catch { /* settings are optional */ }
+  box.addEventListener('change', async () => {
+    try {
+      await api('PUT', '/v1/me/settings', { hide_like_counts: box.checked });
+      await loadFeed(ids);
+    } catch (e) {
+      box.checked = !box.checked;
+      toast(`Couldn't save the setting: ${e.message}`);
+    }
+  });
+}
+
+// ---------- viral panel ----------
+
+function initViral() {
+  if (!state.world) return;
+  const id = state.world.viral_post_id;
+  $('#viral').hidden = false;
+  let until = 0;
+  let last = null;
+  const poll = async () => {
+    try {
+      const v = await api('GET', `/v1/posts/${id}`);
+      const n = v.like_count;
+      $('#viral-count').textContent = n === null ? 'hidden' : n.toLocaleString('en-US');
+      $('#viral-text').textContent = v.like_count_text ?? 'hidden';
+      const s = state.posts.get(id);
+      if (s && !s.timer && !s.inflight && n !== last) {
+        s.view.like_count = v.like_count;
+        s.view.like_count_text = v.like_count_text;
+        renderMeta(s.card, s.view);
+      }
+      last = n;
+    } catch { /* keep polling */ }
+    setTimeout(poll, Date.now() < until ? 250 : 2000);
+  };
+  poll();
+  $('#storm').addEventListener('click', async () => {
+    const r = await fetch('/demo/storm?count=1500', { method: 'POST' });
+    if (!r.ok) { toast('The storm did not start'); return; }
+    toast('1,500 likes on their way…');
+    until = Date.now() + 8000;
+  });
+}
+
+// ---------- comments sheet ----------
+
+const sheet = { post: null, order: 'top', cursor: null, opener: null, replyTo: null, loading: false };
+
+function postView() { return state.posts.get(sheet.post)?.view; }
+
+function commentItem(c, isReply) {
+  const mine = c.author_id === state.me.id;
+  const pv = postView();
+  const postAuthor = pv && pv.author_id === state.me.id;
+  const deleted = c.status === 'deleted';
+  const like = h('button', {
+    class: 'icon clike', 'aria-pressed': String(c.viewer_has_liked),
+    'aria-label': c.viewer_has_liked ? 'Unlike comment' : 'Like comment', disabled: deleted,
+  }, c.viewer_has_liked ? '♥' : '♡');
+  const likeCount = h('span', { class: 'muted' }, c.like_count > 0 ? `${c.like_count}` : '');
+  like.addEventListener('click', async () => {
+    const was = c.viewer_has_liked;
+    c.viewer_has_liked = !was;
+    c.like_count += was ? -1 : 1;
+    const paint = () => {
+      like.setAttribute('aria-pressed', String(c.viewer_has_liked));
+      like.setAttribute('aria-label', c.viewer_has_liked ? 'Unlike comment' : 'Like comment');
+      like.textContent = c.viewer_has_liked ? '♥' : '♡';
+      likeCount.textContent = c.like_count > 0 ? `${c.like_count}` : '';
+    };
+    paint();
+    try {
+      await api(was ? 'DELETE' : 'PUT', `/v1/comments/${c.comment_id}/like`);
+    } catch (e) {
+      c.viewer_has_liked = was;
+      c.like_count += was ? 1 : -1;
+      paint();
+      toast(`Couldn't like the comment: ${e.message}`);
+    }
+  });
+  const tools = h('div', { class: 'tools' }, h('span', {}, ago(c.created_at)));
+  if (!deleted) {
+    tools.append(h('button', { class: 'linkish', onclick: () => startReply(c) }, 'Reply'));
+    if (mine || postAuthor) {
+      tools.append(h('button', {
+        class: 'linkish', onclick: async () => {
+          if (!confirm('Delete this comment?')) return;
+          try { await api('DELETE', `/v1/comments/${c.comment_id}`); li.remove(); toast('Comment deleted'); }
+          catch (e) { toast(`Couldn't delete: ${e.message}`); }
+        },
+      }, 'Delete'));
+    }
+    if (!mine) {
+      tools.append(h('button', {
+        class: 'linkish', onclick: async () => {
+          try { await api('POST', `/v1/comments/${c.comment_id}/reports`, { reason: 'spam' }); toast('Thanks, we will take a look'); }
+          catch (e) { toast(`Couldn't report: ${e.message}`); }
+        },
+      }, 'Report'));
+    }
+    if (postAuthor && !isReply) {
+      tools.append(h('button', {
+        class: 'linkish', onclick: async () => {
+          try {
+            await api(c.pinned ? 'DELETE' : 'PUT', `/v1/posts/${c.post_id}/pins/${c.comment_id}`);
+            toast(c.pinned ? 'Unpinned' : 'Pinned');
+            loadComments(true);
+          } catch (e) { toast(`Couldn't pin: ${e.message}`); }
+        },
+      }, c.pinned ? 'Unpin' : 'Pin'));
+    }
+    if (postAuthor && (c.status === 'pending' || c.status === 'restricted')) {
+      tools.append(h('button', {
+        class: 'linkish', onclick: async () => {
+          try { await api('POST', `/v1/comments/${c.comment_id}/approve`); toast('Approved'); loadComments(true); }
+          catch (e) { toast(`Couldn't approve: ${e.message}`); }
+        },
+      }, 'Approve'));
+    }
+  }
+  const mention = c.reply_to_user_id ? h('span', { class: 'muted' }, `@${username(c.reply_to_user_id)} `) : null;
+  const li = h('li', { class: 'comment', 'data-testid': `comment-${c.comment_id}` },
+    h('div', { class: 'line' },
+      h('div', { class: 'body' },
+        h('b', {}, deleted ? '' : c.author_username),
+        c.pinned ? h('span', { class: 'tag' }, 'Pinned') : null,
+        c.status !== 'visible' && !deleted ? h('span', { class: 'tag warn' }, c.status.replace(/_/g, ' ')) : null,
+        ' ', mention, deleted ? h('i', { class: 'muted' }, 'Comment deleted') : c.text,
+        tools),
+      like, likeCount));
+  if (!isReply) {
+    const replies = h('ul', { class: 'replies', 'aria-label': 'Replies' });
+    li.append(replies);
+    li.repliesList = replies;
+    li.replyState = { cursor: null, loaded: 0, total: c.reply_count };
+    if (c.reply_count > 0) {
+      const more = h('button', { class: 'linkish view-replies' });
+      const label = () => { more.textContent = `View ${li.replyState.total - li.replyState.loaded} more replies`; };
+      label();
+      more.addEventListener('click', async () => {
+        more.disabled = true;
+        try {
+          const q = li.replyState.cursor ? `?cursor=${encodeURIComponent(li.replyState.cursor)}` : '';
+          const page = await api('GET', `/v1/comments/${c.comment_id}/replies${q}`);
+          for (const r of page.items) { replies.append(commentItem(r, true)); li.replyState.loaded++; }
+          li.replyState.cursor = page.next_cursor;
+          if (!page.next_cursor) more.remove(); else label();
+        } catch (e) { toast(`Couldn't load replies: ${e.message}`); }
+        more.disabled = false;
+      });
+      li.append(more);
+    }
+  }
+  return li;
+}
+
+function startReply(c) {
+  const top = c.parent_id || c.comment_id;
+  sheet.replyTo = { parent: c.comment_id, top };
+  const r = $('#replying');
+  r.hidden = false;
+  r.querySelector('span').textContent = `Replying to @${c.author_username}`;
+  const input = $('#comment-input');
+  input.value = `@${c.author_username} `;
+  input.focus();
+}
+
+function cancelReply() {
+  sheet.replyTo = null;
+  $('#replying').hidden = true;
+}
+
+async function loadComments(reset) {
+  if (sheet.loading) return;
+  sheet.loading = true;
+  const list = $('#comments');
+  if (reset) { list.replaceChildren(); sheet.cursor = null; }
+  try {
+    const q = new URLSearchParams({ order: sheet.order, limit: '10' });
+    if (sheet.cursor) q.set('cursor', sheet.cursor);
+    const page = await api('GET', `/v1/posts/${sheet.post}/comments?${q}`);
+    for (const c of page.items) list.append(commentItem(c, false));
+    if (reset && !page.items.length) list.append(h('li', { class: 'muted empty' }, 'No comments yet. Start the conversation.'));
+    sheet.cursor = page.next_cursor;
+    $('#load-more').hidden = !page.next_cursor;
+  } catch (e) {
+    toast(`Couldn't load comments: ${e.message}`);
+  } finally {
+    sheet.loading = false;
+  }
+}
+
+function openSheet(postId, opener) {
+  sheet.post = postId;
+  sheet.opener = opener;
+  cancelReply();
+  $('#sheet').hidden = false;
+  $('#sheet-backdrop').hidden = false;
+  loadComments(true);
+  $('#comment-input').focus();
+}
+
+function closeSheet() {
+  $('#sheet').hidden = true;
+  $('#sheet-backdrop').hidden = true;
+  if (sheet.opener) sheet.opener.focus();
+}
+
+function initSheet() {
+  $('#sheet-close').addEventListener('click', closeSheet);
+  $('#sheet-backdrop').addEventListener('click', closeSheet);
+  $('#cancel-reply').addEventListener('click', cancelReply);
+  document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !$('#sheet').hidden) closeSheet(); });
+  for (const b of document.querySelectorAll('.order button')) {
+    b.addEventListener('click', () => {
+      sheet.order = b.dataset.order;
+      for (const o of document.querySelectorAll('.order button')) o.setAttribute('aria-pressed', String(o === b));
+      loadComments(true);
+    });
+  }
+  $('#load-more').addEventListener('click', () => loadComments(false));
+  // Infinite scroll: load the next page when the list is scrolled near its end.
+  $('#comments').addEventListener('scroll', (e) => {
+    const el = e.currentTarget;
+    if (sheet.cursor && el.scrollTop + el.clientHeight > el.scrollHeight - 80) loadComments(false);
+  });
+  $('#comment-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const input = $('#comment-input');
+    const text = input.value.trim();
+    if (!text) return;
+    const body = { text };
+    if (sheet.replyTo) body.parent_id = sheet.replyTo.parent;
+    input.disabled = true;
+    try {
+      const c = await api('POST', `/v1/posts/${sheet.post}/comments`, body);
+      input.value = '';
+      const list = $('#comments');
+      list.querySelector('.empty')?.remove();
+      if (c.parent_id) {
+        const parent = list.querySelector(`[data-testid="comment-${c.parent_id}"]`);
+        if (parent && parent.repliesList) parent.repliesList.append(commentItem(c, true));
+        else list.prepend(commentItem(c, true));
+      } else {
+        list.prepend(commentItem(c, false));
+      }
+      cancelReply();
+    } catch (err) {
+      toast(`Couldn't post the comment: ${err.message}`);
+    } finally {
+      input.disabled = false;
+      input.focus();
+    }
+  });
+}
+
+// ---------- notifications ----------
+
+const notif = { items: new Map(), seen: 0, lastEventId: null };
+
+function seenKey() { return `likewise.seen.${state.me.id}`; }
+
+function renderBell() {
+  const unread = [...notif.items.values()].filter((n) => Date.parse(n.updated_at) > notif.seen).length;
+  const badge = $('#unread');
+  badge.textContent = String(unread);
+  badge.classList.toggle('zero', unread === 0);
+  $('#bell').setAttribute('aria-label', `Notifications, ${unread} unread`);
+  const list = $('#notif-list');
+  list.replaceChildren(...[...notif.items.values()]
+    .sort((a, b) => Date.parse(b.updated_at) - Date.parse(a.updated_at))
+    .map((n) => h('li', { class: Date.parse(n.updated_at) > notif.seen ? 'fresh' : '', 'data-testid': 'notification' },
+      n.text, ' ', h('span', { class: 'muted' }, ago(n.updated_at)))));
+  if (!list.children.length) list.append(h('li', { class: 'muted' }, 'Nothing yet.'));
+}
+
+function upsert(n) {
+  if (n.actor_count === 0) notif.items.delete(n.id);
+  else notif.items.set(n.id, n);
+  renderBell();
+}
+
+// EventSource cannot send an Authorization header, so read the SSE stream with fetch().
+async function stream() {
+  for (let delay = 1000; ; delay = Math.min(delay * 2, 15000)) {
+    try {
+      const headers = { Authorization: `Bearer ${state.token}`, Accept: 'text/event-stream' };
+      if (notif.lastEventId) headers['Last-Event-ID'] = notif.lastEventId;
+      const res = await fetch('/v1/me/notifications/stream', { headers });
+      if (!res.ok || !res.body) throw new Error(`stream: HTTP ${res.status}`);
+      delay = 1000;
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value.replace(/\r\n?/g, '\n');
+        let i;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          let event = 'message';
+          let data = '';
+          for (const line of block.split('\n')) {
+            if (line.startsWith(':')) continue;
+            const [k, ...rest] = line.split(':');
+            const v = rest.join(':').replace(/^ /, '');
+            if (k === 'event') event = v;
+            else if (k === 'data') data += (data ? '\n' : '') + v;
+            else if (k === 'id') notif.lastEventId = v;
+          }
+          if (event === 'notification' && data) {
+            try { upsert(JSON.parse(data)); } catch { /* ignore a bad event */ }
+          }
+        }
+      }
+    } catch { /* reconnect below */ }
+    await new Promise((r) => setTimeout(r, delay));
+  }
+}
+
+async function initNotifications() {
+  notif.seen = Number(localStorage.getItem(seenKey()) || 0);
+  const bell = $('#bell');
+  const panel = $('#notif-panel');
+  bell.addEventListener('click', () => {
+    const open = panel.hidden;
+    panel.hidden = !open;
+    bell.setAttribute('aria-expanded', String(open));
+    if (open) {
+      notif.seen = Date.now();
+      localStorage.setItem(seenKey(), String(notif.seen));
+      renderBell();
+    }
+  });
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && !panel.hidden) { panel.hidden = true; bell.setAttribute('aria-expanded', 'false'); bell.focus(); }
+  });
+  try {
+    const page = await api('GET', '/v1/me/notifications?limit=20');
+    for (const n of page.items) notif.items.set(n.id, n);
+  } catch { /* the stream still works */ }
+  renderBell();
+  stream();
+}
+
+// ---------- start ----------
+
+async function main() {
+  initSheet();
+  let ids;
+  try {
+    ids = await signIn();
+  } catch (e) {
+    toast(`Sign-in failed: ${e.message}`);
+    return;
+  }
+  if (!ids || !ids.length) return;
+  await loadFeed(ids).catch((e) => toast(`Couldn't load the feed: ${e.message}`));
+  initSettings(ids);
+  initViral();
+  initNotifications();
+  document.body.dataset.ready = 'true';
+}
+
+main();
