@@ -193,6 +193,7 @@ async fn run_cluster(
         let mut ticker = likewise_workers::Ticker::new(std::time::Duration::from_secs(1), stop_rx.clone());
         tasks.push(tokio::spawn(async move {
             while ticker.next().await {
+                svc.flush_deferred_pushes();
                 if let Err(e) = svc.flush_views().await {
                     tracing::warn!(error = %e, "flushing view sketches failed");
                 }
@@ -252,6 +253,7 @@ async fn run_embedded(
                 likewise_workers::Ticker::new(std::time::Duration::from_secs(1), stop_tx.subscribe());
             tokio::spawn(async move {
                 while ticker.next().await {
+                    svc.flush_deferred_pushes();
                     if let Err(e) = svc.flush_views().await {
                         tracing::warn!(error = %e, "flushing view sketches failed");
                     }

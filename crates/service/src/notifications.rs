@@ -37,8 +37,11 @@ pub struct NotifView {
 pub struct LiveFeed {
     tx: broadcast::Sender<Arc<NotifView>>,
     /// Live pushes per recipient: a burst of 30, then 60 a minute. Past it, a big account's
-    /// changes only update the inbox aggregate (read on the next fetch or reconnect).
+    /// changes are deferred and coalesced (the latest state of each item), then pushed as the
+    /// allowance refills.
     pushes: governor::DefaultKeyedRateLimiter<UserId>,
+    /// Pushes held back by the limiter, per recipient, latest state per item, oldest first.
+    deferred: parking_lot::Mutex<std::collections::HashMap<UserId, Vec<Arc<NotifView>>>>,
     /// Flipped on shutdown so open streams end and the server can drain.
     closing: tokio::sync::watch::Sender<bool>,
 }
@@ -50,6 +53,7 @@ impl Default for LiveFeed {
         LiveFeed {
             tx: broadcast::channel(4096).0,
             pushes: governor::RateLimiter::keyed(governor::Quota::per_minute(per_minute).allow_burst(burst)),
+            deferred: parking_lot::Mutex::new(std::collections::HashMap::new()),
             closing: tokio::sync::watch::channel(false).0,
         }
     }
@@ -102,15 +106,55 @@ impl Engagement {
     /// Push stored inbox changes to this node's live listeners (the notifier's own node, or
     /// any node receiving them from the notifier's).
     pub async fn push_live(&self, items: Vec<NotifItem>) -> ServiceResult<()> {
+        self.flush_deferred_pushes();
         for v in self.notif_views(items).await? {
-            if self.live.pushes.check_key(&v.recipient).is_err() {
-                metrics::counter!("likewise_notification_pushes_suppressed_total").increment(1);
+            let v = Arc::new(v);
+            let recipient = v.recipient;
+            let waiting = self.live.deferred.lock().contains_key(&recipient);
+            if waiting || self.live.pushes.check_key(&recipient).is_err() {
+                self.defer_push(v);
                 continue;
             }
             // No listener is not an error.
-            let _ = self.live.tx.send(Arc::new(v));
+            let _ = self.live.tx.send(v);
         }
         Ok(())
+    }
+
+    /// Hold a push back: the latest state of each item replaces an older one still waiting.
+    fn defer_push(&self, v: Arc<NotifView>) {
+        const PER_RECIPIENT: usize = 64;
+        const RECIPIENTS: usize = 100_000;
+        metrics::counter!("likewise_notification_pushes_deferred_total").increment(1);
+        let mut d = self.live.deferred.lock();
+        if d.len() >= RECIPIENTS && !d.contains_key(&v.recipient) {
+            // Beyond this the inbox aggregate (read on the next fetch or reconnect) is the
+            // only record: bounded memory first.
+            metrics::counter!("likewise_notification_pushes_suppressed_total").increment(1);
+            return;
+        }
+        let q = d.entry(v.recipient).or_default();
+        q.retain(|w| w.id != v.id);
+        q.push(v);
+        if q.len() > PER_RECIPIENT {
+            q.remove(0);
+            metrics::counter!("likewise_notification_pushes_suppressed_total").increment(1);
+        }
+    }
+
+    /// Push deferred items whose recipients have allowance again (oldest first). Called with
+    /// every push and once a second by the service's housekeeping tick.
+    pub fn flush_deferred_pushes(&self) {
+        let mut d = self.live.deferred.lock();
+        if d.is_empty() {
+            return;
+        }
+        d.retain(|recipient, q| {
+            while !q.is_empty() && self.live.pushes.check_key(recipient).is_ok() {
+                let _ = self.live.tx.send(q.remove(0));
+            }
+            !q.is_empty()
+        });
     }
 
     /// A recipient's inbox, most recently updated first.
@@ -138,5 +182,65 @@ impl Engagement {
     /// End every live stream (graceful shutdown cannot finish while they are open).
     pub fn close_live_streams(&self) {
         let _ = self.live.closing.send(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use likewise_core::notify::NotifKey;
+    use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
+
+    fn item(id: u64, recipient: u64) -> NotifItem {
+        NotifItem {
+            id,
+            key: NotifKey { recipient: UserId(recipient), post: PostId(id), kind: NotifKind::PostLiked },
+            comment: None,
+            actor_count: 1,
+            recent: vec![UserId(1000 + id)],
+            updated_ms: 1_000 + id,
+        }
+    }
+
+    /// Past the per-recipient allowance, pushes are deferred, coalesced per item and
+    /// delivered as the allowance refills: never silently dropped.
+    #[tokio::test]
+    async fn pushes_past_the_allowance_are_deferred_not_lost() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts =
+            EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 4 << 20, max_journal_bytes: 64 << 20 };
+        let store = EmbeddedStore::open(&dir.path().join("s"), &opts).expect("open");
+        let svc = Engagement::new(
+            likewise_store::open::from_embedded(store, Default::default()),
+            crate::ServiceOptions::default(),
+        );
+        let (mut rx, _) = svc.subscribe_notifications();
+        // 40 distinct items for one recipient, then a newer state of item 35.
+        svc.push_live((1..=40).map(|i| item(i, 7)).collect()).await.expect("push");
+        let mut newer = item(35, 7);
+        newer.actor_count = 2;
+        svc.push_live(vec![newer]).await.expect("push");
+        let mut got = Vec::new();
+        while let Ok(v) = rx.try_recv() {
+            got.push(v);
+        }
+        assert_eq!(got.len(), 30, "the burst goes out at once");
+        tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+        svc.flush_deferred_pushes();
+        while let Ok(v) = rx.try_recv() {
+            got.push(v);
+        }
+        assert!(got.len() >= 31, "the refilled allowance delivers deferred items ({})", got.len());
+        // Item 35 is delivered once, in its latest state, whenever its turn comes.
+        for _ in 0..12 {
+            tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+            svc.flush_deferred_pushes();
+            while let Ok(v) = rx.try_recv() {
+                got.push(v);
+            }
+        }
+        let ids: Vec<u64> = got.iter().map(|v| v.id).collect();
+        assert_eq!(got.len(), 40, "every item arrives exactly once: {ids:?}");
+        assert_eq!(got.iter().find(|v| v.id == 35).map(|v| v.actor_count), Some(2));
     }
 }
