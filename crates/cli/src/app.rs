@@ -201,16 +201,8 @@ async fn run_cluster(
         }));
     }
     tracing::info!(addr = %addr, api, worker, shards = cluster.pg.shard_count(), "likewise listening (scaled out)");
-    let closer = svc.clone();
-    let shutdown = async move {
-        shutdown.await;
-        closer.close_live_streams();
-    };
     drop(state);
-    let served = likewise_http::serve_router(listener, router, shutdown).await;
-    tracing::info!("HTTP drained; committing queued writes");
-    svc.stores().writer.close();
-    let _ = stop_tx.send(true);
+    let served = serve_then_stop_writes(listener, router, &svc, &stop_tx, shutdown).await;
     for t in tasks {
         if let Err(e) = t.await {
             tracing::error!(error = %e, "task failed");
@@ -262,16 +254,8 @@ async fn run_embedded(
         };
         tracing::info!(addr = %addr, "likewise listening");
         let svc = state.svc.clone();
-        let closer = svc.clone();
-        let shutdown = async move {
-            shutdown.await;
-            closer.close_live_streams();
-        };
         drop(state);
-        let served = likewise_http::serve_router(listener, router, shutdown).await;
-        tracing::info!("HTTP drained; committing queued writes");
-        svc.stores().writer.close();
-        let _ = stop_tx.send(true);
+        let served = serve_then_stop_writes(listener, router, &svc, &stop_tx, shutdown).await;
         if let Err(e) = agg.await {
             tracing::error!(error = %e, "aggregator task failed");
         }
@@ -289,6 +273,28 @@ async fn run_embedded(
         tracing::info!("stopped cleanly");
         served.context("HTTP server failed")
     }
+}
+
+/// Serve until `shutdown` (ending live streams so the drain can finish), then commit the
+/// queued writes and tell the background tasks to drain: the first half of every graceful
+/// stop, whatever runs beside the server.
+async fn serve_then_stop_writes(
+    listener: TcpListener,
+    router: axum::Router,
+    svc: &Arc<Engagement>,
+    stop_tx: &watch::Sender<bool>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let closer = svc.clone();
+    let shutdown = async move {
+        shutdown.await;
+        closer.close_live_streams();
+    };
+    let served = likewise_http::serve_router(listener, router, shutdown).await;
+    tracing::info!("HTTP drained; committing queued writes");
+    svc.stores().writer.close();
+    let _ = stop_tx.send(true);
+    served
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -107,50 +107,50 @@ pub fn open(cfg: &StoreConfig) -> StoreResult<Stores> {
     }
 }
 
-/// Wrap an already opened embedded store.
-pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
-    let arc = Arc::new(store.clone());
+/// Every port served by one engine value, behind the group committer.
+fn bundle<E>(engine: Arc<E>, events: Arc<dyn EventLog>, gc: GroupCommitOptions) -> Stores
+where
+    E: WriteEngine
+        + CommentReader
+        + ViewStore
+        + NotificationStore
+        + LikeReader
+        + CounterStore
+        + MetaStore
+        + ModerationStore
+        + 'static,
+{
     Stores {
-        writer: GroupCommitter::start(arc.clone(), gc),
-        write_engine: arc.clone(),
-        comments: arc.clone(),
-        views: arc.clone(),
-        notifications: arc.clone(),
-        likes: arc.clone(),
-        events: arc.clone(),
-        counters: arc.clone(),
-        meta: arc.clone(),
-        moderation: arc,
-        embedded: Some(store),
+        writer: GroupCommitter::start(engine.clone(), gc),
+        write_engine: engine.clone(),
+        comments: engine.clone(),
+        views: engine.clone(),
+        notifications: engine.clone(),
+        likes: engine.clone(),
+        events,
+        counters: engine.clone(),
+        meta: engine.clone(),
+        moderation: engine,
+        embedded: None,
         postgres: None,
         own_likes: None,
         rate_limiter: None,
     }
 }
 
+/// Wrap an already opened embedded store.
+pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
+    let arc = Arc::new(store.clone());
+    Stores { embedded: Some(store), ..bundle(arc.clone(), arc, gc) }
+}
+
 /// Wrap a connected PostgreSQL store. Its `events` port reads the outbox directly when there
 /// is one shard; with several, events are read from the stream (`crate::stream`).
 pub fn from_postgres(store: PgStore, gc: GroupCommitOptions) -> Stores {
-    let arc = Arc::new(store.clone());
     let events: Arc<dyn EventLog> = if store.shard_count() == 1 {
         Arc::new(crate::postgres::outbox::OutboxLog::new(store.clone(), 0))
     } else {
         Arc::new(crate::stream::NoDirectLog)
     };
-    Stores {
-        writer: GroupCommitter::start(arc.clone(), gc),
-        write_engine: arc.clone(),
-        comments: arc.clone(),
-        views: arc.clone(),
-        notifications: arc.clone(),
-        likes: arc.clone(),
-        events,
-        counters: arc.clone(),
-        meta: arc.clone(),
-        moderation: arc,
-        embedded: None,
-        postgres: Some(store),
-        own_likes: None,
-        rate_limiter: None,
-    }
+    Stores { postgres: Some(store.clone()), ..bundle(Arc::new(store), events, gc) }
 }

@@ -216,16 +216,6 @@ impl PgStore {
     }
 }
 
-/// [`pg_err`] for the other modules of the crate.
-pub(crate) use pg_err as pg_err_pub;
-
-impl PgStore {
-    /// A pooled connection to a shard (for the relay and the stream consumers).
-    pub(crate) async fn conn_pub(&self, shard: usize) -> StoreResult<deadpool_postgres::Object> {
-        self.conn(shard).await
-    }
-}
-
 /// Decode an i64 column into a u64 ID.
 pub(crate) fn u(v: i64) -> u64 {
     v as u64

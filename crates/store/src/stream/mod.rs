@@ -97,11 +97,6 @@ impl EventStream {
         Ok(EventStream { client, js, prefix, stream_name })
     }
 
-    /// The subject of a post's events.
-    pub fn subject(&self, shard: usize, post: u64) -> String {
-        self.partition_subject(shard, post % PARTITIONS)
-    }
-
     /// The subject of one partition of a shard's events.
     pub fn partition_subject(&self, shard: usize, part: u64) -> String {
         format!("{}.events.{shard}.{part}", self.prefix)

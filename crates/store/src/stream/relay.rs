@@ -14,7 +14,7 @@
 //! `seq` order. Relayed rows are deleted once older than `retain`.
 
 use super::{EventStream, nats_err};
-use crate::postgres::{PgStore, pg_err_pub as pg_err};
+use crate::postgres::{PgStore, pg_err};
 use async_nats::jetstream::context::Publish;
 use likewise_core::StoreResult;
 use std::time::Duration;
@@ -44,7 +44,7 @@ pub async fn relay_once(
     shard: usize,
     batch: usize,
 ) -> StoreResult<usize> {
-    let c = pg.conn_pub(shard).await?;
+    let c = pg.conn(shard).await?;
     let rows = c
         .query(
             "SELECT seq, part, body FROM outbox WHERE stream_seq IS NULL ORDER BY seq LIMIT $1",
@@ -89,7 +89,7 @@ pub async fn relay_once(
 
 /// Delete relayed rows older than `retain`.
 pub async fn prune(pg: &PgStore, shard: usize, retain: Duration) -> StoreResult<u64> {
-    let c = pg.conn_pub(shard).await?;
+    let c = pg.conn(shard).await?;
     let cutoff = crate::now_ms().saturating_sub(retain.as_millis() as u64) as i64;
     c.execute("DELETE FROM outbox WHERE stream_seq IS NOT NULL AND created_ms < $1", &[&cutoff])
         .await
