@@ -201,8 +201,9 @@ async fn run_cluster(
         }));
     }
     tracing::info!(addr = %addr, api, worker, shards = cluster.pg.shard_count(), "likewise listening (scaled out)");
+    let serve_opts = state.opts.serve.clone();
     drop(state);
-    let served = serve_then_stop_writes(listener, router, &svc, &stop_tx, shutdown).await;
+    let served = serve_then_stop_writes(listener, router, serve_opts, &svc, &stop_tx, shutdown).await;
     for t in tasks {
         if let Err(e) = t.await {
             tracing::error!(error = %e, "task failed");
@@ -254,8 +255,9 @@ async fn run_embedded(
         };
         tracing::info!(addr = %addr, "likewise listening");
         let svc = state.svc.clone();
+        let serve_opts = state.opts.serve.clone();
         drop(state);
-        let served = serve_then_stop_writes(listener, router, &svc, &stop_tx, shutdown).await;
+        let served = serve_then_stop_writes(listener, router, serve_opts, &svc, &stop_tx, shutdown).await;
         if let Err(e) = agg.await {
             tracing::error!(error = %e, "aggregator task failed");
         }
@@ -281,6 +283,7 @@ async fn run_embedded(
 async fn serve_then_stop_writes(
     listener: TcpListener,
     router: axum::Router,
+    serve_opts: likewise_http::server::ServeOptions,
     svc: &Arc<Engagement>,
     stop_tx: &watch::Sender<bool>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -290,7 +293,7 @@ async fn serve_then_stop_writes(
         shutdown.await;
         closer.close_live_streams();
     };
-    let served = likewise_http::serve_router(listener, router, shutdown).await;
+    let served = likewise_http::serve_router(listener, router, serve_opts, shutdown).await;
     tracing::info!("HTTP drained; committing queued writes");
     svc.stores().writer.close();
     let _ = stop_tx.send(true);

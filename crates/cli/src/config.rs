@@ -21,7 +21,28 @@ pub struct Config {
     pub auth: AuthConfig,
     pub notifications: NotificationsConfig,
     pub stream: StreamConfig,
+    pub limits: LimitsConfig,
     pub log: LogConfig,
+}
+
+/// `[limits]`: per-user rate limits against abuse (like farms, comment floods).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Sustained likes and unlikes (posts and comments together) per user per minute; 0: off.
+    pub likes_per_minute: u32,
+    /// Likes a user may make in a quick burst before the sustained rate applies.
+    pub like_burst: u32,
+    /// Sustained comments per user per minute.
+    pub comments_per_minute: u32,
+    /// Comments a user may post in a quick burst.
+    pub comment_burst: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig { likes_per_minute: 120, like_burst: 300, comments_per_minute: 20, comment_burst: 20 }
+    }
 }
 
 /// `[stream]`: NATS JetStream (backend `postgres`).
@@ -65,6 +86,10 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// `all` (API and workers), `api` or `worker`; the last two need the postgres backend.
     pub role: String,
+    /// A client must send a request's headers within this (slowloris; keep-alive idle).
+    pub header_read_timeout_ms: u64,
+    /// Most concurrent connections; more wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +99,8 @@ impl Default for ServerConfig {
             request_timeout_ms: 10_000,
             max_body_bytes: 64 * 1024,
             role: "all".into(),
+            header_read_timeout_ms: 10_000,
+            max_connections: 10_000,
         }
     }
 }
@@ -249,6 +276,19 @@ impl Config {
         anyhow::ensure!(self.store.cache_mb >= 1, "store.cache_mb must be at least 1");
         anyhow::ensure!(self.server.request_timeout_ms >= 1, "server.request_timeout_ms must be at least 1");
         anyhow::ensure!(
+            self.server.header_read_timeout_ms >= 1,
+            "server.header_read_timeout_ms must be at least 1"
+        );
+        anyhow::ensure!(self.server.max_connections >= 1, "server.max_connections must be at least 1");
+        anyhow::ensure!(
+            self.limits.likes_per_minute == 0 || self.limits.like_burst >= 1,
+            "limits.like_burst must be at least 1 when likes are limited"
+        );
+        anyhow::ensure!(
+            self.limits.comments_per_minute >= 1 && self.limits.comment_burst >= 1,
+            "limits.comments_per_minute and limits.comment_burst must be at least 1"
+        );
+        anyhow::ensure!(
             matches!(self.server.role.as_str(), "all" | "api" | "worker"),
             "server.role must be all, api or worker (got {:?})",
             self.server.role
@@ -355,6 +395,13 @@ impl Config {
             meta_capacity: c.meta_capacity,
             viewer_capacity: c.viewer_capacity,
             bloom_max_items: c.bloom_max_items,
+            moderation: likewise_service::moderation::ModerationOptions {
+                likes_per_minute: self.limits.likes_per_minute,
+                like_burst: self.limits.like_burst,
+                comments_per_minute: self.limits.comments_per_minute,
+                comment_burst: self.limits.comment_burst,
+                ..Default::default()
+            },
             ..likewise_service::ServiceOptions::default()
         }
     }
@@ -376,6 +423,11 @@ impl Config {
         likewise_http::HttpOptions {
             max_body_bytes: self.server.max_body_bytes,
             request_timeout: Duration::from_millis(self.server.request_timeout_ms),
+            serve: likewise_http::server::ServeOptions {
+                header_read_timeout: Duration::from_millis(self.server.header_read_timeout_ms),
+                max_connections: self.server.max_connections,
+                ..Default::default()
+            },
         }
     }
 }

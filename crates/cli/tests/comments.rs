@@ -177,14 +177,14 @@ async fn bad_comments_and_forbidden_comments_get_a_4xx() {
         (json!({"text": "   "}), 400),
         (json!({"text": "x".repeat(2201)}), 400),
         (json!({"text": "bell \u{7} char"}), 400),
-        (json!({"text": "ok", "parent_id": "999999"}), 400),
+        (json!({"text": "ok", "parent_id": "999999"}), 404),
         (json!({"text": "ok", "parent_id": other_id}), 400),
         (json!({"text": "ok", "extra": true}), 422),
     ];
     for (body, want) in cases {
         let (st, v) =
             app.call(Method::POST, "/v1/posts/1/comments", Some(&token), Some(&body.to_string())).await;
-        assert_error(st, &v, want, "invalid");
+        assert_error(st, &v, want, if want == 404 { "not_found" } else { "invalid" });
     }
     let ok = comment(&app, 10, 1, &"y".repeat(2200), None).await;
     assert_eq!(ok["text"].as_str().map(|t| t.chars().count()), Some(2200));

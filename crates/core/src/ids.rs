@@ -12,7 +12,8 @@ pub struct InvalidId;
 
 /// Parse a positive decimal u64 with no sign, no spaces and no leading `+`.
 pub fn parse_id(s: &str) -> Result<u64, InvalidId> {
-    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+    // Canonical decimals only: no sign, no leading zero (one ID, one spelling).
+    if s.is_empty() || s.len() > 20 || s.starts_with('0') || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err(InvalidId);
     }
     match s.parse::<u64>() {
@@ -83,7 +84,7 @@ mod tests {
     fn ids_parse_only_positive_plain_decimals() {
         assert_eq!(parse_id("42"), Ok(42));
         assert_eq!(parse_id("18446744073709551615"), Ok(u64::MAX));
-        for bad in ["", "0", "-1", "+1", " 1", "1a", "18446744073709551616", "abc"] {
+        for bad in ["", "0", "-1", "+1", " 1", "1a", "18446744073709551616", "abc", "007", "01"] {
             assert_eq!(parse_id(bad), Err(InvalidId), "{bad:?}");
         }
     }

@@ -19,6 +19,7 @@ pub mod extract;
 pub mod middleware;
 pub mod openapi;
 pub mod routes;
+pub mod server;
 pub mod web;
 
 use auth::TokenKeys;
@@ -42,11 +43,17 @@ pub struct HttpOptions {
     /// A request taking longer is answered 503 (its write, if any, may still complete:
     /// retrying is safe because likes are idempotent).
     pub request_timeout: Duration,
+    /// Connection-level limits (slow clients, connection count, drain).
+    pub serve: server::ServeOptions,
 }
 
 impl Default for HttpOptions {
     fn default() -> Self {
-        HttpOptions { max_body_bytes: 64 * 1024, request_timeout: Duration::from_secs(10) }
+        HttpOptions {
+            max_body_bytes: 64 * 1024,
+            request_timeout: Duration::from_secs(10),
+            serve: server::ServeOptions::default(),
+        }
     }
 }
 
@@ -63,6 +70,10 @@ pub struct AppState {
     /// Options.
     pub opts: HttpOptions,
 }
+
+/// Body limit of `PUT /v1/me/hidden-words`: the longest valid list, every character escaped
+/// as a UTF-16 surrogate pair (12 bytes), fits.
+pub const HIDDEN_WORDS_BODY_BYTES: usize = 1024 * 1024;
 
 /// Every route of the API with its layers.
 pub fn router(state: Arc<AppState>) -> Router {
@@ -86,7 +97,13 @@ pub fn router_with(state: Arc<AppState>, extra: Option<Router<Arc<AppState>>>) -
         .route("/v1/comments/{comment_id}/replies", get(comments::replies))
         .route("/v1/comments/{comment_id}/like", put(comments::like).delete(comments::unlike))
         .route("/v1/me/settings", put(me::put_settings).get(me::get_settings))
-        .route("/v1/me/hidden-words", put(moderation::put_hidden_words))
+        // A full list (1,000 entries of 64 characters, JSON-escaped) needs more than the
+        // default body limit; this route alone gets enough for it.
+        .route(
+            "/v1/me/hidden-words",
+            put(moderation::put_hidden_words)
+                .layer(DefaultBodyLimit::max(state.opts.max_body_bytes.max(HIDDEN_WORDS_BODY_BYTES))),
+        )
         .route("/v1/me/notifications", get(notifications::inbox))
         .route("/v1/me/notifications/stream", get(notifications::stream))
         .route("/v1/me/blocks/{user_id}", put(moderation::block).delete(moderation::unblock))
@@ -123,13 +140,14 @@ pub fn ops_router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Serve `router` until `shutdown` resolves, then drain.
+/// Serve `router` until `shutdown` resolves, then drain (see [`server`] for the limits).
 pub async fn serve_router(
     listener: TcpListener,
     router: Router,
+    opts: server::ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    server::serve(listener, router, opts, shutdown).await
 }
 
 /// Serve until `shutdown` resolves, then stop accepting and finish in-flight requests.
@@ -138,5 +156,5 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    server::serve(listener, router(state), server::ServeOptions::default(), shutdown).await
 }

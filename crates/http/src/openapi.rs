@@ -1,6 +1,7 @@
 //! The OpenAPI 3 document, generated from the handlers' annotations.
 
 use crate::{dto, error, routes};
+use serde_json::json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
@@ -41,7 +42,181 @@ impl utoipa::Modify for Bearer {
     }
 }
 
-/// The document served at `/openapi.json`.
-pub fn document() -> utoipa::openapi::OpenApi {
-    ApiDoc::openapi()
+/// The document served at `/openapi.json`: the handlers' annotations, completed with what
+/// every route shares (see [`complete`]).
+pub fn document() -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    complete(&mut doc);
+    doc
+}
+
+/// The wire format of an ID: a decimal from 1 to 2^64-1 without leading zeros, exactly what
+/// [`likewise_core::ids::parse_id`] accepts, so contract tests can tell valid from invalid.
+pub fn id_pattern() -> String {
+    const MAX: &[u8] = b"18446744073709551615";
+    // 1 to 19 digits always fit; a 20-digit ID must not exceed MAX: share a prefix with it,
+    // then a smaller digit, then anything.
+    let mut alts = vec!["[1-9][0-9]{0,18}".to_string()];
+    for i in 0..MAX.len() {
+        let d = MAX[i] - b'0';
+        let lo = if i == 0 { 1 } else { 0 };
+        if d > lo {
+            let prefix = std::str::from_utf8(&MAX[..i]).unwrap_or_default();
+            let rest = MAX.len() - i - 1;
+            alts.push(format!("{prefix}[{lo}-{}][0-9]{{{rest}}}", d - 1));
+        }
+    }
+    alts.push(std::str::from_utf8(MAX).unwrap_or_default().to_string());
+    format!("(?:{})", alts.join("|"))
+}
+
+/// Characters a comment or username may never hold: controls other than tab and line breaks
+/// (`char::is_control`, Unicode Cc) and, for comments, the bidi overrides and isolates.
+const CC: &str = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f";
+const BIDI: &str = r"\u202a-\u202e\u2066-\u2069";
+
+/// Constraints serde cannot express on the DTOs: ID formats, and the text rules of
+/// `likewise_core::comment::text` and the upstream handlers, as patterns.
+fn complete_schemas(doc: &mut serde_json::Value, id: &str) {
+    let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(|s| s.as_object_mut()) else {
+        return;
+    };
+    for (_, schema) in schemas.iter_mut() {
+        for (name, prop) in schema.get_mut("properties").and_then(|p| p.as_object_mut()).into_iter().flatten()
+        {
+            let is_string = match prop.get("type") {
+                Some(serde_json::Value::String(t)) => t == "string",
+                Some(serde_json::Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+                _ => false,
+            };
+            if name.ends_with("_id") && is_string {
+                prop["pattern"] = json!(format!("^{id}$"));
+            }
+        }
+    }
+    // Text: no forbidden characters, and at least one that survives trimming.
+    let text = |extra: &str| format!(r"^[^{CC}{extra}]*[^\s\x00-\x1f\x7f-\x9f{extra}][^{CC}{extra}]*$");
+    if let Some(p) = schemas.get_mut("CommentCreate").and_then(|s| s.pointer_mut("/properties/text")) {
+        p["minLength"] = json!(1);
+        p["maxLength"] = json!(likewise_core::comment::text::MAX_COMMENT_CHARS);
+        p["pattern"] = json!(text(BIDI));
+    }
+    if let Some(p) = schemas.get_mut("UserPut").and_then(|s| s.pointer_mut("/properties/username")) {
+        p["minLength"] = json!(1);
+        p["maxLength"] = json!(crate::routes::upstream::MAX_USERNAME);
+        p["pattern"] = json!(text(""));
+    }
+    if let Some(p) = schemas.get_mut("HiddenWordsDto").and_then(|s| s.pointer_mut("/properties/words")) {
+        use likewise_core::comment::hidden_words::{MAX_HIDDEN_WORDS, MAX_WORD_CHARS};
+        p["maxItems"] = json!(MAX_HIDDEN_WORDS);
+        p["items"] = json!({"type": "string", "maxLength": MAX_WORD_CHARS, "pattern": r"^[^\n]*$"});
+    }
+}
+
+/// Operations under a per-user rate limit (`[limits]`): likes, unlikes and comments.
+const RATE_LIMITED: &[&str] =
+    &["likes_like", "likes_unlike", "comments_create", "comments_like", "comments_unlike"];
+
+fn describe(code: &str) -> &'static str {
+    match code {
+        "200" | "201" | "204" => "Success.",
+        "400" => "Invalid input.",
+        "403" => "Not allowed for this caller.",
+        "404" => "No such resource.",
+        "409" => "Conflicts with the current state.",
+        "429" => "Rate limited: retry after the Retry-After header's seconds.",
+        _ => "See the error body.",
+    }
+}
+
+fn error_response(description: &str) -> serde_json::Value {
+    json!({
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    })
+}
+
+/// Fill in what every route shares, in one place rather than on 34 annotations: the exact
+/// format of IDs and paging parameters, and the error responses that middleware and
+/// extractors can produce on any route (bad IDs, bodies too large or malformed, a missing
+/// token, a request timeout). Operation IDs get their tag as a prefix to be unique.
+fn complete(doc: &mut serde_json::Value) {
+    let id = id_pattern();
+    complete_schemas(doc, &id);
+    let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else { return };
+    for (path, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else { continue };
+        let v1 = path.starts_with("/v1/");
+        for op in item.values_mut() {
+            let Some(op) = op.as_object_mut() else { continue };
+            let tag = op.get("tags").and_then(|t| t.get(0)).and_then(|t| t.as_str()).map(str::to_owned);
+            if let (Some(tag), Some(oid)) = (tag, op.get("operationId").and_then(|o| o.as_str())) {
+                let oid = format!("{tag}_{oid}");
+                op.insert("operationId".into(), json!(oid));
+            }
+            let limited =
+                op.get("operationId").and_then(|o| o.as_str()).is_some_and(|o| RATE_LIMITED.contains(&o));
+            let mut has_path_id = false;
+            for p in op.get_mut("parameters").and_then(|p| p.as_array_mut()).into_iter().flatten() {
+                let name = p.get("name").and_then(|n| n.as_str()).unwrap_or_default().to_owned();
+                let place = p.get("in").and_then(|n| n.as_str()).unwrap_or_default().to_owned();
+                let schema = match (place.as_str(), name.as_str()) {
+                    ("path", n) if n.ends_with("_id") => {
+                        has_path_id = true;
+                        json!({"type": "string", "pattern": format!("^{id}$"), "example": "42"})
+                    }
+                    ("query", "limit") => {
+                        json!({"type": "integer", "minimum": 1, "maximum": 100, "default": 20})
+                    }
+                    ("query", "cursor") => json!({"type": "string", "minLength": 1}),
+                    ("query", "order") => json!({"type": "string", "enum": ["top", "newest", "oldest"]}),
+                    ("query", "ids") => {
+                        p["required"] = json!(true);
+                        json!({"type": "string", "pattern": format!("^{id}(?:,{id}){{0,99}}$"), "example": "42,43"})
+                    }
+                    _ => continue,
+                };
+                p["schema"] = schema;
+            }
+            if !v1 {
+                continue;
+            }
+            let has_body = op.contains_key("requestBody");
+            let has_params = op.get("parameters").and_then(|p| p.as_array()).is_some_and(|p| !p.is_empty());
+            let responses = op.entry("responses").or_insert_with(|| json!({}));
+            let Some(responses) = responses.as_object_mut() else { continue };
+            let mut add = |code: &str, text: &str| {
+                responses.entry(code.to_string()).or_insert_with(|| error_response(text));
+            };
+            add("401", "Missing, malformed or expired bearer token.");
+            add("503", "The request timed out, or storage is unavailable; retry later.");
+            if has_path_id || has_body || has_params {
+                add("400", "Invalid input: a malformed ID, query parameter or JSON body.");
+            }
+            if has_path_id {
+                add("404", "No such resource.");
+            }
+            if has_body {
+                add("413", "The request body exceeds server.max_body_bytes.");
+                add(
+                    "422",
+                    "Well-formed JSON that does not fit the schema (unknown or missing fields, wrong types).",
+                );
+            }
+            if limited {
+                let mut r = error_response(describe("429"));
+                r["headers"] = json!({"Retry-After": {
+                    "description": "Seconds until the next request may succeed.",
+                    "required": true,
+                    "schema": {"type": "integer", "minimum": 1}
+                }});
+                responses.insert("429".into(), r);
+            }
+            for (code, r) in responses.iter_mut() {
+                if r.get("description").and_then(|d| d.as_str()).is_some_and(str::is_empty) {
+                    r["description"] = json!(describe(code));
+                }
+            }
+        }
+    }
 }

@@ -110,7 +110,7 @@ impl Engagement {
                     Some(p) if p.post != post => {
                         return Err(ServiceError::Invalid("parent_id belongs to another post".into()));
                     }
-                    _ => return Err(ServiceError::Invalid("parent_id does not exist".into())),
+                    _ => return Err(ServiceError::NotFound("parent comment")),
                 };
                 match p.parent {
                     // A reply to a reply goes under the same top-level parent, @mentioning.
@@ -283,6 +283,7 @@ impl Engagement {
         id: CommentId,
         action: LikeAction,
     ) -> ServiceResult<LikeResult> {
+        self.check_like_rate(viewer)?;
         let reader = Reader { user: viewer, moderator: false };
         let r = self.stores.comments.comments(&[id]).await?.pop().flatten();
         let r = r

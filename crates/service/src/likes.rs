@@ -32,6 +32,7 @@ impl Engagement {
         post: PostId,
         action: LikeAction,
     ) -> ServiceResult<LikeResult> {
+        self.check_like_rate(viewer)?;
         let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
         self.check_not_blocked(meta.author, viewer).await?;
         let op = LikeOp {

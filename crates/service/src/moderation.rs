@@ -30,6 +30,11 @@ use std::time::Duration;
 /// Moderation tuning.
 #[derive(Debug, Clone)]
 pub struct ModerationOptions {
+    /// Sustained likes and unlikes (posts and comments) per minute per user; 0 turns the
+    /// like limit off.
+    pub likes_per_minute: u32,
+    /// Likes a user may make in a quick burst before the rate applies.
+    pub like_burst: u32,
     /// Sustained comments per minute per user.
     pub comments_per_minute: u32,
     /// Comments a user may post in a quick burst before the rate applies.
@@ -46,6 +51,8 @@ pub struct ModerationOptions {
 impl Default for ModerationOptions {
     fn default() -> Self {
         ModerationOptions {
+            likes_per_minute: 120,
+            like_burst: 300,
             comments_per_minute: 20,
             comment_burst: 20,
             report_threshold: 5,
@@ -59,6 +66,8 @@ impl Default for ModerationOptions {
 pub struct Moderation {
     pub(crate) opts: ModerationOptions,
     limiter: DefaultKeyedRateLimiter<UserId>,
+    /// Likes per user, in process on every node (see [`Engagement::check_like_rate`]).
+    like_limiter: Option<DefaultKeyedRateLimiter<UserId>>,
     classifier: Arc<dyn Classifier>,
     /// Per post author, everyone they block: one load, then O(1) per like or comment, even
     /// for a hot post liked by a new user every microsecond. `None`: too many to cache, ask
@@ -73,8 +82,13 @@ impl Moderation {
     pub fn new(opts: ModerationOptions, ttl: Duration, capacity: usize) -> Self {
         let per_minute = NonZeroU32::new(opts.comments_per_minute.max(1)).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(opts.comment_burst.max(1)).unwrap_or(NonZeroU32::MIN);
+        let like_limiter = NonZeroU32::new(opts.likes_per_minute).map(|per_minute| {
+            let burst = NonZeroU32::new(opts.like_burst.max(1)).unwrap_or(NonZeroU32::MIN);
+            RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst))
+        });
         Moderation {
             limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
+            like_limiter,
             classifier: Arc::new(RulesClassifier),
             blocks: TtlMap::new("blocks", ttl, capacity),
             restricts: TtlMap::new("restricts", ttl, capacity),
@@ -97,6 +111,23 @@ impl Moderation {
 }
 
 impl Engagement {
+    /// Count one like or unlike against `user`'s allowance: a like farm driving one account
+    /// gets 429s after its burst. Kept in process even when a shared limiter exists: a
+    /// Redis round trip per like would cost more than the abuse it stops, and spread over N
+    /// API nodes the allowance is at most N times the configured one (exact with sticky
+    /// routing by user).
+    pub fn check_like_rate(&self, user: UserId) -> ServiceResult<()> {
+        let Some(limiter) = &self.moderation.like_limiter else { return Ok(()) };
+        if limiter.len() > 200_000 {
+            limiter.retain_recent();
+        }
+        limiter.check_key(&user).map_err(|not_until| {
+            metrics::counter!("likewise_like_rate_limited_total").increment(1);
+            let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
+            ServiceError::RateLimited(wait.as_secs().max(1))
+        })
+    }
+
     /// Count one comment against `user`'s rate: in the shared limiter when the deployment has
     /// one (so the allowance does not grow with the number of API nodes), else in process.
     /// If the shared limiter is unreachable, the process limits alone rather than refusing

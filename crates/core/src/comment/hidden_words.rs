@@ -31,12 +31,6 @@ pub enum HiddenWordsError {
         /// How many were listed.
         count: usize,
     },
-    /// An entry with no letters or digits.
-    #[error("hidden word #{} is empty", index + 1)]
-    Empty {
-        /// Zero-based position of the entry.
-        index: usize,
-    },
     /// An entry longer than [`MAX_WORD_CHARS`].
     #[error("hidden word #{} has {chars} characters; the limit is {MAX_WORD_CHARS}", index + 1)]
     TooLong {
@@ -247,8 +241,10 @@ impl HiddenWords {
                 return Err(HiddenWordsError::TooLong { index, chars });
             }
             let phrase: Vec<Vec<char>> = tokenize(entry).iter().map(pattern_of).collect();
+            // An entry with no letter or digit ("", "...") can never match a word: ignored,
+            // like a blank line in a settings form, rather than refusing the whole list.
             if phrase.is_empty() {
-                return Err(HiddenWordsError::Empty { index });
+                continue;
             }
             // Lowercasing can lengthen a word (rarely); the NFA has a fixed number of states.
             if phrase.iter().any(|w| w.len() > MAX_PATTERN_LETTERS) {
@@ -388,10 +384,12 @@ mod tests {
     fn invalid_lists_are_rejected() {
         let too_many = vec!["w".to_string(); MAX_HIDDEN_WORDS + 1];
         assert_eq!(HiddenWords::new(&too_many), Err(HiddenWordsError::TooMany { count: 1001 }));
-        let empty = vec!["ok".to_string(), "  ".to_string()];
-        assert_eq!(HiddenWords::new(&empty), Err(HiddenWordsError::Empty { index: 1 }));
-        let punct = vec!["...".to_string()];
-        assert_eq!(HiddenWords::new(&punct), Err(HiddenWordsError::Empty { index: 0 }));
+        let blank = vec!["ok".to_string(), "  ".to_string(), "...".to_string()];
+        assert_eq!(
+            HiddenWords::new(&blank),
+            HiddenWords::new(&["ok".to_string()]),
+            "blank entries are ignored"
+        );
         let long = vec!["a".repeat(MAX_WORD_CHARS + 1)];
         assert_eq!(HiddenWords::new(&long), Err(HiddenWordsError::TooLong { index: 0, chars: 65 }));
         assert!(HiddenWords::new(&["a".repeat(MAX_WORD_CHARS)]).is_ok());

@@ -152,6 +152,7 @@ pub async fn create(
 
 /// `GET /v1/posts/{post_id}/comments` query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct CommentsQuery {
     /// `top` (default: ranked for the viewer, pinned first), `newest` or `oldest` (keyset
     /// pages by ID).
@@ -190,6 +191,7 @@ pub async fn list(
 
 /// Paging query of replies.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RepliesQuery {
     /// 1..=100, default 20.
     pub limit: Option<String>,

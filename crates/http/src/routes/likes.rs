@@ -57,6 +57,7 @@ pub async fn unlike(
 
 /// Paging parameters shared by lists.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// 1..=100, default 20.
     pub limit: Option<String>,
@@ -69,7 +70,7 @@ pub fn parse_limit(raw: Option<&str>) -> Result<usize, ApiError> {
     match raw {
         None => Ok(20),
         Some(s) => match s.parse::<usize>() {
-            Ok(n) if (1..=100).contains(&n) => Ok(n),
+            Ok(n) if (1..=100).contains(&n) && s.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
             _ => Err(ApiError::invalid("limit must be a whole number from 1 to 100")),
         },
     }

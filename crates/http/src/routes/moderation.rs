@@ -41,7 +41,7 @@ macro_rules! toggle {
         #[doc = $doc]
         #[utoipa::path($method, path = $path, tag = "me", params(("user_id" = String, Path)),
                                     responses((status = 204), (status = 400, body = crate::error::ErrorBody),
-                                        (status = 401, body = crate::error::ErrorBody)),
+                                        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)),
                                     security(("bearer" = [])))]
         pub async fn $name(
             State(state): State<Arc<AppState>>,
@@ -49,7 +49,8 @@ macro_rules! toggle {
             PathParams(other): PathParams<UserId>,
         ) -> ApiResult<StatusCode> {
             if other == viewer.0.user {
-                return Err(ApiError::invalid("you cannot do that to yourself"));
+                // Refused like Mastodon refuses following yourself: understood, not allowed.
+                return Err(ApiError::forbidden("you cannot do that to yourself"));
             }
             state.svc.$call(viewer.0.user, other, $on).await?;
             Ok(StatusCode::NO_CONTENT)

@@ -18,6 +18,7 @@ pub const MAX_IDS: usize = 100;
 
 /// `GET /v1/posts` query.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct IdsQuery {
     /// Comma-separated post IDs, 1 to 100.
     pub ids: Option<String>,

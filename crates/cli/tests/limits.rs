@@ -1,0 +1,162 @@
+//! Abuse limits (issue 7): per-user like and comment rates, the hidden-words list size and its
+//! own body limit, slow clients (header read timeout) and the connection cap. Each limit is
+//! set small through the same configuration keys an operator uses.
+
+mod common;
+
+use common::{TestApp, assert_error, test_config};
+use hyper::{Method, StatusCode};
+use serde_json::json;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_like_farm_burst_is_cut_off_with_429_and_retry_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = test_config(dir.path());
+    cfg.limits.like_burst = 5;
+    cfg.limits.likes_per_minute = 1; // refills far slower than the test runs
+    let app = TestApp::start_with(cfg).await;
+    for p in 1..=8 {
+        app.post(p, 100, false).await;
+    }
+    let farm = app.user(7);
+    // Likes and unlikes share the allowance: 4 likes + 1 unlike use up the burst of 5.
+    for p in 1..=4 {
+        app.like(7, p, true).await;
+    }
+    app.like(7, 4, false).await;
+    let (st, headers, v) = app.call_full(Method::PUT, "/v1/posts/5/like", Some(&farm), None).await;
+    assert_error(st, &v, 429, "rate_limited");
+    let wait: u64 = headers
+        .get("retry-after")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|s| s.parse().ok())
+        .expect("Retry-After seconds");
+    assert!(wait >= 1, "Retry-After {wait}");
+    // The refused like did not happen; comment likes are limited too; others are unaffected.
+    assert_eq!(app.view(100, 5).await["viewer_has_liked"], false);
+    let (st, v) = app.call(Method::GET, "/v1/posts/5", Some(&farm), None).await;
+    assert_eq!((st, &v["viewer_has_liked"]), (StatusCode::OK, &json!(false)), "{v}");
+    let (st, c) =
+        app.call(Method::POST, "/v1/posts/1/comments", Some(&app.user(8)), Some(r#"{"text":"nice"}"#)).await;
+    assert_eq!(st, StatusCode::CREATED, "{c}");
+    let cid = c["comment_id"].as_str().expect("id");
+    let (st, v) = app.call(Method::PUT, &format!("/v1/comments/{cid}/like"), Some(&farm), None).await;
+    assert_error(st, &v, 429, "rate_limited");
+    assert_eq!(app.like(8, 5, true).await, (true, true), "another user is not limited");
+    app.wait_count(100, 5, 1).await;
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_comment_rate_is_configurable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = test_config(dir.path());
+    cfg.limits.comment_burst = 2;
+    cfg.limits.comments_per_minute = 1;
+    let app = TestApp::start_with(cfg).await;
+    app.post(1, 100, false).await;
+    let u = app.user(9);
+    for text in ["one thing", "another thought"] {
+        let body = json!({ "text": text }).to_string();
+        let (st, v) = app.call(Method::POST, "/v1/posts/1/comments", Some(&u), Some(&body)).await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    let (st, v) =
+        app.call(Method::POST, "/v1/posts/1/comments", Some(&u), Some(r#"{"text":"a third one"}"#)).await;
+    assert_error(st, &v, 429, "rate_limited");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hidden_word_lists_are_bounded_and_a_full_list_fits_its_body_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    let u = app.user(5);
+    let put = |words: Vec<String>| {
+        let body = json!({ "words": words }).to_string();
+        let token = u.clone();
+        let app = &app;
+        async move { app.call(Method::PUT, "/v1/me/hidden-words", Some(&token), Some(&body)).await }
+    };
+    // The longest valid list: 1,000 entries of 64 non-ASCII characters, ~190 KB of JSON, far
+    // over the 64 KiB default body limit of other routes.
+    let full: Vec<String> = (0..1000).map(|i| format!("{i:04}{}", "é".repeat(60))).collect();
+    let (st, v) = put(full).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) = put(vec!["w".to_string(); 1001]).await;
+    assert_error(st, &v, 400, "invalid");
+    let (st, v) = put(vec!["x".repeat(65)]).await;
+    assert_error(st, &v, 400, "invalid");
+    // Past even this route's limit: 413.
+    let (st, v) = put(vec!["y".repeat(60); 20_000]).await;
+    assert_error(st, &v, 413, "too_large");
+    app.stop().await;
+}
+
+/// Read from `s` until EOF or `within`; true when the server closed the connection.
+async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue, // a 408 or similar before closing is fine
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_disconnected_after_the_header_read_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = test_config(dir.path());
+    cfg.server.header_read_timeout_ms = 300;
+    let app = TestApp::start_with(cfg).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    // Slowloris: headers begun, never finished.
+    let mut slow = TcpStream::connect(&addr).await.expect("connect");
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.expect("write");
+    assert!(closed_within(&mut slow, Duration::from_secs(10)).await, "a slowloris client was not cut off");
+    // An idle connection that never sends a request is closed too.
+    let mut idle = TcpStream::connect(&addr).await.expect("connect");
+    assert!(closed_within(&mut idle, Duration::from_secs(10)).await, "an idle connection was kept");
+    // A prompt client is served.
+    let mut ok = TcpStream::connect(&addr).await.expect("connect");
+    ok.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("write");
+    let mut resp = String::new();
+    ok.read_to_string(&mut resp).await.expect("read");
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_cap_wait_until_a_slot_frees() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = test_config(dir.path());
+    cfg.server.max_connections = 1;
+    cfg.server.header_read_timeout_ms = 60_000;
+    let app = TestApp::start_with(cfg).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let mut holder = TcpStream::connect(&addr).await.expect("connect");
+    holder.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.expect("write");
+    tokio::time::sleep(Duration::from_millis(100)).await; // let the server take it
+    let waiter = tokio::spawn({
+        let addr = addr.clone();
+        async move {
+            let mut s = TcpStream::connect(&addr).await.expect("connect");
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("w");
+            let mut resp = String::new();
+            s.read_to_string(&mut resp).await.expect("read");
+            resp
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "a second connection was served while the only slot was taken");
+    drop(holder);
+    let resp = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("served").expect("join");
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    app.stop().await;
+}

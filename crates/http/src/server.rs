@@ -1,0 +1,98 @@
+//! The connection loop: HTTP/1.1 on hyper with the limits a public endpoint needs against
+//! slow or greedy clients, which `axum::serve` does not set.
+//!
+//! - **Header read timeout**: a client that opens a connection and trickles its request
+//!   headers (slowloris), or idles on a keep-alive connection without sending the next
+//!   request, is disconnected after `header_read_timeout`. Slow *bodies* are bounded by the
+//!   per-request timeout (a 503), applied by the router's middleware.
+//! - **Connection cap**: at most `max_connections` are served at once; beyond that the loop
+//!   stops accepting, so the kernel's backlog (not our memory) absorbs the excess.
+//! - **Graceful drain**: on shutdown the listener closes, idle connections are closed, and
+//!   in-flight requests get up to `drain_timeout` to finish.
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+/// Connection-level limits.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Longest wait for a complete set of request headers (also the keep-alive idle limit).
+    pub header_read_timeout: Duration,
+    /// Most connections served at once.
+    pub max_connections: usize,
+    /// How long in-flight requests may run after shutdown begins.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            header_read_timeout: Duration::from_secs(10),
+            max_connections: 10_000,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serve `router` on `listener` until `shutdown` resolves, then drain.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(opts.max_connections.max(1)));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(Some(opts.header_read_timeout)).keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        // Wait for a free slot first: at the cap, new clients queue in the kernel backlog.
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = &mut shutdown => break,
+        };
+        let (stream, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(s) => s,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning; the loop goes on.
+                    metrics::counter!("likewise_http_accept_errors_total").increment(1);
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
+        let conn = graceful.watch(conn);
+        metrics::gauge!("likewise_http_connections").increment(1.0);
+        tokio::spawn(async move {
+            // Errors here are clients going away or timing out: nothing to report upstream.
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            metrics::gauge!("likewise_http_connections").decrement(1.0);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(opts.drain_timeout) => {
+            tracing::warn!("drain timeout: closing connections with requests still in flight");
+        }
+    }
+    Ok(())
+}
