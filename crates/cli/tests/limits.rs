@@ -160,3 +160,28 @@ async fn connections_beyond_the_cap_wait_until_a_slot_frees() {
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_never_finishes_is_answered_503_at_the_request_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = test_config(dir.path());
+    cfg.server.request_timeout_ms = 300;
+    let app = TestApp::start_with(cfg).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
+    let head = format!(
+        "PUT /v1/me/settings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"hide_",
+        app.user(5)
+    );
+    s.write_all(head.as_bytes()).await.expect("write");
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+        .await
+        .expect("answered before the test gave up")
+        .expect("read");
+    let resp = String::from_utf8_lossy(&buf[..n]);
+    assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+    assert!(resp.contains(r#""error":"unavailable""#), "{resp}");
+    app.stop().await;
+}
