@@ -62,12 +62,43 @@ impl Default for ModerationOptions {
     }
 }
 
+/// A per-user GCRA limiter whose memory stays bounded: users whose state has returned to
+/// "fresh" are dropped now and then. The sweep runs at most once per 4,096 checks, because
+/// even asking the map its size visits every shard: per like that would cost more than the
+/// check itself (a viral post is liked by a new user every few microseconds).
+struct UserRate {
+    limiter: DefaultKeyedRateLimiter<UserId>,
+    checks: std::sync::atomic::AtomicU64,
+}
+
+impl UserRate {
+    /// Users kept before a sweep is worth its cost.
+    const SWEEP_ABOVE: usize = 100_000;
+
+    fn new(quota: Quota) -> Self {
+        UserRate { limiter: RateLimiter::keyed(quota), checks: Default::default() }
+    }
+
+    /// Count one action; `Err(RateLimited(seconds))` when over the allowance.
+    fn check(&self, user: UserId) -> ServiceResult<()> {
+        let n = self.checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n % 4096 == 4095 && self.limiter.len() > Self::SWEEP_ABOVE {
+            self.limiter.retain_recent();
+            self.limiter.shrink_to_fit();
+        }
+        self.limiter.check_key(&user).map_err(|not_until| {
+            let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
+            ServiceError::RateLimited(wait.as_secs().max(1))
+        })
+    }
+}
+
 /// Moderation state and caches.
 pub struct Moderation {
     pub(crate) opts: ModerationOptions,
-    limiter: DefaultKeyedRateLimiter<UserId>,
+    limiter: UserRate,
     /// Likes per user, in process on every node (see [`Engagement::check_like_rate`]).
-    like_limiter: Option<DefaultKeyedRateLimiter<UserId>>,
+    like_limiter: Option<UserRate>,
     classifier: Arc<dyn Classifier>,
     /// Per post author, everyone they block: one load, then O(1) per like or comment, even
     /// for a hot post liked by a new user every microsecond. `None`: too many to cache, ask
@@ -84,10 +115,10 @@ impl Moderation {
         let burst = NonZeroU32::new(opts.comment_burst.max(1)).unwrap_or(NonZeroU32::MIN);
         let like_limiter = NonZeroU32::new(opts.likes_per_minute).map(|per_minute| {
             let burst = NonZeroU32::new(opts.like_burst.max(1)).unwrap_or(NonZeroU32::MIN);
-            RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst))
+            UserRate::new(Quota::per_minute(per_minute).allow_burst(burst))
         });
         Moderation {
-            limiter: RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst)),
+            limiter: UserRate::new(Quota::per_minute(per_minute).allow_burst(burst)),
             like_limiter,
             classifier: Arc::new(RulesClassifier),
             blocks: TtlMap::new("blocks", ttl, capacity),
@@ -99,13 +130,8 @@ impl Moderation {
 
     /// Count one comment against `user`'s rate; `Err` with the seconds to wait when over.
     pub fn check_rate_locally(&self, user: UserId) -> ServiceResult<()> {
-        if self.limiter.len() > 200_000 {
-            self.limiter.retain_recent();
-        }
-        self.limiter.check_key(&user).map_err(|not_until| {
+        self.limiter.check(user).inspect_err(|_| {
             metrics::counter!("likewise_comment_rate_limited_total").increment(1);
-            let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
-            ServiceError::RateLimited(wait.as_secs().max(1))
         })
     }
 }
@@ -118,13 +144,8 @@ impl Engagement {
     /// routing by user).
     pub fn check_like_rate(&self, user: UserId) -> ServiceResult<()> {
         let Some(limiter) = &self.moderation.like_limiter else { return Ok(()) };
-        if limiter.len() > 200_000 {
-            limiter.retain_recent();
-        }
-        limiter.check_key(&user).map_err(|not_until| {
+        limiter.check(user).inspect_err(|_| {
             metrics::counter!("likewise_like_rate_limited_total").increment(1);
-            let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
-            ServiceError::RateLimited(wait.as_secs().max(1))
         })
     }
 
@@ -274,5 +295,33 @@ impl Engagement {
     /// The pinned comments of a post.
     pub async fn pins(&self, post: PostId) -> ServiceResult<Vec<CommentId>> {
         Ok(self.stores.moderation.pins(post).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_rate_limits_per_user_and_forgets_idle_users() {
+        let rate = NonZeroU32::new(300).unwrap_or(NonZeroU32::MIN); // one action per 200 ms
+        let r = UserRate::new(Quota::per_minute(rate).allow_burst(NonZeroU32::MIN));
+        assert!(r.check(UserId(1)).is_ok());
+        assert!(
+            matches!(r.check(UserId(1)), Err(ServiceError::RateLimited(s)) if s >= 1),
+            "a second action inside the interval is refused"
+        );
+        assert!(r.check(UserId(2)).is_ok(), "another user has their own allowance");
+        // A storm of distinct users (a viral post): memory must not keep them all.
+        for u in 10..(UserRate::SWEEP_ABOVE as u64 + 20_000) {
+            let _ = r.check(UserId(u));
+        }
+        assert!(r.limiter.len() > UserRate::SWEEP_ABOVE, "{}", r.limiter.len());
+        // Two intervals after its last action a user is indistinguishable from a new one.
+        std::thread::sleep(Duration::from_millis(450));
+        for u in 0..4096u64 {
+            let _ = r.check(UserId(1_000_000 + u));
+        }
+        assert!(r.limiter.len() < 10_000, "idle users were not swept: {}", r.limiter.len());
     }
 }
