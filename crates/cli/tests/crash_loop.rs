@@ -22,13 +22,13 @@
 
 mod common;
 
+use common::deployment::Deployment;
 use common::proc::{Client, Server, signal, start_with};
 use hyper::Method;
-use likewise_store::postgres::testing::TestShards;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -673,128 +673,6 @@ const WORKER_KILLS: usize = 10;
 /// Posts on both shards (post % 2).
 const SO_POSTS: [u64; 2] = [77, 78];
 
-/// One isolated deployment (a minimal copy of `tests/scaleout.rs`'s): its shards (dropped with
-/// it), Redis prefix and stream prefix (the stream and the Redis keys are deleted on drop).
-struct Deployment {
-    shards: TestShards,
-    prefix: String,
-    dir: tempfile::TempDir,
-    config: PathBuf,
-    started: u32,
-}
-
-const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
-
-impl Deployment {
-    async fn new() -> Deployment {
-        let shards = TestShards::create(2).await;
-        let prefix = format!("t{:016x}", rand::random::<u64>());
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = dir.path().join("likewise.toml");
-        let urls: Vec<String> = shards.urls.iter().map(|u| format!("{u:?}")).collect();
-        std::fs::write(
-            &config,
-            format!(
-                "[store]\nbackend = \"postgres\"\npostgres_shards = [{}]\npostgres_pool_size = 8\n\
-                 [cache]\nredis_url = \"{REDIS_URL}\"\nredis_prefix = \"{prefix}\"\n\
-                 [stream]\nnats_url = \"nats://127.0.0.1:4222\"\nprefix = \"{prefix}\"\n\
-                 [aggregator]\nwindow_ms = 50\n[notifications]\nhold_ms = 300\n",
-                urls.join(", ")
-            ),
-        )
-        .expect("write config");
-        Deployment { shards, prefix, dir, config, started: 0 }
-    }
-
-    fn start(&mut self, role: &str) -> Proc {
-        self.started += 1;
-        let data = self.dir.path().join(format!("{role}-{}", self.started));
-        Proc(start_with(
-            &[
-                "serve",
-                "--config",
-                &self.config.display().to_string(),
-                "--role",
-                role,
-                "--listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                &data.display().to_string(),
-            ],
-            &[],
-        ))
-    }
-
-    /// Like rows of a post, summed over the shards (read straight from PostgreSQL).
-    async fn rows(&self, post: u64) -> i64 {
-        let mut total = 0;
-        for url in &self.shards.urls {
-            let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
-            tokio::spawn(conn);
-            let n: i64 = c
-                .query_one("SELECT count(*) FROM likes WHERE kind = 1 AND target = $1", &[&(post as i64)])
-                .await
-                .expect("count rows")
-                .get(0);
-            total += n;
-        }
-        total
-    }
-
-    /// The reverse index (post, user) of `posts` summed over the shards, and the number of
-    /// outbox rows the relay has not published yet.
-    async fn reverse_index(&self, posts: &[u64]) -> (HashSet<(u64, u64)>, i64) {
-        let posts: Vec<i64> = posts.iter().map(|p| *p as i64).collect();
-        let (mut index, mut unrelayed) = (HashSet::new(), 0);
-        for url in &self.shards.urls {
-            let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
-            tokio::spawn(conn);
-            for r in c
-                .query(
-                    "SELECT target, user_id FROM user_likes WHERE kind = 1 AND target = ANY($1)",
-                    &[&posts],
-                )
-                .await
-                .expect("reverse index")
-            {
-                index.insert((r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64));
-            }
-            let n: i64 = c
-                .query_one("SELECT count(*) FROM outbox WHERE stream_seq IS NULL", &[])
-                .await
-                .expect("outbox")
-                .get(0);
-            unrelayed += n;
-        }
-        (index, unrelayed)
-    }
-
-    /// Remove this deployment's Redis keys; returns how many there were.
-    async fn delete_redis_keys(prefix: &str) -> redis::RedisResult<usize> {
-        let client = redis::Client::open(REDIS_URL)?;
-        let mut c = client.get_multiplexed_async_connection().await?;
-        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut c).await?;
-        if !keys.is_empty() {
-            let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut c).await?;
-        }
-        Ok(keys.len())
-    }
-}
-
-impl Drop for Deployment {
-    /// Also when the test failed: delete the stream and the Redis keys (they carry TTLs anyway);
-    /// the shards drop themselves.
-    fn drop(&mut self) {
-        common::delete_stream(&self.prefix);
-        let prefix = self.prefix.clone();
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-            let _ = rt.block_on(Deployment::delete_redis_keys(&prefix));
-        })
-        .join();
-    }
-}
-
 /// A client task of the scale-out storm: likes, unlikes, re-likes and retries of its own users.
 struct Storm {
     rng: StdRng,
@@ -861,9 +739,9 @@ fn scale_out_worker_survives_ten_sigkills_mid_storm() {
 
 async fn worker_crash_loop() {
     let began = Instant::now();
-    let mut d = Deployment::new().await;
-    let mut worker = d.start("worker");
-    let api = d.start("api");
+    let d = Deployment::new().await;
+    let mut worker = Proc(d.start("worker"));
+    let api = Proc(d.start("api"));
     let c = Client::new();
     for p in SO_POSTS {
         let (st, v) = c
@@ -918,7 +796,7 @@ async fn worker_crash_loop() {
 
         // Restart the worker; it must catch the counts up to the rows.
         let spawned = Instant::now();
-        worker = d.start("worker");
+        worker = Proc(d.start("worker"));
         listen.push(spawned.elapsed());
         for p in SO_POSTS {
             c.wait_count(&api.base, p, want[&p]).await;
@@ -956,7 +834,7 @@ async fn worker_crash_loop() {
     let acked: u64 = storms.iter().map(|s| s.acked).sum();
     stop(api);
     stop(worker);
-    let cached = Deployment::delete_redis_keys(&d.prefix).await.expect("redis is not reachable");
+    let cached = d.flush_redis().await;
     assert!(cached > 0, "the deployment used Redis");
     eprintln!(
         "crash_loop(scale-out): {WORKER_KILLS} worker SIGKILLs, {acked} acknowledged likes/unlikes, {:.1} s",

@@ -2,6 +2,7 @@
 //! JSON HTTP client.
 #![allow(dead_code)]
 
+pub mod deployment;
 pub mod proc;
 
 use bytes::Bytes;

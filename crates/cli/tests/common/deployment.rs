@@ -1,0 +1,180 @@
+//! One isolated scale-out deployment for process tests: two PostgreSQL shards of its own,
+//! its own Redis key prefix and stream prefix, a config file, and `likewise` processes
+//! started on it. Everything is removed when it drops, also when the test failed.
+
+use super::proc::{Server, start_with};
+use likewise_store::postgres::testing::TestShards;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// One isolated deployment: its shards, prefixes and config file.
+pub struct Deployment {
+    pub shards: TestShards,
+    pub prefix: String,
+    pub redis_url: String,
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    started: Mutex<u32>,
+}
+
+impl Deployment {
+    pub async fn new() -> Deployment {
+        let shards = TestShards::create(2).await;
+        let prefix = format!("t{:016x}", rand::random::<u64>());
+        let redis_url = "redis://127.0.0.1:6379/0".to_string();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("likewise.toml");
+        let urls: Vec<String> = shards.urls.iter().map(|u| format!("{u:?}")).collect();
+        std::fs::write(
+            &config,
+            format!(
+                "[store]\nbackend = \"postgres\"\npostgres_shards = [{}]\npostgres_pool_size = 8\n\
+                 [cache]\nredis_url = \"{redis_url}\"\nredis_prefix = \"{prefix}\"\n\
+                 [stream]\nnats_url = \"nats://127.0.0.1:4222\"\nprefix = \"{prefix}\"\n\
+                 [aggregator]\nwindow_ms = 50\n[notifications]\nhold_ms = 300\n",
+                urls.join(", ")
+            ),
+        )
+        .expect("write config");
+        Deployment { shards, prefix, redis_url, dir, config, started: Mutex::new(0) }
+    }
+
+    pub fn start(&self, role: &str) -> Server {
+        let n = {
+            let mut s = self.started.lock().expect("lock");
+            *s += 1;
+            *s
+        };
+        let data = self.dir.path().join(format!("{role}-{n}"));
+        start_with(
+            &[
+                "serve",
+                "--config",
+                &self.config.display().to_string(),
+                "--role",
+                role,
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                &data.display().to_string(),
+            ],
+            &[],
+        )
+    }
+
+    /// Like rows of a post, summed over the shards (read straight from PostgreSQL).
+    pub async fn rows(&self, post: u64) -> i64 {
+        let mut total = 0;
+        for url in &self.shards.urls {
+            let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
+            tokio::spawn(conn);
+            let n: i64 = c
+                .query_one("SELECT count(*) FROM likes WHERE kind = 1 AND target = $1", &[&(post as i64)])
+                .await
+                .expect("count rows")
+                .get(0);
+            total += n;
+        }
+        total
+    }
+
+    /// Add `by` to a post's stored like counter (simulated drift); returns the new value.
+    pub async fn shift_counter(&self, post: u64, by: i64) -> i64 {
+        let url = &self.shards.urls[(post % self.shards.urls.len() as u64) as usize];
+        let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
+        tokio::spawn(conn);
+        c.query_one(
+            "UPDATE counters SET value = value + $2 WHERE kind = 1 AND target = $1 AND field = 1 RETURNING value",
+            &[&(post as i64), &by],
+        )
+        .await
+        .expect("shift counter")
+        .get(0)
+    }
+
+    /// Drop every key of this deployment from Redis (a FLUSHALL scoped to the test, so tests
+    /// running in parallel keep their caches).
+    pub async fn flush_redis(&self) -> usize {
+        let client = redis::Client::open(self.redis_url.as_str()).expect("redis url");
+        let mut c = client.get_multiplexed_async_connection().await.expect("redis is not reachable");
+        let keys: Vec<String> =
+            redis::cmd("KEYS").arg(format!("{}:*", self.prefix)).query_async(&mut c).await.expect("keys");
+        if !keys.is_empty() {
+            let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut c).await.expect("del");
+        }
+        keys.len()
+    }
+
+    /// Terminate every PostgreSQL connection to the shards (the nodes must reconnect).
+    pub async fn drop_pg_connections(&self) -> i64 {
+        let admin = likewise_store::postgres::testing::admin_url();
+        let (c, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await.expect("connect admin");
+        tokio::spawn(conn);
+        let names: Vec<String> =
+            self.shards.urls.iter().map(|u| u.rsplit('/').next().unwrap_or_default().to_string()).collect();
+        let rows = c
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = ANY($1) AND pid <> pg_backend_pid()",
+                &[&names],
+            )
+            .await
+            .expect("terminate");
+        rows.len() as i64
+    }
+
+    /// The reverse index (post, user) of `posts` summed over the shards, and the number of
+    /// outbox rows the relay has not published yet.
+    pub async fn reverse_index(&self, posts: &[u64]) -> (HashSet<(u64, u64)>, i64) {
+        let posts: Vec<i64> = posts.iter().map(|p| *p as i64).collect();
+        let (mut index, mut unrelayed) = (HashSet::new(), 0);
+        for url in &self.shards.urls {
+            let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
+            tokio::spawn(conn);
+            for r in c
+                .query(
+                    "SELECT target, user_id FROM user_likes WHERE kind = 1 AND target = ANY($1)",
+                    &[&posts],
+                )
+                .await
+                .expect("reverse index")
+            {
+                index.insert((r.get::<_, i64>(0) as u64, r.get::<_, i64>(1) as u64));
+            }
+            let n: i64 = c
+                .query_one("SELECT count(*) FROM outbox WHERE stream_seq IS NULL", &[])
+                .await
+                .expect("outbox")
+                .get(0);
+            unrelayed += n;
+        }
+        (index, unrelayed)
+    }
+
+    pub async fn cleanup(&self) {
+        self.flush_redis().await;
+    }
+}
+
+impl Drop for Deployment {
+    /// Also when the test failed: delete the stream and the Redis keys (they carry TTLs
+    /// anyway); the shards drop themselves.
+    fn drop(&mut self) {
+        super::delete_stream(&self.prefix);
+        let (url, prefix) = (self.redis_url.clone(), self.prefix.clone());
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            let _ = rt.block_on(async move {
+                let mut c = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+                let keys: Vec<String> =
+                    redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut c).await?;
+                if !keys.is_empty() {
+                    let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut c).await?;
+                }
+                redis::RedisResult::Ok(())
+            });
+        })
+        .join();
+    }
+}
