@@ -159,6 +159,10 @@ async fn restrict_then_approve_and_block_refuses_comments_and_likes() {
     let (st, v) =
         app.call(Method::POST, &format!("/v1/comments/{}/approve", id(&r)), Some(&app.user(30)), None).await;
     assert_error(st, &v, 404, "not_found");
+    // A held comment does not exist for others: no reply can confirm it or hang under it.
+    let reply = serde_json::json!({"text": "replying", "parent_id": id(&r)}).to_string();
+    let (st, v) = app.call(Method::POST, "/v1/posts/1/comments", Some(&app.user(30)), Some(&reply)).await;
+    assert_error(st, &v, 404, "not_found");
     let (st, v) =
         app.call(Method::POST, &format!("/v1/comments/{}/approve", id(&r)), Some(&author), None).await;
     assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("visible")), "{v}");

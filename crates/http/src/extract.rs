@@ -50,12 +50,27 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// Parse a JSON body with the error mapping above.
+/// Parse a JSON body with the error mapping above. Every body of the API is a JSON object:
+/// serde's derived structs would also take an array of the field values in order
+/// (`["hi"]` as a comment), which the contract does not offer, so any other JSON is a 422.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let well_formed = || serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(if well_formed() {
+            ApiError::unprocessable("invalid body: expected a JSON object")
+        } else {
+            ApiError::invalid("malformed JSON: expected a JSON object")
+        });
+    }
     serde_json::from_slice(bytes).map_err(|e| {
         use serde_json::error::Category;
         match e.classify() {
             Category::Data => ApiError::unprocessable(format!("invalid body: {e}")),
+            // serde_json reports some type mismatches (a number where an enum's string goes)
+            // as syntax errors: JSON that parses is well-formed, so it does not fit: 422.
+            Category::Syntax | Category::Eof | Category::Io if well_formed() => {
+                ApiError::unprocessable(format!("invalid body: {e}"))
+            }
             Category::Syntax | Category::Eof | Category::Io => {
                 ApiError::invalid(format!("malformed JSON: {e}"))
             }
@@ -81,5 +96,20 @@ mod tests {
         assert_eq!(parse_json::<Body>(b"{\"a\":true,\"b\":1}").err().map(|e| e.status().as_u16()), Some(422));
         assert_eq!(parse_json::<Body>(b"{\"a\":\"x\"}").err().map(|e| e.status().as_u16()), Some(422));
         assert!(parse_json::<Body>(b"{\"a\":true}").is_ok());
+        // Arrays of the fields in order, other JSON values, and enum type mismatches: 422.
+        assert_eq!(parse_json::<Body>(b"[true]").err().map(|e| e.status().as_u16()), Some(422));
+        assert_eq!(parse_json::<Body>(b" 7").err().map(|e| e.status().as_u16()), Some(422));
+        assert_eq!(parse_json::<Body>(b"[tru").err().map(|e| e.status().as_u16()), Some(400));
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        enum Kind {
+            Spam,
+        }
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct WithEnum {
+            k: Kind,
+        }
+        assert_eq!(parse_json::<WithEnum>(b"{\"k\":2}").err().map(|e| e.status().as_u16()), Some(422));
     }
 }

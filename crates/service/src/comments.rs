@@ -105,8 +105,12 @@ impl Engagement {
             None => (None, None),
             Some(pid) => {
                 let p = self.stores.comments.comments(&[pid]).await?.pop().flatten();
+                // A parent the replier cannot see does not exist for them: answering otherwise
+                // would confirm a held comment, and hang a public reply under it.
+                let reader = Reader { user: viewer, moderator: false };
+                let p = p.filter(|p| p.status != CommentStatus::Deleted && as_seen_by(reader, p).is_some());
                 let p = match p {
-                    Some(p) if p.post == post && p.status != CommentStatus::Deleted => p,
+                    Some(p) if p.post == post => p,
                     Some(p) if p.post != post => {
                         return Err(ServiceError::Invalid("parent_id belongs to another post".into()));
                     }

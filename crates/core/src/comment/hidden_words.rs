@@ -167,9 +167,14 @@ fn accepts(pattern: &[char], chars: &[char]) -> bool {
 }
 
 fn token_matches(pattern: &[char], token: &Token) -> bool {
-    let trimmed = trim_symbols(&token.chars);
-    accepts(pattern, &token.chars)
-        || (!trimmed.is_empty() && trimmed.len() < token.chars.len() && accepts(pattern, trimmed))
+    let chars = &token.chars;
+    let trimmed = trim_symbols(chars);
+    // Only the shouting cut off: "a$$!" is "a$$" (ass) shouted; trimming every symbol would
+    // leave "a", and keeping the "!" reads it as an i.
+    let shouted = chars.iter().rposition(|c| *c != '!').map_or(&chars[..0], |i| &chars[..=i]);
+    accepts(pattern, chars)
+        || (!trimmed.is_empty() && trimmed.len() < chars.len() && accepts(pattern, trimmed))
+        || (!shouted.is_empty() && shouted.len() < chars.len() && accepts(pattern, shouted))
 }
 
 /// The one character a token contributes to a spelled-out word ("d!" ends "b. a. d!").
@@ -317,6 +322,11 @@ mod tests {
     fn trailing_exclamation_marks_do_not_hide_a_word() {
         assert!(list(&["bad"]).matches("so bad!!!"));
         assert!(list(&["wow!"]).matches("wow"));
+        // Symbols that stand for letters, then shouting (found by the fuzz target's model).
+        assert!(list(&["ass"]).matches("a$$!"));
+        assert!(list(&["ass"]).matches("you a$$!!"));
+        assert!(list(&["class"]).matches("cla$$!"));
+        assert!(!list(&["ass"]).matches("cla$$!"), "still whole words only");
     }
 
     #[test]

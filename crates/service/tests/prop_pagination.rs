@@ -1,0 +1,417 @@
+//! Pagination under concurrent writes: for random sequences of comment creates and deletes
+//! and of likes and unlikes interleaved with the pages of a walk (comments newest first,
+//! oldest first, the replies of a comment, likers; random page sizes), a walk
+//! - never shows an item twice, and keeps its order from page to page;
+//! - never skips an item that existed (unchanged) for the whole walk: everything in both the
+//!   quiescent listing taken just before the walk and the one just after it (likers whose like
+//!   was toggled during the walk excepted: a new like is a new position);
+//! - never shows an item that was in neither listing and was not written during the walk.
+//!
+//! The quiescent listings are themselves checked against a model of the writes: a moderator
+//! sees every top-level comment that exists (deleted ones with replies as placeholders), and
+//! the likers are exactly the users whose like is on.
+
+use likewise_core::comment::status::CommentStatus;
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::like::LikeAction;
+use likewise_core::model::{CommentsPolicy, PostMeta};
+use likewise_core::ports::Liker;
+use likewise_service::comments::{Order, Reader};
+use likewise_service::moderation::ModerationOptions;
+use likewise_service::{Engagement, ServiceOptions};
+use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
+use likewise_store::group_commit::GroupCommitOptions;
+use likewise_store::open::from_embedded;
+use proptest::prelude::*;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+const AUTHOR: UserId = UserId(1);
+const POST: PostId = PostId(1);
+const MODERATOR: Reader = Reader { user: UserId(99), moderator: true };
+const STRANGER: Reader = Reader { user: UserId(50), moderator: false };
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A comment by `user`, a reply to the `reply_to`-th comment written so far.
+    Comment { user: u64, reply_to: Option<usize> },
+    /// Delete the `nth` comment written so far (by its author).
+    Delete { nth: usize },
+    /// Like (or unlike) the post as `user`.
+    Like { user: u64, on: bool },
+    /// Fetch the next page of the walk in progress.
+    Page,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Walk {
+    Newest,
+    Oldest,
+    /// The replies of the `nth` comment written so far.
+    Replies(usize),
+    Likers,
+}
+
+#[derive(Debug, Clone)]
+struct Phase {
+    setup: Vec<Op>,
+    walk: Walk,
+    limit: usize,
+    moderator: bool,
+    during: Vec<Op>,
+}
+
+fn write_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (10u64..30, proptest::option::of(0usize..12)).prop_map(|(user, reply_to)| Op::Comment { user, reply_to }),
+        2 => (0usize..12).prop_map(|nth| Op::Delete { nth }),
+        4 => (10u64..22, any::<bool>()).prop_map(|(user, on)| Op::Like { user, on }),
+    ]
+}
+
+fn during_op() -> impl Strategy<Value = Op> {
+    prop_oneof![3 => write_op(), 2 => Just(Op::Page)]
+}
+
+fn phase() -> impl Strategy<Value = Phase> {
+    let walk = prop_oneof![
+        Just(Walk::Newest),
+        Just(Walk::Oldest),
+        (0usize..8).prop_map(Walk::Replies),
+        Just(Walk::Likers),
+    ];
+    (
+        proptest::collection::vec(write_op(), 0..14),
+        walk,
+        1usize..5,
+        any::<bool>(),
+        proptest::collection::vec(during_op(), 0..16),
+    )
+        .prop_map(|(setup, walk, limit, moderator, during)| Phase {
+            setup,
+            walk,
+            limit,
+            moderator,
+            during,
+        })
+}
+
+/// The writes, as the test made them.
+#[derive(Default)]
+struct Model {
+    /// Every comment written: (id, author, top-level parent).
+    written: Vec<(CommentId, UserId, Option<CommentId>)>,
+    /// Comments that exist, with `true` for deleted placeholders.
+    live: BTreeMap<CommentId, bool>,
+    likers: BTreeSet<UserId>,
+    /// Comments per user (kept low so the velocity signal never holds one back).
+    per_user: BTreeMap<UserId, usize>,
+}
+
+impl Model {
+    fn top_level(&self) -> BTreeSet<CommentId> {
+        let tops: HashSet<CommentId> =
+            self.written.iter().filter(|(_, _, p)| p.is_none()).map(|(id, _, _)| *id).collect();
+        self.live.keys().copied().filter(|id| tops.contains(id)).collect()
+    }
+
+    fn replies_of(&self, parent: CommentId) -> BTreeSet<CommentId> {
+        self.written
+            .iter()
+            .filter(|(id, _, p)| *p == Some(parent) && self.live.contains_key(id))
+            .map(|(id, _, _)| *id)
+            .collect()
+    }
+}
+
+/// What the writes during a walk changed.
+#[derive(Default)]
+struct Touched {
+    comments: HashSet<CommentId>,
+    likers: HashSet<UserId>,
+}
+
+/// A fresh data directory, in memory where there is a tmpfs: this test is about what readers
+/// see, not durability, and every write's fsync would otherwise dominate its run time.
+fn scratch_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(d) = tempfile::tempdir_in(shm)
+    {
+        return d;
+    }
+    tempfile::tempdir().expect("tempdir")
+}
+
+async fn service(dir: &std::path::Path) -> Arc<Engagement> {
+    let opts = EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 2 << 20, max_journal_bytes: 64 << 20 };
+    let store = EmbeddedStore::open(dir, &opts).expect("open");
+    // Generous limits: this test is about pages, not about rate limits or near-duplicates.
+    let moderation = ModerationOptions {
+        comments_per_minute: 10_000,
+        comment_burst: 10_000,
+        duplicate_copies: 10_000,
+        ..ModerationOptions::default()
+    };
+    let svc = Engagement::new(
+        from_embedded(store, GroupCommitOptions::default()),
+        ServiceOptions { moderation, ..ServiceOptions::default() },
+    );
+    let meta = PostMeta { author: AUTHOR, hide_like_count: false, comments: CommentsPolicy::Everyone };
+    svc.put_post(POST, meta).await.expect("post");
+    svc
+}
+
+const WORDS: [&str; 12] = [
+    "sunny", "garden", "river", "coffee", "morning", "bright", "music", "window", "paper", "green", "quiet",
+    "bridge",
+];
+
+async fn apply(svc: &Engagement, model: &mut Model, op: &Op, touched: &mut Touched, serial: &mut usize) {
+    match *op {
+        Op::Comment { user, reply_to } => {
+            let user = UserId(user);
+            if model.per_user.get(&user).copied().unwrap_or(0) >= 6 {
+                return;
+            }
+            *serial += 1;
+            let text = format!(
+                "{} {} {} number {serial}",
+                WORDS[*serial % 12],
+                WORDS[*serial * 7 % 12],
+                WORDS[user.0 as usize % 12]
+            );
+            let parent = reply_to.and_then(|n| model.written.get(n)).map(|(id, _, _)| *id);
+            let res = svc.create_comment(user, POST, &text, parent).await;
+            // A reply goes under the top-level parent; replying to a deleted comment is refused.
+            let top = parent.map(|p| {
+                model.written.iter().find(|(id, _, _)| *id == p).and_then(|(_, _, pp)| *pp).unwrap_or(p)
+            });
+            let parent_ok = parent.is_none_or(|p| model.live.get(&p) == Some(&false));
+            match res {
+                Ok(v) => {
+                    assert!(parent_ok, "a reply to a deleted comment was accepted");
+                    assert_eq!(v.record.parent, top, "replies go under the top-level parent");
+                    model.written.push((v.record.id, user, top));
+                    model.live.insert(v.record.id, false);
+                    *model.per_user.entry(user).or_default() += 1;
+                    touched.comments.insert(v.record.id);
+                }
+                Err(e) => assert!(!parent_ok, "comment refused: {e}"),
+            }
+        }
+        Op::Delete { nth } => {
+            let Some(&(id, author, parent)) = model.written.get(nth) else { return };
+            let reader = Reader { user: author, moderator: false };
+            let res = svc.delete_comment(reader, id).await;
+            match model.live.get(&id).copied() {
+                None => assert!(res.is_err(), "deleting a removed comment succeeded"),
+                Some(true) => assert!(res.is_ok(), "deleting a placeholder again: {res:?}"),
+                Some(false) => {
+                    res.expect("delete");
+                    if parent.is_none() && !model.replies_of(id).is_empty() {
+                        model.live.insert(id, true);
+                    } else {
+                        model.live.remove(&id);
+                    }
+                    touched.comments.insert(id);
+                }
+            }
+        }
+        Op::Like { user, on } => {
+            let action = if on { LikeAction::Like } else { LikeAction::Unlike };
+            let r = svc.set_post_like(UserId(user), POST, action).await.expect("like");
+            let was = model.likers.contains(&UserId(user));
+            assert_eq!((r.liked, r.changed), (on, on != was));
+            if r.changed {
+                touched.likers.insert(UserId(user));
+            }
+            if on {
+                model.likers.insert(UserId(user));
+            } else {
+                model.likers.remove(&UserId(user));
+            }
+        }
+        Op::Page => {}
+    }
+}
+
+/// One item of a walk: a comment ID, or a liker's (time, user) position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Item {
+    Comment(CommentId),
+    Liker(u64, UserId),
+}
+
+impl Item {
+    fn key(self) -> u64 {
+        match self {
+            Item::Comment(id) => id.0,
+            Item::Liker(_, u) => u.0,
+        }
+    }
+}
+
+/// Where a walk is; `done` once its last page was read.
+struct Cursor {
+    comment: Option<CommentId>,
+    liker: Option<Liker>,
+    done: bool,
+}
+
+/// Fetch one page; `None` when the walk cannot go on (its parent comment is gone).
+async fn page(
+    svc: &Engagement,
+    reader: Reader,
+    walk: Walk,
+    parent: Option<CommentId>,
+    limit: usize,
+    c: &mut Cursor,
+) -> Option<Vec<Item>> {
+    if c.done {
+        return Some(Vec::new());
+    }
+    let items = match walk {
+        Walk::Newest | Walk::Oldest | Walk::Replies(_) => {
+            let p = match walk {
+                Walk::Newest => svc.list_comments(reader, POST, Order::Newest, c.comment, limit).await,
+                Walk::Oldest => svc.list_comments(reader, POST, Order::Oldest, c.comment, limit).await,
+                _ => match svc.list_replies(reader, parent?, c.comment, limit).await {
+                    Ok(p) => Ok(p),
+                    Err(_) => return None,
+                },
+            }
+            .expect("page");
+            assert!(p.items.len() <= limit, "page longer than its limit");
+            c.comment = p.next_after;
+            c.done = p.next_after.is_none();
+            p.items.iter().map(|v| Item::Comment(v.record.id)).collect()
+        }
+        Walk::Likers => {
+            let p = svc.post_likers(POST, c.liker, limit).await.expect("likers");
+            assert!(p.items.len() <= limit, "page longer than its limit");
+            c.liker = p.next;
+            c.done = p.next.is_none();
+            p.items.iter().map(|(l, _)| Item::Liker(l.liked_at_ms, l.user)).collect()
+        }
+    };
+    Some(items)
+}
+
+async fn full(svc: &Engagement, reader: Reader, walk: Walk, parent: Option<CommentId>) -> Option<Vec<Item>> {
+    let mut c = Cursor { comment: None, liker: None, done: false };
+    let mut out = Vec::new();
+    while !c.done {
+        out.extend(page(svc, reader, walk, parent, 100, &mut c).await?);
+    }
+    Some(out)
+}
+
+fn ordered(walk: Walk, items: &[Item]) -> bool {
+    items.windows(2).all(|w| match walk {
+        Walk::Newest | Walk::Likers => w[0] > w[1],
+        Walk::Oldest | Walk::Replies(_) => w[0] < w[1],
+    })
+}
+
+async fn run(phases: Vec<Phase>) {
+    let dir = scratch_dir();
+    let svc = service(dir.path()).await;
+    let mut model = Model::default();
+    let mut serial = 0;
+    for ph in phases {
+        let mut scratch = Touched::default();
+        for op in &ph.setup {
+            apply(&svc, &mut model, op, &mut scratch, &mut serial).await;
+        }
+        let reader = if ph.moderator { MODERATOR } else { STRANGER };
+        let parent = match ph.walk {
+            Walk::Replies(n) => match model.written.get(n) {
+                Some(&(id, _, None)) => Some(id),
+                _ => continue,
+            },
+            _ => None,
+        };
+        let Some(before) = full(&svc, reader, ph.walk, parent).await else { continue };
+        assert!(ordered(ph.walk, &before), "a quiescent listing is out of order: {before:?}");
+        // The quiescent listings agree with the model.
+        let keys: BTreeSet<u64> = before.iter().map(|i| i.key()).collect();
+        match ph.walk {
+            Walk::Likers => {
+                assert_eq!(keys, model.likers.iter().map(|u| u.0).collect(), "likers == likes that are on")
+            }
+            Walk::Newest | Walk::Oldest if reader.moderator => {
+                let want: BTreeSet<u64> = model.top_level().iter().map(|c| c.0).collect();
+                assert_eq!(keys, want, "a moderator sees every existing top-level comment");
+            }
+            Walk::Replies(_) if reader.moderator => {
+                let want: BTreeSet<u64> =
+                    model.replies_of(parent.expect("parent")).iter().map(|c| c.0).collect();
+                assert_eq!(keys, want, "a moderator sees every existing reply");
+            }
+            _ => {}
+        }
+
+        // The walk, with writes between its pages.
+        let mut cursor = Cursor { comment: None, liker: None, done: false };
+        let mut seen: Vec<Item> = Vec::new();
+        let mut touched = Touched::default();
+        let mut broken = false;
+        for op in ph.during.iter().chain(std::iter::repeat(&Op::Page)) {
+            if cursor.done || broken {
+                break;
+            }
+            if matches!(op, Op::Page) {
+                match page(&svc, reader, ph.walk, parent, ph.limit, &mut cursor).await {
+                    Some(items) => seen.extend(items),
+                    None => broken = true,
+                }
+            } else {
+                apply(&svc, &mut model, op, &mut touched, &mut serial).await;
+            }
+        }
+        if broken {
+            // Only a walk over replies can break, and only because its parent was removed.
+            assert!(!model.live.contains_key(&parent.expect("replies walk")), "replies walk failed");
+            continue;
+        }
+        let Some(after) = full(&svc, reader, ph.walk, parent).await else { continue };
+
+        let once: HashSet<u64> = seen.iter().map(|i| i.key()).collect();
+        assert_eq!(once.len(), seen.len(), "a walk showed an item twice: {seen:?}");
+        assert!(ordered(ph.walk, &seen), "a walk went out of order: {seen:?}");
+        let before_keys: HashSet<u64> = before.iter().map(|i| i.key()).collect();
+        let after_keys: HashSet<u64> = after.iter().map(|i| i.key()).collect();
+        let changed =
+            |k: u64| touched.comments.contains(&CommentId(k)) || touched.likers.contains(&UserId(k));
+        for k in before_keys.intersection(&after_keys) {
+            if matches!(ph.walk, Walk::Likers) && changed(*k) {
+                continue;
+            }
+            assert!(once.contains(k), "the walk skipped {k}, there before and after it: {seen:?}");
+        }
+        for k in &once {
+            assert!(
+                before_keys.contains(k) || after_keys.contains(k) || changed(*k),
+                "the walk showed {k}, which it should never have seen"
+            );
+        }
+    }
+    // Sanity: every comment the model thinks exists is stored with the expected shape.
+    let ids: Vec<CommentId> = model.live.keys().copied().collect();
+    let stored = svc.stores().comments.comments(&ids).await.expect("read");
+    for (id, rec) in ids.iter().zip(stored) {
+        let rec = rec.unwrap_or_else(|| panic!("comment {id:?} is missing"));
+        assert_eq!(rec.status == CommentStatus::Deleted, model.live[id], "placeholder state of {id:?}");
+    }
+    svc.stores().close().expect("close");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
+    #[test]
+    fn walks_never_repeat_or_skip_under_concurrent_writes(phases in proptest::collection::vec(phase(), 1..4)) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+        rt.block_on(run(phases));
+    }
+}
