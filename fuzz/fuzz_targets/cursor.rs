@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
     let s = String::from_utf8_lossy(rest);
     if let Ok(payload) = codec.open(kind, &s) {
         assert_eq!(codec.seal(kind, &payload), s, "a non-canonical cursor verified");
-        assert!(payload.len() <= MAX_PAYLOAD + 2, "oversized payload accepted: {}", payload.len());
+        assert!(payload.len() <= MAX_PAYLOAD, "oversized payload accepted: {}", payload.len());
         assert!(codec.open(kind.wrapping_add(1), &s).is_err(), "a cursor opened as another kind");
         assert!(OTHER.open(kind, &s).is_err(), "a cursor opened under another key");
     }

@@ -48,11 +48,12 @@ impl CursorCodec {
     /// Verify and decode a cursor of `kind`.
     pub fn open(&self, kind: u8, cursor: &str) -> Result<Vec<u8>, ApiError> {
         let bad = || ApiError::invalid("invalid cursor");
-        if cursor.len() > (MAX_PAYLOAD + MAC_LEN + 1) * 4 / 3 + 4 {
+        // The longest cursor sealed: kind byte, payload, MAC, base64url without padding.
+        if cursor.len() > (1 + MAX_PAYLOAD + MAC_LEN).div_ceil(3) * 4 {
             return Err(bad());
         }
         let b = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
-        if b.len() < 1 + MAC_LEN || b[0] != kind {
+        if b.len() < 1 + MAC_LEN || b.len() > 1 + MAX_PAYLOAD + MAC_LEN || b[0] != kind {
             return Err(bad());
         }
         let (payload, mac) = b[1..].split_at(b.len() - 1 - MAC_LEN);
@@ -74,6 +75,13 @@ mod tests {
         let c = CursorCodec::new(b"k");
         let s = c.seal(1, b"hello");
         assert_eq!(c.open(1, &s).ok(), Some(b"hello".to_vec()));
+        let longest = [7u8; MAX_PAYLOAD];
+        assert_eq!(c.open(1, &c.seal(1, &longest)).ok(), Some(longest.to_vec()));
+        // Longer payloads are never sealed, so never opened (the fuzz target found 65 and 66
+        // getting through an off-by-two length check).
+        for n in [MAX_PAYLOAD + 1, MAX_PAYLOAD + 2] {
+            assert!(c.open(1, &c.seal(1, &vec![7u8; n])).is_err(), "{n}-byte payload");
+        }
     }
 
     #[test]
