@@ -44,6 +44,19 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
                 .and_then(|b| b.install_recorder())
                 .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
                 .ok()
+                .inspect(|h| {
+                    // `install_recorder` starts no upkeep: histogram samples pile up until
+                    // something drains them, and with nobody scraping /metrics that is never
+                    // (the soak found ~20 bytes per request, forever). Drain every 5 s.
+                    let h = h.clone();
+                    let _ =
+                        std::thread::Builder::new().name("likewise-metrics-upkeep".into()).spawn(move || {
+                            loop {
+                                std::thread::sleep(std::time::Duration::from_secs(5));
+                                h.run_upkeep();
+                            }
+                        });
+                })
         })
         .clone()
 }

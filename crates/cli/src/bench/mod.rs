@@ -7,6 +7,7 @@ mod cold_read;
 mod comments;
 mod http;
 mod in_process;
+mod soak;
 mod stats;
 
 use clap::{Args, Subcommand};
@@ -21,6 +22,8 @@ pub enum BenchCommand {
     Comments(comments::CommentsArgs),
     /// 10,000 concurrent reads of one cold post: one storage load (single-flight).
     ColdPost(cold_read::ColdPostArgs),
+    /// The realistic read/write mix over HTTP for a long time, watching RSS (see --help).
+    Soak(soak::SoakArgs),
 }
 
 /// `bench hot-post` options.
@@ -58,6 +61,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::ColdPost(a) => crate::commands::runtime()?.block_on(cold_read::run(&a)),
         BenchCommand::Comments(a) => crate::commands::runtime()?.block_on(comments::run(&a)),
+        BenchCommand::Soak(a) => crate::commands::runtime()?.block_on(soak::run(&a)),
         BenchCommand::HotPost(a) => {
             let rt = crate::commands::runtime()?;
             match (&a.url, a.in_process) {
