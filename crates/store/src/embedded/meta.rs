@@ -17,7 +17,7 @@ impl MetaStore for EmbeddedStore {
     async fn put_post(&self, id: PostId, meta: PostMeta) -> StoreResult<()> {
         let s = &*self.inner;
         s.posts.insert(id.0.to_be_bytes(), meta.encode()).map_err(engine_err)?;
-        self.persist()
+        self.persist_async().await
     }
 
     async fn posts(&self, ids: &[PostId]) -> StoreResult<Vec<Option<PostMeta>>> {
@@ -31,7 +31,7 @@ impl MetaStore for EmbeddedStore {
 
     async fn put_user(&self, id: UserId, profile: UserProfile) -> StoreResult<()> {
         self.inner.users.insert(id.0.to_be_bytes(), profile.encode()).map_err(engine_err)?;
-        self.persist()
+        self.persist_async().await
     }
 
     async fn users(&self, ids: &[UserId]) -> StoreResult<Vec<Option<UserProfile>>> {
@@ -56,7 +56,7 @@ impl MetaStore for EmbeddedStore {
             batch.remove(&s.followers, back);
         }
         batch.commit().map_err(engine_err)?;
-        self.persist()
+        self.persist_async().await
     }
 
     async fn followees(&self, follower: UserId, limit: usize) -> StoreResult<Vec<UserId>> {
@@ -70,7 +70,7 @@ impl MetaStore for EmbeddedStore {
 
     async fn put_settings(&self, user: UserId, settings: ViewerSettings) -> StoreResult<()> {
         self.inner.settings.insert(user.0.to_be_bytes(), settings.encode()).map_err(engine_err)?;
-        self.persist()
+        self.persist_async().await
     }
 
     async fn settings(&self, user: UserId) -> StoreResult<ViewerSettings> {

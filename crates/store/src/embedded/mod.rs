@@ -165,6 +165,15 @@ impl EmbeddedStore {
     pub fn persist(&self) -> StoreResult<()> {
         self.inner.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err)
     }
+
+    /// [`persist`](Self::persist) from async code: the fsync runs on the blocking pool, so a
+    /// slow disk stalls only this caller, never a runtime worker and the requests queued on it.
+    pub async fn persist_async(&self) -> StoreResult<()> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err))
+            .await
+            .map_err(|e| StoreError::Engine(format!("fsync task failed: {e}")))?
+    }
 }
 
 #[cfg(test)]

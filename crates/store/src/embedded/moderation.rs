@@ -95,7 +95,7 @@ fn parse_count(v: &[u8]) -> StoreResult<u32> {
 impl ModerationStore for EmbeddedStore {
     async fn set_block(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()> {
         set_pair_flag(&self.inner.blocks, owner, other, on)?;
-        self.persist()
+        self.persist_async().await
     }
 
     async fn is_blocked(&self, owner: UserId, other: UserId) -> StoreResult<bool> {
@@ -113,7 +113,7 @@ impl ModerationStore for EmbeddedStore {
 
     async fn set_restrict(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()> {
         set_pair_flag(&self.inner.restricts, owner, other, on)?;
-        self.persist()
+        self.persist_async().await
     }
 
     async fn is_restricted(&self, owner: UserId, other: UserId) -> StoreResult<bool> {
@@ -126,7 +126,7 @@ impl ModerationStore for EmbeddedStore {
         // An empty list is the same as never set; removing the row keeps the keyspace small.
         if words.is_empty() { ks.remove(key) } else { ks.insert(key, encode_words(words)) }
             .map_err(engine_err)?;
-        self.persist()
+        self.persist_async().await
     }
 
     async fn hidden_words(&self, owner: UserId) -> StoreResult<Vec<String>> {
@@ -142,7 +142,7 @@ impl ModerationStore for EmbeddedStore {
         // The service enforces the pin cap; the store keeps exactly what it is given, in order.
         if pins.is_empty() { ks.remove(key) } else { ks.insert(key, encode_pins(pins)) }
             .map_err(engine_err)?;
-        self.persist()
+        self.persist_async().await
     }
 
     async fn pins(&self, post: PostId) -> StoreResult<Vec<CommentId>> {
@@ -185,7 +185,7 @@ impl ModerationStore for EmbeddedStore {
         // Outside the lock: one fsync covers every batch committed before it, so concurrent
         // reporters need not queue behind each other's fsync. Also on the repeat path, since
         // the count read may come from a concurrent caller's batch not yet synced.
-        self.persist()?;
+        self.persist_async().await?;
         Ok(count)
     }
 
@@ -203,7 +203,7 @@ impl ModerationStore for EmbeddedStore {
         let ks = &self.inner.mod_queue;
         let key = comment.0.to_be_bytes();
         if queued { ks.insert(key, []) } else { ks.remove(key) }.map_err(engine_err)?;
-        self.persist()
+        self.persist_async().await
     }
 
     async fn queue(&self, after: Option<CommentId>, limit: usize) -> StoreResult<Vec<CommentId>> {
@@ -225,7 +225,7 @@ impl ModerationStore for EmbeddedStore {
             .fingerprints
             .insert(pair_key(user.0, comment.0), simhash.to_be_bytes())
             .map_err(engine_err)?;
-        self.persist()
+        self.persist_async().await
     }
 
     async fn fingerprints(

@@ -30,6 +30,6 @@ impl ViewStore for EmbeddedStore {
             batch.insert(&s.views, post.0.to_be_bytes(), v);
         }
         batch.commit().map_err(engine_err)?;
-        self.persist()
+        self.persist_async().await
     }
 }
