@@ -162,19 +162,6 @@ impl Drop for Deployment {
     /// anyway); the shards drop themselves.
     fn drop(&mut self) {
         super::delete_stream(&self.prefix);
-        let (url, prefix) = (self.redis_url.clone(), self.prefix.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-            let _ = rt.block_on(async move {
-                let mut c = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
-                let keys: Vec<String> =
-                    redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut c).await?;
-                if !keys.is_empty() {
-                    let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut c).await?;
-                }
-                redis::RedisResult::Ok(())
-            });
-        })
-        .join();
+        super::delete_redis_keys(&self.prefix);
     }
 }

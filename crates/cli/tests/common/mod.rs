@@ -54,7 +54,26 @@ pub struct ScaleOut {
 impl Drop for ScaleOut {
     fn drop(&mut self) {
         delete_stream(&self.prefix);
+        delete_redis_keys(&self.prefix);
     }
+}
+
+/// Delete every Redis key of deployment `prefix` (from any context, like [`delete_stream`]).
+pub fn delete_redis_keys(prefix: &str) {
+    let pattern = format!("{prefix}:*");
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        let _ = rt.block_on(async move {
+            let client = redis::Client::open("redis://127.0.0.1:6379/0")?;
+            let mut c = client.get_multiplexed_async_connection().await?;
+            let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut c).await?;
+            if !keys.is_empty() {
+                let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut c).await?;
+            }
+            redis::RedisResult::Ok(())
+        });
+    })
+    .join();
 }
 
 /// Delete the event stream of deployment `prefix` (from any context: its own thread and
