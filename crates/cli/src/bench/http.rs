@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub(super) type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
-async fn call(
+/// One request; the status and the body.
+pub(super) async fn call(
     client: &HttpClient,
     method: Method,
     url: &str,

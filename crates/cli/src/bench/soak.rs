@@ -398,6 +398,7 @@ struct Page {
     next_cursor: Option<String>,
 }
 
+/// One request with a bearer token (the HTTP bench's request helper).
 async fn call(
     client: &HttpClient,
     method: Method,
@@ -405,19 +406,7 @@ async fn call(
     token: &str,
     body: Option<String>,
 ) -> anyhow::Result<(StatusCode, Bytes)> {
-    let mut req =
-        Request::builder().method(method).uri(url).header("authorization", format!("Bearer {token}"));
-    let body = match body {
-        Some(b) => {
-            req = req.header("content-type", "application/json");
-            Full::new(Bytes::from(b))
-        }
-        None => Full::new(Bytes::new()),
-    };
-    let resp = client.request(req.body(body)?).await?;
-    let status = resp.status();
-    let bytes = resp.into_body().collect().await?.to_bytes();
-    Ok((status, bytes))
+    super::http::call(client, method, url, Some(token), body).await
 }
 
 impl World {
