@@ -256,8 +256,14 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
             };
             let parent = reply_to.and_then(|n| m.comments.get(n)).cloned();
             let res = svc.create_comment(user, post_id, &text, parent.as_ref().map(|p| p.id)).await;
-            let parent_ok =
-                parent.as_ref().is_none_or(|p| p.post == post_id && !p.removed && p.status != Deleted);
+            // A parent must exist, be on this post, not be deleted, and be one the replier is
+            // shown (a held comment does not exist for them: 404).
+            let parent_ok = parent.as_ref().is_none_or(|p| {
+                p.post == post_id
+                    && !p.removed
+                    && p.status != Deleted
+                    && shown(Reader { user, moderator: false }, p).is_some()
+            });
             if !m.may_comment(user, post) || !parent_ok {
                 assert!(res.is_err(), "comment by {user:?} on post {post} should be refused");
                 return;
