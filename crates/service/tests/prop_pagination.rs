@@ -11,6 +11,9 @@
 //! sees every top-level comment that exists (deleted ones with replies as placeholders), and
 //! the likers are exactly the users whose like is on.
 
+mod common;
+use common::scratch_dir;
+
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::LikeAction;
@@ -129,18 +132,6 @@ impl Model {
 struct Touched {
     comments: HashSet<CommentId>,
     likers: HashSet<UserId>,
-}
-
-/// A fresh data directory, in memory where there is a tmpfs: this test is about what readers
-/// see, not durability, and every write's fsync would otherwise dominate its run time.
-fn scratch_dir() -> tempfile::TempDir {
-    let shm = std::path::Path::new("/dev/shm");
-    if shm.is_dir()
-        && let Ok(d) = tempfile::tempdir_in(shm)
-    {
-        return d;
-    }
-    tempfile::tempdir().expect("tempdir")
 }
 
 async fn service(dir: &std::path::Path) -> Arc<Engagement> {

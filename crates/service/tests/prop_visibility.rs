@@ -10,6 +10,9 @@
 //!   viewer's own settings hide it;
 //! - `viewer_has_liked` (posts and comments) and the settings read back are the viewer's own.
 
+mod common;
+use common::scratch_dir;
+
 use likewise_core::comment::status::CommentStatus::{self, *};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::LikeAction;
@@ -198,18 +201,6 @@ impl Model {
                 CommentsPolicy::Followers => user == author || self.follows_author_1.contains(&user),
             }
     }
-}
-
-/// A fresh data directory, in memory where there is a tmpfs: this test is about what readers
-/// see, not durability, and every write's fsync would otherwise dominate its run time.
-fn scratch_dir() -> tempfile::TempDir {
-    let shm = std::path::Path::new("/dev/shm");
-    if shm.is_dir()
-        && let Ok(d) = tempfile::tempdir_in(shm)
-    {
-        return d;
-    }
-    tempfile::tempdir().expect("tempdir")
 }
 
 async fn service(dir: &std::path::Path) -> Arc<Engagement> {

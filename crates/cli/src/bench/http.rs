@@ -3,8 +3,6 @@
 //! ratios say how much the like path costs over an empty request.
 
 use super::{HotPostArgs, progress, stats};
-use crate::config::{Config, Overrides};
-use anyhow::Context;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
@@ -77,17 +75,7 @@ where
 
 pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
     let base = base.trim_end_matches('/').to_string();
-    let secret = match &a.secret {
-        Some(s) => s.as_bytes().to_vec(),
-        None => {
-            let cfg = Config::load(
-                a.config.as_deref(),
-                &Overrides { listen: None, role: None, data_dir: a.data_dir.clone() },
-            )?;
-            crate::secret::load_or_create(cfg.auth.secret.as_deref(), &cfg.store.data_dir, false)
-                .context("pass --secret or the server's --data-dir")?
-        }
-    };
+    let secret = super::server_secret(a.secret.as_deref(), a.config.as_deref(), a.data_dir.as_deref())?;
     let keys = TokenKeys::new(&secret);
     let ttl = Duration::from_secs(3600);
     let mint = |u: u64, svc: bool| keys.mint(UserId(u), svc, ttl).map_err(|e| anyhow::anyhow!(e));

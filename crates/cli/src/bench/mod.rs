@@ -72,6 +72,23 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     }
 }
 
+/// The token secret of a running server: `--secret`, else the one its config or data
+/// directory holds (the same lookup `likewise token` does).
+fn server_secret(
+    secret: Option<&str>,
+    config: Option<&std::path::Path>,
+    data_dir: Option<&std::path::Path>,
+) -> anyhow::Result<Vec<u8>> {
+    use anyhow::Context;
+    if let Some(s) = secret {
+        return Ok(s.as_bytes().to_vec());
+    }
+    let overrides = crate::config::Overrides { listen: None, role: None, data_dir: data_dir.map(Into::into) };
+    let cfg = crate::config::Config::load(config, &overrides)?;
+    crate::secret::load_or_create(cfg.auth.secret.as_deref(), &cfg.store.data_dir, false)
+        .context("pass --secret or the server's --data-dir")
+}
+
 fn progress(total: u64) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(

@@ -1374,17 +1374,8 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
     // The service: in this process, or a running server.
     let (base, keys, server, rss) = match &a.url {
         Some(url) => {
-            let secret = match &a.secret {
-                Some(s) => s.as_bytes().to_vec(),
-                None => {
-                    let cfg = Config::load(
-                        a.config.as_deref(),
-                        &Overrides { listen: None, role: None, data_dir: a.data_dir.clone() },
-                    )?;
-                    crate::secret::load_or_create(cfg.auth.secret.as_deref(), &cfg.store.data_dir, false)
-                        .context("pass --secret or the server's --data-dir")?
-                }
-            };
+            let secret =
+                super::server_secret(a.secret.as_deref(), a.config.as_deref(), a.data_dir.as_deref())?;
             let rss = a.pid.map(RssSource::Pid).unwrap_or(RssSource::None);
             (url.trim_end_matches('/').to_string(), TokenKeys::new(&secret), None, rss)
         }
