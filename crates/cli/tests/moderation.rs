@@ -323,3 +323,58 @@ async fn the_classifier_holds_spam_and_abuse_but_not_ordinary_comments() {
     assert!(!queue(&app).await.iter().any(|c| id(c) == id(&spam)));
     app.stop().await;
 }
+
+/// Top pages and feed previews keep ranked candidates and comment records cached; a status
+/// change or a delete must still take effect on the very next read, on every reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moderation_and_deletes_show_at_once_in_top_pages_and_previews() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let a = comment(&app, 70, 1, "the first thoughtful remark").await;
+    let b = comment(&app, 71, 1, "a second thoughtful remark").await;
+    let ids = |items: &[Value]| items.iter().map(id).collect::<Vec<_>>();
+    let previews = |v: Value| ids(v["preview_comments"].as_array().expect("previews"));
+    // Readers fill the caches (ranking, records) first; comment_count reaches 2 through the
+    // aggregator, and only then are previews computed.
+    app.wait_until(|| async { app.view(90, 1).await["comment_count"] == json!(2) }).await;
+    for viewer in [90, 91] {
+        assert_eq!(ids(&list(&app, viewer, 1, "top").await).len(), 2);
+        assert_eq!(previews(app.view(viewer, 1).await).len(), 2);
+    }
+    // Hidden by a moderator: gone for everyone at once (the author still sees it, shadowed).
+    let (st, _) = app
+        .call(
+            Method::POST,
+            &format!("/v1/moderation/comments/{}", id(&a)),
+            Some(&app.service()),
+            Some(r#"{"action":"hide"}"#),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    for viewer in [90, 91] {
+        assert_eq!(ids(&list(&app, viewer, 1, "top").await), vec![id(&b)], "top for {viewer}");
+        assert!(!previews(app.view(viewer, 1).await).contains(&id(&a)), "preview for {viewer}");
+    }
+    assert!(ids(&list(&app, 70, 1, "top").await).contains(&id(&a)), "its author still sees it");
+    // Approved: back at once.
+    let (st, _) = app
+        .call(
+            Method::POST,
+            &format!("/v1/moderation/comments/{}", id(&a)),
+            Some(&app.service()),
+            Some(r#"{"action":"approve"}"#),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(ids(&list(&app, 90, 1, "top").await).len(), 2);
+    // Deleted by its author: gone from the top page and the previews at once.
+    let (st, _) =
+        app.call(Method::DELETE, &format!("/v1/comments/{}", id(&b)), Some(&app.user(71)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    for viewer in [90, 91] {
+        assert!(!ids(&list(&app, viewer, 1, "top").await).contains(&id(&b)), "top for {viewer}");
+        assert!(!previews(app.view(viewer, 1).await).contains(&id(&b)), "preview for {viewer}");
+    }
+    app.stop().await;
+}

@@ -36,8 +36,10 @@ pub enum Invalidation {
     Restrict(UserId, UserId),
     /// A user's hidden words.
     HiddenWords(UserId),
-    /// A post's top-comments ranking (pins changed).
+    /// A post's top-comments ranking (pins or a ranked comment's status changed).
     Top(PostId),
+    /// A comment record (its status changed or it was deleted).
+    Comment(CommentId),
 }
 
 impl Invalidation {
@@ -52,6 +54,7 @@ impl Invalidation {
             Invalidation::Restrict(a, b) => format!("restrict {} {}", a.0, b.0),
             Invalidation::HiddenWords(u) => format!("hidden {}", u.0),
             Invalidation::Top(p) => format!("top {}", p.0),
+            Invalidation::Comment(c) => format!("comment {}", c.0),
         }
     }
 
@@ -69,6 +72,7 @@ impl Invalidation {
             "restrict" => Invalidation::Restrict(UserId(a), UserId(it.next()?.parse().ok()?)),
             "hidden" => Invalidation::HiddenWords(UserId(a)),
             "top" => Invalidation::Top(PostId(a)),
+            "comment" => Invalidation::Comment(CommentId(a)),
             _ => return None,
         };
         it.next().is_none().then_some(inv)
@@ -281,6 +285,7 @@ impl Engagement {
             Invalidation::Restrict(a, b) => self.moderation.restricts.remove(&(a, b)),
             Invalidation::HiddenWords(u) => self.moderation.hidden.remove(&u),
             Invalidation::Top(p) => self.top.invalidate(p),
+            Invalidation::Comment(c) => self.records.forget(c),
         }
     }
 }
@@ -300,6 +305,7 @@ mod tests {
             Invalidation::Restrict(UserId(4), UserId(5)),
             Invalidation::HiddenWords(UserId(6)),
             Invalidation::Top(PostId(9)),
+            Invalidation::Comment(CommentId(10)),
         ] {
             assert_eq!(Invalidation::decode(&inv.encode()), Some(inv));
         }

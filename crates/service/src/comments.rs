@@ -56,11 +56,15 @@ pub struct CommentPage {
 }
 
 fn audience(reader: Reader, r: &CommentRecord) -> Audience {
-    if reader.user == r.author {
+    audience_of(reader, r.author, r.post_author)
+}
+
+fn audience_of(reader: Reader, author: UserId, post_author: UserId) -> Audience {
+    if reader.user == author {
         Audience::CommentAuthor
     } else if reader.moderator {
         Audience::Moderator
-    } else if reader.user == r.post_author {
+    } else if reader.user == post_author {
         Audience::PostAuthor
     } else {
         Audience::Other
@@ -73,6 +77,12 @@ pub fn as_seen_by(reader: Reader, r: &CommentRecord) -> Option<CommentRecord> {
     // A stored Deleted record is always a placeholder that had replies.
     let shown = shown_as(r.status, audience(reader, r), r.status == CommentStatus::Deleted)?;
     Some(CommentRecord { status: shown, ..r.clone() })
+}
+
+/// Whether `reader` is shown a comment by `author` on a post by `post_author` in `status`
+/// (what [`as_seen_by`] decides, from the fields a ranked candidate keeps).
+pub fn seen_by(reader: Reader, author: UserId, post_author: UserId, status: CommentStatus) -> bool {
+    shown_as(status, audience_of(reader, author, post_author), status == CommentStatus::Deleted).is_some()
 }
 
 impl Engagement {
@@ -265,6 +275,36 @@ impl Engagement {
             .collect())
     }
 
+    /// Comment records by ID through the record cache (read paths only; see
+    /// [`crate::cache::records`]).
+    pub(crate) async fn comment_records(
+        &self,
+        ids: &[CommentId],
+    ) -> ServiceResult<Vec<Option<CommentRecord>>> {
+        let mut out: Vec<Option<CommentRecord>> = Vec::with_capacity(ids.len());
+        let mut missing = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            match self.records.get(*id) {
+                Some(r) => out.push(Some((*r).clone())),
+                None => {
+                    out.push(None);
+                    missing.push(i);
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let epoch = self.records.epoch();
+        let want: Vec<CommentId> = missing.iter().map(|&i| ids[i]).collect();
+        let loaded = self.stores.comments.comments(&want).await?;
+        self.records.put_if_unchanged(epoch, loaded.iter().flatten().cloned());
+        for (i, r) in missing.into_iter().zip(loaded) {
+            out[i] = r;
+        }
+        Ok(out)
+    }
+
     /// Delete a comment (its author or the post's author).
     pub async fn delete_comment(&self, reader: Reader, id: CommentId) -> ServiceResult<()> {
         let r = self.stores.comments.comments(&[id]).await?.pop().flatten();
@@ -275,6 +315,7 @@ impl Engagement {
             ));
         }
         self.stores.writer.submit_comment(CommentOp::Delete { id, actor: reader.user }).await?;
+        self.comment_changed(&r);
         // Nothing is left to decide about a deleted comment.
         self.stores.moderation.set_queued(id, false).await?;
         Ok(())

@@ -99,6 +99,7 @@ pub struct Engagement {
     followees: TtlMap<UserId, Arc<HashSet<UserId>>>,
     moderation: moderation::Moderation,
     top: ranking::TopCache,
+    records: cache::records::RecordCache,
     views: views::Views,
     live: notifications::LiveFeed,
     broadcast: std::sync::OnceLock<Arc<dyn cluster::Broadcast>>,
@@ -132,6 +133,7 @@ impl Engagement {
                 opts.meta_capacity,
             ),
             top: ranking::TopCache::new(opts.count_capacity / 10 + 1),
+            records: cache::records::RecordCache::new(opts.meta_capacity / 4 + 1, opts.meta_ttl),
             views: views::Views::default(),
             live: notifications::LiveFeed::default(),
             broadcast: std::sync::OnceLock::new(),
@@ -160,6 +162,26 @@ impl Engagement {
     /// Whether the viewer's liked-set Bloom filter has been built (tests, diagnostics).
     pub fn viewer_filter_ready(&self, viewer: UserId) -> bool {
         self.viewer_likes.filter_ready(viewer)
+    }
+
+    /// Entries held by each in-process cache (`likewise_cache_entries{cache}`): every one is
+    /// bounded by its capacity; the gauge lets an operator (and the soak) see them fill.
+    pub fn cache_entries(&self) -> Vec<(&'static str, usize)> {
+        let mut out = vec![
+            ("counts", self.counts.len()),
+            ("viewer_likes", self.viewer_likes.len()),
+            ("view_sketches", self.views.len()),
+            self.posts.entries(),
+            self.usernames.entries(),
+            self.settings.entries(),
+            self.followees.entries(),
+            self.moderation.blocks.entries(),
+            self.moderation.restricts.entries(),
+            self.moderation.hidden.entries(),
+            self.records.entries(),
+        ];
+        out.extend(self.top.entries());
+        out
     }
 
     /// Liveness of the storage, for `/healthz`.

@@ -13,7 +13,7 @@
 //! resumes at the chronological part.
 
 use crate::cache::ttl::TtlMap;
-use crate::comments::{CommentView, Order, Reader, as_seen_by};
+use crate::comments::{CommentView, Order, Reader, as_seen_by, seen_by};
 use crate::{Engagement, ServiceError, ServiceResult, now_ms};
 use likewise_core::comment::id::id_timestamp_ms;
 use likewise_core::comment::rank::{RankInput, base_score, order_top, viewer_score};
@@ -29,11 +29,30 @@ use std::time::Duration;
 /// How many of a post's newest top-level comments are ranked.
 pub const TOP_K: usize = 200;
 
+/// A ranked comment, with what deciding its visibility to a viewer needs: re-ranking per
+/// viewer must not load every candidate's record from the store on every request (the soak
+/// showed it taking 41% of the CPU once posts had many comments). The status may lag a
+/// change by one ranker round elsewhere in a cluster; pages still re-read the records they
+/// return and filter them, so a stale status can shorten a page but never show a comment.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate {
+    /// The comment.
+    pub id: CommentId,
+    /// Its author.
+    pub author: UserId,
+    /// Base score (higher first).
+    pub base: f64,
+    /// Moderation status when ranked.
+    pub status: CommentStatus,
+}
+
 /// A post's base ranking.
 #[derive(Debug, Clone)]
 pub struct TopList {
-    /// (comment, author, base score), best first.
-    pub ranked: Vec<(CommentId, UserId, f64)>,
+    /// The post's author (every candidate's `post_author`).
+    pub post_author: UserId,
+    /// Candidates, best first.
+    pub ranked: Vec<Candidate>,
     /// The oldest candidate (the chronological continuation starts below it).
     pub floor: Option<CommentId>,
     /// True when the post may have comments older than the candidates.
@@ -59,7 +78,7 @@ impl TopCache {
         }
     }
 
-    /// Forget a post's ranking (pins changed).
+    /// Forget a post's ranking (pins or a ranked comment's status changed).
     pub fn invalidate(&self, post: PostId) {
         self.lists.remove(&post);
     }
@@ -67,6 +86,11 @@ impl TopCache {
     /// Is the post's ranking cached (the ranker only refreshes those)?
     pub fn is_cached(&self, post: PostId) -> bool {
         self.lists.get(&post).is_some()
+    }
+
+    /// Entries of the rankings and snapshots maps (for `/metrics`).
+    pub fn entries(&self) -> [(&'static str, usize); 2] {
+        [self.lists.entries(), self.snapshots.entries()]
     }
 
     /// How many rankings have been computed (benchmarks, tests).
@@ -142,10 +166,10 @@ impl Engagement {
                 author_verified: profile.is_some_and(|p| p.verified),
                 integrity: spam_score(&SpamSignals::of(&r.text), 0),
             };
-            ranked.push((r.id, r.author, base_score(&input)));
+            ranked.push(Candidate { id: r.id, author: r.author, base: base_score(&input), status: r.status });
         }
-        ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.0.cmp(&a.0)));
-        let list = Arc::new(TopList { ranked, floor, more });
+        ranked.sort_by(|a, b| b.base.total_cmp(&a.base).then(b.id.cmp(&a.id)));
+        let list = Arc::new(TopList { post_author: meta.author, ranked, floor, more });
         self.top.lists.put(post, list.clone());
         self.top.computed.fetch_add(1, Ordering::Relaxed);
         Ok(list)
@@ -166,25 +190,33 @@ impl Engagement {
         post: PostId,
         list: &TopList,
     ) -> ServiceResult<(Vec<CommentId>, Vec<CommentId>)> {
-        let ids: Vec<CommentId> = list.ranked.iter().map(|(id, _, _)| *id).collect();
         let pins = self.pins(post).await?;
-        let mut want = ids.clone();
-        want.extend(pins.iter().copied());
-        let recs = self.stores.comments.comments(&want).await?;
-        let seen: HashMap<CommentId, bool> = want
-            .iter()
-            .zip(&recs)
-            .map(|(id, r)| (*id, r.as_ref().is_some_and(|r| as_seen_by(reader, r).is_some())))
-            .collect();
+        // Pins outside the candidates (older than the ranked window) are read from the store.
+        let cached: HashMap<CommentId, &Candidate> = list.ranked.iter().map(|c| (c.id, c)).collect();
+        let outside: Vec<CommentId> = pins.iter().copied().filter(|p| !cached.contains_key(p)).collect();
+        let outside_seen: Vec<CommentId> = if outside.is_empty() {
+            Vec::new()
+        } else {
+            let recs = self.comment_records(&outside).await?;
+            outside
+                .iter()
+                .zip(&recs)
+                .filter(|(_, r)| r.as_ref().is_some_and(|r| as_seen_by(reader, r).is_some()))
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        let seen = |c: &Candidate| seen_by(reader, c.author, list.post_author, c.status);
         let followees = self.followees(reader.user).await?;
         let scored: Vec<(CommentId, f64)> = list
             .ranked
             .iter()
-            .filter(|(id, _, _)| seen.get(id).copied().unwrap_or(false))
-            .map(|(id, author, base)| (*id, viewer_score(*base, followees.contains(author))))
+            .filter(|c| seen(c))
+            .map(|c| (c.id, viewer_score(c.base, followees.contains(&c.author))))
             .collect();
-        let pins: Vec<CommentId> =
-            pins.into_iter().filter(|p| seen.get(p).copied().unwrap_or(false)).collect();
+        let pins: Vec<CommentId> = pins
+            .into_iter()
+            .filter(|p| cached.get(p).map_or(outside_seen.contains(p), |c| seen(c)))
+            .collect();
         Ok((order_top(&pins, &scored), pins))
     }
 
@@ -223,9 +255,7 @@ impl Engagement {
         };
         let slice: Vec<CommentId> = order.iter().skip(pos).take(limit).copied().collect();
         let recs: Vec<_> = self
-            .stores
-            .comments
-            .comments(&slice)
+            .comment_records(&slice)
             .await?
             .into_iter()
             .flatten()
@@ -279,6 +309,7 @@ impl Engagement {
             }
             let list = self.top_list(*post).await?;
             let short = TopList {
+                post_author: list.post_author,
                 ranked: list.ranked.iter().take(10).copied().collect(),
                 floor: list.floor,
                 more: list.more,
@@ -286,9 +317,7 @@ impl Engagement {
             let (order, pins) = self.viewer_order(reader, *post, &short).await?;
             let ids: Vec<CommentId> = order.into_iter().take(2).collect();
             let recs = self
-                .stores
-                .comments
-                .comments(&ids)
+                .comment_records(&ids)
                 .await?
                 .into_iter()
                 .flatten()

@@ -19,6 +19,22 @@ pub enum Decision {
 }
 
 impl Engagement {
+    /// A comment's status changed or it was deleted (called once the write is durable):
+    /// drop its cached record, and a reply's parent's (a deleted placeholder goes when its
+    /// last reply does), here and on every node. Rankings keep candidates' statuses, so for
+    /// a top-level comment the post's ranking goes too (the ranker would refresh it a round
+    /// later).
+    pub(crate) fn comment_changed(&self, r: &CommentRecord) {
+        for id in std::iter::once(r.id).chain(r.parent) {
+            self.records.forget(id);
+            self.announce(crate::cluster::Invalidation::Comment(id));
+        }
+        if r.parent.is_none() {
+            self.top.invalidate(r.post);
+            self.announce(crate::cluster::Invalidation::Top(r.post));
+        }
+    }
+
     async fn comment_record(&self, id: CommentId) -> ServiceResult<Option<CommentRecord>> {
         Ok(self.stores.comments.comments(&[id]).await?.pop().flatten())
     }
@@ -30,7 +46,10 @@ impl Engagement {
         actor: UserId,
     ) -> ServiceResult<CommentRecord> {
         match self.stores.writer.submit_comment(CommentOp::SetStatus { id, status, actor }).await?.outcome {
-            CommentOutcome::Done(Some(r)) => Ok(r),
+            CommentOutcome::Done(Some(r)) => {
+                self.comment_changed(&r);
+                Ok(r)
+            }
             _ => Err(ServiceError::NotFound("comment")),
         }
     }

@@ -47,6 +47,18 @@ pub struct Views {
     sketches: Mutex<HashMap<PostId, Sketch>>,
 }
 
+impl Views {
+    /// Sketches held in memory (each 16 KiB), for `/metrics`.
+    pub fn len(&self) -> usize {
+        self.sketches.lock().len()
+    }
+
+    /// Whether no sketch is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A post author's insights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Insights {

@@ -48,13 +48,21 @@ replies) is expected, because moderation may hold a comment back from other view
 status (every 5xx, any other 4xx), a transport error, a malformed 2xx body, or a read that does \
 not show the viewer's own like or unlike (read-your-writes) is an ERROR.
 
-Memory-growth rule (RSS sampled every second during the load): the first 20% of the run is \
-warm-up; B = mean RSS over 20-40% of the run, F = mean RSS over the last 20% (80-100%). The \
-run FAILS when F - B > --max-growth-mib AND F - B > --max-growth-pct of B AND the growth is \
-still linear: the least-squares slope of RSS over the last 40% of the run is at least half of \
-the average slope between the two windows ((F - B) / time between their centres). RSS that \
-climbs during warm-up, or climbs and then levels off, passes; RSS still climbing at its \
-average rate at the end fails. Needs at least 10 samples (a shorter run is not judged).
+Memory-growth rule (RSS sampled every second during the load): the rule judges the server's \
+UNACCOUNTED memory, RSS minus what its configuration bounds and /metrics reports (polled every \
+5 s): the store's block cache (likewise_store_block_cache_bytes, at most \
+store.cache_mb), its memtables (likewise_store_write_buffer_bytes) and the view sketches \
+(likewise_cache_entries{cache=\"view_sketches\"} x 16 KiB, at most 10,000). Those fill for as \
+long as there is new data to hold, which at soak rates takes far longer than 10 minutes, so \
+raw RSS looks linear while nothing leaks; they are checked against their own caps instead \
+(a part above its cap FAILS). Without those gauges (an engine that does not report them) \
+the rule judges raw RSS. The first 20% of the run is warm-up; B = mean over 20-40% of the \
+run, F = mean over the last 20% (80-100%). The run FAILS when F - B > --max-growth-mib AND \
+F - B > --max-growth-pct of B AND the growth is still linear: the least-squares slope over \
+the last 40% of the run is at least half of the average slope between the two windows \
+((F - B) / time between their centres). Memory that climbs during warm-up, or climbs and \
+then levels off, passes; memory still climbing at its average rate at the end fails. Needs \
+at least 10 samples (a shorter run is not judged).
 
 Exit status is non-zero on any error, on a count that did not converge to the likes the client \
 made (every post, within --converge-seconds), on the viral post's count differing from its \
@@ -266,7 +274,79 @@ struct Shared {
     viral_next: AtomicU64,
     scrapes: AtomicU64,
     scrape_errors: AtomicU64,
+    /// The server's bounded memory from its last /metrics (see `RULES`), bytes.
+    gauges: Mutex<Option<ServerMemory>>,
     stop: AtomicBool,
+}
+
+/// The memory parts a server reports in /metrics whose sizes its configuration bounds.
+#[derive(Debug, Clone, Copy, Default)]
+struct ServerMemory {
+    block_cache: f64,
+    block_cache_cap: f64,
+    write_buffer: f64,
+    write_buffer_cap: f64,
+    view_sketches: f64,
+}
+
+/// Bytes of one view sketch (HyperLogLog of 2^14 one-byte registers).
+const SKETCH_BYTES: f64 = 16_384.0;
+/// Most view sketches a server keeps in memory.
+const MAX_SKETCHES: f64 = 10_000.0;
+
+impl ServerMemory {
+    /// Parse the gauges out of a Prometheus text exposition; `None` when the store does not
+    /// report its block cache (then raw RSS is judged).
+    fn parse(text: &str) -> Option<ServerMemory> {
+        let mut m = ServerMemory::default();
+        let mut seen = false;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, value)) = line.rsplit_once(' ') else { continue };
+            let Ok(v) = value.trim().parse::<f64>() else { continue };
+            match name.trim() {
+                "likewise_store_block_cache_bytes" => (m.block_cache, seen) = (v, true),
+                "likewise_store_block_cache_capacity_bytes" => m.block_cache_cap = v,
+                "likewise_store_write_buffer_bytes" => m.write_buffer = v,
+                "likewise_store_write_buffer_limit_bytes" => m.write_buffer_cap = v,
+                "likewise_cache_entries{cache=\"view_sketches\"}" => m.view_sketches = v,
+                _ => {}
+            }
+        }
+        seen.then_some(m)
+    }
+
+    /// Bytes the bounded parts hold.
+    fn bounded(&self) -> f64 {
+        self.block_cache + self.write_buffer + self.view_sketches * SKETCH_BYTES
+    }
+
+    /// Parts above their caps. Memtables may briefly exceed the active caps by the sealed
+    /// ones waiting for a flush, so they get twice theirs.
+    fn over_caps(&self) -> Vec<String> {
+        let mut over = Vec::new();
+        if self.block_cache_cap > 0.0 && self.block_cache > self.block_cache_cap {
+            over.push(format!(
+                "block cache {:.0} MiB > cap {:.0} MiB",
+                mib(self.block_cache),
+                mib(self.block_cache_cap)
+            ));
+        }
+        if self.write_buffer_cap > 0.0 && self.write_buffer > 2.0 * self.write_buffer_cap {
+            over.push(format!(
+                "memtables {:.0} MiB > 2 x their caps {:.0} MiB",
+                mib(self.write_buffer),
+                mib(self.write_buffer_cap)
+            ));
+        }
+        if self.view_sketches > MAX_SKETCHES {
+            over.push(format!("{} view sketches > {MAX_SKETCHES}", self.view_sketches));
+        }
+        over
+    }
+}
+
+fn mib(bytes: f64) -> f64 {
+    bytes / (1024.0 * 1024.0)
 }
 
 impl Shared {
@@ -934,6 +1014,8 @@ fn judge_growth(rss: &[(f64, f64)], max_pct: f64, max_mib: f64) -> Option<Growth
 struct Sample {
     t: f64,
     rss_mib: Option<f64>,
+    /// The server's bounded memory (see `RULES`) at its last poll, MiB.
+    bounded_mib: Option<f64>,
     ok: [u64; CLASSES],
     answered: [u64; CLASSES],
     latency_us: [u64; CLASSES],
@@ -1033,6 +1115,7 @@ async fn sampler(sh: Arc<Shared>, rss: RssSource, started: Instant, report_every
         let s = Sample {
             t: started.elapsed().as_secs_f64(),
             rss_mib: rss.rss_mib(),
+            bounded_mib: sh.gauges.lock().unwrap_or_else(|e| e.into_inner()).map(|g| mib(g.bounded())),
             ok,
             answered: std::array::from_fn(|c| sh.counters[c].answered.load(Ordering::Relaxed)),
             latency_us: std::array::from_fn(|c| sh.counters[c].latency_us.load(Ordering::Relaxed)),
@@ -1302,6 +1385,8 @@ fn rates(samples: &[Sample], classes: std::ops::Range<usize>) -> Vec<(f64, f64)>
 fn render_svg(samples: &[Sample], title: &str, subtitle: &str) -> String {
     let x_max = samples.last().map(|s| s.t).unwrap_or(1.0);
     let rss: Vec<(f64, f64)> = samples.iter().filter_map(|s| s.rss_mib.map(|m| (s.t, m))).collect();
+    let unaccounted: Vec<(f64, f64)> =
+        samples.iter().filter_map(|s| Some((s.t, s.rss_mib? - s.bounded_mib?))).collect();
     let at = |q: usize| x_max * q as f64 / 10.0;
     let mut out = String::new();
     let _ = writeln!(
@@ -1317,7 +1402,10 @@ fn render_svg(samples: &[Sample], title: &str, subtitle: &str) -> String {
         90.0,
         "Resident memory (RSS)",
         "MiB over seconds",
-        &[Series { label: "RSS MiB".into(), color: "#c0392b", points: rss }],
+        &[
+            Series { label: "RSS MiB".into(), color: "#c0392b", points: rss },
+            Series { label: "RSS - store caches - sketches".into(), color: "#16a085", points: unaccounted },
+        ],
         x_max,
         &[(at(2), at(4), "baseline window"), (at(8), at(10), "final window")],
     );
@@ -1468,6 +1556,7 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
         viral_next: AtomicU64::new(0),
         scrapes: AtomicU64::new(0),
         scrape_errors: AtomicU64::new(0),
+        gauges: Mutex::new(None),
         stop: AtomicBool::new(false),
     });
 
@@ -1522,6 +1611,22 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
             }
         })
     });
+    // The server's bounded memory, for the memory rule (only when its RSS is measured).
+    let poller = (!matches!(rss, RssSource::None)).then(|| {
+        let (sh, world) = (sh.clone(), world.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            while !sh.stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let url = format!("{}/metrics", world.base);
+                let Ok(req) = Request::get(url.as_str()).body(Full::new(Bytes::new())) else { continue };
+                let Ok(resp) = world.client.request(req).await else { continue };
+                let Ok(body) = resp.into_body().collect().await else { continue };
+                let parsed = ServerMemory::parse(&String::from_utf8_lossy(&body.to_bytes()));
+                *sh.gauges.lock().unwrap_or_else(|e| e.into_inner()) = parsed;
+            }
+        })
+    });
     let interval = a.rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(a.concurrency as f64 / r));
     let mut loops = Vec::with_capacity(a.concurrency);
     for w in 0..a.concurrency {
@@ -1544,6 +1649,9 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
     bursts.abort();
     if let Some(s) = scraper {
         s.abort();
+    }
+    if let Some(p) = poller {
+        p.abort();
     }
     let samples = sampler.await?;
     let last_write = Instant::now();
@@ -1626,7 +1734,17 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
     // Memory.
     let rss_series: Vec<(f64, f64)> = samples.iter().filter_map(|s| s.rss_mib.map(|m| (s.t, m))).collect();
     let peak = rss_series.iter().map(|p| p.1).fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-    let verdict = judge_growth(&rss_series, a.max_growth_pct, a.max_growth_mib);
+    // Unaccounted = RSS - bounded parts, once the server has reported them.
+    let unaccounted: Vec<(f64, f64)> =
+        samples.iter().filter_map(|s| Some((s.t, s.rss_mib? - s.bounded_mib?))).collect();
+    let judged_unaccounted = !unaccounted.is_empty() && unaccounted.len() + 10 >= rss_series.len();
+    let raw_verdict = judge_growth(&rss_series, a.max_growth_pct, a.max_growth_mib);
+    let verdict = if judged_unaccounted {
+        judge_growth(&unaccounted, a.max_growth_pct, a.max_growth_mib)
+    } else {
+        raw_verdict.clone()
+    };
+    let last_gauges = *sh.gauges.lock().unwrap_or_else(|e| e.into_inner());
     let f0 = |v: Option<f64>| v.map(|m| format!("{m:.0}")).unwrap_or_else(|| "-".into());
     if !matches!(rss, RssSource::None) {
         println!(
@@ -1642,10 +1760,32 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
             f0(rss_series.last().map(|p| p.1))
         );
     }
+    if let Some(g) = last_gauges {
+        println!(
+            "server's bounded memory at the end: block cache {:.0} of {:.0} MiB, memtables {:.0} MiB (caps {:.0} MiB), \
+             {} view sketches ({:.0} MiB)",
+            mib(g.block_cache),
+            mib(g.block_cache_cap),
+            mib(g.write_buffer),
+            mib(g.write_buffer_cap),
+            g.view_sketches,
+            mib(g.view_sketches * SKETCH_BYTES)
+        );
+        for over in g.over_caps() {
+            failures.push(format!("bounded memory above its cap: {over}"));
+        }
+    }
+    if let (true, Some(g)) = (judged_unaccounted, &raw_verdict) {
+        println!(
+            "raw RSS (not judged): {:.0} MiB over 20-40%, {:.0} MiB over 80-100% ({:+.1} MiB, late slope {:.2} MiB/min)",
+            g.baseline_mib, g.final_mib, g.growth_mib, g.late_slope
+        );
+    }
+    let what = if judged_unaccounted { "unaccounted memory (RSS - bounded parts)" } else { "RSS" };
     let memory_line = match &verdict {
         Some(g) => {
             let line = format!(
-                "memory rule: mean RSS {:.0} MiB over 20-40% of the run, {:.0} MiB over 80-100%: {:+.1} MiB ({:+.1}%); \
+                "memory rule on {what}: mean {:.0} MiB over 20-40% of the run, {:.0} MiB over 80-100%: {:+.1} MiB ({:+.1}%); \
                  slope {:.2} MiB/min between the windows, {:.2} MiB/min over the last 40% -> {} \
                  (fails only if growth > {} MiB and > {}% and the late slope >= half the window slope)",
                 g.baseline_mib,
@@ -1779,6 +1919,24 @@ mod tests {
     }
 
     #[test]
+    fn server_memory_is_read_from_the_exposition_and_checked_against_its_caps() {
+        let text = "# TYPE likewise_store_block_cache_bytes gauge\n\
+            likewise_store_block_cache_bytes 104857600\n\
+            likewise_store_block_cache_capacity_bytes 268435456\n\
+            likewise_store_write_buffer_bytes 20971520\n\
+            likewise_store_write_buffer_limit_bytes 297795584\n\
+            likewise_cache_entries{cache=\"posts\"} 5001\n\
+            likewise_cache_entries{cache=\"view_sketches\"} 64\n";
+        let m = ServerMemory::parse(text).expect("reported");
+        assert_eq!(mib(m.bounded()), 100.0 + 20.0 + 1.0);
+        assert!(m.over_caps().is_empty(), "{:?}", m.over_caps());
+        let over = ServerMemory { block_cache: 300.0 * 1048576.0, view_sketches: 10_001.0, ..m };
+        assert_eq!(over.over_caps().len(), 2, "{:?}", over.over_caps());
+        // A store that reports no block cache: raw RSS is judged.
+        assert!(ServerMemory::parse("likewise_cache_entries{cache=\"posts\"} 3\n").is_none());
+    }
+
+    #[test]
     fn a_flat_series_passes() {
         let g = judge_growth(&series(|t| 400.0 + noise(t)), 10.0, 32.0).expect("judged");
         assert!(!g.unbounded, "{g:?}");
@@ -1825,6 +1983,7 @@ mod tests {
             .map(|i| Sample {
                 t: i as f64,
                 rss_mib: Some(100.0 + i as f64),
+                bounded_mib: Some(40.0),
                 ok: [i * 10; CLASSES],
                 answered: [i * 10; CLASSES],
                 latency_us: [i * 20_000; CLASSES],
@@ -1836,6 +1995,6 @@ mod tests {
             .collect();
         let svg = render_svg(&samples, "t", "s");
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<polyline").count(), 10);
+        assert_eq!(svg.matches("<polyline").count(), 11);
     }
 }

@@ -25,8 +25,17 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    // Sizes are read at scrape time: cheap, and always current.
     if let Some(d) = state.svc.stores().embedded.as_ref() {
         metrics::gauge!("likewise_store_disk_bytes").set(d.disk_space() as f64);
+        let m = d.memory();
+        metrics::gauge!("likewise_store_block_cache_bytes").set(m.block_cache_bytes as f64);
+        metrics::gauge!("likewise_store_block_cache_capacity_bytes").set(m.block_cache_capacity_bytes as f64);
+        metrics::gauge!("likewise_store_write_buffer_bytes").set(m.write_buffer_bytes as f64);
+        metrics::gauge!("likewise_store_write_buffer_limit_bytes").set(m.write_buffer_limit_bytes as f64);
+    }
+    for (cache, n) in state.svc.cache_entries() {
+        metrics::gauge!("likewise_cache_entries", "cache" => cache).set(n as f64);
     }
     let body = state.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)

@@ -81,6 +81,16 @@ impl CountCache {
         })
     }
 
+    /// How many targets the cache holds (for `/metrics`).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Whether the cache holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// How many storage loads the cache has issued (each covers one or more targets).
     pub fn store_loads(&self) -> u64 {
         self.loads.load(Ordering::Relaxed)

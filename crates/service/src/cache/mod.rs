@@ -4,8 +4,10 @@
 //! - [`counts`]: counts and recent likers per target, single-flight loads, stale-while-refresh.
 //! - [`viewer_likes`]: per-viewer recent likes and Bloom filter for "has the viewer liked?".
 //! - [`ttl`]: a small sharded TTL map for upstream data.
+//! - [`records`]: comment records by ID for previews and top pages, forgotten on change.
 
 pub mod counts;
+pub mod records;
 pub mod ttl;
 pub mod viewer_likes;
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 /// A TTL map. `get` returns only fresh entries.
 pub struct TtlMap<K, V> {
+    name: &'static str,
     counters: super::LookupCounters,
     ttl: Duration,
     per_shard: usize,
@@ -22,6 +23,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlMap<K, V> {
     /// A map named `name` (for metrics) holding about `capacity` entries for `ttl` each.
     pub fn new(name: &'static str, ttl: Duration, capacity: usize) -> Self {
         TtlMap {
+            name,
             counters: super::LookupCounters::new(name),
             ttl,
             per_shard: capacity.div_ceil(SHARDS).max(1),
@@ -55,6 +57,11 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlMap<K, V> {
             }
         }
         shard.insert(key, (value, Instant::now()));
+    }
+
+    /// The map's name and how many entries it holds (fresh or not), for `/metrics`.
+    pub fn entries(&self) -> (&'static str, usize) {
+        (self.name, self.shards.iter().map(|s| s.lock().len()).sum())
     }
 
     /// Forget `key`.

@@ -73,6 +73,16 @@ impl ViewerLikes {
         }
     }
 
+    /// How many viewers the cache holds (for `/metrics`).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Whether the cache holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn entry(&self, user: UserId) -> Arc<Mutex<Entry>> {
         let mut shard = self.shards[shard_of(&self.hasher, &user)].lock();
         if let Some(e) = shard.get(&user) {

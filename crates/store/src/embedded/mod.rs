@@ -42,6 +42,21 @@ impl Default for EmbeddedOptions {
     }
 }
 
+/// What the store holds in memory (gauges in `/metrics`): both parts are bounded by
+/// configuration, so RSS growth they explain is not a leak.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreMemory {
+    /// Bytes in the block cache.
+    pub block_cache_bytes: u64,
+    /// Its configured capacity.
+    pub block_cache_capacity_bytes: u64,
+    /// Bytes in memtables not yet flushed (active and sealed).
+    pub write_buffer_bytes: u64,
+    /// The active memtables' configured caps summed over keyspaces (sealed ones wait for a
+    /// flush; the journal cap forces those).
+    pub write_buffer_limit_bytes: u64,
+}
+
 /// The embedded store. Cheap to clone (all handles are reference-counted).
 #[derive(Clone)]
 pub struct EmbeddedStore {
@@ -89,6 +104,8 @@ struct Inner {
     write_lock: Mutex<()>,
     /// Serialises `add_report`'s read-modify-write of a comment's report count.
     report_lock: Mutex<()>,
+    /// Sum of the keyspaces' memtable caps.
+    write_buffer_limit: u64,
 }
 
 pub(crate) fn engine_err(e: impl std::fmt::Display) -> StoreError {
@@ -106,7 +123,9 @@ impl EmbeddedStore {
             .map_err(engine_err)?;
         let big = opts.memtable_bytes.max(1 << 20);
         let small = (big / 8).max(1 << 20);
+        let limit = std::cell::Cell::new(0u64);
         let ks = |name: &str, memtable: u64| {
+            limit.set(limit.get() + memtable);
             db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable))
                 .map_err(engine_err)
         };
@@ -144,6 +163,7 @@ impl EmbeddedStore {
             next_seq: AtomicU64::new(0),
             write_lock: Mutex::new(()),
             report_lock: Mutex::new(()),
+            write_buffer_limit: limit.get(),
             db,
         };
         let head = counters::last_seq(&inner.events)?;
@@ -159,6 +179,17 @@ impl EmbeddedStore {
     /// Bytes on disk (for the benchmarks and `/metrics`).
     pub fn disk_space(&self) -> u64 {
         self.inner.db.disk_space().unwrap_or(0)
+    }
+
+    /// Memory held by the block cache and the memtables.
+    pub fn memory(&self) -> StoreMemory {
+        let db = &self.inner.db;
+        StoreMemory {
+            block_cache_bytes: db.cache_size(),
+            block_cache_capacity_bytes: db.cache_capacity(),
+            write_buffer_bytes: db.write_buffer_size(),
+            write_buffer_limit_bytes: self.inner.write_buffer_limit,
+        }
     }
 
     /// Make everything written so far durable.
