@@ -282,8 +282,21 @@ async fn operations_routes_answer_without_a_token() {
         "likewise_http_request_duration_seconds",
         "likewise_group_commit_batch_size",
         "likewise_group_commit_fsync_seconds",
+        "likewise_cache_capacity{cache=\"posts\"}",
     ] {
         assert!(text.contains(m), "{m} missing from /metrics");
+    }
+    // Memory gauges: the post just read is cached, so the posts cache holds bytes.
+    let gauge = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse::<f64>().ok()))
+            .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+    };
+    assert!(gauge("likewise_cache_entries{cache=\"posts\"} ") >= 1.0);
+    assert!(gauge("likewise_cache_bytes{cache=\"posts\"} ") > 0.0);
+    if !common::scaled_out() {
+        assert!(gauge("likewise_store_block_cache_capacity_bytes ") > 0.0);
+        assert!(gauge("likewise_store_write_buffer_bytes ") > 0.0);
     }
     app.stop().await;
 }

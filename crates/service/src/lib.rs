@@ -164,23 +164,24 @@ impl Engagement {
         self.viewer_likes.filter_ready(viewer)
     }
 
-    /// Entries held by each in-process cache (`likewise_cache_entries{cache}`): every one is
-    /// bounded by its capacity; the gauge lets an operator (and the soak) see them fill.
-    pub fn cache_entries(&self) -> Vec<(&'static str, usize)> {
+    /// Size of every in-process cache (`likewise_cache_entries`, `_capacity` and `_bytes`,
+    /// by `cache`): each is bounded by its capacity; the gauges let an operator (and the soak)
+    /// see them fill. Walks every entry: call it per scrape, not per request.
+    pub fn cache_usage(&self) -> Vec<cache::Usage> {
         let mut out = vec![
-            ("counts", self.counts.len()),
-            ("viewer_likes", self.viewer_likes.len()),
-            ("view_sketches", self.views.len()),
-            self.posts.entries(),
-            self.usernames.entries(),
-            self.settings.entries(),
-            self.followees.entries(),
-            self.moderation.blocks.entries(),
-            self.moderation.restricts.entries(),
-            self.moderation.hidden.entries(),
-            self.records.entries(),
+            self.counts.usage(),
+            self.viewer_likes.usage(),
+            self.views.usage(),
+            self.posts.usage(),
+            self.usernames.usage(),
+            self.settings.usage(),
+            self.followees.usage(),
+            self.moderation.blocks.usage(),
+            self.moderation.restricts.usage(),
+            self.moderation.hidden.usage(),
+            self.records.usage(),
         ];
-        out.extend(self.top.entries());
+        out.extend(self.top.usage());
         out
     }
 

@@ -46,6 +46,12 @@ pub struct Candidate {
     pub status: CommentStatus,
 }
 
+impl crate::cache::Weigh for TopList {
+    fn heap_bytes(&self) -> usize {
+        self.ranked.capacity() * std::mem::size_of::<Candidate>()
+    }
+}
+
 /// A post's base ranking.
 #[derive(Debug, Clone)]
 pub struct TopList {
@@ -88,9 +94,9 @@ impl TopCache {
         self.lists.get(&post).is_some()
     }
 
-    /// Entries of the rankings and snapshots maps (for `/metrics`).
-    pub fn entries(&self) -> [(&'static str, usize); 2] {
-        [self.lists.entries(), self.snapshots.entries()]
+    /// Usage of the rankings and snapshots maps (for `/metrics`).
+    pub fn usage(&self) -> [crate::cache::Usage; 2] {
+        [self.lists.usage(), self.snapshots.usage()]
     }
 
     /// How many rankings have been computed (benchmarks, tests).

@@ -53,6 +53,17 @@ impl Views {
         self.sketches.lock().len()
     }
 
+    /// Entries, capacity and bytes (for `/metrics`).
+    pub fn usage(&self) -> crate::cache::Usage {
+        let entries = self.len();
+        crate::cache::Usage {
+            cache: "view_sketches",
+            entries,
+            capacity: MAX_IN_MEMORY,
+            bytes: entries * ((1 << PRECISION) + 64),
+        }
+    }
+
     /// Whether no sketch is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -50,13 +50,13 @@ not show the viewer's own like or unlike (read-your-writes) is an ERROR.
 
 Memory-growth rule (RSS sampled every second during the load): the rule judges the server's \
 UNACCOUNTED memory, RSS minus what its configuration bounds and /metrics reports (polled every \
-5 s): the store's block cache (likewise_store_block_cache_bytes, at most \
-store.cache_mb), its memtables (likewise_store_write_buffer_bytes) and the view sketches \
-(likewise_cache_entries{cache=\"view_sketches\"} x 16 KiB, at most 10,000). Those fill for as \
-long as there is new data to hold, which at soak rates takes far longer than 10 minutes, so \
-raw RSS looks linear while nothing leaks; they are checked against their own caps instead \
-(a part above its cap FAILS). Without those gauges (an engine that does not report them) \
-the rule judges raw RSS. The first 20% of the run is warm-up; B = mean over 20-40% of the \
+5 s): the store's block cache (likewise_store_block_cache_bytes, at most store.cache_mb), its \
+memtables (likewise_store_write_buffer_bytes) and every in-process cache's estimated bytes \
+(likewise_cache_bytes{cache}, each cache at most likewise_cache_capacity{cache} entries). \
+Those fill for as long as there is new data to hold, which with the default capacities takes \
+far longer than 10 minutes at soak rates, so raw RSS looks linear while nothing leaks; they \
+are checked against their own caps instead (a part above its cap FAILS). Without those \
+gauges the rule judges raw RSS. The first 20% of the run is warm-up; B = mean over 20-40% of the \
 run, F = mean over the last 20% (80-100%). The run FAILS when F - B > --max-growth-mib AND \
 F - B > --max-growth-pct of B AND the growth is still linear: the least-squares slope over \
 the last 40% of the run is at least half of the average slope between the two windows \
@@ -280,44 +280,59 @@ struct Shared {
 }
 
 /// The memory parts a server reports in /metrics whose sizes its configuration bounds.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct ServerMemory {
     block_cache: f64,
     block_cache_cap: f64,
     write_buffer: f64,
     write_buffer_cap: f64,
-    view_sketches: f64,
+    /// Per in-process cache: [entries, capacity, estimated bytes].
+    caches: std::collections::BTreeMap<String, [f64; 3]>,
 }
 
-/// Bytes of one view sketch (HyperLogLog of 2^14 one-byte registers).
-const SKETCH_BYTES: f64 = 16_384.0;
-/// Most view sketches a server keeps in memory.
-const MAX_SKETCHES: f64 = 10_000.0;
-
 impl ServerMemory {
-    /// Parse the gauges out of a Prometheus text exposition; `None` when the store does not
-    /// report its block cache (then raw RSS is judged).
+    /// Parse the gauges out of a Prometheus text exposition; `None` when the server reports
+    /// neither its store's block cache nor any cache's bytes (then raw RSS is judged).
     fn parse(text: &str) -> Option<ServerMemory> {
         let mut m = ServerMemory::default();
         let mut seen = false;
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let Some((name, value)) = line.rsplit_once(' ') else { continue };
             let Ok(v) = value.trim().parse::<f64>() else { continue };
-            match name.trim() {
+            let name = name.trim();
+            if let Some((metric, labels)) = name.split_once('{') {
+                let cache = labels.strip_prefix("cache=\"").and_then(|l| l.strip_suffix("\"}"));
+                let slot = match metric {
+                    "likewise_cache_entries" => 0,
+                    "likewise_cache_capacity" => 1,
+                    "likewise_cache_bytes" => 2,
+                    _ => continue,
+                };
+                if let Some(cache) = cache {
+                    m.caches.entry(cache.to_string()).or_default()[slot] = v;
+                    seen |= slot == 2;
+                }
+                continue;
+            }
+            match name {
                 "likewise_store_block_cache_bytes" => (m.block_cache, seen) = (v, true),
                 "likewise_store_block_cache_capacity_bytes" => m.block_cache_cap = v,
                 "likewise_store_write_buffer_bytes" => m.write_buffer = v,
                 "likewise_store_write_buffer_limit_bytes" => m.write_buffer_cap = v,
-                "likewise_cache_entries{cache=\"view_sketches\"}" => m.view_sketches = v,
                 _ => {}
             }
         }
         seen.then_some(m)
     }
 
+    /// Estimated bytes of the in-process caches.
+    fn cache_bytes(&self) -> f64 {
+        self.caches.values().map(|c| c[2]).sum()
+    }
+
     /// Bytes the bounded parts hold.
     fn bounded(&self) -> f64 {
-        self.block_cache + self.write_buffer + self.view_sketches * SKETCH_BYTES
+        self.block_cache + self.write_buffer + self.cache_bytes()
     }
 
     /// Parts above their caps. Memtables may briefly exceed the active caps by the sealed
@@ -338,8 +353,10 @@ impl ServerMemory {
                 mib(self.write_buffer_cap)
             ));
         }
-        if self.view_sketches > MAX_SKETCHES {
-            over.push(format!("{} view sketches > {MAX_SKETCHES}", self.view_sketches));
+        for (name, [entries, cap, _]) in &self.caches {
+            if *cap > 0.0 && entries > cap {
+                over.push(format!("cache {name}: {entries} entries > capacity {cap}"));
+            }
         }
         over
     }
@@ -1115,7 +1132,12 @@ async fn sampler(sh: Arc<Shared>, rss: RssSource, started: Instant, report_every
         let s = Sample {
             t: started.elapsed().as_secs_f64(),
             rss_mib: rss.rss_mib(),
-            bounded_mib: sh.gauges.lock().unwrap_or_else(|e| e.into_inner()).map(|g| mib(g.bounded())),
+            bounded_mib: sh
+                .gauges
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|g| mib(g.bounded())),
             ok,
             answered: std::array::from_fn(|c| sh.counters[c].answered.load(Ordering::Relaxed)),
             latency_us: std::array::from_fn(|c| sh.counters[c].latency_us.load(Ordering::Relaxed)),
@@ -1744,7 +1766,7 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
     } else {
         raw_verdict.clone()
     };
-    let last_gauges = *sh.gauges.lock().unwrap_or_else(|e| e.into_inner());
+    let last_gauges = sh.gauges.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let f0 = |v: Option<f64>| v.map(|m| format!("{m:.0}")).unwrap_or_else(|| "-".into());
     if !matches!(rss, RssSource::None) {
         println!(
@@ -1763,14 +1785,16 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
     if let Some(g) = last_gauges {
         println!(
             "server's bounded memory at the end: block cache {:.0} of {:.0} MiB, memtables {:.0} MiB (caps {:.0} MiB), \
-             {} view sketches ({:.0} MiB)",
+             caches {:.0} MiB:",
             mib(g.block_cache),
             mib(g.block_cache_cap),
             mib(g.write_buffer),
             mib(g.write_buffer_cap),
-            g.view_sketches,
-            mib(g.view_sketches * SKETCH_BYTES)
+            mib(g.cache_bytes())
         );
+        for (name, [entries, cap, bytes]) in &g.caches {
+            println!("  cache {name:<16} {entries:>8} of {cap:>8} entries, {:>7.1} MiB", mib(*bytes));
+        }
         for over in g.over_caps() {
             failures.push(format!("bounded memory above its cap: {over}"));
         }
@@ -1926,11 +1950,15 @@ mod tests {
             likewise_store_write_buffer_bytes 20971520\n\
             likewise_store_write_buffer_limit_bytes 297795584\n\
             likewise_cache_entries{cache=\"posts\"} 5001\n\
-            likewise_cache_entries{cache=\"view_sketches\"} 64\n";
+            likewise_cache_capacity{cache=\"posts\"} 200000\n\
+            likewise_cache_bytes{cache=\"posts\"} 524288\n\
+            likewise_cache_bytes{cache=\"view_sketches\"} 524288\n";
         let m = ServerMemory::parse(text).expect("reported");
         assert_eq!(mib(m.bounded()), 100.0 + 20.0 + 1.0);
+        assert_eq!(m.caches["posts"], [5001.0, 200000.0, 524288.0]);
         assert!(m.over_caps().is_empty(), "{:?}", m.over_caps());
-        let over = ServerMemory { block_cache: 300.0 * 1048576.0, view_sketches: 10_001.0, ..m };
+        let mut over = ServerMemory { block_cache: 300.0 * 1048576.0, ..m };
+        over.caches.insert("posts".into(), [200_001.0, 200_000.0, 1.0]);
         assert_eq!(over.over_caps().len(), 2, "{:?}", over.over_caps());
         // A store that reports no block cache: raw RSS is judged.
         assert!(ServerMemory::parse("likewise_cache_entries{cache=\"posts\"} 3\n").is_none());

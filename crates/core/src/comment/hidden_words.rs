@@ -48,6 +48,19 @@ pub struct HiddenWords {
     phrases: Vec<Vec<Vec<char>>>,
 }
 
+impl HiddenWords {
+    /// Heap bytes held (for memory accounting).
+    pub fn heap_bytes(&self) -> usize {
+        let word = std::mem::size_of::<Vec<char>>();
+        self.phrases.capacity() * std::mem::size_of::<Vec<Vec<char>>>()
+            + self
+                .phrases
+                .iter()
+                .map(|p| p.capacity() * word + p.iter().map(|w| w.capacity() * 4).sum::<usize>())
+                .sum::<usize>()
+    }
+}
+
 /// What leetspeak character `c` may stand for.
 fn leet(c: char) -> &'static [char] {
     match c {

@@ -34,8 +34,10 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         metrics::gauge!("likewise_store_write_buffer_bytes").set(m.write_buffer_bytes as f64);
         metrics::gauge!("likewise_store_write_buffer_limit_bytes").set(m.write_buffer_limit_bytes as f64);
     }
-    for (cache, n) in state.svc.cache_entries() {
-        metrics::gauge!("likewise_cache_entries", "cache" => cache).set(n as f64);
+    for u in state.svc.cache_usage() {
+        metrics::gauge!("likewise_cache_entries", "cache" => u.cache).set(u.entries as f64);
+        metrics::gauge!("likewise_cache_capacity", "cache" => u.cache).set(u.capacity as f64);
+        metrics::gauge!("likewise_cache_bytes", "cache" => u.cache).set(u.bytes as f64);
     }
     let body = state.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)

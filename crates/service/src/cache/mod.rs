@@ -13,6 +13,84 @@ pub mod viewer_likes;
 
 use std::hash::{BuildHasher, Hash};
 
+/// Estimated memory of cached values, for `likewise_cache_bytes{cache}`: heap bytes a value
+/// owns beyond its inline size. An estimate (allocator overhead and sharing are ignored), good
+/// enough to tell a cache filling toward its cap from a leak.
+pub trait Weigh {
+    /// Heap bytes owned by the value.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+impl Weigh for bool {}
+impl Weigh for likewise_core::model::PostMeta {}
+impl Weigh for likewise_core::model::ViewerSettings {}
+
+impl<T: Weigh> Weigh for Option<T> {
+    fn heap_bytes(&self) -> usize {
+        self.as_ref().map_or(0, T::heap_bytes)
+    }
+}
+
+/// Reference count header of an `Arc` allocation.
+const ARC_HEADER: usize = 16;
+
+impl Weigh for std::sync::Arc<str> {
+    fn heap_bytes(&self) -> usize {
+        ARC_HEADER + self.len()
+    }
+}
+
+impl<T: Weigh> Weigh for std::sync::Arc<T> {
+    fn heap_bytes(&self) -> usize {
+        ARC_HEADER + std::mem::size_of::<T>() + T::heap_bytes(self)
+    }
+}
+
+impl<T> Weigh for Vec<T> {
+    fn heap_bytes(&self) -> usize {
+        self.capacity() * std::mem::size_of::<T>()
+    }
+}
+
+impl<T, S> Weigh for std::collections::HashSet<T, S> {
+    fn heap_bytes(&self) -> usize {
+        // hashbrown: one control byte per bucket, buckets = capacity * 8 / 7.
+        self.capacity() * 8 / 7 * (std::mem::size_of::<T>() + 1)
+    }
+}
+
+impl Weigh for likewise_core::comment::hidden_words::HiddenWords {
+    fn heap_bytes(&self) -> usize {
+        likewise_core::comment::hidden_words::HiddenWords::heap_bytes(self)
+    }
+}
+
+impl Weigh for likewise_core::write::CommentRecord {
+    fn heap_bytes(&self) -> usize {
+        self.text.capacity()
+    }
+}
+
+/// One cache's size, for `/metrics` (`likewise_cache_entries`, `_capacity`, `_bytes`).
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// The cache's name.
+    pub cache: &'static str,
+    /// Entries held.
+    pub entries: usize,
+    /// Most entries it holds.
+    pub capacity: usize,
+    /// Estimated bytes.
+    pub bytes: usize,
+}
+
+/// Bytes of a hash map's table holding `len` entries of `entry` bytes each.
+pub(crate) fn table_bytes(len: usize, entry: usize) -> usize {
+    len * 8 / 7 * (entry + 1)
+}
+
 /// Number of lock shards in each cache: enough to keep two cores from contending.
 pub(crate) const SHARDS: usize = 64;
 

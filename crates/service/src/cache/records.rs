@@ -56,9 +56,9 @@ impl RecordCache {
         self.map.remove(&id);
     }
 
-    /// Entries held (for `/metrics`).
-    pub fn entries(&self) -> (&'static str, usize) {
-        self.map.entries()
+    /// Entries, capacity and estimated bytes (for `/metrics`).
+    pub fn usage(&self) -> super::Usage {
+        self.map.usage()
     }
 }
 

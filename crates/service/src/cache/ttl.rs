@@ -64,6 +64,22 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlMap<K, V> {
         (self.name, self.shards.iter().map(|s| s.lock().len()).sum())
     }
 
+    /// Name, entries, capacity and estimated bytes, for `/metrics`.
+    pub fn usage(&self) -> super::Usage
+    where
+        V: super::Weigh,
+    {
+        let entry = std::mem::size_of::<(K, (V, Instant))>();
+        let (mut entries, mut bytes) = (0, 0);
+        for s in &self.shards {
+            let s = s.lock();
+            entries += s.len();
+            bytes += super::table_bytes(s.capacity(), entry)
+                + s.values().map(|(v, _)| v.heap_bytes()).sum::<usize>();
+        }
+        super::Usage { cache: self.name, entries, capacity: self.per_shard * SHARDS, bytes }
+    }
+
     /// Forget `key`.
     pub fn remove(&self, key: &K) {
         self.shards[shard_of(&self.hasher, key)].lock().remove(key);
@@ -73,6 +89,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlMap<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn entries_expire_after_their_ttl() {
@@ -84,6 +101,18 @@ mod tests {
         assert_eq!(m.get(&1), Some("a"));
         m.remove(&1);
         assert_eq!(m.get(&1), None);
+    }
+
+    #[test]
+    fn usage_counts_entries_and_their_heap_bytes() {
+        let m: TtlMap<u64, Option<Arc<str>>> = TtlMap::new("t", Duration::from_secs(60), 64);
+        let empty = m.usage();
+        assert_eq!((empty.cache, empty.entries, empty.capacity), ("t", 0, 64));
+        m.put(1, Some("a name of twenty-four b".into()));
+        m.put(2, None);
+        let u = m.usage();
+        assert_eq!(u.entries, 2);
+        assert!(u.bytes >= 16 + 23 + 2 * std::mem::size_of::<(u64, (Option<Arc<str>>, Instant))>(), "{u:?}");
     }
 
     #[test]
