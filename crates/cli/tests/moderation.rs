@@ -32,6 +32,13 @@ async fn list(app: &TestApp, viewer: u64, post: u64, order: &str) -> Vec<Value> 
     v["items"].as_array().expect("items").clone()
 }
 
+/// A moderator's decision on a comment (service role).
+async fn moderate(app: &TestApp, comment: &Value, action: &str) -> (StatusCode, Value) {
+    let body = json!({ "action": action }).to_string();
+    let path = format!("/v1/moderation/comments/{}", id(comment));
+    app.call(Method::POST, &path, Some(&app.service()), Some(&body)).await
+}
+
 async fn queue(app: &TestApp) -> Vec<Value> {
     let (st, v) = app.call(Method::GET, "/v1/moderation/queue?limit=100", Some(&app.service()), None).await;
     assert_eq!(st, StatusCode::OK, "{v}");
@@ -128,14 +135,7 @@ async fn hidden_words_hold_a_comment_in_shadow() {
     let (st, v) = app.call(Method::GET, "/v1/moderation/queue", Some(&app.user(7)), None).await;
     assert_error(st, &v, 403, "forbidden");
     // A moderator approves it: now everyone sees it and it counts.
-    let (st, v) = app
-        .call(
-            Method::POST,
-            &format!("/v1/moderation/comments/{}", id(&hit)),
-            Some(&app.service()),
-            Some(r#"{"action":"approve"}"#),
-        )
-        .await;
+    let (st, v) = moderate(&app, &hit, "approve").await;
     assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("visible")), "{v}");
     assert!(list(&app, 12, 1, "newest").await.iter().any(|c| id(c) == id(&hit)));
     app.wait_until(|| async { app.view(12, 1).await["comment_count"] == 2 }).await;
@@ -289,14 +289,7 @@ async fn enough_reports_hide_a_comment_pending_review() {
         )
         .await;
     assert_error(st, &v, 422, "invalid");
-    let (st, v) = app
-        .call(
-            Method::POST,
-            &format!("/v1/moderation/comments/{}", id(&c)),
-            Some(&app.service()),
-            Some(r#"{"action":"hide"}"#),
-        )
-        .await;
+    let (st, v) = moderate(&app, &c, "hide").await;
     assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("hidden_by_filter")));
     app.stop().await;
 }
@@ -343,14 +336,7 @@ async fn moderation_and_deletes_show_at_once_in_top_pages_and_previews() {
         assert_eq!(previews(app.view(viewer, 1).await).len(), 2);
     }
     // Hidden by a moderator: gone for everyone at once (the author still sees it, shadowed).
-    let (st, _) = app
-        .call(
-            Method::POST,
-            &format!("/v1/moderation/comments/{}", id(&a)),
-            Some(&app.service()),
-            Some(r#"{"action":"hide"}"#),
-        )
-        .await;
+    let (st, _) = moderate(&app, &a, "hide").await;
     assert_eq!(st, StatusCode::OK);
     for viewer in [90, 91] {
         assert_eq!(ids(&list(&app, viewer, 1, "top").await), vec![id(&b)], "top for {viewer}");
@@ -358,14 +344,7 @@ async fn moderation_and_deletes_show_at_once_in_top_pages_and_previews() {
     }
     assert!(ids(&list(&app, 70, 1, "top").await).contains(&id(&a)), "its author still sees it");
     // Approved: back at once.
-    let (st, _) = app
-        .call(
-            Method::POST,
-            &format!("/v1/moderation/comments/{}", id(&a)),
-            Some(&app.service()),
-            Some(r#"{"action":"approve"}"#),
-        )
-        .await;
+    let (st, _) = moderate(&app, &a, "approve").await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(ids(&list(&app, 90, 1, "top").await).len(), 2);
     // Deleted by its author: gone from the top page and the previews at once.

@@ -21,7 +21,6 @@ use likewise_core::comment::spam::{SpamSignals, spam_score};
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -197,20 +196,17 @@ impl Engagement {
         list: &TopList,
     ) -> ServiceResult<(Vec<CommentId>, Vec<CommentId>)> {
         let pins = self.pins(post).await?;
-        // Pins outside the candidates (older than the ranked window) are read from the store.
-        let cached: HashMap<CommentId, &Candidate> = list.ranked.iter().map(|c| (c.id, c)).collect();
-        let outside: Vec<CommentId> = pins.iter().copied().filter(|p| !cached.contains_key(p)).collect();
-        let outside_seen: Vec<CommentId> = if outside.is_empty() {
-            Vec::new()
-        } else {
-            let recs = self.comment_records(&outside).await?;
-            outside
-                .iter()
-                .zip(&recs)
-                .filter(|(_, r)| r.as_ref().is_some_and(|r| as_seen_by(reader, r).is_some()))
-                .map(|(id, _)| *id)
-                .collect()
-        };
+        // At most three pins: found among the candidates by a scan; pins outside them (older
+        // than the ranked window) are read through the record cache.
+        let candidate = |p: &CommentId| list.ranked.iter().find(|c| c.id == *p);
+        let outside: Vec<CommentId> = pins.iter().copied().filter(|p| candidate(p).is_none()).collect();
+        let outside_recs = self.comment_records(&outside).await?;
+        let outside_seen: Vec<CommentId> = outside
+            .iter()
+            .zip(&outside_recs)
+            .filter(|(_, r)| r.as_ref().is_some_and(|r| as_seen_by(reader, r).is_some()))
+            .map(|(id, _)| *id)
+            .collect();
         let seen = |c: &Candidate| seen_by(reader, c.author, list.post_author, c.status);
         let followees = self.followees(reader.user).await?;
         let scored: Vec<(CommentId, f64)> = list
@@ -219,10 +215,8 @@ impl Engagement {
             .filter(|c| seen(c))
             .map(|c| (c.id, viewer_score(c.base, followees.contains(&c.author))))
             .collect();
-        let pins: Vec<CommentId> = pins
-            .into_iter()
-            .filter(|p| cached.get(p).map_or(outside_seen.contains(p), |c| seen(c)))
-            .collect();
+        let pins: Vec<CommentId> =
+            pins.into_iter().filter(|p| candidate(p).map_or(outside_seen.contains(p), seen)).collect();
         Ok((order_top(&pins, &scored), pins))
     }
 

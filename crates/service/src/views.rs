@@ -48,25 +48,15 @@ pub struct Views {
 }
 
 impl Views {
-    /// Sketches held in memory (each 16 KiB), for `/metrics`.
-    pub fn len(&self) -> usize {
-        self.sketches.lock().len()
-    }
-
-    /// Entries, capacity and bytes (for `/metrics`).
+    /// Entries, capacity and bytes of the sketches held (for `/metrics`).
     pub fn usage(&self) -> crate::cache::Usage {
-        let entries = self.len();
+        let entries = self.sketches.lock().len();
         crate::cache::Usage {
             cache: "view_sketches",
             entries,
             capacity: MAX_IN_MEMORY,
             bytes: entries * ((1 << PRECISION) + 64),
         }
-    }
-
-    /// Whether no sketch is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -362,6 +362,16 @@ impl ServerMemory {
     }
 }
 
+/// `GET /metrics`: the body of a 2xx answer.
+async fn get_metrics(world: &World) -> Option<Bytes> {
+    let req = Request::get(format!("{}/metrics", world.base)).body(Full::new(Bytes::new())).ok()?;
+    let resp = world.client.request(req).await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    Some(resp.into_body().collect().await.ok()?.to_bytes())
+}
+
 fn mib(bytes: f64) -> f64 {
     bytes / (1024.0 * 1024.0)
 }
@@ -1619,15 +1629,7 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             while !sh.stop.load(Ordering::Relaxed) {
                 tick.tick().await;
-                let url = format!("{}/metrics", world.base);
-                let req = Request::get(url.as_str()).body(Full::new(Bytes::new()));
-                let ok = match req {
-                    Ok(req) => match world.client.request(req).await {
-                        Ok(resp) => resp.status().is_success() && resp.into_body().collect().await.is_ok(),
-                        Err(_) => false,
-                    },
-                    Err(_) => false,
-                };
+                let ok = get_metrics(&world).await.is_some();
                 let counter = if ok { &sh.scrapes } else { &sh.scrape_errors };
                 counter.fetch_add(1, Ordering::Relaxed);
             }
@@ -1640,11 +1642,8 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
             while !sh.stop.load(Ordering::Relaxed) {
                 tick.tick().await;
-                let url = format!("{}/metrics", world.base);
-                let Ok(req) = Request::get(url.as_str()).body(Full::new(Bytes::new())) else { continue };
-                let Ok(resp) = world.client.request(req).await else { continue };
-                let Ok(body) = resp.into_body().collect().await else { continue };
-                let parsed = ServerMemory::parse(&String::from_utf8_lossy(&body.to_bytes()));
+                let Some(body) = get_metrics(&world).await else { continue };
+                let parsed = ServerMemory::parse(&String::from_utf8_lossy(&body));
                 *sh.gauges.lock().unwrap_or_else(|e| e.into_inner()) = parsed;
             }
         })

@@ -81,30 +81,12 @@ impl CountCache {
         })
     }
 
-    /// How many targets the cache holds (for `/metrics`).
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
-    }
-
     /// Entries, capacity and estimated bytes (for `/metrics`).
     pub fn usage(&self) -> super::Usage {
-        let entry = std::mem::size_of::<(Target, Arc<Slot>)>();
-        let (mut entries, mut bytes) = (0, 0);
-        for s in &self.shards {
-            let s = s.lock();
-            entries += s.len();
-            bytes += super::table_bytes(s.capacity(), entry);
-            for slot in s.values() {
-                let likers = slot.state.lock().as_ref().map_or(0, |c| 16 + c.recent_likers.capacity() * 8);
-                bytes += 16 + std::mem::size_of::<Slot>() + likers;
-            }
-        }
-        super::Usage { cache: "counts", entries, capacity: self.per_shard * SHARDS, bytes }
-    }
-
-    /// Whether the cache holds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        super::sharded_usage("counts", &self.shards, self.per_shard, |slot| {
+            let likers = slot.state.lock().as_ref().map_or(0, |c| 16 + c.recent_likers.capacity() * 8);
+            16 + std::mem::size_of::<Slot>() + likers
+        })
     }
 
     /// How many storage loads the cache has issued (each covers one or more targets).

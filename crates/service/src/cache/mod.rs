@@ -91,6 +91,24 @@ pub(crate) fn table_bytes(len: usize, entry: usize) -> usize {
     len * 8 / 7 * (entry + 1)
 }
 
+/// Walk a sharded cache for [`Usage`]: entries, and bytes of the tables plus what `heap`
+/// says each value owns.
+pub(crate) fn sharded_usage<K, V>(
+    cache: &'static str,
+    shards: &[parking_lot::Mutex<std::collections::HashMap<K, V>>],
+    per_shard: usize,
+    heap: impl Fn(&V) -> usize,
+) -> Usage {
+    let entry = std::mem::size_of::<(K, V)>();
+    let (mut entries, mut bytes) = (0, 0);
+    for s in shards {
+        let s = s.lock();
+        entries += s.len();
+        bytes += table_bytes(s.capacity(), entry) + s.values().map(&heap).sum::<usize>();
+    }
+    Usage { cache, entries, capacity: per_shard * shards.len(), bytes }
+}
+
 /// Number of lock shards in each cache: enough to keep two cores from contending.
 pub(crate) const SHARDS: usize = 64;
 

@@ -59,25 +59,12 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlMap<K, V> {
         shard.insert(key, (value, Instant::now()));
     }
 
-    /// The map's name and how many entries it holds (fresh or not), for `/metrics`.
-    pub fn entries(&self) -> (&'static str, usize) {
-        (self.name, self.shards.iter().map(|s| s.lock().len()).sum())
-    }
-
     /// Name, entries, capacity and estimated bytes, for `/metrics`.
     pub fn usage(&self) -> super::Usage
     where
         V: super::Weigh,
     {
-        let entry = std::mem::size_of::<(K, (V, Instant))>();
-        let (mut entries, mut bytes) = (0, 0);
-        for s in &self.shards {
-            let s = s.lock();
-            entries += s.len();
-            bytes += super::table_bytes(s.capacity(), entry)
-                + s.values().map(|(v, _)| v.heap_bytes()).sum::<usize>();
-        }
-        super::Usage { cache: self.name, entries, capacity: self.per_shard * SHARDS, bytes }
+        super::sharded_usage(self.name, &self.shards, self.per_shard, |(v, _)| v.heap_bytes())
     }
 
     /// Forget `key`.

@@ -73,36 +73,19 @@ impl ViewerLikes {
         }
     }
 
-    /// How many viewers the cache holds (for `/metrics`).
-    pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
-    }
-
     /// Entries, capacity and estimated bytes (for `/metrics`).
     pub fn usage(&self) -> super::Usage {
-        let entry = std::mem::size_of::<(UserId, Arc<Mutex<Entry>>)>();
-        let (mut entries, mut bytes) = (0, 0);
-        for s in &self.shards {
-            let s = s.lock();
-            entries += s.len();
-            bytes += super::table_bytes(s.capacity(), entry);
-            for e in s.values() {
-                let e = e.lock();
-                bytes += 16 + std::mem::size_of::<Mutex<Entry>>();
-                bytes += super::table_bytes(e.recent.capacity(), std::mem::size_of::<(u64, (bool, u64))>());
-                bytes += match &e.filter {
-                    Filter::Ready(b, _) => b.num_bits() / 8,
-                    Filter::Building(v) => v.capacity() * 8,
-                    Filter::Absent | Filter::TooMany => 0,
-                };
-            }
-        }
-        super::Usage { cache: "viewer_likes", entries, capacity: self.per_shard * SHARDS, bytes }
-    }
-
-    /// Whether the cache holds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        super::sharded_usage("viewer_likes", &self.shards, self.per_shard, |e| {
+            let e = e.lock();
+            let filter = match &e.filter {
+                Filter::Ready(b, _) => b.num_bits() / 8,
+                Filter::Building(v) => v.capacity() * 8,
+                Filter::Absent | Filter::TooMany => 0,
+            };
+            16 + std::mem::size_of::<Mutex<Entry>>()
+                + super::table_bytes(e.recent.capacity(), std::mem::size_of::<(u64, (bool, u64))>())
+                + filter
+        })
     }
 
     fn entry(&self, user: UserId) -> Arc<Mutex<Entry>> {
