@@ -159,6 +159,13 @@ async fn bad_requests_get_the_right_4xx_with_a_json_error() {
     assert_error(st, &v, 422, "invalid");
     let (st, v) = app.call(Method::PUT, "/v1/users/5", Some(&svc), Some(r#"{"username":"  "}"#)).await;
     assert_error(st, &v, 422, "invalid");
+    // The 64-character limit counts the name as sent (the schema's maxLength), padding too;
+    // the stored name is trimmed.
+    let padded = format!(r#"{{"username":" {}"}}"#, "a".repeat(64));
+    let (st, v) = app.call(Method::PUT, "/v1/users/5", Some(&svc), Some(&padded)).await;
+    assert_error(st, &v, 422, "invalid");
+    let (st, v) = app.call(Method::PUT, "/v1/users/5", Some(&svc), Some(r#"{"username":" alice "}"#)).await;
+    assert_eq!((st, v["username"].as_str()), (StatusCode::OK, Some("alice")), "{v}");
     let huge = format!(r#"{{"author_id":"5","pad":"{}"}}"#, "x".repeat(100_000));
     let (st, v) = app.call(Method::PUT, "/v1/posts/2", Some(&svc), Some(&huge)).await;
     assert_error(st, &v, 413, "too_large");

@@ -29,8 +29,10 @@ pub async fn put_user(
     PathParams(user): PathParams<UserId>,
     JsonBody(body): JsonBody<UserPut>,
 ) -> ApiResult<Json<UserRecord>> {
+    // The limit applies to the name as sent (what the OpenAPI schema's maxLength says);
+    // surrounding whitespace is then trimmed off.
     let name = body.username.trim();
-    if name.is_empty() || name.chars().count() > MAX_USERNAME || name.chars().any(char::is_control) {
+    if name.is_empty() || body.username.chars().count() > MAX_USERNAME || name.chars().any(char::is_control) {
         return Err(ApiError::unprocessable(format!(
             "username must be 1 to {MAX_USERNAME} characters without control characters"
         )));
