@@ -114,6 +114,8 @@ pub struct StoreSection {
     pub cache_mb: u64,
     pub memtable_mb: u64,
     pub max_journal_mb: u64,
+    /// Budget of all active memtables together.
+    pub write_buffer_mb: u64,
     /// PostgreSQL databases, one per shard, in shard order (backend `postgres`).
     pub postgres_shards: Vec<String>,
     /// Connections per shard and process.
@@ -128,6 +130,7 @@ impl Default for StoreSection {
             cache_mb: 256,
             memtable_mb: 32,
             max_journal_mb: 256,
+            write_buffer_mb: 64,
             postgres_shards: Vec::new(),
             postgres_pool_size: 16,
         }
@@ -273,6 +276,7 @@ impl Config {
         anyhow::ensure!(self.write.max_in_flight >= 1, "write.max_in_flight must be at least 1");
         anyhow::ensure!(self.aggregator.window_ms >= 1, "aggregator.window_ms must be at least 1");
         anyhow::ensure!(self.store.max_journal_mb >= 64, "store.max_journal_mb must be at least 64");
+        anyhow::ensure!(self.store.write_buffer_mb >= 1, "store.write_buffer_mb must be at least 1");
         anyhow::ensure!(self.store.cache_mb >= 1, "store.cache_mb must be at least 1");
         anyhow::ensure!(self.server.request_timeout_ms >= 1, "server.request_timeout_ms must be at least 1");
         anyhow::ensure!(
@@ -343,6 +347,7 @@ impl Config {
                 cache_bytes: self.store.cache_mb << 20,
                 memtable_bytes: self.store.memtable_mb << 20,
                 max_journal_bytes: self.store.max_journal_mb << 20,
+                write_buffer_bytes: self.store.write_buffer_mb << 20,
             },
             group_commit: likewise_store::group_commit::GroupCommitOptions {
                 max_batch: self.write.max_batch,

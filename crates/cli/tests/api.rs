@@ -301,9 +301,13 @@ async fn operations_routes_answer_without_a_token() {
     };
     assert!(gauge("likewise_cache_entries{cache=\"posts\"} ") >= 1.0);
     assert!(gauge("likewise_cache_bytes{cache=\"posts\"} ") > 0.0);
+    // The token this test sent was verified once and cached.
+    assert!(gauge("likewise_cache_entries{cache=\"verified_tokens\"} ") >= 1.0);
     if !common::scaled_out() {
         assert!(gauge("likewise_store_block_cache_capacity_bytes ") > 0.0);
         assert!(gauge("likewise_store_write_buffer_bytes ") > 0.0);
+        // Present (gauge() panics when a name is missing); zero until a table is on disk.
+        assert!(gauge("likewise_store_pinned_bytes ") >= 0.0);
     }
     app.stop().await;
 }

@@ -83,7 +83,26 @@ impl VerifiedTokens {
     }
 }
 
+impl VerifiedTokens {
+    /// Entries, capacity and estimated bytes (table plus each token's text).
+    fn usage(&self) -> (usize, usize, usize) {
+        let entry = std::mem::size_of::<(Box<str>, (Caller, u64))>();
+        let (mut entries, mut bytes) = (0, 0);
+        for s in &self.shards {
+            let s = s.lock();
+            entries += s.len();
+            bytes += s.capacity() * 8 / 7 * (entry + 1) + s.keys().map(|k| k.len()).sum::<usize>();
+        }
+        (entries, self.per_shard * self.shards.len(), bytes)
+    }
+}
+
 impl TokenKeys {
+    /// The verified-token cache's entries, capacity and estimated bytes (for `/metrics`).
+    pub fn cache_usage(&self) -> (usize, usize, usize) {
+        self.verified.usage()
+    }
+
     /// Keys from the configured secret.
     pub fn new(secret: &[u8]) -> Self {
         let mut validation = Validation::new(Algorithm::HS256);

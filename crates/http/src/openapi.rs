@@ -97,9 +97,16 @@ fn complete_schemas(doc: &mut serde_json::Value, id: &str) {
     // Text: no forbidden characters, and at least one that survives trimming.
     let text = |extra: &str| format!(r"^[^{CC}{extra}]*[^\s\x00-\x1f\x7f-\x9f{extra}][^{CC}{extra}]*$");
     if let Some(p) = schemas.get_mut("CommentCreate").and_then(|s| s.pointer_mut("/properties/text")) {
+        // The limit applies after trimming (API.md), which a schema cannot express: a raw
+        // maxLength would call a padded 2,200-character comment invalid though it is accepted.
+        // The request body limit bounds the raw text; the server answers 400 past the limit.
         p["minLength"] = json!(1);
-        p["maxLength"] = json!(likewise_core::comment::text::MAX_COMMENT_CHARS);
         p["pattern"] = json!(text(BIDI));
+        p["description"] = json!(format!(
+            "1..={} characters (Unicode scalar values) after trimming surrounding whitespace, \
+             line endings counted as one; longer is 400 validation",
+            likewise_core::comment::text::MAX_COMMENT_CHARS
+        ));
     }
     if let Some(p) = schemas.get_mut("UserPut").and_then(|s| s.pointer_mut("/properties/username")) {
         p["minLength"] = json!(1);

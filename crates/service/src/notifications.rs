@@ -44,6 +44,8 @@ pub struct LiveFeed {
     deferred: parking_lot::Mutex<std::collections::HashMap<UserId, Vec<Arc<NotifView>>>>,
     /// Flipped on shutdown so open streams end and the server can drain.
     closing: tokio::sync::watch::Sender<bool>,
+    /// Calls of `flush_deferred_pushes`, to sweep the limiter's idle recipients now and then.
+    flushes: std::sync::atomic::AtomicU64,
 }
 
 impl Default for LiveFeed {
@@ -55,6 +57,7 @@ impl Default for LiveFeed {
             pushes: governor::RateLimiter::keyed(governor::Quota::per_minute(per_minute).allow_burst(burst)),
             deferred: parking_lot::Mutex::new(std::collections::HashMap::new()),
             closing: tokio::sync::watch::channel(false).0,
+            flushes: Default::default(),
         }
     }
 }
@@ -106,6 +109,13 @@ impl Engagement {
     /// Push stored inbox changes to this node's live listeners (the notifier's own node, or
     /// any node receiving them from the notifier's).
     pub async fn push_live(&self, items: Vec<NotifItem>) -> ServiceResult<()> {
+        if self.live.tx.receiver_count() == 0 {
+            // Nobody listens on this node: rendering views (follow lookups, names) would be
+            // wasted, and a listener that connects later reads its inbox (or resumes by
+            // Last-Event-ID) from the store.
+            self.live.deferred.lock().clear();
+            return Ok(());
+        }
         self.flush_deferred_pushes();
         for v in self.notif_views(items).await? {
             let v = Arc::new(v);
@@ -145,6 +155,11 @@ impl Engagement {
     /// Push deferred items whose recipients have allowance again (oldest first). Called with
     /// every push and once a second by the service's housekeeping tick.
     pub fn flush_deferred_pushes(&self) {
+        // The keyed limiter keeps a cell per recipient it has seen: forget the ones whose
+        // allowance is full again (every 64th call: about once a minute from the tick).
+        if self.live.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 64 == 63 {
+            self.live.pushes.retain_recent();
+        }
         let mut d = self.live.deferred.lock();
         if d.is_empty() {
             return;
@@ -207,8 +222,12 @@ mod tests {
     #[tokio::test]
     async fn pushes_past_the_allowance_are_deferred_not_lost() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let opts =
-            EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 4 << 20, max_journal_bytes: 64 << 20 };
+        let opts = EmbeddedOptions {
+            cache_bytes: 8 << 20,
+            memtable_bytes: 4 << 20,
+            max_journal_bytes: 64 << 20,
+            ..Default::default()
+        };
         let store = EmbeddedStore::open(&dir.path().join("s"), &opts).expect("open");
         let svc = Engagement::new(
             likewise_store::open::from_embedded(store, Default::default()),

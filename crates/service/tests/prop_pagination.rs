@@ -135,7 +135,12 @@ struct Touched {
 }
 
 async fn service(dir: &std::path::Path) -> Arc<Engagement> {
-    let opts = EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 2 << 20, max_journal_bytes: 64 << 20 };
+    let opts = EmbeddedOptions {
+        cache_bytes: 8 << 20,
+        memtable_bytes: 2 << 20,
+        max_journal_bytes: 64 << 20,
+        ..Default::default()
+    };
     let store = EmbeddedStore::open(dir, &opts).expect("open");
     // Generous limits: this test is about pages, not about rate limits or near-duplicates.
     let moderation = ModerationOptions {

@@ -204,7 +204,12 @@ impl Model {
 }
 
 async fn service(dir: &std::path::Path) -> Arc<Engagement> {
-    let opts = EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 2 << 20, max_journal_bytes: 64 << 20 };
+    let opts = EmbeddedOptions {
+        cache_bytes: 8 << 20,
+        memtable_bytes: 2 << 20,
+        max_journal_bytes: 64 << 20,
+        ..Default::default()
+    };
     let store = EmbeddedStore::open(dir, &opts).expect("open");
     let moderation = ModerationOptions {
         comments_per_minute: 10_000,

@@ -17,7 +17,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn open(dir: &Path) -> (Stores, Arc<Engagement>) {
-    let opts = EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 2 << 20, max_journal_bytes: 64 << 20 };
+    let opts = EmbeddedOptions {
+        cache_bytes: 8 << 20,
+        memtable_bytes: 2 << 20,
+        max_journal_bytes: 64 << 20,
+        ..Default::default()
+    };
     let store = EmbeddedStore::open(dir, &opts).expect("open");
     let stores = from_embedded(store, GroupCommitOptions::default());
     let svc = Engagement::new(stores.clone(), ServiceOptions::default());

@@ -13,7 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 async fn setup(dir: &std::path::Path) -> Arc<Engagement> {
-    let opts = EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 2 << 20, max_journal_bytes: 64 << 20 };
+    let opts = EmbeddedOptions {
+        cache_bytes: 8 << 20,
+        memtable_bytes: 2 << 20,
+        max_journal_bytes: 64 << 20,
+        ..Default::default()
+    };
     let store = EmbeddedStore::open(dir, &opts).expect("open");
     let svc = Engagement::new(from_embedded(store, GroupCommitOptions::default()), ServiceOptions::default());
     let meta = PostMeta { author: UserId(7), hide_like_count: false, comments: CommentsPolicy::Everyone };

@@ -51,7 +51,9 @@ not show the viewer's own like or unlike (read-your-writes) is an ERROR.
 Memory-growth rule (RSS sampled every second during the load): the rule judges the server's \
 UNACCOUNTED memory, RSS minus what its configuration bounds and /metrics reports (polled every \
 5 s): the store's block cache (likewise_store_block_cache_bytes, at most store.cache_mb), its \
-memtables (likewise_store_write_buffer_bytes) and every in-process cache's estimated bytes \
+memtables (likewise_store_write_buffer_bytes), the filter and index blocks it keeps pinned \
+(likewise_store_pinned_bytes: a few bytes per stored key, so they grow with the data; at most \
+the data on disk) and every in-process cache's estimated bytes \
 (likewise_cache_bytes{cache}, each cache at most likewise_cache_capacity{cache} entries). \
 Those fill for as long as there is new data to hold, which with the default capacities takes \
 far longer than 10 minutes at soak rates, so raw RSS looks linear while nothing leaks; they \
@@ -286,6 +288,9 @@ struct ServerMemory {
     block_cache_cap: f64,
     write_buffer: f64,
     write_buffer_cap: f64,
+    /// Filter and index blocks the store keeps pinned: proportional to the data on disk.
+    pinned: f64,
+    disk: f64,
     /// Per in-process cache: [entries, capacity, estimated bytes].
     caches: std::collections::BTreeMap<String, [f64; 3]>,
 }
@@ -319,6 +324,8 @@ impl ServerMemory {
                 "likewise_store_block_cache_capacity_bytes" => m.block_cache_cap = v,
                 "likewise_store_write_buffer_bytes" => m.write_buffer = v,
                 "likewise_store_write_buffer_limit_bytes" => m.write_buffer_cap = v,
+                "likewise_store_pinned_bytes" => m.pinned = v,
+                "likewise_store_disk_bytes" => m.disk = v,
                 _ => {}
             }
         }
@@ -332,7 +339,7 @@ impl ServerMemory {
 
     /// Bytes the bounded parts hold.
     fn bounded(&self) -> f64 {
-        self.block_cache + self.write_buffer + self.cache_bytes()
+        self.block_cache + self.write_buffer + self.pinned + self.cache_bytes()
     }
 
     /// Parts above their caps. Memtables may briefly exceed the active caps by the sealed
@@ -351,6 +358,13 @@ impl ServerMemory {
                 "memtables {:.0} MiB > 2 x their caps {:.0} MiB",
                 mib(self.write_buffer),
                 mib(self.write_buffer_cap)
+            ));
+        }
+        if self.disk > 0.0 && self.pinned > self.disk {
+            over.push(format!(
+                "pinned filters and indexes {:.0} MiB > the data on disk {:.0} MiB",
+                mib(self.pinned),
+                mib(self.disk)
             ));
         }
         for (name, [entries, cap, _]) in &self.caches {
@@ -1784,11 +1798,13 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
     if let Some(g) = last_gauges {
         println!(
             "server's bounded memory at the end: block cache {:.0} of {:.0} MiB, memtables {:.0} MiB (caps {:.0} MiB), \
-             caches {:.0} MiB:",
+             pinned filters and indexes {:.1} MiB (data on disk {:.0} MiB), caches {:.0} MiB:",
             mib(g.block_cache),
             mib(g.block_cache_cap),
             mib(g.write_buffer),
             mib(g.write_buffer_cap),
+            mib(g.pinned),
+            mib(g.disk),
             mib(g.cache_bytes())
         );
         for (name, [entries, cap, bytes]) in &g.caches {
@@ -1948,17 +1964,21 @@ mod tests {
             likewise_store_block_cache_capacity_bytes 268435456\n\
             likewise_store_write_buffer_bytes 20971520\n\
             likewise_store_write_buffer_limit_bytes 297795584\n\
+            likewise_store_pinned_bytes 3145728\n\
+            likewise_store_disk_bytes 104857600\n\
             likewise_cache_entries{cache=\"posts\"} 5001\n\
             likewise_cache_capacity{cache=\"posts\"} 200000\n\
             likewise_cache_bytes{cache=\"posts\"} 524288\n\
             likewise_cache_bytes{cache=\"view_sketches\"} 524288\n";
         let m = ServerMemory::parse(text).expect("reported");
-        assert_eq!(mib(m.bounded()), 100.0 + 20.0 + 1.0);
+        assert_eq!(mib(m.bounded()), 100.0 + 20.0 + 3.0 + 1.0);
         assert_eq!(m.caches["posts"], [5001.0, 200000.0, 524288.0]);
         assert!(m.over_caps().is_empty(), "{:?}", m.over_caps());
-        let mut over = ServerMemory { block_cache: 300.0 * 1048576.0, ..m };
+        let mut over = ServerMemory { block_cache: 300.0 * 1048576.0, ..m.clone() };
         over.caches.insert("posts".into(), [200_001.0, 200_000.0, 1.0]);
         assert_eq!(over.over_caps().len(), 2, "{:?}", over.over_caps());
+        let pinned = ServerMemory { pinned: 2.0 * m.disk, ..m.clone() };
+        assert_eq!(pinned.over_caps().len(), 1, "{:?}", pinned.over_caps());
         // A store that reports no block cache: raw RSS is judged.
         assert!(ServerMemory::parse("likewise_cache_entries{cache=\"posts\"} 3\n").is_none());
     }

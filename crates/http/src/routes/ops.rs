@@ -33,7 +33,12 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         metrics::gauge!("likewise_store_block_cache_capacity_bytes").set(m.block_cache_capacity_bytes as f64);
         metrics::gauge!("likewise_store_write_buffer_bytes").set(m.write_buffer_bytes as f64);
         metrics::gauge!("likewise_store_write_buffer_limit_bytes").set(m.write_buffer_limit_bytes as f64);
+        metrics::gauge!("likewise_store_pinned_bytes").set(m.pinned_bytes as f64);
     }
+    let (entries, capacity, bytes) = state.keys.cache_usage();
+    metrics::gauge!("likewise_cache_entries", "cache" => "verified_tokens").set(entries as f64);
+    metrics::gauge!("likewise_cache_capacity", "cache" => "verified_tokens").set(capacity as f64);
+    metrics::gauge!("likewise_cache_bytes", "cache" => "verified_tokens").set(bytes as f64);
     for u in state.svc.cache_usage() {
         metrics::gauge!("likewise_cache_entries", "cache" => u.cache).set(u.entries as f64);
         metrics::gauge!("likewise_cache_capacity", "cache" => u.cache).set(u.capacity as f64);

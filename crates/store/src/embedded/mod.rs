@@ -14,7 +14,7 @@ mod notifications;
 mod views;
 mod write;
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions};
+use fjall::{AbstractTree, Database, Keyspace, KeyspaceCreateOptions};
 use likewise_core::{StoreError, StoreResult};
 use parking_lot::Mutex;
 use std::path::Path;
@@ -34,16 +34,26 @@ pub struct EmbeddedOptions {
     pub memtable_bytes: u64,
     /// Journal size that forces memtable flushes (bounds recovery time after a crash).
     pub max_journal_bytes: u64,
+    /// Budget for all active memtables together: past it the largest is sealed and flushed.
+    /// The per-keyspace caps alone would let two dozen keyspaces hold their sum, and a
+    /// quiet keyspace's memtable would grow for hours before reaching its cap.
+    pub write_buffer_bytes: u64,
 }
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
-        EmbeddedOptions { cache_bytes: 256 << 20, memtable_bytes: 32 << 20, max_journal_bytes: 256 << 20 }
+        EmbeddedOptions {
+            cache_bytes: 256 << 20,
+            memtable_bytes: 32 << 20,
+            max_journal_bytes: 256 << 20,
+            write_buffer_bytes: 64 << 20,
+        }
     }
 }
 
-/// What the store holds in memory (gauges in `/metrics`): both parts are bounded by
-/// configuration, so RSS growth they explain is not a leak.
+/// What the store holds in memory (gauges in `/metrics`). The block cache and the memtables
+/// are bounded by configuration; the pinned filter and index blocks grow with the data on
+/// disk (a few bytes per key), so RSS growth these explain is not a leak.
 #[derive(Debug, Clone, Copy)]
 pub struct StoreMemory {
     /// Bytes in the block cache.
@@ -52,9 +62,12 @@ pub struct StoreMemory {
     pub block_cache_capacity_bytes: u64,
     /// Bytes in memtables not yet flushed (active and sealed).
     pub write_buffer_bytes: u64,
-    /// The active memtables' configured caps summed over keyspaces (sealed ones wait for a
-    /// flush; the journal cap forces those).
+    /// The budget of the active memtables (the configured one, or the keyspaces' caps
+    /// summed if smaller); sealed ones waiting for a flush come on top.
     pub write_buffer_limit_bytes: u64,
+    /// Filter (Bloom) and block-index blocks the engine keeps pinned outside the block cache
+    /// (fjall's default: filters of level 0, indexes of levels 0 and 1), summed over keyspaces.
+    pub pinned_bytes: u64,
 }
 
 /// The embedded store. Cheap to clone (all handles are reference-counted).
@@ -104,8 +117,39 @@ struct Inner {
     write_lock: Mutex<()>,
     /// Serialises `add_report`'s read-modify-write of a comment's report count.
     report_lock: Mutex<()>,
-    /// Sum of the keyspaces' memtable caps.
+    /// Budget of the active memtables (see [`EmbeddedOptions::write_buffer_bytes`]).
     write_buffer_limit: u64,
+    /// Every keyspace handle, for memory accounting.
+    all: Vec<Keyspace>,
+}
+
+/// Keep the active memtables within their budget: every 50 ms, while their sum exceeds it,
+/// seal the largest (fjall's flush workers then write it out). A thread of its own, so the
+/// write path never pays for it; it ends when the store is dropped.
+fn spawn_write_buffer_governor(inner: std::sync::Weak<Inner>) {
+    let spawned = std::thread::Builder::new().name("likewise-memtables".into()).spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let Some(inner) = inner.upgrade() else { return };
+            let mut sizes: Vec<(u64, &Keyspace)> =
+                inner.all.iter().map(|k| (k.tree.active_memtable().size(), k)).collect();
+            let mut active: u64 = sizes.iter().map(|(s, _)| s).sum();
+            sizes.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
+            for (size, k) in sizes {
+                if active <= inner.write_buffer_limit || size == 0 {
+                    break;
+                }
+                match k.rotate_memtable() {
+                    Ok(_) => metrics::counter!("likewise_store_memtable_rotations_total").increment(1),
+                    Err(e) => tracing::warn!(error = %e, "sealing a memtable failed"),
+                }
+                active -= size;
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "could not start the memtable governor; per-keyspace caps still apply");
+    }
 }
 
 pub(crate) fn engine_err(e: impl std::fmt::Display) -> StoreError {
@@ -124,10 +168,14 @@ impl EmbeddedStore {
         let big = opts.memtable_bytes.max(1 << 20);
         let small = (big / 8).max(1 << 20);
         let limit = std::cell::Cell::new(0u64);
+        let all = std::cell::RefCell::new(Vec::new());
         let ks = |name: &str, memtable: u64| {
             limit.set(limit.get() + memtable);
-            db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable))
-                .map_err(engine_err)
+            let k = db
+                .keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable))
+                .map_err(engine_err)?;
+            all.borrow_mut().push(k.clone());
+            Ok::<_, StoreError>(k)
         };
         let inner = Inner {
             likes: ks("likes", big)?,
@@ -163,17 +211,20 @@ impl EmbeddedStore {
             next_seq: AtomicU64::new(0),
             write_lock: Mutex::new(()),
             report_lock: Mutex::new(()),
-            write_buffer_limit: limit.get(),
+            write_buffer_limit: limit.get().min(opts.write_buffer_bytes.max(1 << 20)),
+            all: all.take(),
             db,
         };
         let head = counters::last_seq(&inner.events)?;
         *inner.id_gen.lock() =
             likewise_core::comment::id::CommentIdGen::new(comments::highest_id(&inner.comment_posts)?);
         inner.next_seq.store(head + 1, std::sync::atomic::Ordering::SeqCst);
+        let inner = Arc::new(inner);
+        spawn_write_buffer_governor(Arc::downgrade(&inner));
         let secs = started.elapsed().as_secs_f64();
         metrics::gauge!("likewise_store_open_seconds").set(secs);
         tracing::info!(dir = %dir.display(), open_seconds = secs, event_head = head, "embedded store opened");
-        Ok(EmbeddedStore { inner: Arc::new(inner) })
+        Ok(EmbeddedStore { inner })
     }
 
     /// Bytes on disk (for the benchmarks and `/metrics`).
@@ -189,6 +240,12 @@ impl EmbeddedStore {
             block_cache_capacity_bytes: db.cache_capacity(),
             write_buffer_bytes: db.write_buffer_size(),
             write_buffer_limit_bytes: self.inner.write_buffer_limit,
+            pinned_bytes: self
+                .inner
+                .all
+                .iter()
+                .map(|k| (k.tree.pinned_filter_size() + k.tree.pinned_block_index_size()) as u64)
+                .sum(),
         }
     }
 
@@ -219,4 +276,41 @@ mod conformance_tests {
     }
 
     crate::conformance_suite!(open_temp());
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    #[test]
+    fn the_governor_keeps_active_memtables_within_their_budget() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts =
+            EmbeddedOptions { memtable_bytes: 64 << 20, write_buffer_bytes: 2 << 20, ..Default::default() };
+        let store = EmbeddedStore::open(dir.path(), &opts).expect("open");
+        let inner = &store.inner;
+        assert_eq!(store.memory().write_buffer_limit_bytes, 2 << 20);
+        let active = || inner.all.iter().map(|k| k.tree.active_memtable().size()).sum::<u64>();
+        // 16 MiB into two keyspaces whose own caps (64 MiB) would never seal them.
+        let value = [7u8; 200];
+        for round in 0..40u64 {
+            let mut batch = inner.db.batch();
+            for i in 0..1000u64 {
+                let key = (round * 1000 + i).to_be_bytes();
+                batch.insert(&inner.likes, key, value);
+                batch.insert(&inner.events, key, value);
+            }
+            batch.commit().expect("commit");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while active() > 2 << 20 && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(active() <= 2 << 20, "active memtables hold {} bytes", active());
+        // Sealed memtables were flushed to tables, and nothing was lost.
+        assert!(inner.likes.tree.table_count() + inner.events.tree.table_count() >= 2);
+        assert_eq!(inner.likes.approximate_len(), 40_000);
+        assert_eq!(inner.events.get(39_999u64.to_be_bytes()).expect("get").as_deref(), Some(&value[..]));
+    }
 }

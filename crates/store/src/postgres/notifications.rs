@@ -396,8 +396,12 @@ mod tests {
         let t = TestShards::create(2).await;
         let pg = t.store();
         let dir = tempfile::tempdir().expect("tempdir");
-        let opts =
-            EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 4 << 20, max_journal_bytes: 64 << 20 };
+        let opts = EmbeddedOptions {
+            cache_bytes: 8 << 20,
+            memtable_bytes: 4 << 20,
+            max_journal_bytes: 64 << 20,
+            ..Default::default()
+        };
         let emb = EmbeddedStore::open(dir.path(), &opts).expect("embedded");
         let kinds = [NotifKind::PostLiked, NotifKind::Commented];
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
