@@ -19,6 +19,9 @@ use std::sync::{Arc, OnceLock};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// Live heap bytes, when the binary's global allocator counts them (set by `main`).
+pub static HEAP_BYTES: OnceLock<fn() -> usize> = OnceLock::new();
+
 /// The process-wide Prometheus recorder (installed once; later calls reuse it).
 pub fn metrics_handle() -> Option<PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -47,13 +50,20 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
                 .inspect(|h| {
                     // `install_recorder` starts no upkeep: histogram samples pile up until
                     // something drains them, and with nobody scraping /metrics that is never
-                    // (the soak found ~20 bytes per request, forever). Drain every 5 s.
+                    // (the soak found ~20 bytes per request, forever). Drain every 5 s. The
+                    // live-heap gauge is refreshed every second (summing 16 counters).
                     let h = h.clone();
+                    let heap = metrics::gauge!("likewise_heap_allocated_bytes");
                     let _ =
                         std::thread::Builder::new().name("likewise-metrics-upkeep".into()).spawn(move || {
-                            loop {
-                                std::thread::sleep(std::time::Duration::from_secs(5));
-                                h.run_upkeep();
+                            for tick in 1u64.. {
+                                std::thread::sleep(std::time::Duration::from_secs(1));
+                                if let Some(bytes) = HEAP_BYTES.get() {
+                                    heap.set(bytes() as f64);
+                                }
+                                if tick % 5 == 0 {
+                                    h.run_upkeep();
+                                }
                             }
                         });
                 })

@@ -57,8 +57,14 @@ the data on disk) and every in-process cache's estimated bytes \
 (likewise_cache_bytes{cache}, each cache at most likewise_cache_capacity{cache} entries). \
 Those fill for as long as there is new data to hold, which with the default capacities takes \
 far longer than 10 minutes at soak rates, so raw RSS looks linear while nothing leaks; they \
-are checked against their own caps instead (a part above its cap FAILS). Without those \
-gauges the rule judges raw RSS. The first 20% of the run is warm-up; B = mean over 20-40% of the \
+are checked against their own caps instead (a part above its cap FAILS). When the server also \
+reports its live heap (likewise_heap_allocated_bytes: bytes allocated and not freed, counted \
+by its global allocator), the rule judges the UNEXPLAINED HEAP instead, live heap minus the \
+bounded parts: a leak in our code or a dependency shows there, while the allocator's own \
+overhead (headers, size-class rounding, pages kept for reuse), which grows with the heap, \
+does not; that overhead is checked separately: over the last 20% of the run, RSS minus the \
+live heap must stay below the live heap plus 64 MiB (else FAILS). Without those gauges the \
+rule judges raw RSS. The first 20% of the run is warm-up; B = mean over 20-40% of the \
 run, F = mean over the last 20% (80-100%). The run FAILS when F - B > --max-growth-mib AND \
 F - B > --max-growth-pct of B AND the growth is still linear: the least-squares slope over \
 the last 40% of the run is at least half of the average slope between the two windows \
@@ -291,6 +297,8 @@ struct ServerMemory {
     /// Filter and index blocks the store keeps pinned: proportional to the data on disk.
     pinned: f64,
     disk: f64,
+    /// Live heap bytes (allocated and not freed), when the server counts them.
+    heap: f64,
     /// Per in-process cache: [entries, capacity, estimated bytes].
     caches: std::collections::BTreeMap<String, [f64; 3]>,
 }
@@ -326,6 +334,7 @@ impl ServerMemory {
                 "likewise_store_write_buffer_limit_bytes" => m.write_buffer_cap = v,
                 "likewise_store_pinned_bytes" => m.pinned = v,
                 "likewise_store_disk_bytes" => m.disk = v,
+                "likewise_heap_allocated_bytes" => m.heap = v,
                 _ => {}
             }
         }
@@ -1022,6 +1031,34 @@ fn slope(v: &[(f64, f64)]) -> f64 {
 
 /// Apply the memory-growth rule to (seconds, MiB) samples taken at a steady interval over the
 /// load; `None` when there are too few samples to judge.
+/// Allocator overhead guard: over the last 20% of the run, RSS minus the live heap (allocator
+/// headers, rounding and kept pages, plus code and stacks) must stay below the live heap
+/// itself plus 64 MiB. Pathological fragmentation fails here; ordinary overhead, which grows
+/// with the heap, does not.
+fn overhead_guard(samples: &[Sample], failures: &mut Vec<String>) -> Option<String> {
+    let pairs: Vec<(f64, f64, f64)> =
+        samples.iter().filter_map(|s| Some((s.t, s.rss_mib?, s.heap_mib?))).collect();
+    let end = pairs.last()?.0;
+    let last: Vec<&(f64, f64, f64)> = pairs.iter().filter(|p| p.0 >= end * 0.8).collect();
+    if last.is_empty() {
+        return None;
+    }
+    let n = last.len() as f64;
+    let rss = last.iter().map(|p| p.1).sum::<f64>() / n;
+    let heap = last.iter().map(|p| p.2).sum::<f64>() / n;
+    let over = rss - heap;
+    let ok = over <= heap + 64.0;
+    if !ok {
+        failures
+            .push(format!("allocator overhead {over:.0} MiB exceeds the live heap {heap:.0} MiB + 64 MiB"));
+    }
+    Some(format!(
+        "live heap {heap:.0} MiB, RSS {rss:.0} MiB over 80-100%: allocator overhead, code and stacks {over:.0} MiB ({:.0}% of the heap) -> {}",
+        100.0 * over / heap.max(1e-9),
+        if ok { "OK (limit: the heap + 64 MiB)" } else { "TOO HIGH (limit: the heap + 64 MiB)" }
+    ))
+}
+
 fn judge_growth(rss: &[(f64, f64)], max_pct: f64, max_mib: f64) -> Option<Growth> {
     let n = rss.len();
     if n < 10 {
@@ -1057,6 +1094,8 @@ struct Sample {
     rss_mib: Option<f64>,
     /// The server's bounded memory (see `RULES`) at its last poll, MiB.
     bounded_mib: Option<f64>,
+    /// The server's live heap (`likewise_heap_allocated_bytes`) at its last poll, MiB.
+    heap_mib: Option<f64>,
     ok: [u64; CLASSES],
     answered: [u64; CLASSES],
     latency_us: [u64; CLASSES],
@@ -1153,15 +1192,17 @@ async fn sampler(sh: Arc<Shared>, rss: RssSource, started: Instant, report_every
         tick.tick().await;
         let stopping = sh.stop.load(Ordering::Relaxed);
         let (ok, errors, limited) = sh.totals();
+        // One lock for both (a guard held across the struct literal would self-deadlock).
+        let (bounded_mib, heap_mib) = {
+            let g = sh.gauges.lock().unwrap_or_else(|e| e.into_inner());
+            let g = g.as_ref();
+            (g.map(|g| mib(g.bounded())), g.filter(|g| g.heap > 0.0).map(|g| mib(g.heap)))
+        };
         let s = Sample {
             t: started.elapsed().as_secs_f64(),
             rss_mib: rss.rss_mib(),
-            bounded_mib: sh
-                .gauges
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-                .map(|g| mib(g.bounded())),
+            bounded_mib,
+            heap_mib,
             ok,
             answered: std::array::from_fn(|c| sh.counters[c].answered.load(Ordering::Relaxed)),
             latency_us: std::array::from_fn(|c| sh.counters[c].latency_us.load(Ordering::Relaxed)),
@@ -1433,6 +1474,9 @@ fn render_svg(samples: &[Sample], title: &str, subtitle: &str) -> String {
     let rss: Vec<(f64, f64)> = samples.iter().filter_map(|s| s.rss_mib.map(|m| (s.t, m))).collect();
     let unaccounted: Vec<(f64, f64)> =
         samples.iter().filter_map(|s| Some((s.t, s.rss_mib? - s.bounded_mib?))).collect();
+    let heap: Vec<(f64, f64)> = samples.iter().filter_map(|s| Some((s.t, s.heap_mib?))).collect();
+    let unexplained: Vec<(f64, f64)> =
+        samples.iter().filter_map(|s| Some((s.t, s.heap_mib? - s.bounded_mib?))).collect();
     let at = |q: usize| x_max * q as f64 / 10.0;
     let mut out = String::new();
     let _ = writeln!(
@@ -1450,7 +1494,13 @@ fn render_svg(samples: &[Sample], title: &str, subtitle: &str) -> String {
         "MiB over seconds",
         &[
             Series { label: "RSS MiB".into(), color: "#c0392b", points: rss },
-            Series { label: "RSS - store caches - sketches".into(), color: "#16a085", points: unaccounted },
+            Series { label: "RSS - bounded parts".into(), color: "#16a085", points: unaccounted },
+            Series { label: "live heap".into(), color: "#8e44ad", points: heap },
+            Series {
+                label: "live heap - bounded parts (judged)".into(),
+                color: "#d35400",
+                points: unexplained,
+            },
         ],
         x_max,
         &[(at(2), at(4), "baseline window"), (at(8), at(10), "final window")],
@@ -1769,12 +1819,19 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
     // Memory.
     let rss_series: Vec<(f64, f64)> = samples.iter().filter_map(|s| s.rss_mib.map(|m| (s.t, m))).collect();
     let peak = rss_series.iter().map(|p| p.1).fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-    // Unaccounted = RSS - bounded parts, once the server has reported them.
+    // Unaccounted = RSS - bounded parts, once the server has reported them; unexplained heap
+    // = live heap - bounded parts, when it also reports its live heap (then that is judged).
     let unaccounted: Vec<(f64, f64)> =
         samples.iter().filter_map(|s| Some((s.t, s.rss_mib? - s.bounded_mib?))).collect();
-    let judged_unaccounted = !unaccounted.is_empty() && unaccounted.len() + 10 >= rss_series.len();
+    let unexplained: Vec<(f64, f64)> =
+        samples.iter().filter_map(|s| Some((s.t, s.heap_mib? - s.bounded_mib?))).collect();
+    let judged_heap = !unexplained.is_empty() && unexplained.len() + 10 >= rss_series.len();
+    let judged_unaccounted =
+        judged_heap || (!unaccounted.is_empty() && unaccounted.len() + 10 >= rss_series.len());
     let raw_verdict = judge_growth(&rss_series, a.max_growth_pct, a.max_growth_mib);
-    let verdict = if judged_unaccounted {
+    let verdict = if judged_heap {
+        judge_growth(&unexplained, a.max_growth_pct, a.max_growth_mib)
+    } else if judged_unaccounted {
         judge_growth(&unaccounted, a.max_growth_pct, a.max_growth_mib)
     } else {
         raw_verdict.clone()
@@ -1820,7 +1877,24 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
             g.baseline_mib, g.final_mib, g.growth_mib, g.late_slope
         );
     }
-    let what = if judged_unaccounted { "unaccounted memory (RSS - bounded parts)" } else { "RSS" };
+    if judged_heap {
+        if let Some(g) = judge_growth(&unaccounted, a.max_growth_pct, a.max_growth_mib) {
+            println!(
+                "RSS - bounded parts (not judged): {:.0} MiB over 20-40%, {:.0} MiB over 80-100% ({:+.1} MiB, late slope {:.2} MiB/min)",
+                g.baseline_mib, g.final_mib, g.growth_mib, g.late_slope
+            );
+        }
+        if let Some(line) = overhead_guard(&samples, &mut failures) {
+            println!("{line}");
+        }
+    }
+    let what = if judged_heap {
+        "unexplained live heap (live heap - bounded parts)"
+    } else if judged_unaccounted {
+        "unaccounted memory (RSS - bounded parts)"
+    } else {
+        "RSS"
+    };
     let memory_line = match &verdict {
         Some(g) => {
             let line = format!(
@@ -1966,12 +2040,14 @@ mod tests {
             likewise_store_write_buffer_limit_bytes 297795584\n\
             likewise_store_pinned_bytes 3145728\n\
             likewise_store_disk_bytes 104857600\n\
+            likewise_heap_allocated_bytes 209715200\n\
             likewise_cache_entries{cache=\"posts\"} 5001\n\
             likewise_cache_capacity{cache=\"posts\"} 200000\n\
             likewise_cache_bytes{cache=\"posts\"} 524288\n\
             likewise_cache_bytes{cache=\"view_sketches\"} 524288\n";
         let m = ServerMemory::parse(text).expect("reported");
         assert_eq!(mib(m.bounded()), 100.0 + 20.0 + 3.0 + 1.0);
+        assert_eq!(mib(m.heap), 200.0);
         assert_eq!(m.caches["posts"], [5001.0, 200000.0, 524288.0]);
         assert!(m.over_caps().is_empty(), "{:?}", m.over_caps());
         let mut over = ServerMemory { block_cache: 300.0 * 1048576.0, ..m.clone() };
@@ -2024,6 +2100,39 @@ mod tests {
         assert!(parse_duration("0").is_err() && parse_duration("5x").is_err());
     }
 
+    fn sample(t: f64, rss: f64, heap: Option<f64>) -> Sample {
+        Sample {
+            t,
+            rss_mib: Some(rss),
+            bounded_mib: Some(40.0),
+            heap_mib: heap,
+            ok: [0; CLASSES],
+            answered: [0; CLASSES],
+            latency_us: [0; CLASSES],
+            errors: 0,
+            limited: 0,
+            cpu_s: None,
+            load1: None,
+        }
+    }
+
+    #[test]
+    fn allocator_overhead_beyond_the_heap_plus_64_mib_fails() {
+        let run = |rss: f64, heap: f64| {
+            let samples: Vec<Sample> = (0..100).map(|i| sample(i as f64, rss, Some(heap))).collect();
+            let mut failures = Vec::new();
+            let line = overhead_guard(&samples, &mut failures).expect("judged");
+            (line, failures)
+        };
+        let (line, failures) = run(300.0, 200.0);
+        assert!(failures.is_empty() && line.contains("OK"), "{line}");
+        let (line, failures) = run(500.0, 200.0);
+        assert_eq!(failures.len(), 1, "{line}");
+        // Without a live-heap gauge there is nothing to judge.
+        let samples: Vec<Sample> = (0..100).map(|i| sample(i as f64, 300.0, None)).collect();
+        assert!(overhead_guard(&samples, &mut Vec::new()).is_none());
+    }
+
     #[test]
     fn the_chart_is_an_svg_with_one_polyline_per_series() {
         let samples: Vec<Sample> = (0..30)
@@ -2031,6 +2140,7 @@ mod tests {
                 t: i as f64,
                 rss_mib: Some(100.0 + i as f64),
                 bounded_mib: Some(40.0),
+                heap_mib: Some(60.0 + i as f64 / 2.0),
                 ok: [i * 10; CLASSES],
                 answered: [i * 10; CLASSES],
                 latency_us: [i * 20_000; CLASSES],
@@ -2042,6 +2152,6 @@ mod tests {
             .collect();
         let svg = render_svg(&samples, "t", "s");
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<polyline").count(), 11);
+        assert_eq!(svg.matches("<polyline").count(), 13);
     }
 }
