@@ -185,6 +185,47 @@ async fn restrict_then_approve_and_block_refuses_comments_and_likes() {
     app.stop().await;
 }
 
+/// A held comment with a reply, deleted by its author: the placeholder the thread keeps must
+/// not show anyone who could not see the comment that it existed, or who wrote it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_held_comment_reveals_nothing_to_others() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let (st, _) = app.call(Method::PUT, "/v1/me/restricts/20", Some(&app.user(7)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    // A visible comment with a reply, for contrast, and a held one with its author's reply.
+    let open = comment(&app, 22, 1, "an open comment").await;
+    let held = comment(&app, 20, 1, "a held comment").await;
+    for (parent, user) in [(&open, 23), (&held, 20)] {
+        let reply = json!({"text": "a reply", "parent_id": id(parent)}).to_string();
+        let (st, v) =
+            app.call(Method::POST, "/v1/posts/1/comments", Some(&app.user(user)), Some(&reply)).await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    for c in [&open, &held] {
+        let author = c["author_id"].as_str().expect("author_id").parse::<u64>().expect("numeric");
+        let path = format!("/v1/comments/{}", id(c));
+        let (st, v) = app.call(Method::DELETE, &path, Some(&app.user(author)), None).await;
+        assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    }
+    let shown = |items: &[Value], c: &Value| items.iter().find(|i| id(i) == id(c)).cloned();
+    // Everyone sees the open comment's placeholder; only the held comment's author sees its.
+    for viewer in [30, 7, 23] {
+        let items = list(&app, viewer, 1, "newest").await;
+        let p = shown(&items, &open).expect("the open placeholder");
+        assert_eq!((p["status"].as_str(), p["text"].as_str()), (Some("deleted"), Some("")));
+        assert!(shown(&items, &held).is_none(), "viewer {viewer} was shown the held comment's placeholder");
+        let path = format!("/v1/comments/{}/replies", id(&held));
+        let (st, v) = app.call(Method::GET, &path, Some(&app.user(viewer)), None).await;
+        assert_error(st, &v, 404, "not_found");
+    }
+    let items = list(&app, 20, 1, "newest").await;
+    let p = shown(&items, &held).expect("its author still sees the thread");
+    assert_eq!((p["status"].as_str(), p["text"].as_str()), (Some("deleted"), Some("")));
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fifth_copy_of_a_text_across_posts_is_held_back() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -75,14 +75,14 @@ fn audience_of(reader: Reader, author: UserId, post_author: UserId) -> Audience 
 /// they are shown (a shadow-hidden comment looks visible to its author).
 pub fn as_seen_by(reader: Reader, r: &CommentRecord) -> Option<CommentRecord> {
     // A stored Deleted record is always a placeholder that had replies.
-    let shown = shown_as(r.status, audience(reader, r), r.status == CommentStatus::Deleted)?;
+    let shown = shown_as(r.status, audience(reader, r), r.status.is_deleted())?;
     Some(CommentRecord { status: shown, ..r.clone() })
 }
 
 /// Whether `reader` is shown a comment by `author` on a post by `post_author` in `status`
 /// (what [`as_seen_by`] decides, from the fields a ranked candidate keeps).
 pub fn seen_by(reader: Reader, author: UserId, post_author: UserId, status: CommentStatus) -> bool {
-    shown_as(status, audience_of(reader, author, post_author), status == CommentStatus::Deleted).is_some()
+    shown_as(status, audience_of(reader, author, post_author), status.is_deleted()).is_some()
 }
 
 impl Engagement {
@@ -118,7 +118,7 @@ impl Engagement {
                 // A parent the replier cannot see does not exist for them: answering otherwise
                 // would confirm a held comment, and hang a public reply under it.
                 let reader = Reader { user: viewer, moderator: false };
-                let p = p.filter(|p| p.status != CommentStatus::Deleted && as_seen_by(reader, p).is_some());
+                let p = p.filter(|p| !p.status.is_deleted() && as_seen_by(reader, p).is_some());
                 let p = match p {
                     Some(p) if p.post == post => p,
                     Some(p) if p.post != post => {
@@ -262,7 +262,7 @@ impl Engagement {
             .zip(liked)
             .zip(names)
             .map(|(((record, c), viewer_has_liked), author_username)| {
-                let deleted = record.status == CommentStatus::Deleted;
+                let deleted = record.status.is_deleted();
                 CommentView {
                     record: if deleted { CommentRecord { text: String::new(), ..record } } else { record },
                     author_username,
@@ -332,7 +332,7 @@ impl Engagement {
         let reader = Reader { user: viewer, moderator: false };
         let r = self.stores.comments.comments(&[id]).await?.pop().flatten();
         let r = r
-            .filter(|r| r.status != CommentStatus::Deleted && as_seen_by(reader, r).is_some())
+            .filter(|r| !r.status.is_deleted() && as_seen_by(reader, r).is_some())
             .ok_or(ServiceError::NotFound("comment"))?;
         self.check_not_blocked(r.post_author, viewer).await?;
         let op = LikeOp {

@@ -138,8 +138,7 @@ impl Engagement {
         let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
         let recs = self.stores.comments.top_level(post, true, None, TOP_K + 1).await?;
         let more = recs.len() > TOP_K;
-        let recs: Vec<_> =
-            recs.into_iter().take(TOP_K).filter(|r| r.status != CommentStatus::Deleted).collect();
+        let recs: Vec<_> = recs.into_iter().take(TOP_K).filter(|r| !r.status.is_deleted()).collect();
         let floor = recs.last().map(|r| r.id);
         let targets: Vec<Target> = recs.iter().map(|r| Target::comment(r.id.0)).collect();
         let ids: Vec<u64> = recs.iter().map(|r| r.id.0).collect();

@@ -62,7 +62,7 @@ impl Engagement {
         reason: ReportReason,
     ) -> ServiceResult<()> {
         let r = self.comment_record(id).await?;
-        let r = r.filter(|r| r.status != CommentStatus::Deleted && as_seen_by(reader, r).is_some());
+        let r = r.filter(|r| !r.status.is_deleted() && as_seen_by(reader, r).is_some());
         let r = r.ok_or(ServiceError::NotFound("comment"))?;
         let count = self.stores.moderation.add_report(id, reader.user, reason).await?;
         self.stores.moderation.set_queued(id, true).await?;
@@ -103,7 +103,7 @@ impl Engagement {
         decision: Decision,
     ) -> ServiceResult<CommentView> {
         let r = self.comment_record(id).await?.ok_or(ServiceError::NotFound("comment"))?;
-        if r.status == CommentStatus::Deleted {
+        if r.status.is_deleted() {
             return Err(ServiceError::Conflict("the comment was deleted".into()));
         }
         let status = match decision {

@@ -165,8 +165,11 @@ fn shown(reader: Reader, c: &MComment) -> Option<CommentStatus> {
     }
     match c.status {
         Visible => Some(Visible),
-        // A stored placeholder (a deleted comment with replies) is shown to everyone.
+        // A stored placeholder (a deleted comment with replies) is shown to everyone, unless it
+        // was held back when deleted: then only to those who saw it whatever its status.
         Deleted => Some(Deleted),
+        DeletedWhileHeld if reader.moderator || reader.user == c.author => Some(Deleted),
+        DeletedWhileHeld => None,
         s if reader.moderator => Some(s),
         _ if reader.user == c.author => Some(Visible),
         Pending | Restricted if reader.user == c.post_author => Some(c.status),
@@ -257,7 +260,7 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
             let parent_ok = parent.as_ref().is_none_or(|p| {
                 p.post == post_id
                     && !p.removed
-                    && p.status != Deleted
+                    && !p.status.is_deleted()
                     && shown(Reader { user, moderator: false }, p).is_some()
             });
             if !m.may_comment(user, post) || !parent_ok {
@@ -310,7 +313,7 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
             let Some(c) = m.comments.get(nth).cloned() else { return };
             let action = if on { LikeAction::Like } else { LikeAction::Unlike };
             let res = svc.set_comment_like(UserId(user), c.id, action).await;
-            let ok = c.status != Deleted
+            let ok = !c.status.is_deleted()
                 && shown(user_reader(user), &c).is_some()
                 && !m.blocks.contains(&(c.post_author, UserId(user)));
             assert_eq!(res.is_ok(), ok, "like of {c:?} by {user}: {res:?}");
@@ -353,7 +356,7 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
         Op::Report { user, nth } => {
             let Some(c) = m.comments.get(nth).cloned() else { return };
             let res = svc.report_comment(user_reader(user), c.id, ReportReason::Other).await;
-            let ok = c.status != Deleted && shown(user_reader(user), &c).is_some();
+            let ok = !c.status.is_deleted() && shown(user_reader(user), &c).is_some();
             assert_eq!(res.is_ok(), ok, "report of {c:?} by {user}: {res:?}");
             if ok {
                 let mc = &mut m.comments[nth];
@@ -378,7 +381,7 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
             let Some(c) = m.comments.get(nth).cloned() else { return };
             let d = if approve { Decision::Approve } else { Decision::Hide };
             let res = svc.moderate(MODERATOR, c.id, d).await;
-            let ok = !c.removed && c.status != Deleted;
+            let ok = !c.removed && !c.status.is_deleted();
             assert_eq!(res.is_ok(), ok, "decision on {c:?}: {res:?}");
             if ok {
                 m.comments[nth].status = if approve { Visible } else { HiddenByFilter };
@@ -390,9 +393,9 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
             let ok =
                 shown(user_reader(user), &c).is_some() && (c.author.0 == user || c.post_author.0 == user);
             assert_eq!(res.is_ok(), ok, "deletion of {c:?} by {user}: {res:?}");
-            if ok && c.status != Deleted {
+            if ok && !c.status.is_deleted() {
                 if c.parent.is_none() && m.has_replies(c.id) {
-                    m.comments[nth].status = Deleted;
+                    m.comments[nth].status = c.status.deleted_from();
                 } else {
                     m.comments[nth].removed = true;
                 }
@@ -422,7 +425,7 @@ fn compare(m: &Model, reader: Reader, got: &[CommentView], want: &[(CommentId, C
     assert_eq!(got_ids, want, "{what} as seen by {reader:?}");
     for v in got {
         let c = m.by_id(v.record.id);
-        let text = if v.record.status == Deleted { "" } else { c.text.as_str() };
+        let text = if v.record.status.is_deleted() { "" } else { c.text.as_str() };
         assert_eq!(v.record.text, text, "{what}: text of {:?} as seen by {reader:?}", c.id);
         let liked = m.comment_likes.contains(&(reader.user, c.id));
         assert_eq!(v.viewer_has_liked, liked, "{what}: viewer_has_liked of {:?} for {reader:?}", c.id);
@@ -500,7 +503,7 @@ async fn check(svc: &Engagement, m: &Model, reader: Reader, limit: usize) {
             .comments
             .iter()
             .filter(top_level)
-            .filter(|c| c.status != Deleted)
+            .filter(|c| !c.status.is_deleted())
             .filter_map(|c| Some((c.id, shown(reader, c)?)))
             .collect();
         want.sort_by_key(|(id, _)| *id);

@@ -130,6 +130,7 @@ async fn run(ops: Vec<Op>, limit: usize) {
                 }
                 let allowed = match status {
                     CommentStatus::Visible | CommentStatus::Deleted => true,
+                    CommentStatus::DeletedWhileHeld => viewer == author.0,
                     CommentStatus::Restricted | CommentStatus::Pending => {
                         viewer == author.0 || viewer == AUTHOR
                     }

@@ -20,16 +20,22 @@ pub enum CommentStatus {
     Restricted,
     /// Deleted; kept as a placeholder while it has replies.
     Deleted,
+    /// Deleted while held back (pending, filtered or restricted): a placeholder too, but only
+    /// for those who could see the comment whatever its status (its author and moderators),
+    /// so deleting never reveals a held comment, or who wrote it, to anyone else. Its wire
+    /// name is `deleted`.
+    DeletedWhileHeld,
 }
 
 impl CommentStatus {
     /// Every status, for exhaustive checks.
-    pub const ALL: [CommentStatus; 5] = [
+    pub const ALL: [CommentStatus; 6] = [
         CommentStatus::Visible,
         CommentStatus::Pending,
         CommentStatus::HiddenByFilter,
         CommentStatus::Restricted,
         CommentStatus::Deleted,
+        CommentStatus::DeletedWhileHeld,
     ];
 
     /// The wire and log name.
@@ -39,7 +45,7 @@ impl CommentStatus {
             CommentStatus::Pending => "pending",
             CommentStatus::HiddenByFilter => "hidden_by_filter",
             CommentStatus::Restricted => "restricted",
-            CommentStatus::Deleted => "deleted",
+            CommentStatus::Deleted | CommentStatus::DeletedWhileHeld => "deleted",
         }
     }
 
@@ -51,12 +57,26 @@ impl CommentStatus {
             CommentStatus::HiddenByFilter => 3,
             CommentStatus::Restricted => 4,
             CommentStatus::Deleted => 5,
+            CommentStatus::DeletedWhileHeld => 6,
         }
     }
 
     /// Inverse of [`CommentStatus::code`].
     pub fn from_code(code: u8) -> Option<Self> {
         CommentStatus::ALL.into_iter().find(|s| s.code() == code)
+    }
+
+    /// Deleted, whatever it was before.
+    pub fn is_deleted(self) -> bool {
+        matches!(self, CommentStatus::Deleted | CommentStatus::DeletedWhileHeld)
+    }
+
+    /// The status a deletion leaves: a placeholder for everyone only if everyone could see it.
+    pub fn deleted_from(self) -> Self {
+        match self {
+            CommentStatus::Visible | CommentStatus::Deleted => CommentStatus::Deleted,
+            _ => CommentStatus::DeletedWhileHeld,
+        }
     }
 
     /// Does the comment count in a post's `comment_count` and its parent's `reply_count`?
@@ -107,12 +127,15 @@ impl Audience {
 ///   real status to moderators, and to the post author only when pending or restricted (they
 ///   approve those); hidden from everyone else.
 /// - Deleted: a "deleted" placeholder for everyone while it has replies, so the thread keeps
-///   its shape; a deleted leaf disappears.
+///   its shape; a deleted leaf disappears. Deleted while held: the same placeholder, but only
+///   for its author and moderators (the only ones sure to have seen it).
 pub fn shown_as(status: CommentStatus, audience: Audience, has_replies: bool) -> Option<CommentStatus> {
     use CommentStatus::*;
     match (status, audience) {
         (Visible, _) => Some(Visible),
         (Deleted, _) => has_replies.then_some(Deleted),
+        (DeletedWhileHeld, Audience::CommentAuthor | Audience::Moderator) => has_replies.then_some(Deleted),
+        (DeletedWhileHeld, _) => None,
         (_, Audience::CommentAuthor) => Some(Visible),
         (_, Audience::Moderator) => Some(status),
         (Pending | Restricted, Audience::PostAuthor) => Some(status),
@@ -129,14 +152,24 @@ mod tests {
     #[test]
     fn codes_and_names_are_stable_and_round_trip() {
         let names: Vec<_> = CommentStatus::ALL.iter().map(|s| s.as_str()).collect();
-        assert_eq!(names, ["visible", "pending", "hidden_by_filter", "restricted", "deleted"]);
+        assert_eq!(names, ["visible", "pending", "hidden_by_filter", "restricted", "deleted", "deleted"]);
         let codes: Vec<_> = CommentStatus::ALL.iter().map(|s| s.code()).collect();
-        assert_eq!(codes, [1, 2, 3, 4, 5]);
+        assert_eq!(codes, [1, 2, 3, 4, 5, 6]);
         for s in CommentStatus::ALL {
             assert_eq!(CommentStatus::from_code(s.code()), Some(s));
         }
         assert_eq!(CommentStatus::from_code(0), None);
-        assert_eq!(CommentStatus::from_code(6), None);
+        assert_eq!(CommentStatus::from_code(7), None);
+    }
+
+    #[test]
+    fn a_deletion_leaves_a_public_placeholder_only_for_a_public_comment() {
+        assert_eq!(Visible.deleted_from(), Deleted);
+        for held in [Pending, HiddenByFilter, Restricted] {
+            assert_eq!(held.deleted_from(), DeletedWhileHeld);
+        }
+        let deleted: Vec<_> = CommentStatus::ALL.into_iter().filter(|s| s.is_deleted()).collect();
+        assert_eq!(deleted, [Deleted, DeletedWhileHeld]);
     }
 
     #[test]
@@ -190,6 +223,14 @@ mod tests {
             (Deleted, Moderator, true, Some(Deleted)),
             (Deleted, Other, false, None),
             (Deleted, Other, true, Some(Deleted)),
+            (DeletedWhileHeld, CommentAuthor, false, None),
+            (DeletedWhileHeld, CommentAuthor, true, Some(Deleted)),
+            (DeletedWhileHeld, PostAuthor, false, None),
+            (DeletedWhileHeld, PostAuthor, true, None),
+            (DeletedWhileHeld, Moderator, false, None),
+            (DeletedWhileHeld, Moderator, true, Some(Deleted)),
+            (DeletedWhileHeld, Other, false, None),
+            (DeletedWhileHeld, Other, true, None),
         ];
         assert_eq!(table.len(), CommentStatus::ALL.len() * 4 * 2);
         for (status, audience, has_replies, expected) in table {

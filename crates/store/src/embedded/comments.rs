@@ -16,7 +16,6 @@ use super::{EmbeddedStore, engine_err};
 use crate::keys::{be_u64, pair_key};
 use async_trait::async_trait;
 use fjall::Keyspace;
-use likewise_core::comment::status::CommentStatus;
 use likewise_core::event::{Event, EventKind};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::Target;
@@ -135,7 +134,7 @@ impl BatchState<'_> {
             // The event's actor is the comment's author, whoever decided (see docs/events.md).
             CommentOp::SetStatus { id, status, actor: _ } => {
                 let Some(old) = self.current(*id)? else { return Ok(CommentOutcome::NotFound) };
-                if old.status == *status || old.status == CommentStatus::Deleted {
+                if old.status == *status || old.status.is_deleted() {
                     return Ok(CommentOutcome::Done(Some(old)));
                 }
                 let mut r = old.clone();
@@ -147,12 +146,12 @@ impl BatchState<'_> {
             }
             CommentOp::Delete { id, actor: _ } => {
                 let Some(old) = self.current(*id)? else { return Ok(CommentOutcome::NotFound) };
-                if old.status == CommentStatus::Deleted {
+                if old.status.is_deleted() {
                     return Ok(CommentOutcome::Done(Some(old)));
                 }
                 let placeholder = old.parent.is_none() && self.has_replies(*id)?;
                 let now = placeholder.then(|| CommentRecord {
-                    status: CommentStatus::Deleted,
+                    status: old.status.deleted_from(),
                     text: String::new(),
                     ..old.clone()
                 });

@@ -368,7 +368,7 @@ async fn comment_op(
             let Some(old) = load_for_update(tx, *id).await? else {
                 return Ok((CommentOutcome::NotFound, None));
             };
-            if old.status == *status || old.status == CommentStatus::Deleted {
+            if old.status == *status || old.status.is_deleted() {
                 return Ok((CommentOutcome::Done(Some(old)), None));
             }
             let mut r = old.clone();
@@ -385,7 +385,7 @@ async fn comment_op(
             let Some(old) = load_for_update(tx, *id).await? else {
                 return Ok((CommentOutcome::NotFound, None));
             };
-            if old.status == CommentStatus::Deleted {
+            if old.status.is_deleted() {
                 return Ok((CommentOutcome::Done(Some(old)), None));
             }
             let has_replies = old.parent.is_none()
@@ -396,10 +396,10 @@ async fn comment_op(
             let now_rec = if has_replies {
                 tx.execute(
                     "UPDATE comments SET status = $2, body = '' WHERE id = $1",
-                    &[&i(id.0), &i16::from(CommentStatus::Deleted.code())],
+                    &[&i(id.0), &i16::from(old.status.deleted_from().code())],
                 )
                 .await?;
-                Some(CommentRecord { status: CommentStatus::Deleted, text: String::new(), ..old.clone() })
+                Some(CommentRecord { status: old.status.deleted_from(), text: String::new(), ..old.clone() })
             } else {
                 tx.execute("DELETE FROM comments WHERE id = $1", &[&i(id.0)]).await?;
                 None
