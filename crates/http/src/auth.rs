@@ -9,6 +9,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, encode};
 use likewise_core::ids::{UserId, parse_id};
+use likewise_service::cache::Usage;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -81,25 +82,24 @@ impl VerifiedTokens {
         }
         shard.insert(token.into(), (caller, exp));
     }
-}
 
-impl VerifiedTokens {
-    /// Entries, capacity and estimated bytes (table plus each token's text).
-    fn usage(&self) -> (usize, usize, usize) {
+    /// Entries, capacity and estimated bytes (tables plus each token's text).
+    fn usage(&self) -> Usage {
+        use likewise_service::cache::table_bytes;
         let entry = std::mem::size_of::<(Box<str>, (Caller, u64))>();
         let (mut entries, mut bytes) = (0, 0);
         for s in &self.shards {
             let s = s.lock();
             entries += s.len();
-            bytes += s.capacity() * 8 / 7 * (entry + 1) + s.keys().map(|k| k.len()).sum::<usize>();
+            bytes += table_bytes(s.capacity(), entry) + s.keys().map(|k| k.len()).sum::<usize>();
         }
-        (entries, self.per_shard * self.shards.len(), bytes)
+        Usage { cache: "verified_tokens", entries, capacity: self.per_shard * self.shards.len(), bytes }
     }
 }
 
 impl TokenKeys {
     /// The verified-token cache's entries, capacity and estimated bytes (for `/metrics`).
-    pub fn cache_usage(&self) -> (usize, usize, usize) {
+    pub fn cache_usage(&self) -> Usage {
         self.verified.usage()
     }
 

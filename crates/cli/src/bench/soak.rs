@@ -1029,8 +1029,21 @@ fn slope(v: &[(f64, f64)]) -> f64 {
     if den > 0.0 { num / den } else { 0.0 }
 }
 
-/// Apply the memory-growth rule to (seconds, MiB) samples taken at a steady interval over the
-/// load; `None` when there are too few samples to judge.
+/// (seconds, MiB) of the samples where `f` has a value.
+fn series(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Vec<(f64, f64)> {
+    samples.iter().filter_map(|s| Some((s.t, f(s)?))).collect()
+}
+
+/// RSS minus the bounded parts.
+fn unaccounted(s: &Sample) -> Option<f64> {
+    Some(s.rss_mib? - s.bounded_mib?)
+}
+
+/// Live heap minus the bounded parts: what the memory rule judges when the server reports it.
+fn unexplained(s: &Sample) -> Option<f64> {
+    Some(s.heap_mib? - s.bounded_mib?)
+}
+
 /// Allocator overhead guard: over the last 20% of the run, RSS minus the live heap (allocator
 /// headers, rounding and kept pages, plus code and stacks) must stay below the live heap
 /// itself plus 64 MiB. Pathological fragmentation fails here; ordinary overhead, which grows
@@ -1059,6 +1072,8 @@ fn overhead_guard(samples: &[Sample], failures: &mut Vec<String>) -> Option<Stri
     ))
 }
 
+/// Apply the memory-growth rule to (seconds, MiB) samples taken at a steady interval over the
+/// load; `None` when there are too few samples to judge.
 fn judge_growth(rss: &[(f64, f64)], max_pct: f64, max_mib: f64) -> Option<Growth> {
     let n = rss.len();
     if n < 10 {
@@ -1471,12 +1486,10 @@ fn rates(samples: &[Sample], classes: std::ops::Range<usize>) -> Vec<(f64, f64)>
 
 fn render_svg(samples: &[Sample], title: &str, subtitle: &str) -> String {
     let x_max = samples.last().map(|s| s.t).unwrap_or(1.0);
-    let rss: Vec<(f64, f64)> = samples.iter().filter_map(|s| s.rss_mib.map(|m| (s.t, m))).collect();
-    let unaccounted: Vec<(f64, f64)> =
-        samples.iter().filter_map(|s| Some((s.t, s.rss_mib? - s.bounded_mib?))).collect();
-    let heap: Vec<(f64, f64)> = samples.iter().filter_map(|s| Some((s.t, s.heap_mib?))).collect();
-    let unexplained: Vec<(f64, f64)> =
-        samples.iter().filter_map(|s| Some((s.t, s.heap_mib? - s.bounded_mib?))).collect();
+    let rss = series(samples, |s| s.rss_mib);
+    let unaccounted = series(samples, unaccounted);
+    let heap = series(samples, |s| s.heap_mib);
+    let unexplained = series(samples, unexplained);
     let at = |q: usize| x_max * q as f64 / 10.0;
     let mut out = String::new();
     let _ = writeln!(
@@ -1817,14 +1830,12 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
     }
 
     // Memory.
-    let rss_series: Vec<(f64, f64)> = samples.iter().filter_map(|s| s.rss_mib.map(|m| (s.t, m))).collect();
+    let rss_series = series(&samples, |s| s.rss_mib);
     let peak = rss_series.iter().map(|p| p.1).fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
     // Unaccounted = RSS - bounded parts, once the server has reported them; unexplained heap
     // = live heap - bounded parts, when it also reports its live heap (then that is judged).
-    let unaccounted: Vec<(f64, f64)> =
-        samples.iter().filter_map(|s| Some((s.t, s.rss_mib? - s.bounded_mib?))).collect();
-    let unexplained: Vec<(f64, f64)> =
-        samples.iter().filter_map(|s| Some((s.t, s.heap_mib? - s.bounded_mib?))).collect();
+    let unaccounted = series(&samples, unaccounted);
+    let unexplained = series(&samples, unexplained);
     let judged_heap = !unexplained.is_empty() && unexplained.len() + 10 >= rss_series.len();
     let judged_unaccounted =
         judged_heap || (!unaccounted.is_empty() && unaccounted.len() + 10 >= rss_series.len());

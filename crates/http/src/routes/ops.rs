@@ -35,11 +35,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         metrics::gauge!("likewise_store_write_buffer_limit_bytes").set(m.write_buffer_limit_bytes as f64);
         metrics::gauge!("likewise_store_pinned_bytes").set(m.pinned_bytes as f64);
     }
-    let (entries, capacity, bytes) = state.keys.cache_usage();
-    metrics::gauge!("likewise_cache_entries", "cache" => "verified_tokens").set(entries as f64);
-    metrics::gauge!("likewise_cache_capacity", "cache" => "verified_tokens").set(capacity as f64);
-    metrics::gauge!("likewise_cache_bytes", "cache" => "verified_tokens").set(bytes as f64);
-    for u in state.svc.cache_usage() {
+    for u in state.svc.cache_usage().into_iter().chain([state.keys.cache_usage()]) {
         metrics::gauge!("likewise_cache_entries", "cache" => u.cache).set(u.entries as f64);
         metrics::gauge!("likewise_cache_capacity", "cache" => u.cache).set(u.capacity as f64);
         metrics::gauge!("likewise_cache_bytes", "cache" => u.cache).set(u.bytes as f64);

@@ -87,7 +87,7 @@ pub struct Usage {
 }
 
 /// Bytes of a hash map's table holding `len` entries of `entry` bytes each.
-pub(crate) fn table_bytes(len: usize, entry: usize) -> usize {
+pub fn table_bytes(len: usize, entry: usize) -> usize {
     len * 8 / 7 * (entry + 1)
 }
 
