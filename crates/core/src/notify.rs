@@ -232,7 +232,6 @@ impl Holder {
         out
     }
 
-    /// Release every held notification due at `now_ms`.
     /// Release every held notification due at `now_ms`, in the order they fell due.
     pub fn release_due(&mut self, now_ms: u64) -> Vec<Change> {
         let mut out = Vec::new();
