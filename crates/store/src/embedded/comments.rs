@@ -40,7 +40,7 @@ struct Touched {
 /// Comments touched by the current batch, in first-touch order.
 #[derive(Default)]
 pub(super) struct CommentOverlay {
-    touched: HashMap<u64, Touched>,
+    touched: HashMap<u64, Touched, foldhash::fast::RandomState>,
     order: Vec<u64>,
 }
 

@@ -28,7 +28,7 @@ struct Touched {
 /// Like keys touched by the current batch, in first-touch order.
 #[derive(Default)]
 pub(super) struct LikeOverlay {
-    touched: HashMap<[u8; 17], Touched>,
+    touched: HashMap<[u8; 17], Touched, foldhash::fast::RandomState>,
     order: Vec<[u8; 17]>,
 }
 
