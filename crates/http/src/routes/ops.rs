@@ -26,7 +26,11 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     // Sizes are read at scrape time: cheap, and always current.
+    let mut usages = state.svc.cache_usage();
+    usages.push(state.keys.cache_usage());
     if let Some(d) = state.svc.stores().embedded.as_ref() {
+        let (entries, capacity, bytes) = d.event_tail_usage();
+        usages.push(likewise_service::cache::Usage { cache: "event_tail", entries, capacity, bytes });
         metrics::gauge!("likewise_store_disk_bytes").set(d.disk_space() as f64);
         let m = d.memory();
         metrics::gauge!("likewise_store_block_cache_bytes").set(m.block_cache_bytes as f64);
@@ -35,7 +39,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         metrics::gauge!("likewise_store_write_buffer_limit_bytes").set(m.write_buffer_limit_bytes as f64);
         metrics::gauge!("likewise_store_pinned_bytes").set(m.pinned_bytes as f64);
     }
-    for u in state.svc.cache_usage().into_iter().chain([state.keys.cache_usage()]) {
+    for u in usages {
         metrics::gauge!("likewise_cache_entries", "cache" => u.cache).set(u.entries as f64);
         metrics::gauge!("likewise_cache_capacity", "cache" => u.cache).set(u.capacity as f64);
         metrics::gauge!("likewise_cache_bytes", "cache" => u.cache).set(u.bytes as f64);

@@ -28,6 +28,17 @@ fn decode_event(k: &[u8], v: &[u8]) -> StoreResult<Event> {
         .map_err(|e| StoreError::Corrupt { keyspace: "events", detail: e.to_string() })
 }
 
+/// Up to `max` events after `after` from the keyspace (when the in-memory tail cannot answer).
+pub(super) fn read_events(events: &Keyspace, after: u64, max: usize) -> StoreResult<Vec<Event>> {
+    let start = after.saturating_add(1).to_be_bytes();
+    let mut out = Vec::new();
+    for g in events.range(start..).take(max) {
+        let (k, v) = g.into_inner().map_err(engine_err)?;
+        out.push(decode_event(&k, &v)?);
+    }
+    Ok(out)
+}
+
 /// Counters are stored as two's-complement i64 inside a versioned u64 record.
 fn parse_counter(v: &[u8]) -> StoreResult<i64> {
     Ok(parse_num("counters", v)? as i64)
@@ -36,13 +47,10 @@ fn parse_counter(v: &[u8]) -> StoreResult<i64> {
 #[async_trait]
 impl EventLog for EmbeddedStore {
     async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
-        let start = after.saturating_add(1).to_be_bytes();
-        let mut out = Vec::new();
-        for g in self.inner.events.range(start..).take(max) {
-            let (k, v) = g.into_inner().map_err(engine_err)?;
-            out.push(decode_event(&k, &v)?);
+        if let Some(events) = self.inner.tail.lock().read_after(after, max) {
+            return Ok(events);
         }
-        Ok(out)
+        read_events(&self.inner.events, after, max)
     }
 
     async fn head(&self) -> StoreResult<u64> {
@@ -52,6 +60,7 @@ impl EventLog for EmbeddedStore {
 
     async fn truncate(&self, upto: u64) -> StoreResult<u64> {
         let s = &*self.inner;
+        s.tail.lock().truncate(upto);
         let mut removed = 0u64;
         loop {
             let keys: Vec<_> = s

@@ -11,6 +11,7 @@ mod likes;
 mod meta;
 mod moderation;
 mod notifications;
+mod tail;
 mod views;
 mod write;
 
@@ -115,6 +116,8 @@ struct Inner {
     next_seq: AtomicU64,
     /// Serialises `apply` so sequence order equals commit order even with several callers.
     write_lock: Mutex<()>,
+    /// The newest events, decoded, for the consumers that follow the head (`tail.rs`).
+    tail: Mutex<tail::EventTail>,
     /// Serialises `add_report`'s read-modify-write of a comment's report count.
     report_lock: Mutex<()>,
     /// Budget of the active memtables (see [`EmbeddedOptions::write_buffer_bytes`]).
@@ -151,6 +154,10 @@ fn spawn_write_buffer_governor(inner: std::sync::Weak<Inner>) {
         tracing::error!(error = %e, "could not start the memtable governor; per-keyspace caps still apply");
     }
 }
+
+/// Events the in-memory tail of the log holds: about 5 MiB, two windows of the aggregator at
+/// 100k likes/s.
+const EVENT_TAIL_EVENTS: usize = 65_536;
 
 pub(crate) fn engine_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Engine(e.to_string())
@@ -210,6 +217,7 @@ impl EmbeddedStore {
             id_gen: Mutex::new(likewise_core::comment::id::CommentIdGen::new(None)),
             next_seq: AtomicU64::new(0),
             write_lock: Mutex::new(()),
+            tail: Mutex::new(tail::EventTail::new(EVENT_TAIL_EVENTS)),
             report_lock: Mutex::new(()),
             write_buffer_limit: limit.get().min(opts.write_buffer_bytes.max(1 << 20)),
             all: all.take(),
@@ -247,6 +255,11 @@ impl EmbeddedStore {
                 .map(|k| (k.tree.pinned_filter_size() + k.tree.pinned_block_index_size()) as u64)
                 .sum(),
         }
+    }
+
+    /// The in-memory tail of the event log: events held, capacity, bytes (for `/metrics`).
+    pub fn event_tail_usage(&self) -> (usize, usize, usize) {
+        self.inner.tail.lock().usage()
     }
 
     /// Make everything written so far durable.

@@ -16,6 +16,8 @@ pub(super) struct BatchState<'a> {
     pub(super) seq: u64,
     pub(super) likes: super::likes::LikeOverlay,
     pub(super) comments: super::comments::CommentOverlay,
+    /// This batch's events, decoded, for the in-memory tail once the batch is committed.
+    pub(super) events: Vec<Event>,
 }
 
 impl<'a> BatchState<'a> {
@@ -23,6 +25,7 @@ impl<'a> BatchState<'a> {
     pub(super) fn event(&mut self, mut e: Event) -> u64 {
         e.seq = self.seq;
         self.batch.insert(&self.s.events, self.seq.to_be_bytes(), e.encode());
+        self.events.push(e);
         self.seq += 1;
         e.seq
     }
@@ -38,6 +41,7 @@ impl WriteEngine for EmbeddedStore {
             seq: s.next_seq.load(Ordering::SeqCst),
             likes: Default::default(),
             comments: Default::default(),
+            events: Vec::new(),
         };
         let now = crate::now_ms();
         let mut out = Vec::with_capacity(ops.len());
@@ -51,6 +55,9 @@ impl WriteEngine for EmbeddedStore {
         st.flush_comments();
         let seq = st.seq;
         st.batch.commit().map_err(engine_err)?;
+        // Into the tail before `next_seq` moves, still under the write lock: the tail then
+        // never misses an event that a reader could already find in the keyspace.
+        s.tail.lock().extend(&st.events);
         s.next_seq.store(seq, Ordering::SeqCst);
         Ok(out)
     }
