@@ -73,6 +73,18 @@ where
     Ok((all.len() as f64 / started.elapsed().as_secs_f64(), all))
 }
 
+/// IDs of one run: fresh per run, so runs against one server do not collide.
+pub(super) struct Setup {
+    /// The post everyone likes (also the first of the feed page).
+    pub(super) hot: u64,
+    /// Author of the run's posts.
+    pub(super) author: u64,
+    /// The 20 posts of the feed page.
+    pub(super) feed_ids: Vec<u64>,
+    /// First user ID of the run's likers and viewers.
+    pub(super) user_base: u64,
+}
+
 pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
     let base = base.trim_end_matches('/').to_string();
     let secret = super::server_secret(a.secret.as_deref(), a.config.as_deref(), a.data_dir.as_deref())?;
@@ -98,6 +110,11 @@ pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
         "hot-post over HTTP at {base}: {} likers on post {hot}, concurrency {}",
         a.likers, a.concurrency
     );
+    let user_base = 10_000_000 + run * 10_000_000;
+    if a.client == super::Client::Wrk {
+        let setup = Setup { hot, author, feed_ids, user_base };
+        return super::wrk::hot_post(&base, a, &keys, &client, &setup).await;
+    }
 
     // Phase 1: /healthz, the cheapest request the server answers.
     let (c, u) = (client.clone(), format!("{base}/healthz"));
@@ -114,7 +131,6 @@ pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
 
     // Phase 2: likes from distinct users on one post. Tokens are minted up front so the
     // client's signing cost does not compete with the server for the CPU.
-    let user_base = 10_000_000 + run * 10_000_000;
     let tokens: Arc<Vec<String>> = Arc::new(
         (0..a.likers)
             .map(|i| keys.mint(UserId(user_base + i), false, ttl))

@@ -9,6 +9,7 @@ mod http;
 mod in_process;
 mod soak;
 mod stats;
+mod wrk;
 
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -41,9 +42,13 @@ pub struct HotPostArgs {
     /// Concurrent requests in flight.
     #[arg(long, default_value_t = 256)]
     pub concurrency: usize,
-    /// Seconds for each of the /healthz and feed-page phases (over HTTP).
+    /// Seconds for each of the /healthz and feed-page phases (over HTTP); with
+    /// `--client wrk` also the like phase, which then needs enough --likers to last it.
     #[arg(long, default_value_t = 5)]
     pub phase_seconds: u64,
+    /// HTTP client: the built-in one, or wrk for every phase (wrk must be installed).
+    #[arg(long, value_enum, default_value_t = Client::Builtin)]
+    pub client: Client,
     /// Token secret of the server (default: read from --data-dir or the config).
     #[arg(long, env = "LIKEWISE__AUTH__SECRET")]
     pub secret: Option<String>,
@@ -53,6 +58,15 @@ pub struct HotPostArgs {
     /// Data directory (in process: keep the store there; over HTTP: where the secret is).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+}
+
+/// The HTTP client of `hot-post --url`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Client {
+    /// hyper, in this process: every phase runs one like at a time per connection.
+    Builtin,
+    /// wrk (2 threads) for every phase, driven by Lua scripts for likes and feed pages.
+    Wrk,
 }
 
 /// Run a benchmark.

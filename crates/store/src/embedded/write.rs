@@ -37,11 +37,13 @@ impl WriteEngine for EmbeddedStore {
         let _serial = s.write_lock.lock();
         let mut st = BatchState {
             s,
-            batch: s.db.batch().durability(None),
+            // Sized up front (a like writes at most four rows and an event): growing it by
+            // doubling showed in profiles as fresh pages zeroed on the writer thread.
+            batch: fjall::OwnedWriteBatch::with_capacity(s.db.clone(), ops.len() * 5).durability(None),
             seq: s.next_seq.load(Ordering::SeqCst),
             likes: Default::default(),
             comments: Default::default(),
-            events: Vec::new(),
+            events: Vec::with_capacity(ops.len()),
         };
         let now = crate::now_ms();
         let mut out = Vec::with_capacity(ops.len());
