@@ -77,6 +77,10 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Comments(a) => crate::commands::runtime()?.block_on(comments::run(&a)),
         BenchCommand::Soak(a) => crate::commands::runtime()?.block_on(soak::run(&a)),
         BenchCommand::HotPost(a) => {
+            anyhow::ensure!(
+                a.client == Client::Builtin || a.url.is_some(),
+                "--client wrk drives a running server: give its --url"
+            );
             let rt = crate::commands::runtime()?;
             match (&a.url, a.in_process) {
                 (Some(url), _) => rt.block_on(http::hot_post(url, &a)),
@@ -110,4 +114,25 @@ fn progress(total: u64) -> indicatif::ProgressBar {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        bench: BenchCommand,
+    }
+
+    #[test]
+    fn wrk_needs_a_running_server() {
+        let cli =
+            Cli::try_parse_from(["bench", "hot-post", "--in-process", "--client", "wrk"]).expect("parses");
+        let err = run(cli.bench).expect_err("refused");
+        assert!(err.to_string().contains("--url"), "{err}");
+        assert!(Cli::try_parse_from(["bench", "hot-post", "--client", "curl"]).is_err());
+    }
 }
