@@ -74,6 +74,12 @@ pub fn id_pattern() -> String {
 /// (`char::is_control`, Unicode Cc) and, for comments, the bidi overrides and isolates.
 const CC: &str = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f";
 const BIDI: &str = r"\u202a-\u202e\u2066-\u2069";
+/// What `str::trim` removes (Unicode White_Space), spelled out: `\s` differs between regex
+/// dialects (Python's includes U+001C-U+001F, ECMAScript's U+FEFF), and a username's edges
+/// may hold whitespace controls (a tab) that trimming removes before the control check.
+const WS: &str = r"\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
+/// Every control character (Unicode Cc, `char::is_control`).
+const ALL_CC: &str = r"\x00-\x1f\x7f-\x9f";
 
 /// Constraints serde cannot express on the DTOs: ID formats, and the text rules of
 /// `likewise_core::comment::text` and the upstream handlers, as patterns.
@@ -111,7 +117,9 @@ fn complete_schemas(doc: &mut serde_json::Value, id: &str) {
     if let Some(p) = schemas.get_mut("UserPut").and_then(|s| s.pointer_mut("/properties/username")) {
         p["minLength"] = json!(1);
         p["maxLength"] = json!(crate::routes::upstream::MAX_USERNAME);
-        p["pattern"] = json!(text(""));
+        // Trimmed, it is not empty and holds no control character (tabs included); the edges
+        // that trimming removes may hold any whitespace (`routes::upstream::put_user`).
+        p["pattern"] = json!(format!(r"^[{WS}]*[^{WS}{ALL_CC}](?:[^{ALL_CC}]*[^{WS}{ALL_CC}])?[{WS}]*$"));
     }
     if let Some(p) = schemas.get_mut("HiddenWordsDto").and_then(|s| s.pointer_mut("/properties/words")) {
         use likewise_core::comment::hidden_words::{MAX_HIDDEN_WORDS, MAX_WORD_CHARS};
@@ -224,6 +232,79 @@ fn complete(doc: &mut serde_json::Value) {
                     r["description"] = json!(describe(code));
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    /// The username pattern of the document, compiled as a validator would.
+    fn username_rule() -> impl Fn(&str) -> bool {
+        let doc = super::document();
+        let p = &doc["components"]["schemas"]["UserPut"]["properties"]["username"];
+        let re = regex::Regex::new(p["pattern"].as_str().expect("pattern")).expect("compiles");
+        let (min, max) = (p["minLength"].as_u64().expect("min"), p["maxLength"].as_u64().expect("max"));
+        move |s: &str| {
+            let n = s.chars().count() as u64;
+            (min..=max).contains(&n) && re.is_match(s)
+        }
+    }
+
+    /// Characters where the rules differ by dialect or by trimming: controls that are and are
+    /// not whitespace, Unicode spaces, the BOM, and ordinary letters.
+    fn tricky() -> impl Strategy<Value = String> {
+        let chars = prop::sample::select(vec![
+            'a',
+            'Z',
+            '7',
+            ' ',
+            '\t',
+            '\n',
+            '\r',
+            '\u{0b}',
+            '\u{0c}',
+            '\u{1c}',
+            '\u{1f}',
+            '\u{01}',
+            '\u{7f}',
+            '\u{85}',
+            '\u{9f}',
+            '\u{a0}',
+            '\u{1680}',
+            '\u{2000}',
+            '\u{2028}',
+            '\u{202f}',
+            '\u{3000}',
+            '\u{feff}',
+            '\u{180e}',
+            'é',
+            '\u{10437}',
+        ]);
+        prop::collection::vec(chars, 0..70).prop_map(|v| v.into_iter().collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+        /// The schema accepts exactly the usernames the server accepts, so a schema-valid name
+        /// is never refused (and a refused one is never documented as valid).
+        #[test]
+        fn the_username_schema_is_the_servers_rule(s in tricky()) {
+            let schema = username_rule();
+            prop_assert_eq!(schema(&s), crate::routes::upstream::valid_username(&s).is_some(), "{:?}", s);
+        }
+    }
+
+    #[test]
+    fn username_examples() {
+        let schema = username_rule();
+        for ok in ["alice", " alice ", "\talice\n", "a b", "\u{feff}"] {
+            assert!(schema(ok) && crate::routes::upstream::valid_username(ok).is_some(), "{ok:?}");
+        }
+        for bad in ["", "   ", "a\tb", "\u{1c}alice", "al\u{85}ice", &"x".repeat(65)] {
+            assert!(!schema(bad) && crate::routes::upstream::valid_username(bad).is_none(), "{bad:?}");
         }
     }
 }

@@ -247,7 +247,8 @@ async fn set_like(
 #[utoipa::path(put, path = "/v1/comments/{comment_id}/like", tag = "likes",
     params(("comment_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn like(
     State(state): State<Arc<AppState>>,
@@ -261,7 +262,8 @@ pub async fn like(
 #[utoipa::path(delete, path = "/v1/comments/{comment_id}/like", tag = "likes",
     params(("comment_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn unlike(
     State(state): State<Arc<AppState>>,

@@ -31,7 +31,8 @@ async fn set(
 #[utoipa::path(put, path = "/v1/posts/{post_id}/like", tag = "likes",
     params(("post_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn like(
     State(state): State<Arc<AppState>>,
@@ -45,7 +46,8 @@ pub async fn like(
 #[utoipa::path(delete, path = "/v1/posts/{post_id}/like", tag = "likes",
     params(("post_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
+        (status = 404, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn unlike(
     State(state): State<Arc<AppState>>,

@@ -29,17 +29,24 @@ pub async fn put_user(
     PathParams(user): PathParams<UserId>,
     JsonBody(body): JsonBody<UserPut>,
 ) -> ApiResult<Json<UserRecord>> {
-    // The limit applies to the name as sent (what the OpenAPI schema's maxLength says);
-    // surrounding whitespace is then trimmed off.
-    let name = body.username.trim();
-    if name.is_empty() || body.username.chars().count() > MAX_USERNAME || name.chars().any(char::is_control) {
+    let Some(name) = valid_username(&body.username) else {
         return Err(ApiError::unprocessable(format!(
             "username must be 1 to {MAX_USERNAME} characters without control characters"
         )));
-    }
+    };
     let profile = UserProfile { username: name.to_string(), verified: body.verified };
     state.svc.put_user(user, profile).await?;
     Ok(Json(UserRecord { user_id: user, username: name.to_string(), verified: body.verified }))
+}
+
+/// The name to store, if `raw` is a valid username: at most [`MAX_USERNAME`] characters as
+/// sent (what the OpenAPI schema's maxLength says), then trimmed of surrounding whitespace,
+/// leaving at least one character and no control character. The OpenAPI pattern states the
+/// same rule (`openapi.rs`, tested against this function).
+pub fn valid_username(raw: &str) -> Option<&str> {
+    let name = raw.trim();
+    let ok = !name.is_empty() && raw.chars().count() <= MAX_USERNAME && !name.chars().any(char::is_control);
+    ok.then_some(name)
 }
 
 /// Register or update a post.
