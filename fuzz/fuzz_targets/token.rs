@@ -9,7 +9,10 @@
 //!   panics; a token that verifies has a string `sub`, an unexpired numeric `exp`, and
 //!   `caller` names the user in `sub` with the role in `role`.
 //! - mode 2: claims bytes signed with the right key under any other `alg` header (or a wrong
-//!   key, or none at all): always rejected.
+//!   key, or none at all): always rejected, by `verify` and by `caller`.
+//!
+//! `caller` runs the service's fast accept path (`auth/fast.rs`) and its cache in front of
+//! `verify`: modes 1 and 2 check it never accepts what `verify` refuses.
 #![no_main]
 
 use base64::Engine;
@@ -107,7 +110,11 @@ fuzz_target!(|data: &[u8]| {
         }
         1 => {
             let token = sign(KEY, "HS256", HS256_HEADER, rest);
-            let Ok(claims) = KEYS.verify(&token) else { return };
+            let Ok(claims) = KEYS.verify(&token) else {
+                // What the full decoder refuses, `caller` (its fast path, its cache) refuses too.
+                assert!(KEYS.caller(&token).is_err(), "caller accepted what verify refused: {token}");
+                return;
+            };
             // Only the claims the service reads: serde skips the others without fully checking
             // them (invalid UTF-8 in a string, a number out of range), and so may the verifier.
             let json: SubExp = serde_json::from_slice(rest).expect("accepted claims have sub and exp");
@@ -130,13 +137,16 @@ fuzz_target!(|data: &[u8]| {
             let header = format!(r#"{{"alg":"{alg}","typ":"JWT"}}"#);
             let forged = sign(KEY, alg, &header, claims);
             assert!(KEYS.verify(&forged).is_err(), "alg {alg:?} accepted: {forged}");
+            assert!(KEYS.caller(&forged).is_err(), "alg {alg:?} accepted by caller: {forged}");
             // And the right header with a wrong key.
             let wrong = sign(b"not-the-key", "HS256", HS256_HEADER, claims);
             assert!(KEYS.verify(&wrong).is_err(), "a token signed with the wrong key verified");
+            assert!(KEYS.caller(&wrong).is_err(), "caller accepted a token signed with the wrong key");
             // An HS256 token with its signature cut off.
             let real = sign(KEY, "HS256", HS256_HEADER, claims);
             let unsigned = &real[..=real.rfind('.').expect("dot")];
             assert!(KEYS.verify(unsigned).is_err(), "an unsigned token verified");
+            assert!(KEYS.caller(unsigned).is_err(), "caller accepted an unsigned token");
         }
     }
 });
