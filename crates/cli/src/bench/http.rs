@@ -42,6 +42,18 @@ pub(super) async fn call(
     Ok((status, bytes))
 }
 
+/// The post's `like_count` as `token`'s holder reads it (None when hidden from them).
+pub(super) async fn like_count(
+    client: &HttpClient,
+    base: &str,
+    post: u64,
+    token: &str,
+) -> anyhow::Result<Option<u64>> {
+    let (st, b) = call(client, Method::GET, &format!("{base}/v1/posts/{post}"), Some(token), None).await?;
+    anyhow::ensure!(st == StatusCode::OK, "read post: {st}");
+    Ok(serde_json::from_slice::<serde_json::Value>(&b)?["like_count"].as_u64())
+}
+
 /// Run `concurrency` loops of `f` for `secs` seconds; returns requests/s and latencies.
 async fn timed_phase<F, Fut>(concurrency: usize, secs: u64, f: F) -> anyhow::Result<(f64, Vec<u64>)>
 where
@@ -174,11 +186,7 @@ pub async fn hot_post(base: &str, a: &HotPostArgs) -> anyhow::Result<()> {
     // Convergence: the author reads the post until the count equals the distinct likers.
     let author_token = mint(author, false)?;
     let converged = loop {
-        let (st, b) =
-            call(&client, Method::GET, &format!("{base}/v1/posts/{hot}"), Some(&author_token), None).await?;
-        anyhow::ensure!(st == StatusCode::OK, "read post: {st}");
-        let v: serde_json::Value = serde_json::from_slice(&b)?;
-        if v["like_count"].as_u64() == Some(a.likers) {
+        if like_count(&client, &base, hot, &author_token).await? == Some(a.likers) {
             break Some(last_write.elapsed());
         }
         if last_write.elapsed() > Duration::from_secs(30) {

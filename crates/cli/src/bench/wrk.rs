@@ -15,7 +15,7 @@
 //! responses wrk counted and the requests it generated.
 
 use super::HotPostArgs;
-use super::http::{HttpClient, call};
+use super::http::{HttpClient, call, like_count};
 use hyper::{Method, StatusCode};
 use likewise_core::ids::UserId;
 use likewise_http::auth::TokenKeys;
@@ -130,11 +130,15 @@ fn run(url: &str, conns: usize, secs: u64, script: Option<(&Path, &[String])>) -
     parse(&text)
 }
 
+/// A user token valid for the run.
+fn mint(keys: &TokenKeys, user: u64) -> anyhow::Result<String> {
+    keys.mint(UserId(user), false, Duration::from_secs(3600)).map_err(|e| anyhow::anyhow!(e))
+}
+
 fn write_tokens(path: &Path, keys: &TokenKeys, users: impl Iterator<Item = u64>) -> anyhow::Result<()> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
     for u in users {
-        let t = keys.mint(UserId(u), false, Duration::from_secs(3600)).map_err(|e| anyhow::anyhow!(e))?;
-        writeln!(f, "{t}")?;
+        writeln!(f, "{}", mint(keys, u)?)?;
     }
     f.flush()?;
     Ok(())
@@ -157,12 +161,6 @@ async fn like_rows(client: &HttpClient, base: &str, post: u64, token: &str) -> a
             None => return Ok(rows),
         }
     }
-}
-
-async fn like_count(client: &HttpClient, base: &str, post: u64, token: &str) -> anyhow::Result<Option<u64>> {
-    let (st, b) = call(client, Method::GET, &format!("{base}/v1/posts/{post}"), Some(token), None).await?;
-    anyhow::ensure!(st == StatusCode::OK, "read post: {st}");
-    Ok(serde_json::from_slice::<serde_json::Value>(&b)?["like_count"].as_u64())
 }
 
 /// The hot-post run with wrk as the client (see the module documentation).
@@ -200,8 +198,7 @@ pub async fn hot_post(
     }
 
     // Convergence: the count settles at the like rows.
-    let author =
-        keys.mint(UserId(setup.author), false, Duration::from_secs(3600)).map_err(|e| anyhow::anyhow!(e))?;
+    let author = mint(keys, setup.author)?;
     let converged = loop {
         let rows = like_rows(client, base, setup.hot, &author).await?;
         let count = like_count(client, base, setup.hot, &author).await?;

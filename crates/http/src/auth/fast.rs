@@ -18,6 +18,7 @@
 //! token accepted here is one the full decoder accepts with the same claims. The property
 //! test `the_fast_path_agrees_with_jsonwebtoken` checks that on random and mutated tokens.
 
+use super::Claims;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
@@ -37,14 +38,6 @@ struct Minted<'a> {
     exp: u64,
     #[serde(default, borrow)]
     role: Option<Cow<'a, str>>,
-}
-
-/// What an accepted token names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Accepted {
-    pub(super) sub: String,
-    pub(super) exp: u64,
-    pub(super) role: Option<String>,
 }
 
 pub(super) struct FastVerifier {
@@ -91,7 +84,7 @@ impl FastVerifier {
 
     /// The token's claims if it is accepted here (see the module documentation), at `now`
     /// (seconds since the Unix epoch); `None` means "ask the full decoder".
-    pub(super) fn accept(&self, token: &str, now: u64) -> Option<Accepted> {
+    pub(super) fn accept(&self, token: &str, now: u64) -> Option<Claims> {
         let Parts { header, message, payload, signature } = split(token.as_bytes())?;
         if !self.headers.read().iter().any(|h| **h == *header) {
             return None;
@@ -108,11 +101,7 @@ impl FastVerifier {
         if claims.exp < now.saturating_sub(self.leeway) {
             return None;
         }
-        Some(Accepted {
-            sub: claims.sub.into_owned(),
-            exp: claims.exp,
-            role: claims.role.map(Cow::into_owned),
-        })
+        Some(Claims { sub: claims.sub.into_owned(), exp: claims.exp, role: claims.role.map(Cow::into_owned) })
     }
 }
 
@@ -134,13 +123,13 @@ mod tests {
     }
 
     /// The full decoder with the service's validation (see `TokenKeys::new`).
-    fn full(token: &str) -> Option<Accepted> {
+    fn full(token: &str) -> Option<Claims> {
         let mut v = Validation::new(Algorithm::HS256);
         v.leeway = LEEWAY;
         v.set_required_spec_claims(&["exp", "sub"]);
         let d =
             jsonwebtoken::decode::<crate::auth::Claims>(token, &DecodingKey::from_secret(SECRET), &v).ok()?;
-        Some(Accepted { sub: d.claims.sub, exp: d.claims.exp, role: d.claims.role })
+        Some(d.claims)
     }
 
     fn verifier() -> FastVerifier {
@@ -226,7 +215,7 @@ mod tests {
                 c["role"] = serde_json::json!(r);
             }
             let t = sign(Algorithm::HS256, &c, SECRET);
-            let want = Accepted { sub: sub.into(), exp: now() + 60, role: role.map(Into::into) };
+            let want = Claims { sub: sub.into(), exp: now() + 60, role: role.map(Into::into) };
             assert_eq!(f.accept(&t, now()).as_ref(), Some(&want));
             assert_eq!(full(&t).as_ref(), Some(&want));
         }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Token claims.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claims {
     /// The user ID, as a decimal string.
     pub sub: String,
@@ -129,7 +129,7 @@ impl TokenKeys {
             return Ok(c);
         }
         let claims = match self.fast.accept(token, now) {
-            Some(a) => Claims { sub: a.sub, exp: a.exp, role: a.role },
+            Some(claims) => claims,
             None => {
                 let claims = self.verify(token)?;
                 self.fast.learn(token);
