@@ -12,30 +12,87 @@ use likewise_core::ports::{CounterStore, EventLog, Recount};
 use likewise_core::{StoreError, StoreResult};
 use std::sync::atomic::Ordering;
 
+// The `events` keyspace holds packed rows: each write batch's events back to back under
+// the first one's sequence (`write.rs`), so a row covers `key ..= key + len - 1` and rows
+// are contiguous. Rows written before packing hold one event and read the same way.
+
+fn corrupt(detail: impl ToString) -> StoreError {
+    StoreError::Corrupt { keyspace: "events", detail: detail.to_string() }
+}
+
+fn row_first(k: &[u8]) -> StoreResult<u64> {
+    if k.len() != 8 {
+        return Err(corrupt("bad key"));
+    }
+    Ok(be_u64(k, 0))
+}
+
+/// The last sequence a row covers.
+fn row_last(k: &[u8], v: &[u8]) -> StoreResult<u64> {
+    let n = likewise_core::event::packed_len(v).map_err(corrupt)?;
+    Ok(row_first(k)? + n as u64 - 1)
+}
+
+fn row_events(k: &[u8], v: &[u8]) -> StoreResult<Vec<Event>> {
+    let first = row_first(k)?;
+    likewise_core::event::unpack(v, |i| first + i as u64).map_err(corrupt)
+}
+
 /// Highest event sequence in the log (0 when empty).
 pub(super) fn last_seq(events: &Keyspace) -> StoreResult<u64> {
     match events.last_key_value() {
-        Some(g) => Ok(be_u64(&g.key().map_err(engine_err)?, 0)),
+        Some(g) => {
+            let (k, v) = g.into_inner().map_err(engine_err)?;
+            row_last(&k, &v)
+        }
         None => Ok(0),
     }
 }
 
-fn decode_event(k: &[u8], v: &[u8]) -> StoreResult<Event> {
-    if k.len() != 8 {
-        return Err(StoreError::Corrupt { keyspace: "events", detail: "bad key".into() });
+/// Key of the row holding event `after + 1` (the row starting at or before it), where a
+/// forward scan for the events after `after` begins.
+fn scan_start(events: &impl Readable, ks: &Keyspace, after: u64) -> StoreResult<[u8; 8]> {
+    let next = after.saturating_add(1).to_be_bytes();
+    match events.range(ks, ..=next).next_back() {
+        Some(g) => Ok(row_first(&g.key().map_err(engine_err)?)?.to_be_bytes()),
+        None => Ok(next),
     }
-    Event::decode(be_u64(k, 0), v)
-        .map_err(|e| StoreError::Corrupt { keyspace: "events", detail: e.to_string() })
+}
+
+/// The events after `after`, in order, from `events` (a snapshot or the live keyspace),
+/// until `visit` returns false.
+fn scan_events(
+    events: &impl Readable,
+    ks: &Keyspace,
+    after: u64,
+    mut visit: impl FnMut(Event) -> bool,
+) -> StoreResult<()> {
+    for g in events.range(ks, scan_start(events, ks, after)?..) {
+        let (k, v) = g.into_inner().map_err(engine_err)?;
+        for e in row_events(&k, &v)? {
+            if e.seq > after && !visit(e) {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Up to `max` events after `after` from the keyspace (when the in-memory tail cannot answer).
-pub(super) fn read_events(events: &Keyspace, after: u64, max: usize) -> StoreResult<Vec<Event>> {
-    let start = after.saturating_add(1).to_be_bytes();
+pub(super) fn read_events(
+    db: &fjall::Database,
+    events: &Keyspace,
+    after: u64,
+    max: usize,
+) -> StoreResult<Vec<Event>> {
     let mut out = Vec::new();
-    for g in events.range(start..).take(max) {
-        let (k, v) = g.into_inner().map_err(engine_err)?;
-        out.push(decode_event(&k, &v)?);
+    if max == 0 {
+        return Ok(out);
     }
+    scan_events(&db.snapshot(), events, after, |e| {
+        out.push(e);
+        out.len() < max
+    })?;
     Ok(out)
 }
 
@@ -50,7 +107,7 @@ impl EventLog for EmbeddedStore {
         if let Some(events) = self.inner.tail.lock().read_after(after, max) {
             return Ok(events);
         }
-        read_events(&self.inner.events, after, max)
+        read_events(&self.inner.db, &self.inner.events, after, max)
     }
 
     async fn head(&self) -> StoreResult<u64> {
@@ -63,21 +120,26 @@ impl EventLog for EmbeddedStore {
         s.tail.lock().truncate(upto);
         let mut removed = 0u64;
         loop {
-            let keys: Vec<_> = s
-                .events
-                .range(..=upto.to_be_bytes())
-                .take(10_000)
-                .map(|g| g.key().map_err(engine_err))
-                .collect::<StoreResult<_>>()?;
-            if keys.is_empty() {
+            // Whole rows only: a row that also holds events after `upto` stays until a later
+            // truncation passes its end (rows are contiguous, so only the last one can).
+            let mut rows = Vec::new();
+            for g in s.events.range(..=upto.to_be_bytes()).take(10_000) {
+                let (k, v) = g.into_inner().map_err(engine_err)?;
+                let (first, last) = (row_first(&k)?, row_last(&k, &v)?);
+                if last > upto {
+                    break;
+                }
+                removed += last - first + 1;
+                rows.push(k);
+            }
+            if rows.is_empty() {
                 return Ok(removed);
             }
             let mut batch = s.db.batch();
-            for k in &keys {
-                batch.remove(&s.events, k.clone());
+            for k in rows {
+                batch.remove(&s.events, k);
             }
             batch.commit().map_err(engine_err)?;
-            removed += keys.len() as u64;
         }
     }
 }
@@ -103,13 +165,12 @@ impl EmbeddedStore {
             None => 0,
         };
         let mut pending = 0i64;
-        for g in snap.range(&s.events, offset.saturating_add(1).to_be_bytes()..) {
-            let (k, v) = g.into_inner().map_err(engine_err)?;
-            let e = decode_event(&k, &v)?;
+        scan_events(snap, &s.events, offset, |e| {
             if concerns(&e) {
                 pending += e.delta();
             }
-        }
+            true
+        })?;
         Ok(Recount { rows, counter, pending })
     }
 }
@@ -220,5 +281,96 @@ impl CounterStore for EmbeddedStore {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded::tail::EventTail;
+    use crate::embedded::{EmbeddedOptions, EmbeddedStore};
+    use likewise_core::ids::UserId;
+    use likewise_core::like::{LikeAction, LikeOp};
+    use likewise_core::ports::WriteEngine;
+    use likewise_core::write::WriteOp;
+
+    fn like(user: u64, action: LikeAction) -> WriteOp {
+        WriteOp::Like(LikeOp {
+            target: Target::post(user % 3 + 1),
+            user: UserId(user),
+            action,
+            target_author: UserId(9),
+            post: user % 3 + 1,
+            ts_ms: user,
+        })
+    }
+
+    /// The packed log, read back from disk, against the events as the writer produced them
+    /// (the in-memory tail, which never reads the keyspace): rows written before packing
+    /// (one event each, either format), batches of 1 to 40 events, reads starting inside
+    /// rows, truncation that keeps a row straddling its bound, and a reopen.
+    #[tokio::test]
+    async fn packed_rows_read_truncate_and_reopen_exactly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut model: Vec<Event> = Vec::new();
+        {
+            let store = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("open");
+            let mut batch = store.inner.db.batch();
+            for seq in 1..=3u64 {
+                let e = Event::like(seq, true, Target::post(1), UserId(9), UserId(1000 + seq), seq, 1);
+                let v = if seq == 2 {
+                    // Format version 1: likes of posts, no post/parent/delta fields.
+                    let mut v = e.encode()[..likewise_core::event::EVENT_V1_LEN].to_vec();
+                    v[0] = likewise_core::event::EVENT_FORMAT_V1;
+                    v
+                } else {
+                    e.encode().to_vec()
+                };
+                batch.insert(&store.inner.events, seq.to_be_bytes(), v);
+                model.push(e);
+            }
+            batch.commit().expect("commit");
+        }
+        let store = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("reopen");
+        assert_eq!(store.head().await.expect("head"), 3);
+        *store.inner.tail.lock() = EventTail::new(1 << 20);
+        let mut user = 0u64;
+        for size in [1usize, 2, 7, 40, 1, 13, 3] {
+            let ops: Vec<WriteOp> = (0..size)
+                .map(|i| {
+                    user += 1;
+                    // Every fifth op unlikes an earlier user: a change whenever that one is liked.
+                    if i % 5 == 4 { like(user - 3, LikeAction::Unlike) } else { like(user, LikeAction::Like) }
+                })
+                .collect();
+            store.apply(&ops).expect("apply");
+        }
+        model.extend(store.inner.tail.lock().read_after(3, usize::MAX).expect("tail holds every new event"));
+        let head = model.len() as u64;
+        assert_eq!(store.head().await.expect("head"), head);
+        assert!(store.inner.events.len().expect("len") < model.len(), "events are packed into rows");
+        let read = |after: u64, max: usize| read_events(&store.inner.db, &store.inner.events, after, max);
+        for after in 0..=head + 1 {
+            for max in [0, 1, 5, 1_000] {
+                let want: Vec<Event> = model.iter().filter(|e| e.seq > after).take(max).copied().collect();
+                assert_eq!(read(after, max).expect("read"), want, "after {after}, max {max}");
+            }
+        }
+        // Truncate inside a row: the rows wholly at or below the bound go, the rest reads on.
+        let mut truncated = 0;
+        for upto in [2, 5, 9, head - 1] {
+            truncated += store.truncate(upto).await.expect("truncate");
+            let left: Vec<Event> = model.iter().filter(|e| e.seq > upto).copied().collect();
+            assert_eq!(read(upto, usize::MAX).expect("read"), left, "after truncating to {upto}");
+            let oldest = read(0, 1).expect("read")[0].seq;
+            assert!(oldest <= upto + 1, "an event after {upto} was removed");
+        }
+        assert!(truncated >= 9 && truncated < head, "removed {truncated} of {head}");
+        // The last row straddles `head - 1`: it stays, and a reopen finds the head in it.
+        drop(store);
+        let store = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("reopen");
+        assert_eq!(store.head().await.expect("head"), head);
+        assert_eq!(store.truncate(head).await.expect("truncate"), head - truncated);
+        assert!(read_events(&store.inner.db, &store.inner.events, 0, 10).expect("read").is_empty());
     }
 }

@@ -147,7 +147,8 @@ mod tests {
             for max in [1, 4, 60, 1_000] {
                 let got = store.read_after(after, max).await.expect("read");
                 let want =
-                    crate::embedded::counters::read_events(&store.inner.events, after, max).expect("scan");
+                    crate::embedded::counters::read_events(&store.inner.db, &store.inner.events, after, max)
+                        .expect("scan");
                 assert_eq!(got, want, "after {after}, max {max}");
                 from_window += usize::from(store.inner.tail.lock().read_after(after, max).is_some());
             }

@@ -13,7 +13,7 @@
 
 use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
-use likewise_core::event::{EVENT_V2_LEN, Event};
+use likewise_core::event::Event;
 use likewise_core::ids::UserId;
 use likewise_core::like::Target;
 use likewise_core::ports::EventLog;
@@ -26,24 +26,15 @@ pub const INDEX_BITS: u32 = 16;
 /// Most events one outbox row may hold (the write path's batches are capped below this).
 pub const MAX_EVENTS_PER_ROW: usize = (1 << INDEX_BITS) - 1;
 
-/// Pack events back to back (each a format-v2 record).
+/// Pack events back to back (see [`likewise_core::event::pack`]).
 pub fn pack(events: &[&Event]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(events.len() * EVENT_V2_LEN);
-    for e in events {
-        b.extend_from_slice(&e.encode());
-    }
-    b
+    likewise_core::event::pack(events.iter().copied())
 }
 
 /// Unpack a row's events; `seq(i)` gives the i-th event its position.
 pub fn unpack(body: &[u8], seq: impl Fn(usize) -> u64) -> StoreResult<Vec<Event>> {
-    if !body.len().is_multiple_of(EVENT_V2_LEN) {
-        return Err(StoreError::Corrupt {
-            keyspace: "outbox",
-            detail: format!("body of {} bytes", body.len()),
-        });
-    }
-    body.chunks_exact(EVENT_V2_LEN).enumerate().map(|(i, c)| decode(seq(i), c)).collect()
+    likewise_core::event::unpack(body, seq)
+        .map_err(|e| StoreError::Corrupt { keyspace: "outbox", detail: e.to_string() })
 }
 
 /// The position of event `i` of outbox row `seq`, when the outbox is read directly.
