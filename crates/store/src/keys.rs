@@ -3,10 +3,9 @@
 //!
 //! | keyspace        | key                                   | value            |
 //! |-----------------|---------------------------------------|------------------|
-//! | `likes`         | kind(1) target(8) user(8)             | v1 ts(8)         |
 //! | `user_likes`    | user(8) kind(1) target(8)             | v1 ts(8)         |
 //! | `likers`        | kind(1) target(8) ts(8) user(8)       | (empty)          |
-//! | `events`        | seq(8)                                | event v1         |
+//! | `events`        | first seq(8)                          | events v2, packed|
 //! | `counters`      | kind(1) target(8) field(1)            | v1 i64           |
 //! | `offsets`       | consumer name                         | v1 u64           |
 //! | `posts`         | post(8)                               | PostMeta v1      |
@@ -23,16 +22,7 @@ use likewise_core::{StoreError, StoreResult};
 /// Format version byte of the small value records of this module.
 pub const V1: u8 = 1;
 
-/// `likes` key.
-pub fn like_key(t: Target, user: UserId) -> [u8; 17] {
-    let mut k = [0u8; 17];
-    k[0] = t.kind.code();
-    k[1..9].copy_from_slice(&t.id.to_be_bytes());
-    k[9..17].copy_from_slice(&user.0.to_be_bytes());
-    k
-}
-
-/// Prefix of all `likes` (and `likers`) keys of one target.
+/// Prefix of all `likers` keys of one target.
 pub fn target_prefix(t: Target) -> [u8; 9] {
     let mut k = [0u8; 9];
     k[0] = t.kind.code();
@@ -113,11 +103,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn like_keys_sort_by_target_then_user() {
-        let a = like_key(Target::post(1), UserId(u64::MAX));
-        let b = like_key(Target::post(2), UserId(0));
+    fn liker_keys_sort_by_target_first() {
+        let a = liker_key(Target::post(1), u64::MAX, UserId(u64::MAX));
+        let b = liker_key(Target::post(2), 0, UserId(0));
         assert!(a < b);
         assert!(a.starts_with(&target_prefix(Target::post(1))));
+        assert!(!a.starts_with(&target_prefix(Target::comment(1))));
     }
 
     #[test]

@@ -233,7 +233,7 @@ impl CounterStore for EmbeddedStore {
         let s = &*self.inner;
         let snap = s.db.snapshot();
         let mut rows = 0i64;
-        for g in snap.prefix(&s.likes, target_prefix(target)) {
+        for g in snap.prefix(&s.likers, target_prefix(target)) {
             g.key().map_err(engine_err)?;
             rows += 1;
         }

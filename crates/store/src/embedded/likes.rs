@@ -1,10 +1,20 @@
 //! Like rows on the embedded engine: the atomic write batch and the reads of both indexes.
+//!
+//! A like is two rows, written in one batch with its event:
+//! - `user_likes` (user, kind, target) -> ts: the one row per (target, user) that says
+//!   whether the user likes the target. The write path reads it to decide whether a request
+//!   changes anything; "has this viewer liked these posts" reads it too.
+//! - `likers` (kind, target, ts, user): the same like keyed by its target, newest first;
+//!   the likers list and recounts read it.
+//!
+//! Earlier versions wrote a third row, `likes` (kind, target, user) -> ts, which duplicated
+//! the first for the existence check. It was dropped because each row costs the single writer thread
+//! about a quarter of its likes per second (docs/benchmarks.md); stores written before that
+//! hold the same likes in the two remaining rows, and `open` removes the old keyspace.
 
 use super::write::BatchState;
 use super::{EmbeddedStore, engine_err};
-use crate::keys::{
-    be_u64, like_key, liker_key, num_value, parse_num, target_prefix, user_kind_prefix, user_like_key,
-};
+use crate::keys::{be_u64, liker_key, num_value, parse_num, target_prefix, user_kind_prefix, user_like_key};
 use async_trait::async_trait;
 use likewise_core::event::Event;
 use likewise_core::ids::UserId;
@@ -25,7 +35,7 @@ struct Touched {
     now: Option<u64>,
 }
 
-/// Like keys touched by the current batch, in first-touch order.
+/// Like keys (`user_likes` keys) touched by the current batch, in first-touch order.
 #[derive(Default)]
 pub(super) struct LikeOverlay {
     touched: HashMap<[u8; 17], Touched, foldhash::fast::RandomState>,
@@ -35,12 +45,14 @@ pub(super) struct LikeOverlay {
 impl BatchState<'_> {
     /// Resolve one like/unlike against the stored row (or this batch's earlier state of it).
     pub(super) fn like(&mut self, op: &LikeOp) -> StoreResult<LikeOutcome> {
-        let key = like_key(op.target, op.user);
+        let key = user_like_key(op.user, op.target.kind, op.target.id);
         let entry = match self.likes.touched.entry(key) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(v) => {
-                let before = match self.s.likes.get(key).map_err(engine_err)? {
-                    Some(v) => Some(parse_num("likes", &v)?),
+                // The user-keyed row is the one row per (target, user) that says whether and
+                // since when the user likes the target (module docs).
+                let before = match self.s.user_likes.get(key).map_err(engine_err)? {
+                    Some(v) => Some(parse_num("user_likes", &v)?),
                     None => None,
                 };
                 self.likes.order.push(key);
@@ -67,7 +79,7 @@ impl BatchState<'_> {
             if t.before == t.now {
                 continue;
             }
-            let ukey = user_like_key(t.user, t.target.kind, t.target.id);
+            let ukey = *key;
             if let Some(old_ts) = t.before
                 && t.now != Some(old_ts)
             {
@@ -75,12 +87,10 @@ impl BatchState<'_> {
             }
             match t.now {
                 Some(ts) => {
-                    self.batch.insert(&s.likes, *key, num_value(ts));
                     self.batch.insert(&s.user_likes, ukey, num_value(ts));
                     self.batch.insert(&s.likers, liker_key(t.target, ts, t.user), []);
                 }
                 None => {
-                    self.batch.remove(&s.likes, *key);
                     self.batch.remove(&s.user_likes, ukey);
                 }
             }

@@ -79,7 +79,6 @@ pub struct EmbeddedStore {
 
 struct Inner {
     db: Database,
-    likes: Keyspace,
     user_likes: Keyspace,
     likers: Keyspace,
     events: Keyspace,
@@ -159,6 +158,22 @@ fn spawn_write_buffer_governor(inner: std::sync::Weak<Inner>) {
 /// 100k likes/s.
 const EVENT_TAIL_EVENTS: usize = 65_536;
 
+/// Keyspaces earlier versions wrote and this one no longer reads, removed on open:
+/// `likes` duplicated `user_likes` (see `likes.rs`); every like it held is also in
+/// `user_likes` and `likers`, written in the same atomic batches.
+const RETIRED_KEYSPACES: [&str; 1] = ["likes"];
+
+fn drop_retired_keyspaces(db: &Database) -> StoreResult<()> {
+    for name in RETIRED_KEYSPACES {
+        if db.keyspace_exists(name) {
+            let k = db.keyspace(name, KeyspaceCreateOptions::default).map_err(engine_err)?;
+            db.delete_keyspace(k).map_err(engine_err)?;
+            tracing::info!(keyspace = name, "removed a keyspace this version no longer uses");
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn engine_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Engine(e.to_string())
 }
@@ -172,6 +187,7 @@ impl EmbeddedStore {
             .max_journaling_size(opts.max_journal_bytes)
             .open()
             .map_err(engine_err)?;
+        drop_retired_keyspaces(&db)?;
         let big = opts.memtable_bytes.max(1 << 20);
         let small = (big / 8).max(1 << 20);
         let limit = std::cell::Cell::new(0u64);
@@ -185,7 +201,6 @@ impl EmbeddedStore {
             Ok::<_, StoreError>(k)
         };
         let inner = Inner {
-            likes: ks("likes", big)?,
             user_likes: ks("user_likes", big)?,
             likers: ks("likers", big)?,
             events: ks("events", big)?,
@@ -310,7 +325,7 @@ mod memory_tests {
             let mut batch = inner.db.batch();
             for i in 0..1000u64 {
                 let key = (round * 1000 + i).to_be_bytes();
-                batch.insert(&inner.likes, key, value);
+                batch.insert(&inner.likers, key, value);
                 batch.insert(&inner.events, key, value);
             }
             batch.commit().expect("commit");
@@ -322,8 +337,24 @@ mod memory_tests {
         }
         assert!(active() <= 2 << 20, "active memtables hold {} bytes", active());
         // Sealed memtables were flushed to tables, and nothing was lost.
-        assert!(inner.likes.tree.table_count() + inner.events.tree.table_count() >= 2);
-        assert_eq!(inner.likes.approximate_len(), 40_000);
+        assert!(inner.likers.tree.table_count() + inner.events.tree.table_count() >= 2);
+        assert_eq!(inner.likers.approximate_len(), 40_000);
         assert_eq!(inner.events.get(39_999u64.to_be_bytes()).expect("get").as_deref(), Some(&value[..]));
+    }
+
+    #[test]
+    fn opening_removes_the_retired_likes_keyspace_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let db = Database::builder(dir.path()).open().expect("db");
+            let old = db.keyspace("likes", KeyspaceCreateOptions::default).expect("likes");
+            let kept = db.keyspace("user_likes", KeyspaceCreateOptions::default).expect("user_likes");
+            old.insert([1u8; 17], [7u8; 9]).expect("insert");
+            kept.insert([2u8; 17], crate::keys::num_value(5)).expect("insert");
+            db.persist(fjall::PersistMode::SyncAll).expect("persist");
+        }
+        let store = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("open");
+        assert!(!store.inner.db.keyspace_exists("likes"));
+        assert!(store.inner.user_likes.contains_key([2u8; 17]).expect("get"), "other keyspaces are kept");
     }
 }
