@@ -46,6 +46,10 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
     let n = a.likers;
     println!("hot-post in process: {n} distinct likers on one post, concurrency {}", a.concurrency);
 
+    let scattered = a.scattered_users;
+    if scattered {
+        println!("liker IDs scattered over 2^40 (--scattered-users)");
+    }
     let next = Arc::new(AtomicU64::new(0));
     let bar = progress(n);
     let started = Instant::now();
@@ -60,7 +64,8 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
                     return Ok::<_, anyhow::Error>(lat);
                 }
                 let t0 = Instant::now();
-                let r = svc.set_post_like(UserId(base + i), post, LikeAction::Like).await?;
+                let user = if scattered { base + scatter(i) } else { base + i };
+                let r = svc.set_post_like(UserId(user), post, LikeAction::Like).await?;
                 anyhow::ensure!(r.changed, "like {i} reported no change");
                 lat.push(t0.elapsed().as_micros() as u64);
                 if i % 1024 == 0 {
@@ -118,6 +123,12 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A bijection of [0, 2^40): multiplying by an odd number is invertible modulo a power of
+/// two, so distinct likers keep distinct IDs, in no useful order.
+fn scatter(i: u64) -> u64 {
+    i.wrapping_mul(0x9E37_79B9_7F4A_7C15) & ((1 << 40) - 1)
+}
+
 fn status_kib(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with(field))?;
@@ -132,4 +143,19 @@ fn rss_mib() -> Option<u64> {
 /// Peak resident memory, MiB (Linux).
 fn peak_rss_mib() -> Option<u64> {
     status_kib("VmHWM:").map(|k| k / 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scatter;
+
+    #[test]
+    fn scattered_ids_stay_distinct_and_in_range() {
+        let mut ids: Vec<u64> = (0..1_000_000).map(scatter).collect();
+        assert!(ids.iter().all(|&u| u < 1 << 40));
+        assert!(ids.windows(2).filter(|w| w[0] < w[1]).count() < 900_000, "not in ID order");
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 1_000_000, "two likers share an ID");
+    }
 }

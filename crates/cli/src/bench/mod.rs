@@ -42,6 +42,11 @@ pub struct HotPostArgs {
     /// Concurrent requests in flight.
     #[arg(long, default_value_t = 256)]
     pub concurrency: usize,
+    /// Liker IDs scattered over 2^40 IDs instead of consecutive (in process). Real likers of a
+    /// viral post arrive in no ID order, and the user-keyed index feels it: consecutive IDs
+    /// make every insert an append.
+    #[arg(long, requires = "in_process")]
+    pub scattered_users: bool,
     /// Seconds for each of the /healthz and feed-page phases (over HTTP); with
     /// `--client wrk` also the like phase, which then needs enough --likers to last it.
     #[arg(long, default_value_t = 5)]
