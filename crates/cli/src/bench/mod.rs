@@ -45,7 +45,7 @@ pub struct HotPostArgs {
     /// Liker IDs scattered over 2^40 IDs instead of consecutive (in process). Real likers of a
     /// viral post arrive in no ID order, and the user-keyed index feels it: consecutive IDs
     /// make every insert an append.
-    #[arg(long, requires = "in_process")]
+    #[arg(long, conflicts_with = "url")]
     pub scattered_users: bool,
     /// Seconds for each of the /healthz and feed-page phases (over HTTP); with
     /// `--client wrk` also the like phase, which then needs enough --likers to last it.
@@ -139,5 +139,13 @@ mod tests {
         let err = run(cli.bench).expect_err("refused");
         assert!(err.to_string().contains("--url"), "{err}");
         assert!(Cli::try_parse_from(["bench", "hot-post", "--client", "curl"]).is_err());
+    }
+
+    #[test]
+    fn scattered_users_is_an_in_process_option() {
+        assert!(Cli::try_parse_from(["bench", "hot-post", "--scattered-users"]).is_ok());
+        assert!(Cli::try_parse_from(["bench", "hot-post", "--in-process", "--scattered-users"]).is_ok());
+        let over_http = Cli::try_parse_from(["bench", "hot-post", "--url", "http://x", "--scattered-users"]);
+        assert!(over_http.is_err(), "the HTTP likers are not scattered");
     }
 }
