@@ -8,9 +8,10 @@
 //!   the likers list and recounts read it.
 //!
 //! Earlier versions wrote a third row, `likes` (kind, target, user) -> ts, which duplicated
-//! the first for the existence check. It was dropped because each row costs the single writer thread
-//! about a quarter of its likes per second (docs/benchmarks.md); stores written before that
-//! hold the same likes in the two remaining rows, and `open` removes the old keyspace.
+//! the first for the existence check. It was dropped because each row costs the single
+//! writer thread about a quarter of its likes per second (docs/benchmarks.md); stores written
+//! before that hold the same likes in the two remaining rows, and `open` removes the old
+//! keyspace.
 
 use super::write::BatchState;
 use super::{EmbeddedStore, engine_err};
@@ -86,7 +87,6 @@ impl BatchState<'_> {
             if t.before == t.now {
                 continue;
             }
-            let ukey = *key;
             if let Some(old_ts) = t.before
                 && t.now != Some(old_ts)
             {
@@ -94,11 +94,11 @@ impl BatchState<'_> {
             }
             match t.now {
                 Some(ts) => {
-                    self.batch.insert(&s.user_likes, ukey, num_value(ts));
+                    self.batch.insert(&s.user_likes, *key, num_value(ts));
                     self.batch.insert(&s.likers, liker_key(t.target, ts, t.user), []);
                 }
                 None => {
-                    self.batch.remove(&s.user_likes, ukey);
+                    self.batch.remove(&s.user_likes, *key);
                 }
             }
         }

@@ -26,11 +26,6 @@ pub const INDEX_BITS: u32 = 16;
 /// Most events one outbox row may hold (the write path's batches are capped below this).
 pub const MAX_EVENTS_PER_ROW: usize = (1 << INDEX_BITS) - 1;
 
-/// Pack events back to back (see [`likewise_core::event::pack`]).
-pub fn pack(events: &[&Event]) -> Vec<u8> {
-    likewise_core::event::pack(events.iter().copied())
-}
-
 /// Unpack a row's events; `seq(i)` gives the i-th event its position.
 pub fn unpack(body: &[u8], seq: impl Fn(usize) -> u64) -> StoreResult<Vec<Event>> {
     likewise_core::event::unpack(body, seq)
@@ -53,11 +48,6 @@ impl OutboxLog {
     pub fn new(store: PgStore, shard: usize) -> Self {
         OutboxLog { store, shard }
     }
-}
-
-/// Decode one event record.
-pub fn decode(seq: u64, body: &[u8]) -> StoreResult<Event> {
-    Event::decode(seq, body).map_err(|e| StoreError::Corrupt { keyspace: "outbox", detail: e.to_string() })
 }
 
 #[async_trait]

@@ -246,10 +246,8 @@ async fn insert_events(tx: &Transaction<'_>, events: &[(usize, Event)]) -> Resul
     }
     let part_ids: Vec<i16> = parts.iter().map(|(p, _)| *p).collect();
     let counts: Vec<i32> = parts.iter().map(|(_, v)| v.len() as i32).collect();
-    let bodies: Vec<Vec<u8>> = parts
-        .iter()
-        .map(|(_, v)| super::outbox::pack(&v.iter().map(|k| &events[*k].1).collect::<Vec<_>>()))
-        .collect();
+    let bodies: Vec<Vec<u8>> =
+        parts.iter().map(|(_, v)| likewise_core::event::pack(v.iter().map(|k| &events[*k].1))).collect();
     let now = i(crate::now_ms());
     // ORDER BY ord: rows (and their bigserial seqs) follow the partitions' first appearance.
     let rows = tx
