@@ -60,6 +60,8 @@ fn item_of(r: &Row) -> StoreResult<NotifItem> {
 struct Work {
     up: ItemUpdate,
     existed: bool,
+    /// `actor_count` as stored before the batch (0 for a new item).
+    count_before: u64,
 }
 
 fn parts(ch: &Change) -> (NotifKey, UserId) {
@@ -107,35 +109,18 @@ async fn apply_shard(
         stored.insert(it.key, it);
     }
 
-    // 2. Which actors of the changes are already members of their (existing) items.
-    let mut pair_items: Vec<i64> = Vec::new();
-    let mut pair_actors: Vec<i64> = Vec::new();
-    for ch in changes {
-        let (key, actor) = parts(ch);
-        if let Some(it) = stored.get(&key) {
-            pair_items.push(i(it.id));
-            pair_actors.push(i(actor.0));
-        }
-    }
-    let mut members: HashSet<(u64, UserId)> = HashSet::new();
-    if !pair_items.is_empty() {
-        let rows = tx
-            .query(
-                "SELECT item, actor FROM notif_actors
-                 WHERE (item, actor) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
-                &[&pair_items, &pair_actors],
-            )
-            .await
-            .map_err(pg_err)?;
-        members.extend(rows.iter().map(|r| (u(r.get(0)), UserId(u(r.get(1))))));
-    }
-
-    // 3. The embedded engine's state machine, change by change.
+    // 2. The state machine, change by change, without reading which actors are members:
+    //    only `actor_count` depends on that, and the actor writes below report it. `recent`
+    //    only ever holds members, so "in `recent`" answers membership exactly wherever the
+    //    answer changes `recent`. Each (item, actor) ends as its last change says: a member
+    //    after an Add, not after a Remove.
     let mut work: HashMap<NotifKey, Work> = HashMap::new();
+    let mut last: HashMap<(NotifKey, UserId), bool> = HashMap::new();
+    let mut pairs: Vec<(NotifKey, UserId)> = Vec::new();
     for ch in changes {
         let (key, actor) = parts(ch);
         let w = work.entry(key).or_insert_with(|| match stored.remove(&key) {
-            Some(item) => Work { up: ItemUpdate::new(item), existed: true },
+            Some(item) => Work { count_before: item.actor_count, up: ItemUpdate::new(item), existed: true },
             None => Work {
                 up: ItemUpdate::new(NotifItem {
                     id: 0,
@@ -146,39 +131,93 @@ async fn apply_shard(
                     updated_ms: 0,
                 }),
                 existed: false,
+                count_before: 0,
             },
         });
-        let member = w.up.is_member(actor, w.existed && members.contains(&(w.up.item.id, actor)));
+        let member = w.up.is_member(actor, w.up.item.recent.contains(&actor));
         w.up.apply(ch, member);
+        if last.insert((key, actor), matches!(ch, Change::Add { .. })).is_none() {
+            pairs.push((key, actor));
+        }
     }
 
-    // 4. IDs for the new items that survive their changes.
-    let fresh =
-        keys.iter().filter(|k| work.get(k).is_some_and(|w| !w.existed && w.up.item.actor_count > 0)).count();
-    if fresh > 0 {
+    // 3. IDs for the new items that gain a member (a new item has none before the batch).
+    let gaining: HashSet<NotifKey> = pairs.iter().filter(|p| last[*p]).map(|p| p.0).collect();
+    let fresh: Vec<NotifKey> = keys
+        .iter()
+        .filter(|k| gaining.contains(*k) && work.get(*k).is_some_and(|w| !w.existed))
+        .copied()
+        .collect();
+    if !fresh.is_empty() {
         let rows = tx
             .query(
                 "SELECT nextval('notif_item_seq') * $2::bigint + $3::bigint FROM generate_series(1, $1::bigint)",
-                &[&(fresh as i64), &(MAX_SHARDS as i64), &(shard as i64)],
+                &[&(fresh.len() as i64), &(MAX_SHARDS as i64), &(shard as i64)],
             )
             .await
             .map_err(pg_err)?;
-        let mut ids = rows.iter().map(|r| u(r.get(0)));
-        for k in &keys {
-            if let Some(w) = work.get_mut(k)
-                && !w.existed
-                && w.up.item.actor_count > 0
-            {
-                w.up.item.id = ids.next().ok_or_else(|| pg_err("notification IDs ran short"))?;
+        if rows.len() != fresh.len() {
+            return Err(pg_err("notification IDs ran short"));
+        }
+        for (k, r) in fresh.iter().zip(&rows) {
+            if let Some(w) = work.get_mut(k) {
+                w.up.item.id = u(r.get(0));
             }
         }
     }
 
-    // 5. Write: actor rows, then items (upsert the live ones, delete the emptied ones).
+    // 4. Actor rows: insert the final members, delete the final non-members (of stored items:
+    //    a new item has no rows). What the statements report changed is the exact change of
+    //    each item's count, also when the batch is a redelivery.
     let (mut add_items, mut add_actors, mut del_items, mut del_actors) = (vec![], vec![], vec![], vec![]);
+    for p in &pairs {
+        let w = &work[&p.0];
+        if last[p] {
+            add_items.push(i(w.up.item.id));
+            add_actors.push(i(p.1.0));
+        } else if w.existed {
+            del_items.push(i(w.up.item.id));
+            del_actors.push(i(p.1.0));
+        }
+    }
+    let mut delta: HashMap<u64, i64> = HashMap::new();
+    if !add_items.is_empty() {
+        let rows = tx
+            .query(
+                "INSERT INTO notif_actors (item, actor) SELECT * FROM unnest($1::bigint[], $2::bigint[])
+                 ON CONFLICT DO NOTHING RETURNING item",
+                &[&add_items, &add_actors],
+            )
+            .await
+            .map_err(pg_err)?;
+        for r in &rows {
+            *delta.entry(u(r.get(0))).or_default() += 1;
+        }
+    }
+    if !del_items.is_empty() {
+        let rows = tx
+            .query(
+                "DELETE FROM notif_actors
+                 WHERE (item, actor) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))
+                 RETURNING item",
+                &[&del_items, &del_actors],
+            )
+            .await
+            .map_err(pg_err)?;
+        for r in &rows {
+            *delta.entry(u(r.get(0))).or_default() -= 1;
+        }
+    }
+
+    // 5. Items: upsert the live ones, delete the emptied ones.
     let mut gone: Vec<i64> = Vec::new();
     let mut live: Vec<&NotifItem> = Vec::new();
     let mut out = Vec::with_capacity(keys.len());
+    for k in &keys {
+        let Some(w) = work.get_mut(k) else { continue };
+        let d = if w.up.item.id == 0 { 0 } else { delta.get(&w.up.item.id).copied().unwrap_or(0) };
+        w.up.item.actor_count = w.count_before.saturating_add_signed(d);
+    }
     for k in &keys {
         let Some(w) = work.get(k) else { continue };
         if w.up.item.actor_count == 0 {
@@ -188,38 +227,12 @@ async fn apply_shard(
             }
             continue;
         }
-        for a in &w.up.added {
-            add_items.push(i(w.up.item.id));
-            add_actors.push(i(a.0));
-        }
-        for a in &w.up.removed {
-            del_items.push(i(w.up.item.id));
-            del_actors.push(i(a.0));
-        }
         live.push(&w.up.item);
         out.push((*k, w.up.item.clone()));
     }
     if !gone.is_empty() {
         tx.execute("DELETE FROM notif_actors WHERE item = ANY($1)", &[&gone]).await.map_err(pg_err)?;
         tx.execute("DELETE FROM notif_items WHERE id = ANY($1)", &[&gone]).await.map_err(pg_err)?;
-    }
-    if !del_items.is_empty() {
-        tx.execute(
-            "DELETE FROM notif_actors
-             WHERE (item, actor) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))",
-            &[&del_items, &del_actors],
-        )
-        .await
-        .map_err(pg_err)?;
-    }
-    if !add_items.is_empty() {
-        tx.execute(
-            "INSERT INTO notif_actors (item, actor) SELECT * FROM unnest($1::bigint[], $2::bigint[])
-             ON CONFLICT DO NOTHING",
-            &[&add_items, &add_actors],
-        )
-        .await
-        .map_err(pg_err)?;
     }
     if !live.is_empty() {
         let ids: Vec<i64> = live.iter().map(|it| i(it.id)).collect();
