@@ -192,18 +192,23 @@ impl EmbeddedStore {
         let small = (big / 8).max(1 << 20);
         let limit = std::cell::Cell::new(0u64);
         let all = std::cell::RefCell::new(Vec::new());
-        let ks = |name: &str, memtable: u64| {
+        // Keyspaces that are only ever scanned, never point-read, build no Bloom filters: they
+        // would cost CPU at every flush and compaction and pinned memory, and answer nothing.
+        let ks_with = |name: &str, memtable: u64, filters: bool| {
             limit.set(limit.get() + memtable);
-            let k = db
-                .keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable))
-                .map_err(engine_err)?;
+            let mut create = KeyspaceCreateOptions::default().max_memtable_size(memtable);
+            if !filters {
+                create = create.filter_policy(fjall::config::FilterPolicy::disabled());
+            }
+            let k = db.keyspace(name, || create).map_err(engine_err)?;
             all.borrow_mut().push(k.clone());
             Ok::<_, StoreError>(k)
         };
+        let ks = |name: &str, memtable: u64| ks_with(name, memtable, true);
         let inner = Inner {
             user_likes: ks("user_likes", big)?,
-            likers: ks("likers", big)?,
-            events: ks("events", big)?,
+            likers: ks_with("likers", big, false)?,
+            events: ks_with("events", big, false)?,
             counters: ks("counters", small)?,
             offsets: ks("offsets", small)?,
             posts: ks("posts", small)?,
@@ -340,6 +345,27 @@ mod memory_tests {
         assert!(inner.likers.tree.table_count() + inner.events.tree.table_count() >= 2);
         assert_eq!(inner.likers.approximate_len(), 40_000);
         assert_eq!(inner.events.get(39_999u64.to_be_bytes()).expect("get").as_deref(), Some(&value[..]));
+    }
+
+    #[test]
+    fn scan_only_keyspaces_build_no_filters_and_point_read_ones_do() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("open");
+        let inner = &store.inner;
+        let mut batch = inner.db.batch();
+        for i in 0..10_000u64 {
+            for k in [&inner.likers, &inner.events, &inner.user_likes] {
+                batch.insert(k, i.to_be_bytes(), [1u8; 8]);
+            }
+        }
+        batch.commit().expect("commit");
+        for k in [&inner.likers, &inner.events, &inner.user_likes] {
+            k.rotate_memtable_and_wait().expect("flush");
+            assert_eq!(k.tree.table_count(), 1);
+        }
+        assert_eq!(inner.likers.tree.pinned_filter_size(), 0);
+        assert_eq!(inner.events.tree.pinned_filter_size(), 0);
+        assert!(inner.user_likes.tree.pinned_filter_size() > 0, "the existence reads keep their filter");
     }
 
     #[test]
