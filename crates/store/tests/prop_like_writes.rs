@@ -3,6 +3,8 @@
 //! included), through `WriteEngine::apply`.
 //!
 //! Checked after every batch: each op's outcome is the model's transition in arrival order.
+//! The store is reopened between two batches (so later ops meet likes known only from disk),
+//! and always waits for its like filter, the path that answers first likes without a read.
 //! At the end: the reverse index, the likers lists, the recounts and the event log all agree
 //! with the model's final state, and the events' deltas per target sum to its like count.
 
@@ -25,24 +27,39 @@ fn ops() -> impl Strategy<Value = Vec<Vec<(usize, u64, bool)>>> {
     prop::collection::vec(prop::collection::vec((0usize..3, 0u64..8, any::<bool>()), 1..30), 1..6)
 }
 
+/// Open the store and wait for its like filter, so the write path answers first likes from
+/// the filter (the path under test) rather than from reads.
+fn open(dir: &std::path::Path) -> EmbeddedStore {
+    let store = EmbeddedStore::open(dir, &EmbeddedOptions::default()).expect("open");
+    assert!(store.wait_like_filter(std::time::Duration::from_secs(10)), "the like filter was not built");
+    store
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_write_path_agrees_with_a_model(batches in ops()) {
+    fn the_write_path_agrees_with_a_model(batches in ops(), reopen_after in 0usize..6) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        rt.block_on(check(batches))?;
+        rt.block_on(check(batches, reopen_after))?;
     }
 }
 
-async fn check(batches: Vec<Vec<(usize, u64, bool)>>) -> Result<(), TestCaseError> {
+/// `reopen_after`: the store is closed and opened again after that batch (when there is
+/// one), so later batches meet likes known only from disk (the like filter rebuilt at open).
+async fn check(batches: Vec<Vec<(usize, u64, bool)>>, reopen_after: usize) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("open");
+    let mut store = open(dir.path());
     // (target index, user) -> the time of the like that holds, if liked.
     let mut model: HashMap<(usize, u64), Option<u64>> = HashMap::new();
     let mut changes = 0usize;
     let mut ts = 1_000u64;
-    for batch in &batches {
+    for (n, batch) in batches.iter().enumerate() {
+        if n == reopen_after + 1 {
+            store.persist().expect("persist");
+            drop(store);
+            store = open(dir.path());
+        }
         let write_ops: Vec<WriteOp> = batch
             .iter()
             .map(|&(t, user, like)| {

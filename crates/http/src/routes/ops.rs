@@ -38,6 +38,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         metrics::gauge!("likewise_store_write_buffer_bytes").set(m.write_buffer_bytes as f64);
         metrics::gauge!("likewise_store_write_buffer_limit_bytes").set(m.write_buffer_limit_bytes as f64);
         metrics::gauge!("likewise_store_pinned_bytes").set(m.pinned_bytes as f64);
+        metrics::gauge!("likewise_store_like_filter_bytes").set(m.like_filter_bytes as f64);
     }
     for u in usages {
         metrics::gauge!("likewise_cache_entries", "cache" => u.cache).set(u.entries as f64);

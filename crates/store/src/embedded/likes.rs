@@ -42,6 +42,8 @@ struct Touched {
 pub(super) struct LikeOverlay {
     touched: HashMap<[u8; 17], Touched, foldhash::fast::RandomState>,
     order: Vec<[u8; 17]>,
+    /// Existence reads the like filter made unnecessary (for the metric).
+    pub(super) reads_skipped: u64,
 }
 
 impl BatchState<'_> {
@@ -52,10 +54,16 @@ impl BatchState<'_> {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(v) => {
                 // The user-keyed row is the one row per (target, user) that says whether and
-                // since when the user likes the target (module docs).
-                let before = match self.s.user_likes.get(key).map_err(engine_err)? {
-                    Some(v) => Some(parse_num("user_likes", &v)?),
-                    None => None,
+                // since when the user likes the target (module docs). Most likes are first
+                // likes: the filter answers those without a read.
+                let before = if !self.s.like_filter.may_contain(&key) {
+                    self.likes.reads_skipped += 1;
+                    None
+                } else {
+                    match self.s.user_likes.get(key).map_err(engine_err)? {
+                        Some(v) => Some(parse_num("user_likes", &v)?),
+                        None => None,
+                    }
                 };
                 self.likes.order.push(key);
                 v.insert(Touched { target: op.target, user: op.user, before, now: before })
@@ -94,6 +102,8 @@ impl BatchState<'_> {
             }
             match t.now {
                 Some(ts) => {
+                    // Into the filter before the row is committed (`like_filter.rs`).
+                    s.like_filter.insert(key);
                     self.batch.insert(&s.user_likes, *key, num_value(ts));
                     self.batch.insert(&s.likers, liker_key(t.target, ts, t.user), []);
                 }

@@ -7,6 +7,7 @@
 
 mod comments;
 mod counters;
+mod like_filter;
 mod likes;
 mod meta;
 mod moderation;
@@ -69,6 +70,8 @@ pub struct StoreMemory {
     /// Filter (Bloom) and block-index blocks the engine keeps pinned outside the block cache
     /// (fjall's default: filters of level 0, indexes of levels 0 and 1), summed over keyspaces.
     pub pinned_bytes: u64,
+    /// The like filter's bit vector (`like_filter.rs`): sized at open from the likes stored.
+    pub like_filter_bytes: u64,
 }
 
 /// The embedded store. Cheap to clone (all handles are reference-counted).
@@ -80,6 +83,8 @@ pub struct EmbeddedStore {
 struct Inner {
     db: Database,
     user_likes: Keyspace,
+    /// "Certainly not liked" for the write path's existence checks (`like_filter.rs`).
+    like_filter: like_filter::LikeFilter,
     likers: Keyspace,
     events: Keyspace,
     counters: Keyspace,
@@ -205,8 +210,10 @@ impl EmbeddedStore {
             Ok::<_, StoreError>(k)
         };
         let ks = |name: &str, memtable: u64| ks_with(name, memtable, true);
+        let user_likes = ks("user_likes", big)?;
         let inner = Inner {
-            user_likes: ks("user_likes", big)?,
+            like_filter: like_filter::LikeFilter::sized_for(user_likes.approximate_len() as u64),
+            user_likes,
             likers: ks_with("likers", big, false)?,
             events: ks_with("events", big, false)?,
             counters: ks("counters", small)?,
@@ -249,6 +256,7 @@ impl EmbeddedStore {
         inner.next_seq.store(head + 1, std::sync::atomic::Ordering::SeqCst);
         let inner = Arc::new(inner);
         spawn_write_buffer_governor(Arc::downgrade(&inner));
+        like_filter::spawn_build(Arc::downgrade(&inner));
         let secs = started.elapsed().as_secs_f64();
         metrics::gauge!("likewise_store_open_seconds").set(secs);
         tracing::info!(dir = %dir.display(), open_seconds = secs, event_head = head, "embedded store opened");
@@ -274,12 +282,27 @@ impl EmbeddedStore {
                 .iter()
                 .map(|k| (k.tree.pinned_filter_size() + k.tree.pinned_block_index_size()) as u64)
                 .sum(),
+            like_filter_bytes: self.inner.like_filter.bytes(),
         }
     }
 
     /// The in-memory tail of the event log: events held, capacity, bytes (for `/metrics`).
     pub fn event_tail_usage(&self) -> (usize, usize, usize) {
         self.inner.tail.lock().usage()
+    }
+
+    /// Wait until the like filter holds every stored like key, so the write path skips the
+    /// existence reads it rules out (`like_filter.rs`; tests and benchmarks). False if
+    /// `within` passed first; the store answers correctly either way.
+    pub fn wait_like_filter(&self, within: std::time::Duration) -> bool {
+        let until = Instant::now() + within;
+        while !self.inner.like_filter.is_ready() {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        true
     }
 
     /// Make everything written so far durable.

@@ -67,6 +67,9 @@ impl WriteEngine for EmbeddedStore {
         // never misses an event that a reader could already find in the keyspace.
         s.tail.lock().extend(&st.events);
         s.next_seq.store(seq, Ordering::SeqCst);
+        if st.likes.reads_skipped > 0 {
+            metrics::counter!("likewise_store_like_reads_skipped_total").increment(st.likes.reads_skipped);
+        }
         Ok(out)
     }
 

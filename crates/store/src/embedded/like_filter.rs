@@ -1,0 +1,156 @@
+//! A Bloom filter over every `user_likes` key, in memory: "this user has certainly never
+//! liked this target" without reading the store.
+//!
+//! Why: the write path must know whether each (user, target) row exists before it decides
+//! what a like changes. Most likes are first likes, and with real (scattered) liker IDs each
+//! existence read is a cache-missing descent through every memtable of `user_likes`. Skipping
+//! those reads entirely measured +27-47% likes/s on the single writer thread
+//! (docs/benchmarks.md, session 9); a filter probe costs a few cache misses instead.
+//!
+//! Exactness: a "no" must never be wrong, a "maybe" just costs the read. Rows are only ever
+//! created by the write path (one thread at a time, under the store's write lock), and it
+//! inserts every key it writes into the filter before the batch commits. At open, a
+//! background thread inserts the keys already stored, read from a snapshot; only when it has
+//! finished does the filter answer "no". Any row is then either in that snapshot or was
+//! written later by the write path, which inserted it. Keys are never removed (an unlike
+//! leaves its key: a "maybe" for a row that no longer exists is a read, not an error).
+//!
+//! Size: 10 bits per key for twice the keys stored at open (at least 4M keys, 5 MiB), about
+//! 1% false positives at that load. A store that outgrows it between restarts sees more
+//! false positives (more reads), never a wrong answer; the next open sizes it again.
+
+use super::Inner;
+use fastbloom::AtomicBloomFilter;
+use std::ops::Bound;
+use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Keys the filter is sized for, at least.
+const MIN_KEYS: u64 = 4 << 20;
+/// Bits per key it is sized for (with 7 hashes: ~1% false positives at that load).
+const BITS_PER_KEY: u64 = 10;
+/// Hashes per key.
+const HASHES: u32 = 7;
+/// Keys the build reads per hold of the store.
+const CHUNK: usize = 1 << 14;
+
+/// See the module docs.
+pub(super) struct LikeFilter {
+    bits: AtomicBloomFilter<foldhash::fast::FixedState>,
+    /// Set once every key stored at open is in `bits`; until then every answer is "maybe".
+    ready: AtomicBool,
+}
+
+impl LikeFilter {
+    /// An empty filter for a store holding about `stored` keys; not ready until built.
+    pub(super) fn sized_for(stored: u64) -> Self {
+        let keys = stored.saturating_mul(2).max(MIN_KEYS);
+        let bits = usize::try_from(keys.saturating_mul(BITS_PER_KEY)).unwrap_or(usize::MAX);
+        LikeFilter {
+            bits: AtomicBloomFilter::with_num_bits(bits)
+                .hasher(foldhash::fast::FixedState::with_seed(0x6c_696b_6577))
+                .hashes(HASHES),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// Record a key the write path is about to store.
+    pub(super) fn insert(&self, key: &[u8; 17]) {
+        self.bits.insert(key);
+    }
+
+    /// False only when `key` is certainly not stored.
+    pub(super) fn may_contain(&self, key: &[u8; 17]) -> bool {
+        // Acquire pairs with the build's Release: its inserts are visible once `ready` is.
+        !self.ready.load(Ordering::Acquire) || self.bits.contains(key)
+    }
+
+    /// Whether the build has finished.
+    pub(super) fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Bytes of the bit vector.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bits.num_bits() as u64 / 8
+    }
+}
+
+/// Insert every stored `user_likes` key, on a thread of its own, then let the filter answer.
+///
+/// The scan reads the live keyspace in chunks, holding the store only for one chunk at a
+/// time, so dropping the store (and reopening its directory) is never held up for long. It
+/// needs no snapshot: a row stored when the build starts is either still there when its
+/// chunk is read, or was removed (and, if stored again, inserted by the write path).
+/// Gives up, leaving every answer "maybe", if the store is dropped meanwhile or a read fails.
+pub(super) fn spawn_build(inner: Weak<Inner>) {
+    let spawned = std::thread::Builder::new().name("likewise-likefilter".into()).spawn(move || {
+        let started = Instant::now();
+        let mut after: Option<Vec<u8>> = None;
+        let mut n = 0u64;
+        loop {
+            let Some(s) = inner.upgrade() else { return };
+            let range = match &after {
+                None => s.user_likes.range::<&[u8], _>(..),
+                Some(k) => s.user_likes.range::<&[u8], _>((Bound::Excluded(&k[..]), Bound::Unbounded)),
+            };
+            let (mut read, mut last) = (0, None);
+            for guard in range.take(CHUNK) {
+                let key = match guard.key() {
+                    Ok(k) => k,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "building the like filter failed; every like reads the store");
+                        return;
+                    }
+                };
+                read += 1;
+                if let Ok(k) = <[u8; 17]>::try_from(&key[..]) {
+                    s.like_filter.insert(&k);
+                }
+                last = Some(key);
+            }
+            n += read as u64;
+            after = last.map(|k| k.to_vec());
+            if read < CHUNK {
+                s.like_filter.ready.store(true, Ordering::Release);
+                let secs = started.elapsed().as_secs_f64();
+                metrics::gauge!("likewise_store_like_filter_build_seconds").set(secs);
+                tracing::info!(keys = n, seconds = secs, bytes = s.like_filter.bytes(), "like filter built");
+                return;
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "could not start the like filter build; every like reads the store");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(user: u64, target: u64) -> [u8; 17] {
+        crate::keys::user_like_key(
+            likewise_core::ids::UserId(user),
+            likewise_core::like::TargetKind::Post,
+            target,
+        )
+    }
+
+    #[test]
+    fn says_maybe_to_everything_until_built_then_never_no_to_an_inserted_key() {
+        let f = LikeFilter::sized_for(0);
+        assert!(f.bytes() >= MIN_KEYS * BITS_PER_KEY / 8);
+        for u in 0..1000 {
+            assert!(f.may_contain(&key(u, 7)), "not built yet: every answer is maybe");
+        }
+        for u in 0..100_000 {
+            f.insert(&key(u, 7));
+        }
+        f.ready.store(true, Ordering::Release);
+        assert!((0..100_000).all(|u| f.may_contain(&key(u, 7))), "no false negatives");
+        let false_pos = (100_000..200_000).filter(|u| f.may_contain(&key(*u, 7))).count();
+        assert!(false_pos < 1_000, "{false_pos} false positives in 100,000 (sized for 4M keys)");
+    }
+}
