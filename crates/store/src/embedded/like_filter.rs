@@ -129,6 +129,70 @@ pub(super) fn spawn_build(inner: Weak<Inner>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embedded::{EmbeddedOptions, EmbeddedStore};
+    use likewise_core::ids::UserId;
+    use likewise_core::like::{LikeAction, LikeOp, LikeOutcome, Target, TargetKind};
+    use likewise_core::ports::WriteEngine;
+    use likewise_core::write::{WriteOp, WriteOutcome};
+
+    fn like_ops(users: std::ops::Range<u64>, action: LikeAction) -> Vec<WriteOp> {
+        users
+            .map(|u| {
+                WriteOp::Like(LikeOp {
+                    target: Target { kind: TargetKind::Post, id: 7 },
+                    user: UserId(u.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20),
+                    action,
+                    target_author: UserId(1),
+                    post: 7,
+                    ts_ms: 1_000 + u,
+                })
+            })
+            .collect()
+    }
+
+    fn changed(out: &[WriteOutcome]) -> usize {
+        out.iter().filter(|o| matches!(o, WriteOutcome::Like(LikeOutcome { changed: true, .. }))).count()
+    }
+
+    /// Writes that land while the filter is still being built from disk (chunk by chunk)
+    /// must not leave it with a false "no": every like stored before, during or after the
+    /// build is then found again (a re-like changes nothing), and new likes still change.
+    #[test]
+    fn likes_written_during_the_build_are_never_missed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = EmbeddedOptions::default();
+        {
+            let store = EmbeddedStore::open(dir.path(), &opts).expect("open");
+            for chunk in 0..10u64 {
+                let ops = like_ops(chunk * 10_000..(chunk + 1) * 10_000, LikeAction::Like);
+                assert_eq!(changed(&store.apply(&ops).expect("apply")), 10_000);
+            }
+            store.persist().expect("persist");
+        }
+        let store = EmbeddedStore::open(dir.path(), &opts).expect("reopen");
+        // While the build reads the 100,000 stored keys: unlike some, like new ones.
+        let building = !store.inner.like_filter.is_ready();
+        assert_eq!(changed(&store.apply(&like_ops(0..5_000, LikeAction::Unlike)).expect("apply")), 5_000);
+        assert_eq!(
+            changed(&store.apply(&like_ops(100_000..160_000, LikeAction::Like)).expect("apply")),
+            60_000
+        );
+        assert_eq!(changed(&store.apply(&like_ops(2_000..4_000, LikeAction::Like)).expect("apply")), 2_000);
+        assert!(store.wait_like_filter(std::time::Duration::from_secs(30)), "the filter was not built");
+        // Every like now stored is found: re-liking them all changes nothing.
+        let stored: Vec<WriteOp> = like_ops(2_000..4_000, LikeAction::Like)
+            .into_iter()
+            .chain(like_ops(5_000..160_000, LikeAction::Like))
+            .collect();
+        assert_eq!(changed(&store.apply(&stored).expect("apply")), 0);
+        // Those unliked and not liked again are gone; likes of new users still count.
+        assert_eq!(changed(&store.apply(&like_ops(0..2_000, LikeAction::Like)).expect("apply")), 2_000);
+        assert_eq!(
+            changed(&store.apply(&like_ops(160_000..170_000, LikeAction::Like)).expect("apply")),
+            10_000
+        );
+        eprintln!("writes began while the filter was building: {building}");
+    }
 
     fn key(user: u64, target: u64) -> [u8; 17] {
         crate::keys::user_like_key(
