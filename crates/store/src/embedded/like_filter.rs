@@ -10,14 +10,16 @@
 //! Exactness: a "no" must never be wrong, a "maybe" just costs the read. Rows are only ever
 //! created by the write path (one thread at a time, under the store's write lock), and it
 //! inserts every key it writes into the filter before the batch commits. At open, a
-//! background thread inserts the keys already stored, read from a snapshot; only when it has
-//! finished does the filter answer "no". Any row is then either in that snapshot or was
-//! written later by the write path, which inserted it. Keys are never removed (an unlike
-//! leaves its key: a "maybe" for a row that no longer exists is a read, not an error).
+//! background thread inserts the keys already stored ([`spawn_build`]); only when it has
+//! finished does the filter answer "no". Any row is then either one the build read or one
+//! the write path stored since, and inserted. Keys are never removed (an unlike leaves its
+//! key: a "maybe" for a row that no longer exists is a read, not an error). The same answer
+//! serves "has this viewer liked these posts" (`liked_among`).
 //!
-//! Size: 10 bits per key for twice the keys stored at open (at least 4M keys, 5 MiB), about
-//! 1% false positives at that load. A store that outgrows it between restarts sees more
-//! false positives (more reads), never a wrong answer; the next open sizes it again.
+//! Size: 10 bits per key for twice the keys stored at open (at least 4M keys, 5 MiB; at most
+//! 256 MiB, enough for about 100M likes), about 1% false positives at that load. A store that
+//! outgrows it sees more false positives (more reads), never a wrong answer; the next open
+//! sizes it again, up to the cap.
 
 use super::Inner;
 use fastbloom::AtomicBloomFilter;
@@ -30,6 +32,8 @@ use std::time::Instant;
 const MIN_KEYS: u64 = 4 << 20;
 /// Bits per key it is sized for (with 7 hashes: ~1% false positives at that load).
 const BITS_PER_KEY: u64 = 10;
+/// The most memory the filter takes (a bigger store just sees more false positives).
+const MAX_BYTES: u64 = 256 << 20;
 /// Hashes per key.
 const HASHES: u32 = 7;
 /// Keys the build reads per hold of the store.
@@ -45,10 +49,8 @@ pub(super) struct LikeFilter {
 impl LikeFilter {
     /// An empty filter for a store holding about `stored` keys; not ready until built.
     pub(super) fn sized_for(stored: u64) -> Self {
-        let keys = stored.saturating_mul(2).max(MIN_KEYS);
-        let bits = usize::try_from(keys.saturating_mul(BITS_PER_KEY)).unwrap_or(usize::MAX);
         LikeFilter {
-            bits: AtomicBloomFilter::with_num_bits(bits)
+            bits: AtomicBloomFilter::with_num_bits(bits_for(stored))
                 .hasher(foldhash::fast::FixedState::with_seed(0x6c_696b_6577))
                 .hashes(HASHES),
             ready: AtomicBool::new(false),
@@ -75,6 +77,12 @@ impl LikeFilter {
     pub(super) fn bytes(&self) -> u64 {
         self.bits.num_bits() as u64 / 8
     }
+}
+
+/// Bits of the filter for a store holding about `stored` keys (module docs).
+fn bits_for(stored: u64) -> usize {
+    let keys = stored.saturating_mul(2).max(MIN_KEYS);
+    usize::try_from(keys.saturating_mul(BITS_PER_KEY).min(MAX_BYTES * 8)).unwrap_or(usize::MAX)
 }
 
 /// Insert every stored `user_likes` key, on a thread of its own, then let the filter answer.
@@ -204,6 +212,9 @@ mod tests {
 
     #[test]
     fn says_maybe_to_everything_until_built_then_never_no_to_an_inserted_key() {
+        assert_eq!(bits_for(0) as u64, MIN_KEYS * BITS_PER_KEY);
+        assert_eq!(bits_for(10_000_000) as u64, 20_000_000 * BITS_PER_KEY);
+        assert_eq!(bits_for(u64::MAX) as u64, MAX_BYTES * 8, "capped");
         let f = LikeFilter::sized_for(0);
         assert!(f.bytes() >= MIN_KEYS * BITS_PER_KEY / 8);
         for u in 0..1000 {
