@@ -19,7 +19,7 @@ use crate::keys::{be_u64, liker_key, num_value, parse_num, target_prefix, user_k
 use async_trait::async_trait;
 use likewise_core::event::Event;
 use likewise_core::ids::UserId;
-use likewise_core::like::{LikeOp, LikeOutcome, Target, TargetKind, transition};
+use likewise_core::like::{LikeAction, LikeOp, LikeOutcome, Target, TargetKind, transition};
 use likewise_core::ports::{LikeReader, Liker};
 use likewise_core::{StoreError, StoreResult};
 use std::collections::HashMap;
@@ -34,6 +34,8 @@ struct Touched {
     before: Option<u64>,
     /// Like timestamp after the ops seen so far.
     now: Option<u64>,
+    /// The key went into the like filter when it was first probed (a like).
+    in_filter: bool,
 }
 
 /// Like keys (`user_likes` keys) touched by the current batch, in first-touch order until
@@ -56,7 +58,13 @@ impl BatchState<'_> {
                 // The user-keyed row is the one row per (target, user) that says whether and
                 // since when the user likes the target (module docs). Most likes are first
                 // likes: the filter answers those without a read.
-                let before = if !self.s.like_filter.may_contain(&key) {
+                // A like stores the key unless it exists: into the filter now, in the same
+                // atomic operation as the probe (`like_filter.rs`).
+                let filtered = match op.action {
+                    LikeAction::Like => self.s.like_filter.check_and_insert(&key),
+                    LikeAction::Unlike => self.s.like_filter.may_contain(&key),
+                };
+                let before = if !filtered {
                     self.likes.reads_skipped += 1;
                     None
                 } else {
@@ -66,7 +74,8 @@ impl BatchState<'_> {
                     }
                 };
                 self.likes.order.push(key);
-                v.insert(Touched { target: op.target, user: op.user, before, now: before })
+                let in_filter = op.action == LikeAction::Like;
+                v.insert(Touched { target: op.target, user: op.user, before, now: before, in_filter })
             }
         };
         let (liked, changed) = transition(entry.now.is_some(), op.action);
@@ -102,8 +111,11 @@ impl BatchState<'_> {
             }
             match t.now {
                 Some(ts) => {
-                    // Into the filter before the row is committed (`like_filter.rs`).
-                    s.like_filter.insert(key);
+                    // Into the filter before the row is committed (`like_filter.rs`), if the
+                    // probe did not already put it there.
+                    if !t.in_filter {
+                        s.like_filter.insert(key);
+                    }
                     self.batch.insert(&s.user_likes, *key, num_value(ts));
                     self.batch.insert(&s.likers, liker_key(t.target, ts, t.user), []);
                 }

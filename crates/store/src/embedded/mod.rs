@@ -7,6 +7,7 @@
 
 mod comments;
 mod counters;
+mod journal_sync;
 mod like_filter;
 mod likes;
 mod meta;
@@ -128,6 +129,8 @@ struct Inner {
     write_buffer_limit: u64,
     /// Every keyspace handle, for memory accounting.
     all: Vec<Keyspace>,
+    /// The group commit's fsync, outside fjall's journal lock (`journal_sync.rs`).
+    journal_sync: journal_sync::JournalSync,
 }
 
 /// Keep the active memtables within their budget: every 50 ms, while their sum exceeds it,
@@ -248,6 +251,7 @@ impl EmbeddedStore {
             report_lock: Mutex::new(()),
             write_buffer_limit: limit.get().min(opts.write_buffer_bytes.max(1 << 20)),
             all: all.take(),
+            journal_sync: journal_sync::JournalSync::new(dir),
             db,
         };
         let head = counters::last_seq(&inner.events)?;

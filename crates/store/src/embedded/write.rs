@@ -74,6 +74,8 @@ impl WriteEngine for EmbeddedStore {
     }
 
     fn sync(&self) -> StoreResult<()> {
-        self.persist()
+        // Not `persist`: that holds fjall's journal lock through the fsync, so the writer
+        // could not commit the next batch meanwhile (`journal_sync.rs`).
+        self.inner.journal_sync.sync(&self.inner.db)
     }
 }
