@@ -269,8 +269,9 @@ mod tests {
     /// The false positive rate the module docs state, at the two loads they name.
     #[test]
     fn false_positives_as_documented() {
-        let f = LikeFilter::sized_for(10_000_000);
-        let n = 10_000_000u64;
+        // Sized at open for twice what it holds then (the smallest store that is past MIN_KEYS).
+        let n = MIN_KEYS / 2;
+        let f = LikeFilter::sized_for(n);
         f.ready.store(true, Ordering::Release);
         let probe = |f: &LikeFilter| {
             let fp = (1u64 << 40..(1u64 << 40) + 200_000).filter(|u| f.may_contain(&key(*u, 9))).count();
