@@ -179,7 +179,7 @@ fn writer_loop(
     let (to_syncer, applied_rx) = channel::<Applied>();
     let (recycle, recycled) = channel::<Replies>();
     let syncer = {
-        let (engine, order, m) = (engine.clone(), order.clone(), m.clone());
+        let (engine, order, m, recycle) = (engine.clone(), order.clone(), m.clone(), recycle.clone());
         std::thread::Builder::new()
             .name(format!("{}-sync", std::thread::current().name().unwrap_or("likewise-group-commit")))
             .spawn(move || syncer_loop(&*engine, applied_rx, recycle, wake, &order, &m))
@@ -250,8 +250,7 @@ fn writer_loop(
             // The syncer only ends when this sender is dropped, below.
             let _ = to_syncer.send(batch);
         } else {
-            let (no_recycle, _unused) = channel();
-            sync_and_answer(&*engine, vec![batch], &no_recycle, &order, &m);
+            sync_and_answer(&*engine, vec![batch], &recycle, &order, &m);
         }
     }
     // Anything left in the queue after Close gets `Closed` when its sender is dropped here;

@@ -54,11 +54,13 @@ impl JournalSync {
             return db.persist(PersistMode::SyncAll).map_err(engine_err);
         };
         let mut open = self.open.lock();
-        if open.as_ref().map(|(i, _)| *i) != Some(id) {
-            let f = File::options().write(true).open(journal_path(&self.dir, id)).map_err(engine_err)?;
-            *open = Some((id, f));
-        }
-        let Some((_, f)) = open.as_ref() else { unreachable!("set above") };
+        let f = match &mut *open {
+            Some((i, f)) if *i == id => f,
+            slot => {
+                let f = File::options().write(true).open(journal_path(&self.dir, id)).map_err(engine_err)?;
+                &mut slot.insert((id, f)).1
+            }
+        };
         f.sync_all().map_err(|e| {
             self.failed.store(true, Ordering::Release);
             tracing::error!(error = %e, "fsync of the journal failed; the store accepts no more writes");
@@ -119,12 +121,17 @@ mod tests {
         b.commit().expect("test I/O");
     }
 
-    #[test]
-    fn syncs_the_journal_fjall_writes_to() {
+    fn open_store() -> (tempfile::TempDir, Database, fjall::Keyspace, JournalSync) {
         let dir = tempfile::tempdir().expect("test I/O");
         let db = Database::builder(dir.path()).open().expect("test I/O");
         let ks = db.keyspace("k", KeyspaceCreateOptions::default).expect("test I/O");
         let sync = JournalSync::new(dir.path());
+        (dir, db, ks, sync)
+    }
+
+    #[test]
+    fn syncs_the_journal_fjall_writes_to() {
+        let (dir, db, ks, sync) = open_store();
         let value = noise(4096, 1);
         commit(&db, &ks, "a", &value);
         sync.sync(&db).expect("test I/O");
@@ -135,10 +142,7 @@ mod tests {
 
     #[test]
     fn follows_the_journal_across_rotations() {
-        let dir = tempfile::tempdir().expect("test I/O");
-        let db = Database::builder(dir.path()).open().expect("test I/O");
-        let ks = db.keyspace("k", KeyspaceCreateOptions::default).expect("test I/O");
-        let sync = JournalSync::new(dir.path());
+        let (dir, db, ks, sync) = open_store();
         ks.insert("a", "1").expect("test I/O");
         sync.sync(&db).expect("test I/O");
         let first = newest_journal(dir.path()).expect("test I/O").expect("test I/O");
