@@ -26,6 +26,7 @@ pub mod moderation;
 pub mod notifications;
 pub mod posts;
 pub mod ranking;
+pub mod rate;
 pub mod review;
 pub mod upstream;
 pub mod views;
