@@ -62,9 +62,9 @@ impl Default for ModerationOptions {
 }
 
 /// Users the like limiter holds at once: 2 MiB, small enough to stay mostly in a core's
-/// cache (each check touches one random line; 8 MiB measured 2-5% slower in the hot-post
-/// benchmark). At the default 120 likes a minute a one-time liker's entry expires after
-/// 500 ms, so this holds 500k likes a second of distinct users; past that, the entries
+/// cache (each check touches one random line; in the hot-post benchmark 8 MiB measured 2-5%
+/// slower than 1 MiB). At the default 120 likes a minute a one-time liker's entry expires
+/// after 500 ms, so this holds 500k likes a second of distinct users; past that, the entries
 /// closest to expiry are overwritten (see [`RateTable`]).
 const LIKE_USERS: usize = 1 << 18;
 /// Users the comment limiter holds at once: 512 KiB (a one-time commenter's entry lives 3 s
