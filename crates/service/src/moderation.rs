@@ -82,10 +82,14 @@ impl UserRate {
 
     /// Count one action; `Err(RateLimited(seconds))` when over the allowance.
     fn check(&self, user: UserId) -> ServiceResult<()> {
-        self.0
-            .check(user.0)
-            .map_err(|wait| ServiceError::RateLimited(wait.as_millis().div_ceil(1000).max(1) as u64))
+        self.0.check(user.0).map_err(|wait| ServiceError::RateLimited(retry_after_secs(wait)))
     }
+}
+
+/// `Retry-After` for a wait: whole seconds, rounded up (a client retrying at the floor would
+/// be refused again), at least 1.
+fn retry_after_secs(wait: Duration) -> u64 {
+    (wait.as_millis().div_ceil(1000) as u64).max(1)
 }
 
 /// Moderation state and caches.
@@ -295,18 +299,17 @@ mod tests {
 
     #[test]
     fn a_user_rate_answers_with_the_seconds_to_wait() {
-        let r = UserRate::new(300, 1, 1024, "test"); // one action per 200 ms, no burst
+        let r = UserRate::new(6, 1, 1024, "test"); // one action per 10 s, no burst
         assert!(r.check(UserId(1)).is_ok());
         assert!(
-            matches!(r.check(UserId(1)), Err(ServiceError::RateLimited(1))),
-            "a second action inside the interval is refused, with at least one second to wait"
+            matches!(r.check(UserId(1)), Err(ServiceError::RateLimited(9 | 10))),
+            "a second action inside the interval is refused with the wait"
         );
         assert!(r.check(UserId(2)).is_ok(), "another user has their own allowance");
-        let slow = UserRate::new(1, 1, 1024, "test"); // one a minute
-        assert!(slow.check(UserId(1)).is_ok());
-        assert!(
-            matches!(slow.check(UserId(1)), Err(ServiceError::RateLimited(59 | 60))),
-            "the wait is rounded up to whole seconds"
-        );
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1_000)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1_001)), 2, "rounded up");
+        assert_eq!(retry_after_secs(Duration::from_millis(59_999)), 60);
     }
 }
