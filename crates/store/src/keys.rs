@@ -4,7 +4,7 @@
 //! | keyspace        | key                                   | value            |
 //! |-----------------|---------------------------------------|------------------|
 //! | `user_likes`    | user(8) kind(1) target(8)             | v1 ts(8)         |
-//! | `likers`        | kind(1) target(8) ts(8) user(8)       | (empty)          |
+//! | `liker_pages`   | kind(1) target(8) ts_max(8) page(8)   | v1 (ts(8) user(8))* |
 //! | `events`        | first seq(8)                          | events v2, packed|
 //! | `counters`      | kind(1) target(8) field(1)            | v1 i64           |
 //! | `offsets`       | consumer name                         | v1 u64           |
@@ -22,7 +22,7 @@ use likewise_core::{StoreError, StoreResult};
 /// Format version byte of the small value records of this module.
 pub const V1: u8 = 1;
 
-/// Prefix of all `likers` keys of one target.
+/// Prefix of all `liker_pages` keys of one target.
 pub fn target_prefix(t: Target) -> [u8; 9] {
     let mut k = [0u8; 9];
     k[0] = t.kind.code();
@@ -47,7 +47,8 @@ pub fn user_kind_prefix(user: UserId, kind: TargetKind) -> [u8; 9] {
     k
 }
 
-/// `likers` key: newest-first listing is a reverse scan of the target's prefix.
+/// Key of the per-like likers rows of earlier versions (`likers` keyspace), which the
+/// embedded store converts into pages when it opens one (`embedded/liker_pages.rs`).
 pub fn liker_key(t: Target, ts_ms: u64, user: UserId) -> [u8; 25] {
     let mut k = [0u8; 25];
     k[0..9].copy_from_slice(&target_prefix(t));

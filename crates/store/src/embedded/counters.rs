@@ -233,9 +233,10 @@ impl CounterStore for EmbeddedStore {
         let s = &*self.inner;
         let snap = s.db.snapshot();
         let mut rows = 0i64;
+        // One page holds many likers (`liker_pages.rs`).
         for g in snap.prefix(&s.likers, target_prefix(target)) {
-            g.key().map_err(engine_err)?;
-            rows += 1;
+            let v = g.value().map_err(engine_err)?;
+            rows += super::liker_pages::count(&v)? as i64;
         }
         let key = CounterKey { target, field: CounterField::Likes };
         self.finish_recount(&snap, consumer, key, rows, |e| e.kind.is_like() && e.target == target)

@@ -9,6 +9,7 @@ mod comments;
 mod counters;
 mod journal_sync;
 mod like_filter;
+mod liker_pages;
 mod likes;
 mod meta;
 mod moderation;
@@ -217,7 +218,7 @@ impl EmbeddedStore {
         let inner = Inner {
             like_filter: like_filter::LikeFilter::sized_for(user_likes.approximate_len() as u64),
             user_likes,
-            likers: ks_with("likers", big, false)?,
+            likers: ks_with("liker_pages", big, false)?,
             events: ks_with("events", big, false)?,
             counters: ks("counters", small)?,
             offsets: ks("offsets", small)?,
@@ -254,6 +255,8 @@ impl EmbeddedStore {
             journal_sync: journal_sync::JournalSync::new(dir),
             db,
         };
+        // Stores written before likers pages hold one likers row per like: convert them.
+        liker_pages::convert_old_rows(&inner.db, &inner.likers)?;
         let head = counters::last_seq(&inner.events)?;
         *inner.id_gen.lock() =
             likewise_core::comment::id::CommentIdGen::new(comments::highest_id(&inner.comment_posts)?);

@@ -14,6 +14,8 @@ pub(super) struct BatchState<'a> {
     pub(super) s: &'a Inner,
     pub(super) batch: fjall::OwnedWriteBatch,
     pub(super) seq: u64,
+    /// The batch's first event sequence number: names the likers pages it writes.
+    pub(super) first_seq: u64,
     pub(super) likes: super::likes::LikeOverlay,
     pub(super) comments: super::comments::CommentOverlay,
     /// This batch's events, decoded, for the in-memory tail once the batch is committed.
@@ -35,13 +37,15 @@ impl WriteEngine for EmbeddedStore {
     fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
         let s = &*self.inner;
         let _serial = s.write_lock.lock();
+        let first_seq = s.next_seq.load(Ordering::SeqCst);
         let mut st = BatchState {
             s,
             // Sized up front (a like writes at most three rows, a comment change about as many,
             // plus the batch's one event row): growing it by doubling showed in profiles as
             // fresh pages zeroed on the writer thread.
             batch: fjall::OwnedWriteBatch::with_capacity(s.db.clone(), ops.len() * 3 + 1).durability(None),
-            seq: s.next_seq.load(Ordering::SeqCst),
+            seq: first_seq,
+            first_seq,
             likes: Default::default(),
             comments: Default::default(),
             events: Vec::with_capacity(ops.len()),
@@ -54,7 +58,7 @@ impl WriteEngine for EmbeddedStore {
                 WriteOp::Comment(c) => WriteOutcome::Comment(st.comment(c, now)?),
             });
         }
-        st.flush_likes();
+        st.flush_likes()?;
         st.flush_comments();
         // The whole batch's events as ONE row, keyed by the first one's sequence: an event
         // row per like cost the writer a quarter of its likes per second (docs/benchmarks.md).

@@ -1,0 +1,349 @@
+//! A target's likers, newest first, stored as pages: one row per (target, write batch, 16 ms
+//! window) holding that batch's likers of the target, instead of one row per like.
+//!
+//! Why: a like wrote two memtable rows, `user_likes` and a likers row. Each row is a descent
+//! of fjall's memtable skiplist on the single writer thread, then flush and compaction work;
+//! leaving the likers row out measured +29-36% likes/s (`docs/benchmarks.md`, session 11).
+//! A hot post's batch of a thousand likes now writes one likers row.
+//!
+//! Layout: key kind(1) target(8) ts_max(8) page(8), value v1 then (ts(8) user(8)) entries
+//! sorted ascending. Every entry of a page has `ts_max - SPAN_MS <= ts <= ts_max`: a batch's
+//! likes whose request times spread wider are split into several pages. That bound is what
+//! makes both reads below cheap:
+//! - an unlike finds its liker's page among the pages with `ts_max` in `[ts, ts + SPAN_MS]`
+//!   (`user_likes` holds `ts`), without storing which page it is;
+//! - a newest-first page of likers after the cursor (t, user) starts at the pages with
+//!   `ts_max <= t + SPAN_MS`, and can stop once the next page's `ts_max` is older than the
+//!   last entry it needs.
+//!
+//! `page` is the batch's first event sequence number (unique per batch that writes likes),
+//! or, for pages converted from the per-like rows of earlier versions, a counter with the
+//! top bit set.
+
+use super::engine_err;
+use crate::keys::{V1, be_u64, target_prefix};
+use likewise_core::ids::UserId;
+use likewise_core::like::Target;
+use likewise_core::ports::Liker;
+use likewise_core::{StoreError, StoreResult};
+
+/// Widest spread of like times within one page.
+pub(super) const SPAN_MS: u64 = 16;
+
+/// Key of a page.
+pub(super) fn page_key(t: Target, ts_max: u64, page: u64) -> [u8; 25] {
+    let mut k = [0u8; 25];
+    k[0..9].copy_from_slice(&target_prefix(t));
+    k[9..17].copy_from_slice(&ts_max.to_be_bytes());
+    k[17..25].copy_from_slice(&page.to_be_bytes());
+    k
+}
+
+/// A page's entries, (ts, user), sorted ascending.
+pub(super) type Entries = Vec<(u64, u64)>;
+
+pub(super) fn encode(entries: &[(u64, u64)]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(1 + entries.len() * 16);
+    v.push(V1);
+    for (ts, user) in entries {
+        v.extend_from_slice(&ts.to_be_bytes());
+        v.extend_from_slice(&user.to_be_bytes());
+    }
+    v
+}
+
+pub(super) fn decode(v: &[u8]) -> StoreResult<Entries> {
+    count(v)?;
+    Ok(v[1..].chunks_exact(16).map(|c| (be_u64(c, 0), be_u64(c, 8))).collect())
+}
+
+/// Entries in a page value, without decoding them.
+pub(super) fn count(v: &[u8]) -> StoreResult<usize> {
+    if v.first() != Some(&V1) || !(v.len() - 1).is_multiple_of(16) {
+        return Err(corrupt(format!("bad page of {} bytes", v.len())));
+    }
+    Ok((v.len() - 1) / 16)
+}
+
+fn corrupt(detail: String) -> StoreError {
+    StoreError::Corrupt { keyspace: "liker_pages", detail }
+}
+
+fn ts_max_of(key: &[u8]) -> StoreResult<u64> {
+    if key.len() != 25 {
+        return Err(corrupt("bad key".into()));
+    }
+    Ok(be_u64(key, 9))
+}
+
+/// Split entries sorted ascending into runs spanning at most [`SPAN_MS`] each.
+pub(super) fn split(entries: &[(u64, u64)]) -> Vec<&[(u64, u64)]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..entries.len() {
+        if entries[i].0 - entries[start].0 > SPAN_MS {
+            out.push(&entries[start..i]);
+            start = i;
+        }
+    }
+    if start < entries.len() {
+        out.push(&entries[start..]);
+    }
+    out
+}
+
+/// The stored page holding (ts, user) of target `t`, if any: its key and entries.
+pub(super) fn find(
+    pages: &fjall::Keyspace,
+    t: Target,
+    ts: u64,
+    user: UserId,
+) -> StoreResult<Option<([u8; 25], Entries)>> {
+    let lo = page_key(t, ts, 0);
+    let hi = page_key(t, ts.saturating_add(SPAN_MS), u64::MAX);
+    for g in pages.range(lo..=hi) {
+        let (k, v) = g.into_inner().map_err(engine_err)?;
+        let entries = decode(&v)?;
+        if entries.binary_search(&(ts, user.0)).is_ok() {
+            let mut key = [0u8; 25];
+            key.copy_from_slice(&k);
+            return Ok(Some((key, entries)));
+        }
+    }
+    Ok(None)
+}
+
+/// Likers of `t`, newest first (by time, then user, descending), strictly after `after`.
+pub(super) fn list(
+    pages: &fjall::Keyspace,
+    t: Target,
+    after: Option<Liker>,
+    limit: usize,
+) -> StoreResult<Vec<Liker>> {
+    let cursor = after.map_or((u64::MAX, u64::MAX), |a| (a.liked_at_ms, a.user.0));
+    let below = |e: &(u64, u64)| after.is_none() || *e < cursor;
+    let lo = target_prefix(t).to_vec();
+    let hi = page_key(t, cursor.0.saturating_add(SPAN_MS), u64::MAX).to_vec();
+    let mut found: Entries = Vec::new();
+    for g in pages.range(lo..=hi).rev() {
+        let (k, v) = g.into_inner().map_err(engine_err)?;
+        let ts_max = ts_max_of(&k)?;
+        // Pages come newest `ts_max` first: once `limit` entries are found, a page whose
+        // newest like is older than the limit-th found cannot change the answer.
+        if found.len() >= limit {
+            found.sort_unstable_by(|a, b| b.cmp(a));
+            found.truncate(limit);
+            if found.last().is_some_and(|last| ts_max < last.0) {
+                break;
+            }
+        }
+        found.extend(decode(&v)?.into_iter().filter(below));
+    }
+    found.sort_unstable_by(|a, b| b.cmp(a));
+    found.truncate(limit);
+    Ok(found.into_iter().map(|(ts, user)| Liker { user: UserId(user), liked_at_ms: ts }).collect())
+}
+
+/// Convert the per-like likers rows of earlier versions (key kind target ts user, no value)
+/// into pages, then drop their keyspace. Idempotent: the pages written depend only on the
+/// old rows, which nothing changes meanwhile, so a crash mid-way redoes the same writes.
+pub(super) fn convert_old_rows(db: &fjall::Database, pages: &fjall::Keyspace) -> StoreResult<u64> {
+    const OLD: &str = "likers";
+    if !db.keyspace_exists(OLD) {
+        return Ok(0);
+    }
+    let old = db.keyspace(OLD, fjall::KeyspaceCreateOptions::default).map_err(engine_err)?;
+    let mut batch = db.batch();
+    let mut in_batch = 0usize;
+    let mut converted = 0u64;
+    let mut page_no = 1u64 << 63;
+    let mut run: Option<([u8; 9], Entries)> = None;
+    let mut flush = |prefix: [u8; 9], entries: &Entries, batch: &mut fjall::OwnedWriteBatch| {
+        for chunk in split(entries) {
+            let Some(last) = chunk.last() else { continue };
+            let mut key = page_key(Target::post(0), last.0, page_no);
+            key[0..9].copy_from_slice(&prefix);
+            batch.insert(pages, key, encode(chunk));
+            page_no += 1;
+        }
+    };
+    for g in old.iter() {
+        let k = g.key().map_err(engine_err)?;
+        if k.len() != 25 {
+            return Err(StoreError::Corrupt { keyspace: "likers", detail: "bad key".into() });
+        }
+        let mut prefix = [0u8; 9];
+        prefix.copy_from_slice(&k[0..9]);
+        let entry = (be_u64(&k, 9), be_u64(&k, 17));
+        match &mut run {
+            Some((p, entries)) if *p == prefix && entries.len() < 4_096 => entries.push(entry),
+            _ => {
+                if let Some((p, entries)) = run.take() {
+                    in_batch += entries.len();
+                    flush(p, &entries, &mut batch);
+                }
+                run = Some((prefix, vec![entry]));
+            }
+        }
+        converted += 1;
+        if in_batch >= 100_000 {
+            batch.commit().map_err(engine_err)?;
+            batch = db.batch();
+            in_batch = 0;
+        }
+    }
+    if let Some((p, entries)) = run.take() {
+        flush(p, &entries, &mut batch);
+    }
+    batch.commit().map_err(engine_err)?;
+    db.persist(fjall::PersistMode::SyncAll).map_err(engine_err)?;
+    db.delete_keyspace(old).map_err(engine_err)?;
+    tracing::info!(rows = converted, "converted per-like likers rows into pages");
+    Ok(converted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded::{EmbeddedOptions, EmbeddedStore};
+    use crate::keys::{liker_key, num_value, user_like_key};
+    use likewise_core::like::{LikeAction, LikeOp};
+    use likewise_core::ports::{CounterStore, LikeReader, WriteEngine};
+    use likewise_core::write::WriteOp;
+    use std::collections::BTreeMap;
+
+    fn opts() -> EmbeddedOptions {
+        EmbeddedOptions { cache_bytes: 8 << 20, memtable_bytes: 4 << 20, ..Default::default() }
+    }
+
+    fn op(target: Target, user: u64, like: bool, ts_ms: u64) -> WriteOp {
+        WriteOp::Like(LikeOp {
+            target,
+            user: UserId(user),
+            action: if like { LikeAction::Like } else { LikeAction::Unlike },
+            target_author: UserId(9_999),
+            post: target.id,
+            ts_ms,
+        })
+    }
+
+    /// The store's likers of `t`, read whole and read in pages of `page`, and its recount.
+    async fn read(s: &EmbeddedStore, t: Target, page: usize) -> (Vec<Liker>, Vec<Liker>, i64) {
+        let whole = s.likers(t, None, 1_000_000).await.expect("likers");
+        let mut paged: Vec<Liker> = Vec::new();
+        loop {
+            let next = s.likers(t, paged.last().copied(), page).await.expect("page");
+            assert!(next.len() <= page);
+            if next.is_empty() {
+                break;
+            }
+            paged.extend(next);
+        }
+        let rows = s.recount_likes("test", t).await.expect("recount").rows;
+        (whole, paged, rows)
+    }
+
+    /// A model's likers, newest first.
+    fn expected(model: &BTreeMap<u64, u64>) -> Vec<Liker> {
+        let mut v: Vec<Liker> =
+            model.iter().map(|(user, ts)| Liker { user: UserId(*user), liked_at_ms: *ts }).collect();
+        v.sort_by_key(|l| std::cmp::Reverse((l.liked_at_ms, l.user.0)));
+        v
+    }
+
+    /// Batches of likes, unlikes and re-likes whose times spread wider than a page and
+    /// repeat across users: the likers list, its keyset pages and the recount always equal a
+    /// model of who likes what since when.
+    #[tokio::test]
+    async fn likers_pages_follow_likes_unlikes_and_relikes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = EmbeddedStore::open(dir.path(), &opts()).expect("open");
+        let targets = [Target::post(1), Target::post(2)];
+        let mut models: [BTreeMap<u64, u64>; 2] = Default::default();
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut pages_split = false;
+        for round in 0..60u64 {
+            let base = 1_000 + round * 20;
+            let mut batch = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for _ in 0..next(40) + 1 {
+                let which = next(2) as usize;
+                let user = next(80);
+                // A batch's like times spread over up to 60 ms (wider than a page).
+                let ts = base + next(60);
+                pages_split |= ts - base > SPAN_MS;
+                let like = next(3) != 0;
+                batch.push(op(targets[which], user, like, ts));
+                // The model applies each op in order, as the store resolves them.
+                let m = &mut models[which];
+                if like && !m.contains_key(&user) {
+                    m.insert(user, ts);
+                } else if !like {
+                    m.remove(&user);
+                }
+                seen.insert((which, user));
+            }
+            s.apply(&batch).expect("apply");
+            for (i, t) in targets.iter().enumerate() {
+                let (whole, paged, rows) = read(&s, *t, 7).await;
+                assert_eq!(whole, expected(&models[i]), "round {round}, target {i}");
+                assert_eq!(paged, whole, "round {round}: keyset pages");
+                assert_eq!(rows, models[i].len() as i64, "round {round}: recount");
+            }
+        }
+        assert!(pages_split, "the script should spread a batch over several pages");
+        assert!(models.iter().all(|m| !m.is_empty()));
+    }
+
+    /// Stores written before pages hold one likers row per like; opening converts them, the
+    /// converted likers list and unlike as before, and a second open changes nothing.
+    #[tokio::test]
+    async fn per_like_rows_of_earlier_versions_are_converted_on_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = Target::post(7);
+        let mut model = BTreeMap::new();
+        {
+            let db = fjall::Database::builder(dir.path()).open().expect("db");
+            let old = db.keyspace("likers", fjall::KeyspaceCreateOptions::default).expect("likers");
+            let user_likes =
+                db.keyspace("user_likes", fjall::KeyspaceCreateOptions::default).expect("user_likes");
+            let mut batch = db.batch();
+            for user in 0..10_000u64 {
+                // 9 likes per millisecond, some sharing a millisecond across page cuts.
+                let ts = 50_000 + user / 9;
+                batch.insert(&old, liker_key(t, ts, UserId(user)), []);
+                batch.insert(&user_likes, user_like_key(UserId(user), t.kind, t.id), num_value(ts));
+                model.insert(user, ts);
+            }
+            batch.commit().expect("commit");
+            db.persist(fjall::PersistMode::SyncAll).expect("persist");
+        }
+        for open in 0..2 {
+            let s = EmbeddedStore::open(dir.path(), &opts()).expect("open");
+            assert!(!s.inner.db.keyspace_exists("likers"), "open {open}: the old keyspace is gone");
+            let (whole, paged, rows) = read(&s, t, 333).await;
+            assert_eq!(whole, expected(&model), "open {open}");
+            assert_eq!(paged, whole, "open {open}: keyset pages");
+            assert_eq!(rows, model.len() as i64, "open {open}: recount");
+            if open == 0 {
+                // Unlikes find the converted likers; a re-like moves one to a new page.
+                s.apply(&[op(t, 4_500, false, 90_000), op(t, 17, false, 90_000), op(t, 9_998, true, 90_001)])
+                    .expect("apply");
+                model.remove(&4_500);
+                model.remove(&17);
+                s.apply(&[op(t, 17, true, 90_002)]).expect("relike");
+                model.insert(17, 90_002);
+                let (whole, _, rows) = read(&s, t, 1_000).await;
+                assert_eq!(whole, expected(&model));
+                assert_eq!(rows, model.len() as i64);
+                s.inner.db.persist(fjall::PersistMode::SyncAll).expect("persist");
+            }
+        }
+    }
+}
