@@ -32,8 +32,13 @@ pub(super) const SPAN_MS: u64 = 16;
 
 /// Key of a page.
 pub(super) fn page_key(t: Target, ts_max: u64, page: u64) -> [u8; 25] {
+    page_key_at(target_prefix(t), ts_max, page)
+}
+
+/// Key of a page of the target whose [`target_prefix`] is `prefix`.
+pub(super) fn page_key_at(prefix: [u8; 9], ts_max: u64, page: u64) -> [u8; 25] {
     let mut k = [0u8; 25];
-    k[0..9].copy_from_slice(&target_prefix(t));
+    k[0..9].copy_from_slice(&prefix);
     k[9..17].copy_from_slice(&ts_max.to_be_bytes());
     k[17..25].copy_from_slice(&page.to_be_bytes());
     k
@@ -176,9 +181,7 @@ pub(super) fn convert_old_rows(db: &fjall::Database, pages: &fjall::Keyspace) ->
     let mut flush = |prefix: [u8; 9], entries: &Entries, batch: &mut fjall::OwnedWriteBatch| {
         for chunk in split(entries) {
             let Some(last) = chunk.last() else { continue };
-            let mut key = page_key(Target::post(0), last.0, page_no);
-            key[0..9].copy_from_slice(&prefix);
-            batch.insert(pages, key, encode(chunk));
+            batch.insert(pages, page_key_at(prefix, last.0, page_no), encode(chunk));
             page_no += 1;
         }
     };

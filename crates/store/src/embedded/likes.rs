@@ -100,7 +100,7 @@ impl BatchState<'_> {
     pub(super) fn flush_likes(&mut self) -> StoreResult<()> {
         let s = self.s;
         self.likes.order.sort_unstable();
-        let mut added: Vec<([u8; 9], Target, u64, u64)> = Vec::new();
+        let mut added: Vec<([u8; 9], u64, u64)> = Vec::new();
         let mut removed: Vec<(Target, u64, UserId)> = Vec::new();
         for key in &self.likes.order {
             let t = &self.likes.touched[key];
@@ -120,7 +120,7 @@ impl BatchState<'_> {
                         s.like_filter.insert(key);
                     }
                     self.batch.insert(&s.user_likes, *key, num_value(ts));
-                    added.push((target_prefix(t.target), t.target, ts, t.user.0));
+                    added.push((target_prefix(t.target), ts, t.user.0));
                 }
                 None => {
                     self.batch.remove(&s.user_likes, *key);
@@ -135,7 +135,7 @@ impl BatchState<'_> {
     /// of this batch, one per target and 16 ms window.
     fn write_liker_pages(
         &mut self,
-        mut added: Vec<([u8; 9], Target, u64, u64)>,
+        mut added: Vec<([u8; 9], u64, u64)>,
         removed: Vec<(Target, u64, UserId)>,
     ) -> StoreResult<()> {
         let s = self.s;
@@ -171,13 +171,13 @@ impl BatchState<'_> {
                 self.batch.insert(&s.likers, key, liker_pages::encode(&entries));
             }
         }
-        added.sort_unstable_by_key(|(prefix, _, ts, user)| (*prefix, *ts, *user));
+        added.sort_unstable();
         for group in added.chunk_by(|a, b| a.0 == b.0) {
-            let target = group[0].1;
-            let entries: liker_pages::Entries = group.iter().map(|(_, _, ts, user)| (*ts, *user)).collect();
+            let prefix = group[0].0;
+            let entries: liker_pages::Entries = group.iter().map(|(_, ts, user)| (*ts, *user)).collect();
             for run in liker_pages::split(&entries) {
                 let Some(newest) = run.last() else { continue };
-                let key = liker_pages::page_key(target, newest.0, self.first_seq);
+                let key = liker_pages::page_key_at(prefix, newest.0, self.first_seq);
                 self.batch.insert(&s.likers, key, liker_pages::encode(run));
             }
         }
