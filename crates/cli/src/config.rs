@@ -116,6 +116,8 @@ pub struct StoreSection {
     pub max_journal_mb: u64,
     /// Budget of all active memtables together.
     pub write_buffer_mb: u64,
+    /// fjall's flush and compaction threads.
+    pub engine_threads: usize,
     /// PostgreSQL databases, one per shard, in shard order (backend `postgres`).
     pub postgres_shards: Vec<String>,
     /// Connections per shard and process.
@@ -131,6 +133,7 @@ impl Default for StoreSection {
             memtable_mb: 32,
             max_journal_mb: 256,
             write_buffer_mb: 64,
+            engine_threads: 1,
             postgres_shards: Vec::new(),
             postgres_pool_size: 16,
         }
@@ -277,6 +280,10 @@ impl Config {
         anyhow::ensure!(self.aggregator.window_ms >= 1, "aggregator.window_ms must be at least 1");
         anyhow::ensure!(self.store.max_journal_mb >= 64, "store.max_journal_mb must be at least 64");
         anyhow::ensure!(self.store.write_buffer_mb >= 1, "store.write_buffer_mb must be at least 1");
+        anyhow::ensure!(
+            (1..=16).contains(&self.store.engine_threads),
+            "store.engine_threads must be between 1 and 16"
+        );
         anyhow::ensure!(self.store.cache_mb >= 1, "store.cache_mb must be at least 1");
         anyhow::ensure!(self.server.request_timeout_ms >= 1, "server.request_timeout_ms must be at least 1");
         anyhow::ensure!(
@@ -348,6 +355,7 @@ impl Config {
                 memtable_bytes: self.store.memtable_mb << 20,
                 max_journal_bytes: self.store.max_journal_mb << 20,
                 write_buffer_bytes: self.store.write_buffer_mb << 20,
+                engine_threads: self.store.engine_threads,
             },
             group_commit: likewise_store::group_commit::GroupCommitOptions {
                 max_batch: self.write.max_batch,
@@ -458,5 +466,19 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../likewise.example.toml");
         let c = Config::load(Some(&path), &Overrides::default()).expect("example config");
         assert_eq!(c.store.backend, "embedded");
+    }
+
+    #[test]
+    fn engine_threads_are_checked_and_reach_the_store() {
+        let mut c = Config::default();
+        assert_eq!(c.store_config().embedded.engine_threads, 1, "one flush/compaction thread by default");
+        for bad in [0, 17] {
+            c.store.engine_threads = bad;
+            let e = c.validate().expect_err("out of range");
+            assert!(format!("{e:#}").contains("store.engine_threads"), "{e:#}");
+        }
+        c.store.engine_threads = 3;
+        c.validate().expect("in range");
+        assert_eq!(c.store_config().embedded.engine_threads, 3);
     }
 }
