@@ -61,12 +61,17 @@ impl Default for ModerationOptions {
     }
 }
 
-/// Users the like limiter holds at once: 2 MiB, small enough to stay mostly in a core's
-/// cache (each check touches one random line; in the hot-post benchmark 8 MiB measured 2-5%
-/// slower than 1 MiB). At the default 120 likes a minute a one-time liker's entry expires
-/// after 500 ms, so this holds 500k likes a second of distinct users; past that, the entries
-/// closest to expiry are overwritten (see [`RateTable`]).
-const LIKE_USERS: usize = 1 << 18;
+/// Users the like limiter holds at once: 256 KiB, small enough to stay in a core's L2 cache.
+/// Each check touches one random line of the table, and at 2 MiB that line came from memory:
+/// 87% of the check's time was that one load, 6% of all CPU in the hot-post benchmark, and
+/// 256 KiB measured +10% likes/s with consecutive liker IDs (docs/benchmarks.md, session 12).
+/// What the table must remember is the users near their limit, not every liker: a one-time
+/// liker's entry (at the default 120 likes a minute) is 500 ms from expiry, a user deep into
+/// the burst is minutes from it, and a full bucket overwrites the entry closest to expiry
+/// (see [`RateTable`]). So past 64k distinct likers a second, one-time likers are forgotten
+/// early (harmless: they were allowed anyway, and `likewise_rate_limit_evictions_total`
+/// counts it), while the users being held back stay.
+const LIKE_USERS: usize = 1 << 15;
 /// Users the comment limiter holds at once: 512 KiB (a one-time commenter's entry lives 3 s
 /// at the default 20 a minute: 21k comments a second of distinct users).
 const COMMENT_USERS: usize = 1 << 16;
