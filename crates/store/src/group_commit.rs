@@ -141,20 +141,55 @@ impl GroupCommitter {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Stop taking requests, write and sync everything already queued, join the thread.
+    /// Stop taking requests, write and sync everything already queued, join the threads.
+    ///
+    /// An engine may need the Tokio runtime to make progress (PostgreSQL's writer lanes
+    /// `block_on` their queries): called on one of its worker threads, the join runs in
+    /// `block_in_place`, so the other workers keep driving that I/O meanwhile. Joining on the
+    /// worker itself would leave nobody to drive it on a one-worker runtime.
     pub fn close(&self) {
+        self.stop();
+        let threads = std::mem::take(&mut *self.threads.lock());
+        let join = move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        };
+        let on_worker = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_worker { tokio::task::block_in_place(join) } else { join() }
+    }
+
+    fn stop(&self) {
         for tx in std::mem::take(&mut *self.tx.lock()) {
             let _ = tx.send(Msg::Close);
-        }
-        for t in std::mem::take(&mut *self.threads.lock()) {
-            let _ = t.join();
         }
     }
 }
 
+/// How long a dropped committer waits for its threads (see the `Drop` impl).
+const DROP_WAIT: Duration = Duration::from_secs(5);
+
 impl Drop for GroupCommitter {
+    /// Like `close`, but bounded. The last handle can be dropped while the runtime shuts
+    /// down (tasks cancelled on an error path); an engine that needs the runtime then never
+    /// finishes its batch, and an unbounded join hung the process for good. An engine that
+    /// does not (the embedded store) finishes in milliseconds. Threads still running after
+    /// `DROP_WAIT` are left to end with the process; their callers were never answered, so
+    /// nothing unacknowledged is lost.
     fn drop(&mut self) {
-        self.close();
+        self.stop();
+        let until = Instant::now() + DROP_WAIT;
+        for t in std::mem::take(&mut *self.threads.lock()) {
+            while !t.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            } else {
+                tracing::error!("a group-commit lane did not finish its batch after shutdown; leaving it");
+            }
+        }
     }
 }
 
@@ -478,6 +513,91 @@ mod tests {
         engine.state.lock().fail_sync = false;
         assert!(gc.submit(op(2)).await.is_ok());
         gc.close();
+    }
+
+    /// An engine that, like PostgreSQL's, needs the runtime to finish a batch.
+    struct NeedsRuntime(tokio::runtime::Handle, Arc<AtomicU64>);
+
+    impl WriteEngine for NeedsRuntime {
+        fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.block_on(async { tokio::time::sleep(Duration::from_millis(50)).await });
+            Ok(ops
+                .iter()
+                .map(|_| WriteOutcome::Like(LikeOutcome { liked: true, changed: true, event_seq: None }))
+                .collect())
+        }
+
+        fn sync(&self) -> StoreResult<()> {
+            Ok(())
+        }
+    }
+
+    /// Runs `f` on a thread of its own; true if it ended within `limit` (a hang is a failure,
+    /// not a stuck test run).
+    fn ends_within(limit: Duration, f: impl FnOnce() + Send + 'static) -> bool {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(limit).is_ok()
+    }
+
+    #[test]
+    fn close_on_a_one_worker_runtime_lets_the_engine_finish() {
+        let ended = ends_within(Duration::from_secs(20), || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let applies = Arc::new(AtomicU64::new(0));
+            let gc =
+                GroupCommitter::start(Arc::new(NeedsRuntime(rt.handle().clone(), applies.clone())), opts(8));
+            let answered = rt.block_on(async move {
+                // On the runtime's only worker: the batch in flight needs that worker's timer.
+                tokio::spawn(async move {
+                    let pending = tokio::spawn({
+                        let gc = gc.clone();
+                        async move { gc.submit(op(1)).await }
+                    });
+                    while applies.load(Ordering::SeqCst) == 0 {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    gc.close();
+                    pending.await.expect("task").is_ok()
+                })
+                .await
+                .expect("task")
+            });
+            assert!(answered, "the batch in flight at close was not answered");
+        });
+        assert!(ended, "close() hung: the engine's batch needed the worker that was joining");
+    }
+
+    #[test]
+    fn dropped_during_runtime_shutdown_does_not_hang() {
+        let ended = ends_within(Duration::from_secs(30), || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let applies = Arc::new(AtomicU64::new(0));
+            let gc =
+                GroupCommitter::start(Arc::new(NeedsRuntime(rt.handle().clone(), applies.clone())), opts(8));
+            // The only handle lives in a task that is still waiting when the runtime goes.
+            rt.spawn(async move {
+                let _ = gc.submit(op(1)).await;
+                std::future::pending::<()>().await;
+            });
+            while applies.load(Ordering::SeqCst) == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            drop(rt);
+        });
+        assert!(ended, "dropping the committer while the runtime shut down hung");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
