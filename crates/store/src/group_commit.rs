@@ -544,17 +544,23 @@ mod tests {
         rx.recv_timeout(limit).is_ok()
     }
 
+    /// A runtime with one worker, and a committer whose engine needs it; the count of
+    /// batches the engine has begun.
+    fn on_one_worker() -> (tokio::runtime::Runtime, Arc<GroupCommitter>, Arc<AtomicU64>) {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let applies = Arc::new(AtomicU64::new(0));
+        let gc = GroupCommitter::start(Arc::new(NeedsRuntime(rt.handle().clone(), applies.clone())), opts(8));
+        (rt, gc, applies)
+    }
+
     #[test]
     fn close_on_a_one_worker_runtime_lets_the_engine_finish() {
         let ended = ends_within(Duration::from_secs(20), || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            let applies = Arc::new(AtomicU64::new(0));
-            let gc =
-                GroupCommitter::start(Arc::new(NeedsRuntime(rt.handle().clone(), applies.clone())), opts(8));
+            let (rt, gc, applies) = on_one_worker();
             let answered = rt.block_on(async move {
                 // On the runtime's only worker: the batch in flight needs that worker's timer.
                 tokio::spawn(async move {
@@ -579,14 +585,7 @@ mod tests {
     #[test]
     fn dropped_during_runtime_shutdown_does_not_hang() {
         let ended = ends_within(Duration::from_secs(30), || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            let applies = Arc::new(AtomicU64::new(0));
-            let gc =
-                GroupCommitter::start(Arc::new(NeedsRuntime(rt.handle().clone(), applies.clone())), opts(8));
+            let (rt, gc, applies) = on_one_worker();
             // The only handle lives in a task that is still waiting when the runtime goes.
             rt.spawn(async move {
                 let _ = gc.submit(op(1)).await;
