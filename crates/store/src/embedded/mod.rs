@@ -222,14 +222,7 @@ impl EmbeddedStore {
             Ok::<_, StoreError>(k)
         };
         let ks = |name: &str, memtable: u64| ks_with(name, memtable, true);
-        let user_likes = ks(
-            "user_likes",
-            std::env::var("LW_UL_MT")
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(|m| m << 20)
-                .unwrap_or(big),
-        )?;
+        let user_likes = ks("user_likes", big)?;
         let inner = Inner {
             like_filter: like_filter::LikeFilter::sized_for(user_likes.approximate_len() as u64),
             user_likes,
