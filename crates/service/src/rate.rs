@@ -46,6 +46,10 @@ pub struct RateTable {
     tau_ms: u64,
     started: Instant,
     metric: &'static str,
+    /// `likewise_rate_limit_evictions_total{limit}`, registered at the first eviction: with
+    /// a table smaller than a viral post's likers a second, that is nearly every check, and a
+    /// registry lookup each time is what the service's other hot-path metrics avoid.
+    evictions: std::sync::OnceLock<metrics::Counter>,
 }
 
 impl RateTable {
@@ -64,6 +68,7 @@ impl RateTable {
             tau_ms: interval_ms.saturating_mul(u64::from(burst.max(1) - 1)),
             started: Instant::now(),
             metric,
+            evictions: std::sync::OnceLock::new(),
         }
     }
 
@@ -114,7 +119,10 @@ impl RateTable {
             let next = (tag << TAT_BITS) | ((tat + self.interval_ms) & TAT_MASK);
             if bucket[i].compare_exchange(words[i], next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 if mine.is_none() && words[i] & TAT_MASK > now {
-                    metrics::counter!("likewise_rate_limit_evictions_total", "limit" => self.metric)
+                    self.evictions
+                        .get_or_init(|| {
+                            metrics::counter!("likewise_rate_limit_evictions_total", "limit" => self.metric)
+                        })
                         .increment(1);
                 }
                 return Ok(());

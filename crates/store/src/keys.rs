@@ -48,7 +48,9 @@ pub fn user_kind_prefix(user: UserId, kind: TargetKind) -> [u8; 9] {
 }
 
 /// Key of the per-like likers rows of earlier versions (`likers` keyspace), which the
-/// embedded store converts into pages when it opens one (`embedded/liker_pages.rs`).
+/// embedded store converts into pages when it opens one (`embedded/liker_pages.rs`). Only
+/// tests write that format now, to check the conversion.
+#[cfg(test)]
 pub fn liker_key(t: Target, ts_ms: u64, user: UserId) -> [u8; 25] {
     let mut k = [0u8; 25];
     k[0..9].copy_from_slice(&target_prefix(t));
