@@ -184,8 +184,13 @@ async fn apply_shard(
     if !add_items.is_empty() {
         let rows = tx
             .query(
-                "INSERT INTO notif_actors (item, actor) SELECT * FROM unnest($1::bigint[], $2::bigint[])
-                 ON CONFLICT DO NOTHING RETURNING item",
+                // Not `ON CONFLICT`: its speculative insertion costs about twice a plain row,
+                // and the writer lock means no other transaction adds actor rows meanwhile,
+                // so the anti-join sees every row that exists ((item, actor) pairs are distinct).
+                "INSERT INTO notif_actors (item, actor)
+                 SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS n(item, actor)
+                 WHERE NOT EXISTS (SELECT 1 FROM notif_actors a WHERE a.item = n.item AND a.actor = n.actor)
+                 RETURNING item",
                 &[&add_items, &add_actors],
             )
             .await
