@@ -87,8 +87,17 @@ impl PgStore {
             .map_err(|_| StoreError::Engine("the PostgreSQL store needs a Tokio runtime".into()))?;
         let mut pools = Vec::with_capacity(opts.shards.len());
         for url in &opts.shards {
-            let cfg: tokio_postgres::Config =
+            let mut cfg: tokio_postgres::Config =
                 url.parse().map_err(|e| StoreError::Engine(format!("bad PostgreSQL URL {url:?}: {e}")))?;
+            // Hot statements are prepared once per connection (`prepare_cached`: no parse and
+            // no extra round trip per batch), but still planned per execution: a generic plan
+            // made while a table is small (a new shard) would keep its hash anti-join over the
+            // whole table as the table grows.
+            let options = match cfg.get_options() {
+                Some(o) if !o.is_empty() => format!("{o} -c plan_cache_mode=force_custom_plan"),
+                _ => "-c plan_cache_mode=force_custom_plan".to_string(),
+            };
+            cfg.options(&options);
             let mgr = Manager::from_config(
                 cfg,
                 tokio_postgres::NoTls,
@@ -239,4 +248,14 @@ mod tests {
     }
 
     crate::conformance_suite!(open().await);
+
+    /// Statements are prepared once per connection; their plans must still follow the tables'
+    /// sizes (see `connect`).
+    #[tokio::test]
+    async fn connections_plan_every_execution() {
+        let t = TestShards::create(1).await;
+        let c = t.store().conn(0).await.expect("conn");
+        let mode: String = c.query_one("SHOW plan_cache_mode", &[]).await.expect("show").get(0);
+        assert_eq!(mode, "force_custom_plan");
+    }
 }

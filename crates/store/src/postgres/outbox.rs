@@ -94,6 +94,27 @@ impl EventLog for OutboxLog {
     }
 }
 
+/// New reverse-index rows, as plain rows behind an anti-join: almost every key is new, and an
+/// upsert's speculative insertion costs about twice a plain row.
+const REVERSE_INSERT: &str = "INSERT INTO user_likes (user_id, kind, target, liked_at)
+     SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
+         AS n(user_id, kind, target, liked_at)
+     WHERE NOT EXISTS (SELECT 1 FROM user_likes r
+                       WHERE r.user_id = n.user_id AND r.kind = n.kind AND r.target = n.target)";
+/// The event's time for keys that already had a row.
+const REVERSE_RETIME: &str = "UPDATE user_likes r SET liked_at = n.liked_at
+     FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
+         AS n(user_id, kind, target, liked_at)
+     WHERE r.user_id = n.user_id AND r.kind = n.kind AND r.target = n.target
+       AND r.liked_at <> n.liked_at";
+/// Every key, whether or not it has a row.
+const REVERSE_UPSERT: &str = "INSERT INTO user_likes (user_id, kind, target, liked_at)
+     SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
+     ON CONFLICT (user_id, kind, target) DO UPDATE SET liked_at = EXCLUDED.liked_at";
+const REVERSE_DELETE: &str = "DELETE FROM user_likes r
+     USING unnest($1::bigint[], $2::smallint[], $3::bigint[]) AS d(u, k, t)
+     WHERE r.user_id = d.u AND r.kind = d.k AND r.target = d.t";
+
 /// Apply like events to the user-keyed reverse index.
 pub async fn project_reverse(store: &PgStore, events: &[Event]) -> StoreResult<usize> {
     let mut last: HashMap<(UserId, Target), &Event> = HashMap::new();
@@ -115,45 +136,20 @@ pub async fn project_reverse(store: &PgStore, events: &[Event]) -> StoreResult<u
             let targets: Vec<i64> = add.iter().map(|e| i(e.target.id)).collect();
             let ts: Vec<i64> = add.iter().map(|e| i(e.ts_ms)).collect();
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&users, &kinds, &targets, &ts];
-            // Almost every key is new: insert those as plain rows behind an anti-join (an
-            // upsert's speculative insertion costs about twice a plain row). Keys that already
-            // had a row (a replayed round; a relike whose unlike this round folded away) then
-            // get the event's time.
-            match c
-                .execute(
-                    "INSERT INTO user_likes (user_id, kind, target, liked_at)
-                     SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-                         AS n(user_id, kind, target, liked_at)
-                     WHERE NOT EXISTS (SELECT 1 FROM user_likes r
-                                       WHERE r.user_id = n.user_id AND r.kind = n.kind AND r.target = n.target)",
-                    &params,
-                )
-                .await
-            {
+            let insert = c.prepare_cached(REVERSE_INSERT).await.map_err(pg_err)?;
+            match c.execute(&insert, &params).await {
                 Ok(n) if n as usize == add.len() => {}
+                // Some keys had a row (a replayed round; a relike whose unlike this round
+                // folded away): they get the event's time.
                 Ok(_) => {
-                    c.execute(
-                        "UPDATE user_likes r SET liked_at = n.liked_at
-                         FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-                             AS n(user_id, kind, target, liked_at)
-                         WHERE r.user_id = n.user_id AND r.kind = n.kind AND r.target = n.target
-                           AND r.liked_at <> n.liked_at",
-                        &params,
-                    )
-                    .await
-                    .map_err(pg_err)?;
+                    let retime = c.prepare_cached(REVERSE_RETIME).await.map_err(pg_err)?;
+                    c.execute(&retime, &params).await.map_err(pg_err)?;
                 }
                 // Another writer inserted one of the keys meanwhile (only during a lease
                 // handover, or beside `settle`): nothing was inserted; upsert them all.
                 Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
-                    c.execute(
-                        "INSERT INTO user_likes (user_id, kind, target, liked_at)
-                         SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-                         ON CONFLICT (user_id, kind, target) DO UPDATE SET liked_at = EXCLUDED.liked_at",
-                        &params,
-                    )
-                    .await
-                    .map_err(pg_err)?;
+                    let upsert = c.prepare_cached(REVERSE_UPSERT).await.map_err(pg_err)?;
+                    c.execute(&upsert, &params).await.map_err(pg_err)?;
                 }
                 Err(e) => return Err(pg_err(e)),
             }
@@ -162,13 +158,8 @@ pub async fn project_reverse(store: &PgStore, events: &[Event]) -> StoreResult<u
             let users: Vec<i64> = del.iter().map(|e| i(e.actor.0)).collect();
             let kinds: Vec<i16> = del.iter().map(|e| i16::from(e.target.kind.code())).collect();
             let targets: Vec<i64> = del.iter().map(|e| i(e.target.id)).collect();
-            c.execute(
-                "DELETE FROM user_likes r USING unnest($1::bigint[], $2::smallint[], $3::bigint[]) AS d(u, k, t)
-                 WHERE r.user_id = d.u AND r.kind = d.k AND r.target = d.t",
-                &[&users, &kinds, &targets],
-            )
-            .await
-            .map_err(pg_err)?;
+            let delete = c.prepare_cached(REVERSE_DELETE).await.map_err(pg_err)?;
+            c.execute(&delete, &[&users, &kinds, &targets]).await.map_err(pg_err)?;
         }
     }
     Ok(finals.len())

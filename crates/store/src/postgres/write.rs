@@ -25,6 +25,7 @@
 //! Deadlocks and serialization failures between nodes are retried.
 
 use super::{PgStore, i, pg_err};
+use deadpool_postgres::Transaction as PoolTx;
 use likewise_core::comment::id::{EPOCH_UNIX_MS, SEQUENCE_BITS};
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::event::{Event, EventKind};
@@ -158,7 +159,7 @@ impl PgStore {
 
 /// One shard's part of a batch, inside its transaction.
 async fn shard_tx(
-    tx: &Transaction<'_>,
+    tx: &PoolTx<'_>,
     shard: usize,
     ops: &[&WriteOp],
     mode: InsertMode,
@@ -212,7 +213,7 @@ async fn shard_tx(
 
 /// Apply one round of like/unlike operations (distinct keys); returns the keys that changed.
 async fn like_round(
-    tx: &Transaction<'_>,
+    tx: &PoolTx<'_>,
     round: &[(usize, &LikeOp)],
     mode: InsertMode,
 ) -> Result<HashSet<(Target, UserId)>, TxError> {
@@ -253,7 +254,7 @@ async fn like_round(
                  RETURNING kind, target, user_id"
             }
         };
-        let rows = tx.query(sql, &[&kinds, &targets, &users, &posts, &ts]).await?;
+        let rows = tx.query(&tx.prepare_cached(sql).await?, &[&kinds, &targets, &users, &posts, &ts]).await?;
         for r in &rows {
             changed.insert(key(r)?);
         }
@@ -262,15 +263,15 @@ async fn like_round(
         let kinds: Vec<i16> = unlikes.iter().map(|l| i16::from(l.target.kind.code())).collect();
         let targets: Vec<i64> = unlikes.iter().map(|l| i(l.target.id)).collect();
         let users: Vec<i64> = unlikes.iter().map(|l| i(l.user.0)).collect();
-        let rows = tx
-            .query(
+        let delete = tx
+            .prepare_cached(
                 "DELETE FROM likes l
                  USING unnest($1::smallint[], $2::bigint[], $3::bigint[]) AS d(kind, target, user_id)
                  WHERE l.kind = d.kind AND l.target = d.target AND l.user_id = d.user_id
                  RETURNING l.kind, l.target, l.user_id",
-                &[&kinds, &targets, &users],
             )
             .await?;
+        let rows = tx.query(&delete, &[&kinds, &targets, &users]).await?;
         for r in &rows {
             changed.insert(key(r)?);
         }
@@ -280,7 +281,7 @@ async fn like_round(
 
 /// Insert the events into the outbox, one row per subject partition (in order within each);
 /// returns the row each event went into.
-async fn insert_events(tx: &Transaction<'_>, events: &[(usize, Event)]) -> Result<Vec<u64>, TxError> {
+async fn insert_events(tx: &PoolTx<'_>, events: &[(usize, Event)]) -> Result<Vec<u64>, TxError> {
     if events.is_empty() {
         return Ok(Vec::new());
     }
@@ -298,16 +299,16 @@ async fn insert_events(tx: &Transaction<'_>, events: &[(usize, Event)]) -> Resul
         parts.iter().map(|(_, v)| likewise_core::event::pack(v.iter().map(|k| &events[*k].1))).collect();
     let now = i(crate::now_ms());
     // ORDER BY ord: rows (and their bigserial seqs) follow the partitions' first appearance.
-    let rows = tx
-        .query(
+    let insert = tx
+        .prepare_cached(
             "INSERT INTO outbox (part, events, body, created_ms)
              SELECT p, n, b, $4 FROM unnest($1::smallint[], $2::integer[], $3::bytea[])
                  WITH ORDINALITY AS x(p, n, b, ord)
              ORDER BY ord
              RETURNING seq",
-            &[&part_ids, &counts, &bodies, &now],
         )
         .await?;
+    let rows = tx.query(&insert, &[&part_ids, &counts, &bodies, &now]).await?;
     let mut seqs: Vec<u64> = rows.iter().map(|r| r.get::<_, i64>(0) as u64).collect();
     seqs.sort_unstable();
     let mut row_of = vec![0u64; events.len()];
