@@ -91,7 +91,7 @@ impl PgStore {
                 url.parse().map_err(|e| StoreError::Engine(format!("bad PostgreSQL URL {url:?}: {e}")))?;
             // Hot statements are prepared once per connection (`prepare_cached`: no parse and
             // no extra round trip per batch), but still planned per execution: a generic plan
-            // made while a table is small (a new shard) would keep its hash anti-join over the
+            // made while a table is small (a new shard) would keep a hash join over the
             // whole table as the table grows.
             let options = match cfg.get_options() {
                 Some(o) if !o.is_empty() => format!("{o} -c plan_cache_mode=force_custom_plan"),

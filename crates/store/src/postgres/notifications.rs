@@ -186,10 +186,14 @@ async fn apply_shard(
             .query(
                 // Not `ON CONFLICT`: its speculative insertion costs about twice a plain row,
                 // and the writer lock means no other transaction adds actor rows meanwhile,
-                // so the anti-join sees every row that exists ((item, actor) pairs are distinct).
+                // so the probe sees every row that exists ((item, actor) pairs are distinct).
+                // The probe is a LATERAL ... LIMIT 1 so it stays one index lookup per row
+                // whatever the planner thinks of the table's size (see `write.rs`).
                 "INSERT INTO notif_actors (item, actor)
-                 SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS n(item, actor)
-                 WHERE NOT EXISTS (SELECT 1 FROM notif_actors a WHERE a.item = n.item AND a.actor = n.actor)
+                 SELECT n.item, n.actor FROM unnest($1::bigint[], $2::bigint[]) AS n(item, actor)
+                 LEFT JOIN LATERAL (SELECT true AS hit FROM notif_actors a
+                                    WHERE a.item = n.item AND a.actor = n.actor LIMIT 1) x ON true
+                 WHERE x.hit IS NULL
                  RETURNING item",
                 &[&add_items, &add_actors],
             )

@@ -94,13 +94,15 @@ impl EventLog for OutboxLog {
     }
 }
 
-/// New reverse-index rows, as plain rows behind an anti-join: almost every key is new, and an
-/// upsert's speculative insertion costs about twice a plain row.
+/// New reverse-index rows, as plain rows behind a per-row probe (see `write.rs`): almost
+/// every key is new, and an upsert's speculative insertion costs about twice a plain row.
 const REVERSE_INSERT: &str = "INSERT INTO user_likes (user_id, kind, target, liked_at)
-     SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
+     SELECT n.* FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
          AS n(user_id, kind, target, liked_at)
-     WHERE NOT EXISTS (SELECT 1 FROM user_likes r
-                       WHERE r.user_id = n.user_id AND r.kind = n.kind AND r.target = n.target)";
+     LEFT JOIN LATERAL (SELECT true AS hit FROM user_likes r
+                        WHERE r.user_id = n.user_id AND r.kind = n.kind AND r.target = n.target
+                        LIMIT 1) x ON true
+     WHERE x.hit IS NULL";
 /// The event's time for keys that already had a row.
 const REVERSE_RETIME: &str = "UPDATE user_likes r SET liked_at = n.liked_at
      FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
