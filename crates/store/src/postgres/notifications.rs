@@ -187,8 +187,9 @@ async fn apply_shard(
                 // Not `ON CONFLICT`: its speculative insertion costs about twice a plain row,
                 // and the writer lock means no other transaction adds actor rows meanwhile,
                 // so the probe sees every row that exists ((item, actor) pairs are distinct).
-                // The probe is a LATERAL ... LIMIT 1 so it stays one index lookup per row
-                // whatever the planner thinks of the table's size (see `write.rs`).
+                // The probe is a LATERAL ... LIMIT 1 so it stays one lookup per row (never a
+                // hash join over the table), and the primary key is the table's only index:
+                // do not add another, or the planner may probe through it (see `write.rs`).
                 "INSERT INTO notif_actors (item, actor)
                  SELECT n.item, n.actor FROM unnest($1::bigint[], $2::bigint[]) AS n(item, actor)
                  LEFT JOIN LATERAL (SELECT true AS hit FROM notif_actors a

@@ -94,8 +94,11 @@ impl EventLog for OutboxLog {
     }
 }
 
-/// New reverse-index rows, as plain rows behind a per-row probe (see `write.rs`): almost
-/// every key is new, and an upsert's speculative insertion costs about twice a plain row.
+/// New reverse-index rows, as plain rows behind a per-row probe: almost every key is new, and
+/// an upsert's speculative insertion costs about twice a plain row. The probe is a LATERAL
+/// ... LIMIT 1 (one lookup per row, never a hash join over the table), and the primary key is
+/// the table's only index: with a second one the planner may probe through it on a young,
+/// unanalyzed table, as it did on `likes` (see `write.rs`).
 const REVERSE_INSERT: &str = "INSERT INTO user_likes (user_id, kind, target, liked_at)
      SELECT n.* FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
          AS n(user_id, kind, target, liked_at)
