@@ -239,9 +239,7 @@ mod tests {
     async fn a_key_inserted_by_another_writer_meanwhile_is_upserted() {
         let t = TestShards::create(1).await;
         let s = t.store();
-        let (mut other, conn) =
-            tokio_postgres::connect(&t.urls[0], tokio_postgres::NoTls).await.expect("connect");
-        tokio::spawn(conn);
+        let mut other = t.client(0).await;
         let tx = other.transaction().await.expect("begin");
         tx.execute("INSERT INTO user_likes VALUES (7, 1, 42, 50)", &[]).await.expect("insert");
         let round = {

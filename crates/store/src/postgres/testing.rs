@@ -87,6 +87,14 @@ impl TestShards {
             .expect("connect test shards")
     }
 
+    /// A plain client of shard `shard`, outside the store's pool (another node's connection).
+    pub async fn client(&self, shard: usize) -> tokio_postgres::Client {
+        let (client, conn) =
+            tokio_postgres::connect(&self.urls[shard], tokio_postgres::NoTls).await.expect("connect");
+        tokio::spawn(conn);
+        client
+    }
+
     /// Every port over these shards, with a group committer.
     pub async fn stores(&self) -> Stores {
         crate::open::from_postgres(self.store(), GroupCommitOptions::default())

@@ -441,9 +441,7 @@ mod tests {
     async fn race(commit: bool) -> (Vec<WriteOutcome>, i64, i64) {
         let t = TestShards::create(1).await;
         let s = t.store();
-        let (mut other, conn) =
-            tokio_postgres::connect(&t.urls[0], tokio_postgres::NoTls).await.expect("connect");
-        tokio::spawn(conn);
+        let mut other = t.client(0).await;
         let tx = other.transaction().await.expect("begin");
         tx.execute("INSERT INTO likes VALUES (1, 42, 7, 42, 1)", &[]).await.expect("insert");
         let ops = [like(42, 7), like(42, 8)];
