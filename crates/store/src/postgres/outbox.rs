@@ -120,6 +120,15 @@ const REVERSE_DELETE: &str = "DELETE FROM user_likes r
      USING unnest($1::bigint[], $2::smallint[], $3::bigint[]) AS d(u, k, t)
      WHERE r.user_id = d.u AND r.kind = d.k AND r.target = d.t";
 
+/// Run `sql` as the connection's prepared statement (prepared on first use).
+async fn execute_cached(
+    c: &deadpool_postgres::Object,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<u64, tokio_postgres::Error> {
+    c.execute(&c.prepare_cached(sql).await?, params).await
+}
+
 /// Apply like events to the user-keyed reverse index.
 pub async fn project_reverse(store: &PgStore, events: &[Event]) -> StoreResult<usize> {
     let mut last: HashMap<(UserId, Target), &Event> = HashMap::new();
@@ -141,20 +150,17 @@ pub async fn project_reverse(store: &PgStore, events: &[Event]) -> StoreResult<u
             let targets: Vec<i64> = add.iter().map(|e| i(e.target.id)).collect();
             let ts: Vec<i64> = add.iter().map(|e| i(e.ts_ms)).collect();
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&users, &kinds, &targets, &ts];
-            let insert = c.prepare_cached(REVERSE_INSERT).await.map_err(pg_err)?;
-            match c.execute(&insert, &params).await {
+            match execute_cached(&c, REVERSE_INSERT, &params).await {
                 Ok(n) if n as usize == add.len() => {}
                 // Some keys had a row (a replayed round; a relike whose unlike this round
                 // folded away): they get the event's time.
                 Ok(_) => {
-                    let retime = c.prepare_cached(REVERSE_RETIME).await.map_err(pg_err)?;
-                    c.execute(&retime, &params).await.map_err(pg_err)?;
+                    execute_cached(&c, REVERSE_RETIME, &params).await.map_err(pg_err)?;
                 }
                 // Another writer inserted one of the keys meanwhile (only during a lease
                 // handover, or beside `settle`): nothing was inserted; upsert them all.
                 Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
-                    let upsert = c.prepare_cached(REVERSE_UPSERT).await.map_err(pg_err)?;
-                    c.execute(&upsert, &params).await.map_err(pg_err)?;
+                    execute_cached(&c, REVERSE_UPSERT, &params).await.map_err(pg_err)?;
                 }
                 Err(e) => return Err(pg_err(e)),
             }
@@ -163,8 +169,7 @@ pub async fn project_reverse(store: &PgStore, events: &[Event]) -> StoreResult<u
             let users: Vec<i64> = del.iter().map(|e| i(e.actor.0)).collect();
             let kinds: Vec<i16> = del.iter().map(|e| i16::from(e.target.kind.code())).collect();
             let targets: Vec<i64> = del.iter().map(|e| i(e.target.id)).collect();
-            let delete = c.prepare_cached(REVERSE_DELETE).await.map_err(pg_err)?;
-            c.execute(&delete, &[&users, &kinds, &targets]).await.map_err(pg_err)?;
+            execute_cached(&c, REVERSE_DELETE, &[&users, &kinds, &targets]).await.map_err(pg_err)?;
         }
     }
     Ok(finals.len())
