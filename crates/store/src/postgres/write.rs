@@ -495,4 +495,36 @@ mod tests {
             c.query_one("SELECT coalesce(sum(events), 0) FROM outbox", &[]).await.expect("events").get(0);
         assert_eq!(events, 2);
     }
+
+    /// A hot post's packed outbox body is big enough to be compressed, and is compressed
+    /// with lz4 where the server has it (migration 4), pglz otherwise.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hot_batchs_outbox_body_is_lz4_compressed() {
+        let t = TestShards::create(1).await;
+        let s = t.store();
+        let ops: Vec<_> = (1..=2_000).map(|u| like(42, u)).collect();
+        s.apply_async(&ops).await.expect("apply");
+        let c = s.conn(0).await.expect("conn");
+        let lz4: bool = c
+            .query_one(
+                "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'",
+                &[],
+            )
+            .await
+            .expect("settings")
+            .get(0);
+        let row = c
+            .query_one(
+                "SELECT events, octet_length(body), pg_column_size(body), pg_column_compression(body)
+                 FROM outbox",
+                &[],
+            )
+            .await
+            .expect("outbox row");
+        let (events, raw, stored, method): (i32, i32, i32, Option<String>) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        assert_eq!(events, 2_000, "one packed row for the batch");
+        assert!(stored < raw, "body stored compressed: {stored} of {raw} bytes");
+        assert_eq!(method.as_deref(), Some(if lz4 { "lz4" } else { "pglz" }));
+    }
 }
