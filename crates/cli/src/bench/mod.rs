@@ -47,6 +47,12 @@ pub struct HotPostArgs {
     /// make every insert an append.
     #[arg(long, conflicts_with = "url")]
     pub scattered_users: bool,
+    /// Start the workers (outbox relay, aggregator, reverse-index writer, notifier) only
+    /// after the last like is durable (in process): measures the write tier alone, then how
+    /// long the worker tier takes to drain the backlog to the exact count. In a deployment
+    /// the two tiers run on different machines; here they otherwise share the cores.
+    #[arg(long, conflicts_with = "url")]
+    pub workers_after: bool,
     /// Seconds for each of the /healthz and feed-page phases (over HTTP); with
     /// `--client wrk` also the like phase, which then needs enough --likers to last it.
     #[arg(long, default_value_t = 5)]
@@ -147,5 +153,19 @@ mod tests {
         assert!(Cli::try_parse_from(["bench", "hot-post", "--in-process", "--scattered-users"]).is_ok());
         let over_http = Cli::try_parse_from(["bench", "hot-post", "--url", "http://x", "--scattered-users"]);
         assert!(over_http.is_err(), "the HTTP likers are not scattered");
+    }
+
+    /// The likes land with no worker running; the count reaches the exact number only
+    /// because the workers start afterwards and drain the backlog (the bench fails otherwise).
+    #[test]
+    fn workers_after_drains_the_backlog_to_the_exact_count() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().to_str().expect("utf-8 path");
+        let args = ["bench", "hot-post", "--in-process", "--likers", "3000", "--concurrency", "64"];
+        let cli = Cli::try_parse_from(args.iter().chain(&["--workers-after", "--data-dir", path]))
+            .expect("parses");
+        run(cli.bench).expect("the count converges once the workers start");
+        let over_http = Cli::try_parse_from(["bench", "hot-post", "--url", "http://x", "--workers-after"]);
+        assert!(over_http.is_err(), "a remote server runs its own workers");
     }
 }
