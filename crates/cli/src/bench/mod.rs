@@ -162,8 +162,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let path = dir.path().to_str().expect("utf-8 path");
         let args = ["bench", "hot-post", "--in-process", "--likers", "3000", "--concurrency", "64"];
-        let cli = Cli::try_parse_from(args.iter().chain(&["--workers-after", "--data-dir", path]))
-            .expect("parses");
+        let cli =
+            Cli::try_parse_from(args.iter().chain(&["--workers-after", "--data-dir", path])).expect("parses");
         run(cli.bench).expect("the count converges once the workers start");
         let over_http = Cli::try_parse_from(["bench", "hot-post", "--url", "http://x", "--workers-after"]);
         assert!(over_http.is_err(), "a remote server runs its own workers");

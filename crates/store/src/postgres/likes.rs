@@ -1,6 +1,6 @@
 //! Like reads. "Has this viewer liked these posts?" and "what has this user liked?" are
 //! answered by the user-keyed reverse index (one query on the viewer's shard, whatever the
-//! posts' shards); "who liked this?" by the like rows on the target's shard.
+//! posts' shards); "who liked this?" by the liker pages on the target's shard (migration 5).
 
 use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
@@ -51,18 +51,246 @@ impl LikeReader for PgStore {
         Ok(rows.iter().map(|r| u(r.get(0))).collect())
     }
 
+    /// Newest first from the liker pages (migration 5): windows in descending order, each
+    /// window's entries sorted, until `limit` likers older than the cursor are collected from
+    /// whole windows.
     async fn likers(&self, target: Target, after: Option<Liker>, limit: usize) -> StoreResult<Vec<Liker>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let c = self.conn(self.shard_of_target(target)).await?;
-        let (at, user) = after.map_or((i64::MAX, i64::MAX), |a| (i(a.liked_at_ms), i(a.user.0)));
-        let rows = c
-            .query(
-                "SELECT user_id, liked_at FROM likes
-                 WHERE kind = $1 AND target = $2 AND (liked_at, user_id) < ($3, $4)
-                 ORDER BY liked_at DESC, user_id DESC LIMIT $5",
-                &[&i16::from(target.kind.code()), &i(target.id), &at, &user, &(limit as i64)],
+        let cursor = after.map_or((i64::MAX, i64::MAX), |a| (i(a.liked_at_ms), i(a.user.0)));
+        let scan = c
+            .prepare_cached(
+                "SELECT win, page, users, times FROM liker_pages
+                 WHERE kind = $1 AND target = $2 AND (win, page) < ($3, $4)
+                 ORDER BY win DESC, page DESC LIMIT $5",
             )
             .await
             .map_err(pg_err)?;
-        Ok(rows.iter().map(|r| Liker { user: UserId(u(r.get(0))), liked_at_ms: u(r.get(1)) }).collect())
+        let (kind, id) = (i16::from(target.kind.code()), i(target.id));
+        // Pages after (win, page) in the scan order; the cursor's own window comes first.
+        let mut next = (cursor.0 / WINDOW_MS, i64::MAX);
+        let mut out: Vec<(i64, i64)> = Vec::with_capacity(limit);
+        let mut window: Vec<(i64, i64)> = Vec::new();
+        let mut current = None;
+        loop {
+            let rows =
+                c.query(&scan, &[&kind, &id, &next.0, &next.1, &PAGES_PER_READ]).await.map_err(pg_err)?;
+            let last_read = rows.len() < PAGES_PER_READ as usize;
+            for r in &rows {
+                let win: i64 = r.get(0);
+                if current != Some(win) {
+                    flush(&mut window, &mut out);
+                    if out.len() >= limit {
+                        return Ok(likers_of(out, limit));
+                    }
+                    current = Some(win);
+                }
+                next = (win, r.get(1));
+                let users: Vec<i64> = r.get(2);
+                let times: Vec<i64> = r.get(3);
+                window.extend(times.into_iter().zip(users).filter(|e| *e < cursor));
+            }
+            if last_read {
+                flush(&mut window, &mut out);
+                return Ok(likers_of(out, limit));
+            }
+        }
+    }
+}
+
+/// Width of a liker page's window (migration 5: `win = liked_at / 16`).
+const WINDOW_MS: i64 = 16;
+/// Pages fetched per query of a likers scan.
+const PAGES_PER_READ: i64 = 16;
+
+/// Append one window's (time, user) entries, newest first.
+fn flush(window: &mut Vec<(i64, i64)>, out: &mut Vec<(i64, i64)>) {
+    window.sort_unstable_by(|a, b| b.cmp(a));
+    out.append(window);
+}
+
+fn likers_of(mut out: Vec<(i64, i64)>, limit: usize) -> Vec<Liker> {
+    out.truncate(limit);
+    out.into_iter().map(|(t, u_)| Liker { user: UserId(u(u_)), liked_at_ms: u(t) }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::postgres::testing::TestShards;
+    use likewise_core::like::{LikeAction, LikeOp};
+    use likewise_core::write::WriteOp;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn op(post: u64, user: u64, like: bool, ts_ms: u64) -> WriteOp {
+        WriteOp::Like(LikeOp {
+            target: Target::post(post),
+            user: UserId(user),
+            action: if like { LikeAction::Like } else { LikeAction::Unlike },
+            target_author: UserId(1),
+            post,
+            ts_ms,
+        })
+    }
+
+    /// Every liker of `post`, newest first, read in pages of `size`.
+    async fn paged(s: &PgStore, post: u64, size: usize) -> Vec<Liker> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = s.likers(Target::post(post), after, size).await.expect("likers");
+            assert!(page.len() <= size);
+            if page.is_empty() {
+                return all;
+            }
+            after = page.last().copied();
+            all.extend(page);
+        }
+    }
+
+    /// The pages hold exactly the like rows: no entry left behind by an unlike, no empty page.
+    async fn pages_match_rows(s: &PgStore) {
+        let c = s.conn(0).await.expect("conn");
+        let r = c
+            .query_one(
+                "SELECT (SELECT count(*) FROM likes),
+                        (SELECT coalesce(sum(cardinality(users)), 0) FROM liker_pages),
+                        (SELECT count(*) FROM liker_pages WHERE cardinality(users) = 0),
+                        (SELECT count(*) FROM liker_pages p
+                         WHERE EXISTS (SELECT 1 FROM unnest(p.times) t WHERE t / 16 <> p.win))",
+                &[],
+            )
+            .await
+            .expect("counts");
+        let (rows, entries, empty, misplaced): (i64, i64, i64, i64) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        assert_eq!((entries, empty, misplaced), (rows, 0, 0), "pages against {rows} like rows");
+    }
+
+    /// Random batches of likes, unlikes and re-likes on two posts, their times spread over
+    /// several 16 ms windows per batch and several batches per window: after every batch the
+    /// likers, whole and in keyset pages of several sizes, equal the model's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn likers_pages_follow_a_model_of_random_batches() {
+        let t = TestShards::create(1).await;
+        let s = t.store();
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut model: HashMap<(u64, u64), u64> = HashMap::new();
+        for batch in 0..40u64 {
+            let ops: Vec<WriteOp> = (0..rng.random_range(1..60))
+                .map(|_| {
+                    let (post, user) = (42 + rng.random_range(0..2), rng.random_range(1..30));
+                    op(post, user, rng.random_bool(0.6), T0 + batch * 9 + rng.random_range(0..40))
+                })
+                .collect();
+            s.apply_async(&ops).await.expect("apply");
+            for o in &ops {
+                let WriteOp::Like(l) = o else { unreachable!() };
+                let key = (l.post, l.user.0);
+                match l.action {
+                    LikeAction::Like => {
+                        model.entry(key).or_insert(l.ts_ms);
+                    }
+                    LikeAction::Unlike => {
+                        model.remove(&key);
+                    }
+                }
+            }
+            for post in [42, 43] {
+                let mut want: Vec<Liker> = model
+                    .iter()
+                    .filter(|((p, _), _)| *p == post)
+                    .map(|((_, u), at)| Liker { user: UserId(*u), liked_at_ms: *at })
+                    .collect();
+                want.sort_by_key(|l| std::cmp::Reverse((l.liked_at_ms, l.user)));
+                for size in [1, 3, 7, 1000] {
+                    assert_eq!(
+                        paged(&s, post, size).await,
+                        want,
+                        "post {post}, batch {batch}, pages of {size}"
+                    );
+                }
+            }
+            pages_match_rows(&s).await;
+        }
+    }
+
+    /// Another transaction takes a liker out of a page and holds it while a batch unlikes a
+    /// second liker of the same page: the batch waits and rewrites the page as committed,
+    /// so neither removal is lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_removals_from_one_page_both_hold() {
+        let t = TestShards::create(1).await;
+        let s = t.store();
+        s.apply_async(&(1..=5).map(|u| op(42, u, true, T0 + u)).collect::<Vec<_>>()).await.expect("likes");
+        let mut other = t.client(0).await;
+        let tx = other.transaction().await.expect("begin");
+        tx.execute("DELETE FROM likes WHERE user_id = 2", &[]).await.expect("delete row");
+        tx.execute(
+            "UPDATE liker_pages SET users = array_remove(users, 2::bigint),
+                                    times = array_remove(times, $1::bigint)",
+            &[&i(T0 + 2)],
+        )
+        .await
+        .expect("take 2 out");
+        let batch = {
+            let s = s.clone();
+            tokio::spawn(async move { s.apply_async(&[op(42, 4, false, T0 + 10)]).await })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tx.commit().await.expect("commit");
+        batch.await.expect("join").expect("unlike");
+        let users: Vec<u64> = paged(&s, 42, 10).await.iter().map(|l| l.user.0).collect();
+        assert_eq!(users, vec![5, 3, 1]);
+        pages_match_rows(&s).await;
+    }
+
+    /// Migration 5 turns the like rows of a store written before it into pages and drops
+    /// the likers-by-time index; the likers list is the same as the index gave.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn migration_5_pages_the_likes_written_before_it() {
+        let t = TestShards::create(1).await;
+        let s = t.store();
+        let mut c = t.client(0).await;
+        // Back to the schema of migration 4, then likes written as a build of that time did.
+        c.batch_execute(
+            "DROP TABLE liker_pages; DROP SEQUENCE liker_page_seq;
+             CREATE INDEX likes_by_time ON likes (kind, target, liked_at DESC, user_id DESC);
+             DELETE FROM schema_migrations WHERE version = 5;
+             INSERT INTO likes SELECT 1, 42 + g % 2, g, 42 + g % 2, 1700000000000 + g * 5 % 97
+             FROM generate_series(1, 500) g;",
+        )
+        .await
+        .expect("schema of migration 4");
+        let want: Vec<(i64, i64)> = c
+            .query(
+                "SELECT liked_at, user_id FROM likes WHERE target = 43 ORDER BY liked_at DESC, user_id DESC",
+                &[],
+            )
+            .await
+            .expect("old order")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(crate::postgres::migrate::apply(&mut c).await.expect("migrate"), vec![5]);
+        let got: Vec<(i64, i64)> =
+            paged(&s, 43, 9).await.iter().map(|l| (i(l.liked_at_ms), i(l.user.0))).collect();
+        assert_eq!(got, want);
+        assert_eq!(paged(&s, 42, 1000).await.len(), 250);
+        pages_match_rows(&s).await;
+        let index: bool =
+            c.query_one("SELECT to_regclass('likes_by_time') IS NULL", &[]).await.expect("index").get(0);
+        assert!(index, "the likers-by-time index is gone");
+        // Unliking a converted like takes it out of its page.
+        s.apply_async(&[op(43, 1, false, T0)]).await.expect("unlike");
+        assert_eq!(paged(&s, 43, 1000).await.len(), 249);
+        pages_match_rows(&s).await;
     }
 }

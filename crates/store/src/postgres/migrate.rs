@@ -17,6 +17,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("migrations/0003_upstream_moderation_views_notifications.sql"),
     ),
     (4, "outbox_lz4", include_str!("migrations/0004_outbox_lz4.sql")),
+    (5, "liker_pages", include_str!("migrations/0005_liker_pages.sql")),
 ];
 
 /// Advisory lock key held while migrating (any constant unique to Likewise).

@@ -12,12 +12,13 @@
 //! 3. one outbox row per subject partition touched, holding that partition's events packed
 //!    in order (a hot post's batch of thousands of likes is ONE row and one stream message).
 //!
-//! The like insert stays `ON CONFLICT DO NOTHING`, though its speculative insertion costs
-//! more than probing each key and inserting plain rows (8-15% more statements per second
-//! with the probe, 4 clients on one post). The probe's plan is the planner's choice, and on a
-//! young, unanalyzed `likes` it chose the likers-by-time index, whose `user_id` is not a
-//! leading column: every probe walked all of the post's likes, and the benchmark fell from
-//! 60k to 16k likes/s. The conflict check always uses the primary key.
+//! The like insert also writes the likers of each (target, 16 ms window) as one page row
+//! (migration 5) instead of a likers-by-time index entry per like; an unlike rewrites its
+//! page. The like insert stays `ON CONFLICT DO NOTHING`, though its speculative insertion
+//! costs more than probing each key and inserting plain rows: the probe's plan is the
+//! planner's choice, and on a young, unanalyzed `likes` (then with a second index) it probed
+//! through the likers-by-time index and the benchmark fell from 60k to 16k likes/s. The
+//! conflict check always uses the primary key.
 //!
 //! `sync` has nothing to do: a committed transaction is durable (PostgreSQL's WAL fsync).
 //! Deadlocks and serialization failures between nodes are retried.
@@ -83,7 +84,7 @@ impl From<StoreError> for TxError {
 }
 
 impl PgStore {
-    async fn apply_async(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
+    pub(crate) async fn apply_async(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
         let groups = self.group(ops, |op| op_shard(self, op));
         let parts = futures::future::try_join_all(
             groups
@@ -201,12 +202,24 @@ async fn like_round(
         let users: Vec<i64> = likes.iter().map(|l| i(l.user.0)).collect();
         let posts: Vec<i64> = likes.iter().map(|l| i(l.post)).collect();
         let ts: Vec<i64> = likes.iter().map(|l| i(l.ts_ms)).collect();
+        // The rows created, and their likers as one page per (target, window): see
+        // migration 5. A data-modifying CTE runs once whether or not the query reads it.
         let insert = tx
             .prepare_cached(
-                "INSERT INTO likes (kind, target, user_id, post_id, liked_at)
-                 SELECT * FROM unnest($1::smallint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])
-                 ON CONFLICT DO NOTHING
-                 RETURNING kind, target, user_id",
+                "WITH ins AS (
+                     INSERT INTO likes (kind, target, user_id, post_id, liked_at)
+                     SELECT * FROM unnest($1::smallint[], $2::bigint[], $3::bigint[], $4::bigint[],
+                                          $5::bigint[])
+                     ON CONFLICT DO NOTHING
+                     RETURNING kind, target, user_id, liked_at
+                 ), pages AS (
+                     INSERT INTO liker_pages (kind, target, win, page, users, times)
+                     SELECT kind, target, liked_at / 16, nextval('liker_page_seq'),
+                            array_agg(user_id ORDER BY liked_at, user_id),
+                            array_agg(liked_at ORDER BY liked_at, user_id)
+                     FROM ins GROUP BY kind, target, liked_at / 16
+                 )
+                 SELECT kind, target, user_id FROM ins",
             )
             .await?;
         let rows = tx.query(&insert, &[&kinds, &targets, &users, &posts, &ts]).await?;
@@ -223,15 +236,97 @@ async fn like_round(
                 "DELETE FROM likes l
                  USING unnest($1::smallint[], $2::bigint[], $3::bigint[]) AS d(kind, target, user_id)
                  WHERE l.kind = d.kind AND l.target = d.target AND l.user_id = d.user_id
-                 RETURNING l.kind, l.target, l.user_id",
+                 RETURNING l.kind, l.target, l.user_id, l.liked_at",
             )
             .await?;
         let rows = tx.query(&delete, &[&kinds, &targets, &users]).await?;
+        let mut removed = Vec::with_capacity(rows.len());
         for r in &rows {
-            changed.insert(key(r)?);
+            let (target, user) = key(r)?;
+            changed.insert((target, user));
+            removed.push((r.get::<_, i16>(0), i(target.id), i(user.0), r.get::<_, i64>(3)));
         }
+        remove_likers(tx, &removed).await?;
     }
     Ok(changed)
+}
+
+/// Take unliked (kind, target, user, liked_at) entries out of their liker pages (the page
+/// of the like's window holding that user at that time): rewrite each page touched, delete
+/// the ones emptied. Pages are locked first, in key order, so two transactions removing
+/// from one page apply one after the other.
+async fn remove_likers(tx: &PoolTx<'_>, removed: &[(i16, i64, i64, i64)]) -> Result<(), TxError> {
+    if removed.is_empty() {
+        return Ok(());
+    }
+    let kinds: Vec<i16> = removed.iter().map(|r| r.0).collect();
+    let targets: Vec<i64> = removed.iter().map(|r| r.1).collect();
+    let wins: Vec<i64> = removed.iter().map(|r| r.3 / 16).collect();
+    let select = tx
+        .prepare_cached(
+            "SELECT p.kind, p.target, p.win, p.page, p.users, p.times FROM liker_pages p
+             WHERE (p.kind, p.target, p.win) IN
+                   (SELECT * FROM unnest($1::smallint[], $2::bigint[], $3::bigint[]))
+             ORDER BY p.kind, p.target, p.win, p.page
+             FOR UPDATE OF p",
+        )
+        .await?;
+    let rows = tx.query(&select, &[&kinds, &targets, &wins]).await?;
+    struct Page {
+        key: (i16, i64, i64, i64),
+        users: Vec<i64>,
+        times: Vec<i64>,
+        dirty: bool,
+    }
+    let mut pages: Vec<Page> = rows
+        .iter()
+        .map(|r| Page {
+            key: (r.get(0), r.get(1), r.get(2), r.get(3)),
+            users: r.get(4),
+            times: r.get(5),
+            dirty: false,
+        })
+        .collect();
+    for &(kind, target, user, at) in removed {
+        let found = pages
+            .iter_mut()
+            .filter(|p| p.key.0 == kind && p.key.1 == target && p.key.2 == at / 16)
+            .find_map(|p| {
+                let at_k = p.users.iter().zip(&p.times).position(|(u, t)| *u == user && *t == at)?;
+                Some((p, at_k))
+            });
+        match found {
+            Some((p, k)) => {
+                p.users.remove(k);
+                p.times.remove(k);
+                p.dirty = true;
+            }
+            // A like row without its page entry: nothing to take out. Counted, because it
+            // means a page was lost (the likers list lacked this user all along).
+            None => {
+                tracing::error!(kind, target, user, at, "unliked like missing from its liker page");
+                metrics::counter!("likewise_liker_page_misses_total").increment(1);
+            }
+        }
+    }
+    let update = tx
+        .prepare_cached(
+            "UPDATE liker_pages SET users = $5, times = $6
+             WHERE kind = $1 AND target = $2 AND win = $3 AND page = $4",
+        )
+        .await?;
+    let delete = tx
+        .prepare_cached("DELETE FROM liker_pages WHERE kind = $1 AND target = $2 AND win = $3 AND page = $4")
+        .await?;
+    for p in pages.iter().filter(|p| p.dirty) {
+        let (kind, target, win, page) = &p.key;
+        if p.users.is_empty() {
+            tx.execute(&delete, &[kind, target, win, page]).await?;
+        } else {
+            tx.execute(&update, &[kind, target, win, page, &p.users, &p.times]).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Insert the events into the outbox, one row per subject partition (in order within each);
