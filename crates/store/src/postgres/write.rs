@@ -287,18 +287,22 @@ async fn remove_likers(tx: &PoolTx<'_>, removed: &[(i16, i64, i64, i64)]) -> Res
             dirty: false,
         })
         .collect();
+    // An unlike storm removes thousands of likers over thousands of pages: find each
+    // window's pages by key, not by scanning them all.
+    let mut by_window: HashMap<(i16, i64, i64), Vec<usize>> = HashMap::new();
+    for (k, p) in pages.iter().enumerate() {
+        by_window.entry((p.key.0, p.key.1, p.key.2)).or_default().push(k);
+    }
     for &(kind, target, user, at) in removed {
-        let found = pages
-            .iter_mut()
-            .filter(|p| p.key.0 == kind && p.key.1 == target && p.key.2 == at / 16)
-            .find_map(|p| {
-                let at_k = p.users.iter().zip(&p.times).position(|(u, t)| *u == user && *t == at)?;
-                Some((p, at_k))
-            });
+        let found = by_window.get(&(kind, target, at / 16)).into_iter().flatten().find_map(|&k| {
+            let p = &pages[k];
+            Some((k, p.users.iter().zip(&p.times).position(|(u, t)| *u == user && *t == at)?))
+        });
         match found {
-            Some((p, k)) => {
-                p.users.remove(k);
-                p.times.remove(k);
+            Some((k, at_k)) => {
+                let p = &mut pages[k];
+                p.users.remove(at_k);
+                p.times.remove(at_k);
                 p.dirty = true;
             }
             // A like row without its page entry: nothing to take out. Counted, because it
