@@ -100,8 +100,8 @@ impl LikeReader for PgStore {
     }
 }
 
-/// Width of a liker page's window (migration 5: `win = liked_at / 16`).
-const WINDOW_MS: i64 = 16;
+/// Width of a liker page's window (migration 5 and the like insert: `win = liked_at / 16`).
+pub(super) const WINDOW_MS: i64 = 16;
 /// Pages fetched per query of a likers scan.
 const PAGES_PER_READ: i64 = 16;
 

@@ -23,6 +23,7 @@
 //! `sync` has nothing to do: a committed transaction is durable (PostgreSQL's WAL fsync).
 //! Deadlocks and serialization failures between nodes are retried.
 
+use super::likes::WINDOW_MS;
 use super::{PgStore, i, pg_err};
 use deadpool_postgres::Transaction as PoolTx;
 use likewise_core::comment::id::{EPOCH_UNIX_MS, SEQUENCE_BITS};
@@ -261,7 +262,7 @@ async fn remove_likers(tx: &PoolTx<'_>, removed: &[(i16, i64, i64, i64)]) -> Res
     }
     let kinds: Vec<i16> = removed.iter().map(|r| r.0).collect();
     let targets: Vec<i64> = removed.iter().map(|r| r.1).collect();
-    let wins: Vec<i64> = removed.iter().map(|r| r.3 / 16).collect();
+    let wins: Vec<i64> = removed.iter().map(|r| r.3 / WINDOW_MS).collect();
     let select = tx
         .prepare_cached(
             "SELECT p.kind, p.target, p.win, p.page, p.users, p.times FROM liker_pages p
@@ -294,7 +295,7 @@ async fn remove_likers(tx: &PoolTx<'_>, removed: &[(i16, i64, i64, i64)]) -> Res
         by_window.entry((p.key.0, p.key.1, p.key.2)).or_default().push(k);
     }
     for &(kind, target, user, at) in removed {
-        let found = by_window.get(&(kind, target, at / 16)).into_iter().flatten().find_map(|&k| {
+        let found = by_window.get(&(kind, target, at / WINDOW_MS)).into_iter().flatten().find_map(|&k| {
             let p = &pages[k];
             Some((k, p.users.iter().zip(&p.times).position(|(u, t)| *u == user && *t == at)?))
         });
