@@ -127,6 +127,15 @@ async fn two_api_nodes_and_a_worker_converge_to_the_rows() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("post 43: drift -7 repaired") || text.contains("drift -7"), "{text}");
     assert_eq!(d.shift_counter(43, 0).await, 100);
+    // A lost liker page: the likers list misses its likers until reconcile rebuilds it.
+    let lost = d.lose_liker_page(43).await;
+    assert!(lost > 0);
+    assert_eq!(c.likers(&b.base, 43).await.len(), 100 - lost as usize);
+    let out = reconcile("43");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("likers lists rebuilt: 1"), "{text}");
+    assert_eq!(c.likers(&b.base, 43).await.len(), 100);
     for s in [a, b] {
         stop(s);
     }

@@ -5,7 +5,9 @@
 //! aggregator's offset. PostgreSQL: per shard, under that shard's worker lease (so no running
 //! worker's aggregator commits meanwhile), each post is recounted in one snapshot with the
 //! events still in the outbox or the stream counted as pending, and the repair is committed
-//! with the aggregator's unchanged offset (the worker applies the pending events later).
+//! with the aggregator's unchanged offset (the worker applies the pending events later). It
+//! also checks each post's likers list (its liker pages) against the like rows and rebuilds
+//! it when they disagree (`PgStore::repair_liker_pages`).
 
 use crate::config::Config;
 use anyhow::Context;
@@ -64,7 +66,9 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         let (mut drifted, mut total_drift) = (0u64, 0i64);
+        let mut pages_rebuilt = 0u64;
         for (shard, posts) in groups {
+            let pg = shard.clone();
             let (mut agg, _lease) = match shard {
                 None => {
                     let (mut agg, _) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
@@ -103,12 +107,27 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
                         bar.println(format!("post {}: drift {d:+} repaired", t.id));
                     }
                 }
+                // The likers list ("who liked this") too: its pages against the like rows.
+                if let Some((cluster, _)) = &pg {
+                    for p in chunk {
+                        if let Some((rows, entries)) = cluster.pg.repair_liker_pages(Target::post(p.0)).await? {
+                            pages_rebuilt += 1;
+                            bar.println(format!(
+                                "post {}: likers list rebuilt ({entries} entries for {rows} like rows)",
+                                p.0
+                            ));
+                        }
+                    }
+                }
                 bar.inc(chunk.len() as u64);
             }
         }
         bar.finish_and_clear();
         stores.close()?;
         println!("reconciled {total} posts: {drifted} drifted, net drift {total_drift:+}");
+        if pages_rebuilt > 0 {
+            println!("likers lists rebuilt: {pages_rebuilt}");
+        }
         Ok(())
     })
 }

@@ -100,6 +100,51 @@ impl LikeReader for PgStore {
     }
 }
 
+impl PgStore {
+    /// Rebuild a target's liker pages from its like rows when the two disagree (likes taken
+    /// by a node of a build before migration 5 while it still ran, or a lost page). Returns
+    /// `(like rows, page entries before)` when it rebuilt, `None` when they agreed.
+    ///
+    /// The rebuild holds `liker_pages` in EXCLUSIVE mode for its transaction: a concurrent
+    /// like statement waits at its page insert, so its rows (invisible to the rebuild's
+    /// snapshot) get their own page after it; a concurrent unlike waits at its page lock and
+    /// then finds its entry in the rebuilt page. Like writes on the shard pause meanwhile (a
+    /// second or two for a million likes), so this runs only on a disagreement.
+    pub async fn repair_liker_pages(&self, target: Target) -> StoreResult<Option<(i64, i64)>> {
+        let (kind, id) = (i16::from(target.kind.code()), i(target.id));
+        let mut c = self.conn(self.shard_of_target(target)).await?;
+        let count = "SELECT (SELECT count(*) FROM likes WHERE kind = $1 AND target = $2),
+                            (SELECT coalesce(sum(cardinality(users)), 0)::bigint FROM liker_pages
+                             WHERE kind = $1 AND target = $2)";
+        let r = c.query_one(count, &[&kind, &id]).await.map_err(pg_err)?;
+        if r.get::<_, i64>(0) == r.get::<_, i64>(1) {
+            return Ok(None);
+        }
+        let tx = c.transaction().await.map_err(pg_err)?;
+        tx.batch_execute("LOCK TABLE liker_pages IN EXCLUSIVE MODE").await.map_err(pg_err)?;
+        let r = tx.query_one(count, &[&kind, &id]).await.map_err(pg_err)?;
+        let (rows, entries): (i64, i64) = (r.get(0), r.get(1));
+        if rows == entries {
+            return Ok(None);
+        }
+        tx.execute("DELETE FROM liker_pages WHERE kind = $1 AND target = $2", &[&kind, &id])
+            .await
+            .map_err(pg_err)?;
+        tx.execute(
+            "INSERT INTO liker_pages (kind, target, win, page, users, times)
+             SELECT kind, target, liked_at / 16, nextval('liker_page_seq'),
+                    array_agg(user_id ORDER BY liked_at, user_id), array_agg(liked_at ORDER BY liked_at, user_id)
+             FROM likes WHERE kind = $1 AND target = $2 GROUP BY kind, target, liked_at / 16",
+            &[&kind, &id],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)?;
+        metrics::counter!("likewise_liker_page_repairs_total").increment(1);
+        Ok(Some((rows, entries)))
+    }
+}
+
 /// Width of a liker page's window (migration 5 and the like insert: `win = liked_at / 16`).
 pub(super) const WINDOW_MS: i64 = 16;
 /// Pages fetched per query of a likers scan.
@@ -250,6 +295,34 @@ mod tests {
         let users: Vec<u64> = paged(&s, 42, 10).await.iter().map(|l| l.user.0).collect();
         assert_eq!(users, vec![5, 3, 1]);
         pages_match_rows(&s).await;
+    }
+
+    /// Likes written without pages (as a node of an older build would, after migration 5)
+    /// and a page entry left behind: the repair rebuilds the target's pages from its rows, and
+    /// a second repair finds nothing to do.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_repair_rebuilds_pages_that_disagree_with_the_rows() {
+        let t = TestShards::create(1).await;
+        let s = t.store();
+        s.apply_async(&(1..=50).map(|u| op(42, u, true, T0 + u * 3)).collect::<Vec<_>>())
+            .await
+            .expect("likes");
+        let c = t.client(0).await;
+        c.batch_execute(
+            "INSERT INTO likes SELECT 1, 42, g, 42, 1700000000000 + g * 3 FROM generate_series(51, 80) g;
+             DELETE FROM likes WHERE user_id = 7;",
+        )
+        .await
+        .expect("writes that bypass the pages");
+        assert_eq!(paged(&s, 42, 1000).await.len(), 50, "the pages lack 51-80 and still hold 7");
+        let target = Target::post(42);
+        assert_eq!(s.repair_liker_pages(target).await.expect("repair"), Some((79, 50)));
+        let want: Vec<u64> = (1..=80).rev().filter(|u| *u != 7).collect();
+        let got: Vec<u64> = paged(&s, 42, 9).await.iter().map(|l| l.user.0).collect();
+        assert_eq!(got, want);
+        pages_match_rows(&s).await;
+        assert_eq!(s.repair_liker_pages(target).await.expect("again"), None);
+        assert_eq!(s.repair_liker_pages(Target::post(43)).await.expect("no likes"), None);
     }
 
     /// Migration 5 turns the like rows of a store written before it into pages and drops
