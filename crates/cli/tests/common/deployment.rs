@@ -93,20 +93,18 @@ impl Deployment {
         .get(0)
     }
 
-    /// Delete the newest liker page of a post (a lost page, simulated); returns its likers.
-    pub async fn lose_liker_page(&self, post: u64) -> i32 {
+    /// Damage a post's likers list (simulated): its liker pages are lost and every like row
+    /// marked paged, so the list is empty until reconcile rebuilds the pages. Returns the rows.
+    pub async fn lose_liker_pages(&self, post: u64) -> u64 {
         let url = &self.shards.urls[(post % self.shards.urls.len() as u64) as usize];
         let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
         tokio::spawn(conn);
-        c.query_one(
-            "DELETE FROM liker_pages WHERE (kind, target, win, page) IN (SELECT kind, target, win, page
-             FROM liker_pages WHERE kind = 1 AND target = $1 ORDER BY win DESC, page DESC LIMIT 1)
-             RETURNING cardinality(users)",
-            &[&(post as i64)],
-        )
-        .await
-        .expect("delete a liker page")
-        .get(0)
+        c.execute("DELETE FROM liker_pages WHERE kind = 1 AND target = $1", &[&(post as i64)])
+            .await
+            .expect("delete liker pages");
+        c.execute("UPDATE likes SET paged = true WHERE kind = 1 AND target = $1", &[&(post as i64)])
+            .await
+            .expect("mark paged")
     }
 
     /// Drop every key of this deployment from Redis (a FLUSHALL scoped to the test, so tests

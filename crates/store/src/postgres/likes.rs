@@ -51,9 +51,10 @@ impl LikeReader for PgStore {
         Ok(rows.iter().map(|r| u(r.get(0))).collect())
     }
 
-    /// Newest first from the liker pages (migration 5): windows in descending order, each
+    /// Newest first: the liker pages (migration 5), windows in descending order, each
     /// window's entries sorted, until `limit` likers older than the cursor are collected from
-    /// whole windows.
+    /// whole windows; then the unpaged likes of the same span (or older, when the pages ran
+    /// out), merged in.
     async fn likers(&self, target: Target, after: Option<Liker>, limit: usize) -> StoreResult<Vec<Liker>> {
         if limit == 0 {
             return Ok(Vec::new());
@@ -74,7 +75,9 @@ impl LikeReader for PgStore {
         let mut out: Vec<(i64, i64)> = Vec::with_capacity(limit);
         let mut window: Vec<(i64, i64)> = Vec::new();
         let mut current = None;
-        loop {
+        // The oldest time the collected page entries cover (every paged like at or after it,
+        // older than the cursor, is in `out`); 0 when the pages ran out.
+        let floor = 'pages: loop {
             let rows =
                 c.query(&scan, &[&kind, &id, &next.0, &next.1, &PAGES_PER_READ]).await.map_err(pg_err)?;
             let last_read = rows.len() < PAGES_PER_READ as usize;
@@ -83,7 +86,7 @@ impl LikeReader for PgStore {
                 if current != Some(win) {
                     flush(&mut window, &mut out);
                     if out.len() >= limit {
-                        return Ok(likers_of(out, limit));
+                        break 'pages current.map_or(0, |w| w * WINDOW_MS);
                     }
                     current = Some(win);
                 }
@@ -94,16 +97,32 @@ impl LikeReader for PgStore {
             }
             if last_read {
                 flush(&mut window, &mut out);
-                return Ok(likers_of(out, limit));
+                break if out.len() >= limit { current.map_or(0, |w| w * WINDOW_MS) } else { 0 };
             }
-        }
+        };
+        let unpaged = c
+            .prepare_cached(
+                "SELECT liked_at, user_id FROM likes
+                 WHERE kind = $1 AND target = $2 AND NOT paged AND (liked_at, user_id) < ($3, $4)
+                   AND liked_at >= $5
+                 ORDER BY liked_at DESC, user_id DESC LIMIT $6",
+            )
+            .await
+            .map_err(pg_err)?;
+        let rows = c
+            .query(&unpaged, &[&kind, &id, &cursor.0, &cursor.1, &floor, &(limit as i64)])
+            .await
+            .map_err(pg_err)?;
+        out.extend(rows.iter().map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))));
+        out.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(likers_of(out, limit))
     }
 }
 
 impl PgStore {
-    /// Rebuild a target's liker pages from its like rows when the two disagree (likes taken
-    /// by a node of a build before migration 5 while it still ran, or a lost page). Returns
-    /// `(like rows, page entries before)` when it rebuilt, `None` when they agreed.
+    /// Rebuild a target's liker pages from its paged like rows when the two disagree (a lost
+    /// or damaged page). Returns `(paged like rows, page entries before)` when it rebuilt,
+    /// `None` when they agreed.
     ///
     /// The rebuild holds `liker_pages` in EXCLUSIVE mode for its transaction: a concurrent
     /// like statement waits at its page insert, so its rows (invisible to the rebuild's
@@ -113,7 +132,7 @@ impl PgStore {
     pub async fn repair_liker_pages(&self, target: Target) -> StoreResult<Option<(i64, i64)>> {
         let (kind, id) = (i16::from(target.kind.code()), i(target.id));
         let mut c = self.conn(self.shard_of_target(target)).await?;
-        let count = "SELECT (SELECT count(*) FROM likes WHERE kind = $1 AND target = $2),
+        let count = "SELECT (SELECT count(*) FROM likes WHERE kind = $1 AND target = $2 AND paged),
                             (SELECT coalesce(sum(cardinality(users)), 0)::bigint FROM liker_pages
                              WHERE kind = $1 AND target = $2)";
         let r = c.query_one(count, &[&kind, &id]).await.map_err(pg_err)?;
@@ -134,7 +153,7 @@ impl PgStore {
             "INSERT INTO liker_pages (kind, target, win, page, users, times)
              SELECT kind, target, liked_at / 16, nextval('liker_page_seq'),
                     array_agg(user_id ORDER BY liked_at, user_id), array_agg(liked_at ORDER BY liked_at, user_id)
-             FROM likes WHERE kind = $1 AND target = $2 GROUP BY kind, target, liked_at / 16",
+             FROM likes WHERE kind = $1 AND target = $2 AND paged GROUP BY kind, target, liked_at / 16",
             &[&kind, &id],
         )
         .await
@@ -200,12 +219,13 @@ mod tests {
         }
     }
 
-    /// The pages hold exactly the like rows: no entry left behind by an unlike, no empty page.
+    /// The pages hold exactly the paged like rows: no entry left behind by an unlike, no empty
+    /// page, no entry in another window's page.
     async fn pages_match_rows(s: &PgStore) {
         let c = s.conn(0).await.expect("conn");
         let r = c
             .query_one(
-                "SELECT (SELECT count(*) FROM likes),
+                "SELECT (SELECT count(*) FROM likes WHERE paged),
                         (SELECT coalesce(sum(cardinality(users)), 0) FROM liker_pages),
                         (SELECT count(*) FROM liker_pages WHERE cardinality(users) = 0),
                         (SELECT count(*) FROM liker_pages p
@@ -216,7 +236,7 @@ mod tests {
             .expect("counts");
         let (rows, entries, empty, misplaced): (i64, i64, i64, i64) =
             (r.get(0), r.get(1), r.get(2), r.get(3));
-        assert_eq!((entries, empty, misplaced), (rows, 0, 0), "pages against {rows} like rows");
+        assert_eq!((entries, empty, misplaced), (rows, 0, 0), "pages against {rows} paged like rows");
     }
 
     /// Random batches of likes, unlikes and re-likes on two posts, their times spread over
@@ -265,6 +285,17 @@ mod tests {
             }
             pages_match_rows(&s).await;
         }
+        // Both kinds of like were listed: groups of 4 or more likes paged, the rest not.
+        let c = s.conn(0).await.expect("conn");
+        let r = c
+            .query_one(
+                "SELECT count(*) FILTER (WHERE paged), count(*) FILTER (WHERE NOT paged) FROM likes",
+                &[],
+            )
+            .await
+            .expect("kinds");
+        let (paged, unpaged): (i64, i64) = (r.get(0), r.get(1));
+        assert!(paged > 0 && unpaged > 0, "paged {paged}, unpaged {unpaged}");
     }
 
     /// Another transaction takes a liker out of a page and holds it while a batch unlikes a
@@ -297,26 +328,33 @@ mod tests {
         pages_match_rows(&s).await;
     }
 
-    /// Likes written without pages (as a node of an older build would, after migration 5)
-    /// and a page entry left behind: the repair rebuilds the target's pages from its rows, and
-    /// a second repair finds nothing to do.
+    /// Damaged pages (paged rows whose page is gone, and a page entry whose row is gone): the
+    /// repair rebuilds the target's pages from its paged rows, and a second repair finds
+    /// nothing to do.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_repair_rebuilds_pages_that_disagree_with_the_rows() {
         let t = TestShards::create(1).await;
         let s = t.store();
-        s.apply_async(&(1..=50).map(|u| op(42, u, true, T0 + u * 3)).collect::<Vec<_>>())
-            .await
-            .expect("likes");
+        s.apply_async(&(1..=50).map(|u| op(42, u, true, T0 + u)).collect::<Vec<_>>()).await.expect("likes");
         let c = t.client(0).await;
         c.batch_execute(
-            "INSERT INTO likes SELECT 1, 42, g, 42, 1700000000000 + g * 3 FROM generate_series(51, 80) g;
+            "INSERT INTO likes SELECT 1, 42, g, 42, 1700000000000 + g, true FROM generate_series(51, 80) g;
              DELETE FROM likes WHERE user_id = 7;",
         )
         .await
         .expect("writes that bypass the pages");
-        assert_eq!(paged(&s, 42, 1000).await.len(), 50, "the pages lack 51-80 and still hold 7");
+        let listed = paged(&s, 42, 1000).await;
+        assert!(listed.iter().any(|l| l.user.0 == 7) && !listed.iter().any(|l| l.user.0 == 60));
+        let r = c
+            .query_one(
+                "SELECT (SELECT count(*) FROM likes WHERE paged),
+                        (SELECT sum(cardinality(users))::bigint FROM liker_pages)",
+                &[],
+            )
+            .await
+            .expect("counts");
         let target = Target::post(42);
-        assert_eq!(s.repair_liker_pages(target).await.expect("repair"), Some((79, 50)));
+        assert_eq!(s.repair_liker_pages(target).await.expect("repair"), Some((r.get(0), r.get(1))));
         let want: Vec<u64> = (1..=80).rev().filter(|u| *u != 7).collect();
         let got: Vec<u64> = paged(&s, 42, 9).await.iter().map(|l| l.user.0).collect();
         assert_eq!(got, want);
@@ -325,8 +363,9 @@ mod tests {
         assert_eq!(s.repair_liker_pages(Target::post(43)).await.expect("no likes"), None);
     }
 
-    /// Migration 5 turns the like rows of a store written before it into pages and drops
-    /// the likers-by-time index; the likers list is the same as the index gave.
+    /// Migration 5 on a store written before it: its likes become unpaged rows in the partial
+    /// index, the full likers-by-time index goes, and the likers list is the same as before;
+    /// new likes of the same post are paged beside them.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn migration_5_pages_the_likes_written_before_it() {
         let t = TestShards::create(1).await;
@@ -335,6 +374,7 @@ mod tests {
         // Back to the schema of migration 4, then likes written as a build of that time did.
         c.batch_execute(
             "DROP TABLE liker_pages; DROP SEQUENCE liker_page_seq;
+             DROP INDEX likes_unpaged_by_time; ALTER TABLE likes DROP COLUMN paged;
              CREATE INDEX likes_by_time ON likes (kind, target, liked_at DESC, user_id DESC);
              DELETE FROM schema_migrations WHERE version = 5;
              INSERT INTO likes SELECT 1, 42 + g % 2, g, 42 + g % 2, 1700000000000 + g * 5 % 97
@@ -361,9 +401,15 @@ mod tests {
         let index: bool =
             c.query_one("SELECT to_regclass('likes_by_time') IS NULL", &[]).await.expect("index").get(0);
         assert!(index, "the likers-by-time index is gone");
-        // Unliking a converted like takes it out of its page.
         s.apply_async(&[op(43, 1, false, T0)]).await.expect("unlike");
-        assert_eq!(paged(&s, 43, 1000).await.len(), 249);
+        s.apply_async(&(1001..=1010).map(|u| op(43, u, true, T0 + 1_000)).collect::<Vec<_>>())
+            .await
+            .expect("new");
+        let listed = paged(&s, 43, 7).await;
+        assert_eq!(listed.len(), 259);
+        assert!(listed[..10].iter().all(|l| l.user.0 > 1000), "the new likes are the newest");
         pages_match_rows(&s).await;
+        let n: i64 = c.query_one("SELECT count(*) FROM likes WHERE paged", &[]).await.expect("paged").get(0);
+        assert_eq!(n, 10);
     }
 }

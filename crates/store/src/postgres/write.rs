@@ -12,9 +12,9 @@
 //! 3. one outbox row per subject partition touched, holding that partition's events packed
 //!    in order (a hot post's batch of thousands of likes is ONE row and one stream message).
 //!
-//! The like insert also writes the likers of each (target, 16 ms window) as one page row
-//! (migration 5) instead of a likers-by-time index entry per like; an unlike rewrites its
-//! page. The like insert stays `ON CONFLICT DO NOTHING`, though its speculative insertion
+//! The like insert also writes the likers of each (target, 16 ms window) group of at least
+//! four likes as one page row (migration 5) instead of a likers-by-time index entry per like;
+//! an unlike of a paged like rewrites its page. The like insert stays `ON CONFLICT DO NOTHING`, though its speculative insertion
 //! costs more than probing each key and inserting plain rows: the probe's plan is the
 //! planner's choice, and on a young, unanalyzed `likes` (then with a second index) it probed
 //! through the likers-by-time index and the benchmark fell from 60k to 16k likes/s. The
@@ -203,27 +203,29 @@ async fn like_round(
         let users: Vec<i64> = likes.iter().map(|l| i(l.user.0)).collect();
         let posts: Vec<i64> = likes.iter().map(|l| i(l.post)).collect();
         let ts: Vec<i64> = likes.iter().map(|l| i(l.ts_ms)).collect();
-        // The rows created, and their likers as one page per (target, window): see
-        // migration 5. A data-modifying CTE runs once whether or not the query reads it.
+        let paged = paged_likes(&likes);
+        // The rows created, and the likers of each (target, window) group of at least
+        // MIN_PAGED likes as one page (migration 5); the rest stay in the unpaged index.
+        // A data-modifying CTE runs once whether or not the query reads it.
         let insert = tx
             .prepare_cached(
                 "WITH ins AS (
-                     INSERT INTO likes (kind, target, user_id, post_id, liked_at)
+                     INSERT INTO likes (kind, target, user_id, post_id, liked_at, paged)
                      SELECT * FROM unnest($1::smallint[], $2::bigint[], $3::bigint[], $4::bigint[],
-                                          $5::bigint[])
+                                          $5::bigint[], $6::boolean[])
                      ON CONFLICT DO NOTHING
-                     RETURNING kind, target, user_id, liked_at
+                     RETURNING kind, target, user_id, liked_at, paged
                  ), pages AS (
                      INSERT INTO liker_pages (kind, target, win, page, users, times)
                      SELECT kind, target, liked_at / 16, nextval('liker_page_seq'),
                             array_agg(user_id ORDER BY liked_at, user_id),
                             array_agg(liked_at ORDER BY liked_at, user_id)
-                     FROM ins GROUP BY kind, target, liked_at / 16
+                     FROM ins WHERE paged GROUP BY kind, target, liked_at / 16
                  )
                  SELECT kind, target, user_id FROM ins",
             )
             .await?;
-        let rows = tx.query(&insert, &[&kinds, &targets, &users, &posts, &ts]).await?;
+        let rows = tx.query(&insert, &[&kinds, &targets, &users, &posts, &ts, &paged]).await?;
         for r in &rows {
             changed.insert(key(r)?);
         }
@@ -237,19 +239,38 @@ async fn like_round(
                 "DELETE FROM likes l
                  USING unnest($1::smallint[], $2::bigint[], $3::bigint[]) AS d(kind, target, user_id)
                  WHERE l.kind = d.kind AND l.target = d.target AND l.user_id = d.user_id
-                 RETURNING l.kind, l.target, l.user_id, l.liked_at",
+                 RETURNING l.kind, l.target, l.user_id, l.liked_at, l.paged",
             )
             .await?;
         let rows = tx.query(&delete, &[&kinds, &targets, &users]).await?;
-        let mut removed = Vec::with_capacity(rows.len());
+        let mut removed = Vec::new();
         for r in &rows {
             let (target, user) = key(r)?;
             changed.insert((target, user));
-            removed.push((r.get::<_, i16>(0), i(target.id), i(user.0), r.get::<_, i64>(3)));
+            if r.get::<_, bool>(4) {
+                removed.push((r.get::<_, i16>(0), i(target.id), i(user.0), r.get::<_, i64>(3)));
+            }
         }
         remove_likers(tx, &removed).await?;
     }
     Ok(changed)
+}
+
+/// A (target, window) group of a statement is written as a page from this many likes up: a
+/// page costs a heap row and a key, about what three or four index entries cost, so a lone
+/// like of a cold target stays an index entry.
+pub(super) const MIN_PAGED: usize = 4;
+
+/// Which of a round's likes go into pages: those whose (target, window) group in the round
+/// has at least [`MIN_PAGED`] likes. (A group whose rows partly exist already makes a
+/// smaller page; that is only an existing key liked again.)
+fn paged_likes(likes: &[&LikeOp]) -> Vec<bool> {
+    let group = |l: &LikeOp| (l.target, i(l.ts_ms) / WINDOW_MS);
+    let mut sizes: HashMap<(Target, i64), usize> = HashMap::new();
+    for l in likes {
+        *sizes.entry(group(l)).or_default() += 1;
+    }
+    likes.iter().map(|l| sizes[&group(l)] >= MIN_PAGED).collect()
 }
 
 /// Take unliked (kind, target, user, liked_at) entries out of their liker pages (the page
