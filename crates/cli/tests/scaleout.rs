@@ -135,6 +135,20 @@ async fn two_api_nodes_and_a_worker_converge_to_the_rows() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("likers lists rebuilt: 1"), "{text}");
     assert_eq!(c.likers(&b.base, 43).await.len(), 100);
+    // `--all` on both shards: post 42's list, damaged the same way, is rebuilt; 43 is fine.
+    assert_eq!(d.lose_liker_pages(42).await, 500);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_likewise"))
+        .args(["reconcile", "--all", "--config", &d.config.display().to_string()])
+        .env("LIKEWISE__AUTH__SECRET", SECRET)
+        .output()
+        .expect("reconcile --all");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("reconciled 2 posts: 0 drifted") && text.contains("likers lists rebuilt: 1"),
+        "{text}"
+    );
+    assert_eq!(c.likers(&b.base, 42).await.len(), 500);
     for s in [a, b] {
         stop(s);
     }

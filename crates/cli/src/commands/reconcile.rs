@@ -7,7 +7,7 @@
 //! events still in the outbox or the stream counted as pending, and the repair is committed
 //! with the aggregator's unchanged offset (the worker applies the pending events later). It
 //! also checks each post's likers list (its liker pages) against the like rows and rebuilds
-//! it when they disagree (`PgStore::repair_liker_pages`).
+//! it when they disagree (`PgStore::repair_liker_pages`); with `--all`, every comment's too.
 
 use crate::config::Config;
 use anyhow::Context;
@@ -120,6 +120,15 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
                     }
                 }
                 bar.inc(chunk.len() as u64);
+            }
+            // With --all, also every other target of the shard whose pages drifted (comment
+            // likers): one pass over the shard's paged likes.
+            if let (true, Some((cluster, s))) = (all, &pg) {
+                for t in cluster.pg.liker_page_drift(*s).await? {
+                    if cluster.pg.repair_liker_pages(t).await?.is_some() {
+                        pages_rebuilt += 1;
+                    }
+                }
             }
         }
         bar.finish_and_clear();

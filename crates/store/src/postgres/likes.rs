@@ -4,10 +4,10 @@
 
 use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
-use likewise_core::StoreResult;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::ports::{LikeReader, Liker};
+use likewise_core::{StoreError, StoreResult};
 use std::collections::HashSet;
 
 impl PgStore {
@@ -120,6 +120,33 @@ impl LikeReader for PgStore {
 }
 
 impl PgStore {
+    /// Every target on `shard` (posts and comments) whose liker pages disagree with its paged
+    /// like rows. One pass over the shard's paged likes: for `reconcile --all`.
+    pub async fn liker_page_drift(&self, shard: usize) -> StoreResult<Vec<Target>> {
+        let c = self.conn(shard).await?;
+        let rows = c
+            .query(
+                "SELECT coalesce(l.kind, p.kind), coalesce(l.target, p.target)
+                 FROM (SELECT kind, target, count(*) AS n FROM likes WHERE paged GROUP BY kind, target) l
+                 FULL JOIN (SELECT kind, target, sum(cardinality(users))::bigint AS n FROM liker_pages
+                            GROUP BY kind, target) p ON l.kind = p.kind AND l.target = p.target
+                 WHERE l.n IS DISTINCT FROM p.n",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        rows.iter()
+            .map(|r| {
+                let code: i16 = r.get(0);
+                let kind = TargetKind::from_code(code as u8).ok_or_else(|| StoreError::Corrupt {
+                    keyspace: "likes",
+                    detail: format!("target kind {code}"),
+                })?;
+                Ok(Target { kind, id: u(r.get(1)) })
+            })
+            .collect()
+    }
+
     /// Rebuild a target's liker pages from its paged like rows when the two disagree (a lost
     /// or damaged page). Returns `(paged like rows, page entries before)` when it rebuilt,
     /// `None` when they agreed.
@@ -361,6 +388,44 @@ mod tests {
         pages_match_rows(&s).await;
         assert_eq!(s.repair_liker_pages(target).await.expect("again"), None);
         assert_eq!(s.repair_liker_pages(Target::post(43)).await.expect("no likes"), None);
+    }
+
+    /// The shard-wide check finds every target whose pages disagree with its rows, comments
+    /// included, and nothing once they are repaired.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_shard_check_finds_drifted_posts_and_comments() {
+        let t = TestShards::create(1).await;
+        let s = t.store();
+        let comment = |id: u64, user: u64| {
+            WriteOp::Like(LikeOp {
+                target: Target::comment(id),
+                user: UserId(user),
+                action: LikeAction::Like,
+                target_author: UserId(1),
+                post: 42,
+                ts_ms: T0 + user,
+            })
+        };
+        let mut ops: Vec<WriteOp> = (1..=8).map(|u| op(42, u, true, T0 + u)).collect();
+        ops.extend((1..=8).map(|u| op(44, u, true, T0 + u)));
+        ops.extend((1..=8).map(|u| comment(77, u)));
+        s.apply_async(&ops).await.expect("likes");
+        assert_eq!(s.liker_page_drift(0).await.expect("check"), vec![]);
+        let c = t.client(0).await;
+        c.batch_execute(
+            "DELETE FROM liker_pages WHERE kind = 2 AND target = 77;
+             DELETE FROM likes WHERE kind = 1 AND target = 42 AND user_id = 3;",
+        )
+        .await
+        .expect("damage");
+        let mut drift = s.liker_page_drift(0).await.expect("check");
+        drift.sort_by_key(|t| (t.kind.code(), t.id));
+        assert_eq!(drift, vec![Target::post(42), Target::comment(77)]);
+        for t in drift {
+            assert!(s.repair_liker_pages(t).await.expect("repair").is_some());
+        }
+        assert_eq!(s.liker_page_drift(0).await.expect("check"), vec![]);
+        pages_match_rows(&s).await;
     }
 
     /// Migration 5 on a store written before it: its likes become unpaged rows in the partial
