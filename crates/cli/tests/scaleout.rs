@@ -110,19 +110,21 @@ async fn two_api_nodes_and_a_worker_converge_to_the_rows() {
 
     // Offline reconciliation: refused while a worker holds the shards; with the workers
     // stopped, a corrupted counter is found and repaired.
-    let reconcile = |post: &str| {
+    let reconcile = |which: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_likewise"))
-            .args(["reconcile", "--post", post, "--config", &d.config.display().to_string()])
+            .arg("reconcile")
+            .args(which)
+            .args(["--config", &d.config.display().to_string()])
             .env("LIKEWISE__AUTH__SECRET", SECRET)
             .output()
             .expect("reconcile")
     };
-    let out = reconcile("43");
+    let out = reconcile(&["--post", "43"]);
     assert!(!out.status.success(), "reconcile must not run beside a worker");
     assert!(String::from_utf8_lossy(&out.stderr).contains("held by a running worker"));
     stop(worker);
     assert_eq!(d.shift_counter(43, 7).await, 107);
-    let out = reconcile("43");
+    let out = reconcile(&["--post", "43"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("post 43: drift -7 repaired") || text.contains("drift -7"), "{text}");
@@ -130,18 +132,14 @@ async fn two_api_nodes_and_a_worker_converge_to_the_rows() {
     // Lost liker pages: the likers list misses those likers until reconcile rebuilds it.
     assert_eq!(d.lose_liker_pages(43).await, 100);
     assert!(c.likers(&b.base, 43).await.is_empty());
-    let out = reconcile("43");
+    let out = reconcile(&["--post", "43"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("likers lists rebuilt: 1"), "{text}");
     assert_eq!(c.likers(&b.base, 43).await.len(), 100);
     // `--all` on both shards: post 42's list, damaged the same way, is rebuilt; 43 is fine.
     assert_eq!(d.lose_liker_pages(42).await, 500);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_likewise"))
-        .args(["reconcile", "--all", "--config", &d.config.display().to_string()])
-        .env("LIKEWISE__AUTH__SECRET", SECRET)
-        .output()
-        .expect("reconcile --all");
+    let out = reconcile(&["--all"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(

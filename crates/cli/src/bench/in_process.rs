@@ -45,11 +45,8 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
         let spawn: SpawnWorkers = Box::new(move || vec![tokio::spawn(agg.run(stop_rx))]);
         (svc, stores, spawn, PostId(42), 1_000_000u64, "counters".to_string())
     };
-    let mut spawn_workers = Some(spawn_workers);
-    let mut workers = Vec::new();
-    if !a.workers_after {
-        workers = spawn_workers.take().map(|f| f()).unwrap_or_default();
-    }
+    let (mut workers, mut deferred) =
+        if a.workers_after { (Vec::new(), Some(spawn_workers)) } else { (spawn_workers(), None) };
 
     let author = UserId(1);
     svc.put_post(post, PostMeta { author, hide_like_count: false, comments: CommentsPolicy::Everyone })
@@ -105,7 +102,7 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
     // With --workers-after the whole backlog is still in the outbox: give the worker tier
     // time to drain it (at 10k events/s at least) before calling the count unconverged.
     let mut limit = Duration::from_secs(30);
-    if let Some(f) = spawn_workers.take() {
+    if let Some(f) = deferred.take() {
         workers = f();
         limit += Duration::from_millis(n / 10);
         println!(

@@ -107,8 +107,9 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
                         bar.println(format!("post {}: drift {d:+} repaired", t.id));
                     }
                 }
-                // The likers list ("who liked this") too: its pages against the like rows.
-                if let Some((cluster, _)) = &pg {
+                // The likers list ("who liked this") too: its pages against the like rows
+                // (with --all, the shard pass below covers every target at once).
+                if let (false, Some((cluster, _))) = (all, &pg) {
                     for p in chunk {
                         if let Some((rows, entries)) = cluster.pg.repair_liker_pages(Target::post(p.0)).await? {
                             pages_rebuilt += 1;
@@ -121,12 +122,16 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
                 }
                 bar.inc(chunk.len() as u64);
             }
-            // With --all, also every other target of the shard whose pages drifted (comment
-            // likers): one pass over the shard's paged likes.
+            // With --all, one pass over the shard's paged likes finds every target whose
+            // pages drifted, posts and comments.
             if let (true, Some((cluster, s))) = (all, &pg) {
                 for t in cluster.pg.liker_page_drift(*s).await? {
-                    if cluster.pg.repair_liker_pages(t).await?.is_some() {
+                    if let Some((rows, entries)) = cluster.pg.repair_liker_pages(t).await? {
                         pages_rebuilt += 1;
+                        bar.println(format!(
+                            "{:?} {}: likers list rebuilt ({entries} entries for {rows} like rows)",
+                            t.kind, t.id
+                        ));
                     }
                 }
             }

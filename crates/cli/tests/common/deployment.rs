@@ -79,12 +79,19 @@ impl Deployment {
         total
     }
 
-    /// Add `by` to a post's stored like counter (simulated drift); returns the new value.
-    pub async fn shift_counter(&self, post: u64, by: i64) -> i64 {
+    /// A plain connection to the shard holding `post`.
+    async fn shard_of(&self, post: u64) -> tokio_postgres::Client {
         let url = &self.shards.urls[(post % self.shards.urls.len() as u64) as usize];
         let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
         tokio::spawn(conn);
-        c.query_one(
+        c
+    }
+
+    /// Add `by` to a post's stored like counter (simulated drift); returns the new value.
+    pub async fn shift_counter(&self, post: u64, by: i64) -> i64 {
+        self.shard_of(post)
+            .await
+            .query_one(
             "UPDATE counters SET value = value + $2 WHERE kind = 1 AND target = $1 AND field = 1 RETURNING value",
             &[&(post as i64), &by],
         )
@@ -96,9 +103,7 @@ impl Deployment {
     /// Damage a post's likers list (simulated): its liker pages are lost and every like row
     /// marked paged, so the list is empty until reconcile rebuilds the pages. Returns the rows.
     pub async fn lose_liker_pages(&self, post: u64) -> u64 {
-        let url = &self.shards.urls[(post % self.shards.urls.len() as u64) as usize];
-        let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
-        tokio::spawn(conn);
+        let c = self.shard_of(post).await;
         c.execute("DELETE FROM liker_pages WHERE kind = 1 AND target = $1", &[&(post as i64)])
             .await
             .expect("delete liker pages");

@@ -75,9 +75,7 @@ impl LikeReader for PgStore {
         let mut out: Vec<(i64, i64)> = Vec::with_capacity(limit);
         let mut window: Vec<(i64, i64)> = Vec::new();
         let mut current = None;
-        // The oldest time the collected page entries cover (every paged like at or after it,
-        // older than the cursor, is in `out`); 0 when the pages ran out.
-        let floor = 'pages: loop {
+        'pages: loop {
             let rows =
                 c.query(&scan, &[&kind, &id, &next.0, &next.1, &PAGES_PER_READ]).await.map_err(pg_err)?;
             let last_read = rows.len() < PAGES_PER_READ as usize;
@@ -86,7 +84,7 @@ impl LikeReader for PgStore {
                 if current != Some(win) {
                     flush(&mut window, &mut out);
                     if out.len() >= limit {
-                        break 'pages current.map_or(0, |w| w * WINDOW_MS);
+                        break 'pages;
                     }
                     current = Some(win);
                 }
@@ -97,9 +95,13 @@ impl LikeReader for PgStore {
             }
             if last_read {
                 flush(&mut window, &mut out);
-                break if out.len() >= limit { current.map_or(0, |w| w * WINDOW_MS) } else { 0 };
+                break;
             }
-        };
+        }
+        // With `limit` collected, every paged like from the last window read on (and older than
+        // the cursor) is in `out`, so older unpaged likes cannot make the page; otherwise the
+        // pages ran out and any unpaged like may.
+        let floor = if out.len() >= limit { current.map_or(0, |w| w * WINDOW_MS) } else { 0 };
         let unpaged = c
             .prepare_cached(
                 "SELECT liked_at, user_id FROM likes
@@ -135,16 +137,7 @@ impl PgStore {
             )
             .await
             .map_err(pg_err)?;
-        rows.iter()
-            .map(|r| {
-                let code: i16 = r.get(0);
-                let kind = TargetKind::from_code(code as u8).ok_or_else(|| StoreError::Corrupt {
-                    keyspace: "likes",
-                    detail: format!("target kind {code}"),
-                })?;
-                Ok(Target { kind, id: u(r.get(1)) })
-            })
-            .collect()
+        rows.iter().map(|r| target_of(r.get(0), r.get(1))).collect()
     }
 
     /// Rebuild a target's liker pages from its paged like rows when the two disagree (a lost
@@ -177,10 +170,7 @@ impl PgStore {
             .await
             .map_err(pg_err)?;
         tx.execute(
-            "INSERT INTO liker_pages (kind, target, win, page, users, times)
-             SELECT kind, target, liked_at / 16, nextval('liker_page_seq'),
-                    array_agg(user_id ORDER BY liked_at, user_id), array_agg(liked_at ORDER BY liked_at, user_id)
-             FROM likes WHERE kind = $1 AND target = $2 AND paged GROUP BY kind, target, liked_at / 16",
+            insert_liker_pages_from!("likes WHERE kind = $1 AND target = $2 AND paged"),
             &[&kind, &id],
         )
         .await
@@ -189,6 +179,15 @@ impl PgStore {
         metrics::counter!("likewise_liker_page_repairs_total").increment(1);
         Ok(Some((rows, entries)))
     }
+}
+
+/// A like row's (kind, target) columns as a target.
+pub(super) fn target_of(kind: i16, id: i64) -> StoreResult<Target> {
+    let code = u8::try_from(kind)
+        .ok()
+        .and_then(TargetKind::from_code)
+        .ok_or_else(|| StoreError::Corrupt { keyspace: "likes", detail: format!("target kind {kind}") })?;
+    Ok(Target { kind: code, id: u(id) })
 }
 
 /// Width of a liker page's window (migration 5 and the like insert: `win = liked_at / 16`).

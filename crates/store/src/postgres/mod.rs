@@ -22,6 +22,23 @@
 //!   projection shared with the stream consumer.
 //! - `testing`: throwaway databases for tests.
 
+/// `INSERT INTO liker_pages` of one page per (target, window) group of the like rows in `$src`
+/// (a table or CTE name and an optional filter): the like insert's pages and the repair's
+/// rebuild must group the same way. The window, `liked_at / 16`, is `likes::WINDOW_MS`.
+macro_rules! insert_liker_pages_from {
+    ($src:literal) => {
+        concat!(
+            "INSERT INTO liker_pages (kind, target, win, page, users, times)
+             SELECT kind, target, liked_at / 16, nextval('liker_page_seq'),
+                    array_agg(user_id ORDER BY liked_at, user_id),
+                    array_agg(liked_at ORDER BY liked_at, user_id)
+             FROM ",
+            $src,
+            " GROUP BY kind, target, liked_at / 16"
+        )
+    };
+}
+
 mod comments;
 mod counters;
 mod likes;

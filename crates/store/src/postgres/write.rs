@@ -23,7 +23,7 @@
 //! `sync` has nothing to do: a committed transaction is durable (PostgreSQL's WAL fsync).
 //! Deadlocks and serialization failures between nodes are retried.
 
-use super::likes::WINDOW_MS;
+use super::likes::{WINDOW_MS, target_of};
 use super::{PgStore, i, pg_err};
 use deadpool_postgres::Transaction as PoolTx;
 use likewise_core::comment::id::{EPOCH_UNIX_MS, SEQUENCE_BITS};
@@ -191,11 +191,7 @@ async fn like_round(
     unlikes.sort_by_key(|l| (l.target, l.user));
     let mut changed = HashSet::new();
     let key = |r: &tokio_postgres::Row| -> Result<(Target, UserId), TxError> {
-        let kind: i16 = r.get(0);
-        let kind = likewise_core::like::TargetKind::from_code(kind as u8).ok_or_else(|| {
-            StoreError::Corrupt { keyspace: "likes", detail: format!("target kind {kind}") }
-        })?;
-        Ok((Target { kind, id: r.get::<_, i64>(1) as u64 }, UserId(r.get::<_, i64>(2) as u64)))
+        Ok((target_of(r.get(0), r.get(1))?, UserId(r.get::<_, i64>(2) as u64)))
     };
     if !likes.is_empty() {
         let kinds: Vec<i16> = likes.iter().map(|l| i16::from(l.target.kind.code())).collect();
@@ -208,22 +204,17 @@ async fn like_round(
         // MIN_PAGED likes as one page (migration 5); the rest stay in the unpaged index.
         // A data-modifying CTE runs once whether or not the query reads it.
         let insert = tx
-            .prepare_cached(
+            .prepare_cached(concat!(
                 "WITH ins AS (
                      INSERT INTO likes (kind, target, user_id, post_id, liked_at, paged)
                      SELECT * FROM unnest($1::smallint[], $2::bigint[], $3::bigint[], $4::bigint[],
                                           $5::bigint[], $6::boolean[])
                      ON CONFLICT DO NOTHING
                      RETURNING kind, target, user_id, liked_at, paged
-                 ), pages AS (
-                     INSERT INTO liker_pages (kind, target, win, page, users, times)
-                     SELECT kind, target, liked_at / 16, nextval('liker_page_seq'),
-                            array_agg(user_id ORDER BY liked_at, user_id),
-                            array_agg(liked_at ORDER BY liked_at, user_id)
-                     FROM ins WHERE paged GROUP BY kind, target, liked_at / 16
-                 )
-                 SELECT kind, target, user_id FROM ins",
-            )
+                 ), pages AS (",
+                insert_liker_pages_from!("ins WHERE paged"),
+                ") SELECT kind, target, user_id FROM ins"
+            ))
             .await?;
         let rows = tx.query(&insert, &[&kinds, &targets, &users, &posts, &ts, &paged]).await?;
         for r in &rows {
@@ -245,10 +236,9 @@ async fn like_round(
         let rows = tx.query(&delete, &[&kinds, &targets, &users]).await?;
         let mut removed = Vec::new();
         for r in &rows {
-            let (target, user) = key(r)?;
-            changed.insert((target, user));
+            changed.insert(key(r)?);
             if r.get::<_, bool>(4) {
-                removed.push((r.get::<_, i16>(0), i(target.id), i(user.0), r.get::<_, i64>(3)));
+                removed.push((r.get(0), r.get(1), r.get(2), r.get(3)));
             }
         }
         remove_likers(tx, &removed).await?;
