@@ -194,6 +194,9 @@ pub struct CacheConfig {
     pub redis_prefix: String,
     /// Replicas of each counter key in Redis (hot-key protection).
     pub hot_replicas: u32,
+    /// Hashes each own-likes time bucket in Redis is split into, by viewer (see
+    /// `shared_cache::likes`): fewer means fewer Redis commands per like, more means smaller keys.
+    pub own_likes_shards: u64,
     /// With the PostgreSQL backend, how long an API node serves a count before reloading it
     /// (the aggregator runs elsewhere and cannot write into this node's cache).
     pub cluster_count_refresh_ms: u64,
@@ -211,6 +214,7 @@ impl Default for CacheConfig {
             redis_url: None,
             redis_prefix: "likewise".into(),
             hot_replicas: 4,
+            own_likes_shards: 64,
             cluster_count_refresh_ms: 250,
         }
     }
@@ -304,6 +308,10 @@ impl Config {
             "server.role must be all, api or worker (got {:?})",
             self.server.role
         );
+        anyhow::ensure!(
+            (1..=65_536).contains(&self.cache.own_likes_shards),
+            "cache.own_likes_shards must be between 1 and 65536"
+        );
         match self.store.backend.as_str() {
             "embedded" => anyhow::ensure!(
                 self.server.role == "all",
@@ -377,6 +385,7 @@ impl Config {
             url: self.cache.redis_url.clone().unwrap_or_default(),
             prefix: self.cache.redis_prefix.clone(),
             replicas: self.cache.hot_replicas,
+            own_likes_shards: self.cache.own_likes_shards,
             ..Default::default()
         }
     }
@@ -480,5 +489,19 @@ mod tests {
         c.store.engine_threads = 3;
         c.validate().expect("in range");
         assert_eq!(c.store_config().embedded.engine_threads, 3);
+    }
+
+    #[test]
+    fn own_likes_shards_are_checked_and_reach_the_redis_options() {
+        let mut c = Config::default();
+        assert_eq!(c.redis_options().own_likes_shards, 64);
+        for bad in [0, 65_537] {
+            c.cache.own_likes_shards = bad;
+            let e = c.validate().expect_err("out of range");
+            assert!(format!("{e:#}").contains("cache.own_likes_shards"), "{e:#}");
+        }
+        c.cache.own_likes_shards = 5;
+        c.validate().expect("in range");
+        assert_eq!(c.redis_options().own_likes_shards, 5);
     }
 }

@@ -10,8 +10,8 @@
 //!   (`<prefix>:c:1:42#r3`), each read at random, so one viral post does not pin one Redis
 //!   shard's CPU.
 //! - [`CachedLikes`]: "has this viewer liked these?" reads the viewer's own recent writes
-//!   (a hash per user, written synchronously by the API node that took the write) and asks the
-//!   reverse index only for the rest.
+//!   (written synchronously by the API node that took the write, into time-bucketed hashes
+//!   sharded by viewer) and asks the reverse index only for the rest.
 //! - [`RedisRateLimiter`]: per-user limits shared by every API node (GCRA in a Lua script).
 
 mod counters;
@@ -37,8 +37,10 @@ pub struct RedisOptions {
     pub replicas: u32,
     /// TTL of counter entries.
     pub counter_ttl: Duration,
-    /// TTL of a viewer's own-writes hash.
+    /// How long a viewer's own writes are kept at least (the width of an own-likes bucket).
     pub own_likes_ttl: Duration,
+    /// Hashes per own-likes bucket (viewers are spread over them by ID).
+    pub own_likes_shards: u64,
 }
 
 impl Default for RedisOptions {
@@ -49,6 +51,7 @@ impl Default for RedisOptions {
             replicas: 4,
             counter_ttl: Duration::from_secs(3600),
             own_likes_ttl: Duration::from_secs(600),
+            own_likes_shards: 64,
         }
     }
 }
