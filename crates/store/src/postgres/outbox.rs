@@ -94,11 +94,19 @@ impl EventLog for OutboxLog {
     }
 }
 
-/// New reverse-index rows, as plain rows behind a per-row probe: almost every key is new, and
-/// an upsert's speculative insertion costs about twice a plain row. The probe is a LATERAL
-/// ... LIMIT 1 (one lookup per row, never a hash join over the table), and the primary key is
-/// the table's only index: with a second one the planner may probe through it on a young,
-/// unanalyzed table, as it did on `likes` (see `write.rs`).
+/// New reverse-index rows, as plain rows: a created-like event is a transition, so its key
+/// has no row unless the round is a replay (or another writer races it, only during a lease
+/// handover or beside `settle`): then the statement fails on the primary key and
+/// [`REVERSE_INSERT`] takes over. Relikes whose unlike is in the same round are deleted first.
+/// A plain row costs 1.6 us of PostgreSQL CPU against 2.3 behind the probe and 2.8 with `ON
+/// CONFLICT DO NOTHING` (`docs/benchmarks.md`, session 15).
+const REVERSE_APPEND: &str = "INSERT INTO user_likes (user_id, kind, target, liked_at)
+     SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])";
+/// The same behind a per-row probe, for a round that may hold existing keys: almost every key
+/// is new, and an upsert's speculative insertion costs about twice a plain row. The probe is a
+/// LATERAL ... LIMIT 1 (one lookup per row, never a hash join over the table), and the primary
+/// key is the table's only index: with a second one the planner may probe through it on a
+/// young, unanalyzed table, as it did on `likes` (see `write.rs`).
 const REVERSE_INSERT: &str = "INSERT INTO user_likes (user_id, kind, target, liked_at)
      SELECT n.* FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
          AS n(user_id, kind, target, liked_at)
@@ -131,48 +139,89 @@ async fn execute_cached(
 
 /// Apply like events to the user-keyed reverse index.
 pub async fn project_reverse(store: &PgStore, events: &[Event]) -> StoreResult<usize> {
+    Ok(apply_reverse(store, events).await?.finals)
+}
+
+/// What one round did.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ReverseRound {
+    /// Distinct (user, target) keys written.
+    finals: usize,
+    /// Shards where the plain insert met an existing row and the probing insert redid it.
+    fallbacks: usize,
+}
+
+async fn apply_reverse(store: &PgStore, events: &[Event]) -> StoreResult<ReverseRound> {
+    use likewise_core::event::EventKind;
     let mut last: HashMap<(UserId, Target), &Event> = HashMap::new();
+    let mut removed: std::collections::HashSet<(UserId, Target)> = std::collections::HashSet::new();
     for e in events.iter().filter(|e| e.kind.is_like()) {
+        if e.kind == EventKind::LikeRemoved {
+            removed.insert((e.actor, e.target));
+        }
         last.insert((e.actor, e.target), e);
     }
     let finals: Vec<&Event> = last.into_values().collect();
+    let mut round = ReverseRound { finals: finals.len(), fallbacks: 0 };
     for (shard, idx) in store.group(&finals, |e| store.shard_of_user(e.actor)) {
-        let (mut add, mut del): (Vec<&Event>, Vec<&Event>) = idx
+        let add: Vec<&Event> = {
+            let mut v: Vec<&Event> =
+                idx.iter().map(|k| finals[*k]).filter(|e| e.kind == EventKind::LikeCreated).collect();
+            v.sort_by_key(|e| (e.actor, e.target));
+            v
+        };
+        // Unlikes, and relikes whose unlike is in this round (their old row goes first, so
+        // that the plain insert below meets no row outside a replay).
+        let mut del: Vec<&Event> = idx
             .iter()
             .map(|k| finals[*k])
-            .partition(|e| e.kind == likewise_core::event::EventKind::LikeCreated);
-        add.sort_by_key(|e| (e.actor, e.target));
+            .filter(|e| e.kind == EventKind::LikeRemoved || removed.contains(&(e.actor, e.target)))
+            .collect();
         del.sort_by_key(|e| (e.actor, e.target));
         let c = store.conn(shard).await?;
-        if !add.is_empty() {
-            let users: Vec<i64> = add.iter().map(|e| i(e.actor.0)).collect();
-            let kinds: Vec<i16> = add.iter().map(|e| i16::from(e.target.kind.code())).collect();
-            let targets: Vec<i64> = add.iter().map(|e| i(e.target.id)).collect();
-            let ts: Vec<i64> = add.iter().map(|e| i(e.ts_ms)).collect();
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&users, &kinds, &targets, &ts];
-            match execute_cached(&c, REVERSE_INSERT, &params).await {
-                Ok(n) if n as usize == add.len() => {}
-                // Some keys had a row (a replayed round; a relike whose unlike this round
-                // folded away): they get the event's time.
-                Ok(_) => {
-                    execute_cached(&c, REVERSE_RETIME, &params).await.map_err(pg_err)?;
-                }
-                // Another writer inserted one of the keys meanwhile (only during a lease
-                // handover, or beside `settle`): nothing was inserted; upsert them all.
-                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
-                    execute_cached(&c, REVERSE_UPSERT, &params).await.map_err(pg_err)?;
-                }
-                Err(e) => return Err(pg_err(e)),
-            }
-        }
         if !del.is_empty() {
             let users: Vec<i64> = del.iter().map(|e| i(e.actor.0)).collect();
             let kinds: Vec<i16> = del.iter().map(|e| i16::from(e.target.kind.code())).collect();
             let targets: Vec<i64> = del.iter().map(|e| i(e.target.id)).collect();
             execute_cached(&c, REVERSE_DELETE, &[&users, &kinds, &targets]).await.map_err(pg_err)?;
         }
+        if !add.is_empty() {
+            let users: Vec<i64> = add.iter().map(|e| i(e.actor.0)).collect();
+            let kinds: Vec<i16> = add.iter().map(|e| i16::from(e.target.kind.code())).collect();
+            let targets: Vec<i64> = add.iter().map(|e| i(e.target.id)).collect();
+            let ts: Vec<i64> = add.iter().map(|e| i(e.ts_ms)).collect();
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&users, &kinds, &targets, &ts];
+            match execute_cached(&c, REVERSE_APPEND, &params).await {
+                Ok(_) => {}
+                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+                    round.fallbacks += 1;
+                    metrics::counter!("likewise_reverse_index_fallbacks_total").increment(1);
+                    insert_existing(&c, &params, add.len()).await?;
+                }
+                Err(e) => return Err(pg_err(e)),
+            }
+        }
     }
-    Ok(finals.len())
+    Ok(round)
+}
+
+/// Insert a round some of whose keys already have rows (a replay, or a racing writer).
+async fn insert_existing(
+    c: &deadpool_postgres::Object,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync); 4],
+    len: usize,
+) -> StoreResult<()> {
+    match execute_cached(c, REVERSE_INSERT, params).await {
+        Ok(n) if n as usize == len => Ok(()),
+        // Some keys had a row: they get the event's time.
+        Ok(_) => execute_cached(c, REVERSE_RETIME, params).await.map(|_| ()).map_err(pg_err),
+        // Another writer inserted one of the keys meanwhile (only during a lease handover, or
+        // beside `settle`): nothing was inserted; upsert them all.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
+            execute_cached(c, REVERSE_UPSERT, params).await.map(|_| ()).map_err(pg_err)
+        }
+        Err(e) => Err(pg_err(e)),
+    }
 }
 
 /// Consumer name under which [`PgStore::settle`] tracks each shard's outbox.
@@ -224,19 +273,23 @@ mod tests {
         let t = TestShards::create(1).await;
         let s = t.store();
         let round = [ev(1, true, 7, 42, 100), ev(2, true, 8, 42, 101), ev(3, true, 7, 43, 102)];
-        assert_eq!(project_reverse(&s, &round).await.expect("apply"), 3);
+        assert_eq!(apply_reverse(&s, &round).await.expect("apply"), ReverseRound { finals: 3, fallbacks: 0 });
         let want = vec![(7, 42, 100), (7, 43, 102), (8, 42, 101)];
         assert_eq!(rows(&s).await, want);
-        // A replayed round writes the same final states again.
-        project_reverse(&s, &round).await.expect("replay");
+        // A replayed round writes the same final states again, through the probing insert.
+        assert_eq!(apply_reverse(&s, &round).await.expect("replay").fallbacks, 1);
         assert_eq!(rows(&s).await, want);
         // Unlike then relike of (7, 42) in one round: the row stays, with the relike's time,
-        // beside a key that is new in the same round.
+        // beside a key that is new in the same round; its old row is deleted first, so the
+        // plain insert meets no row.
         let relike = [ev(4, false, 7, 42, 200), ev(5, true, 7, 42, 201), ev(6, true, 9, 42, 202)];
-        project_reverse(&s, &relike).await.expect("relike");
+        assert_eq!(apply_reverse(&s, &relike).await.expect("relike").fallbacks, 0);
         assert_eq!(rows(&s).await, vec![(7, 42, 201), (7, 43, 102), (8, 42, 101), (9, 42, 202)]);
-        project_reverse(&s, &[ev(7, false, 8, 42, 300)]).await.expect("unlike");
+        assert_eq!(apply_reverse(&s, &[ev(7, false, 8, 42, 300)]).await.expect("unlike").fallbacks, 0);
         assert_eq!(rows(&s).await, vec![(7, 42, 201), (7, 43, 102), (9, 42, 202)]);
+        // Relike of a key unliked in an earlier round: no row, no fallback.
+        assert_eq!(apply_reverse(&s, &[ev(8, true, 8, 42, 400)]).await.expect("relike").fallbacks, 0);
+        assert_eq!(rows(&s).await, vec![(7, 42, 201), (7, 43, 102), (8, 42, 400), (9, 42, 202)]);
     }
 
     /// Another writer (a lease handover) inserts one of the round's keys while the round runs.
