@@ -213,12 +213,17 @@ async fn like_round(
                      RETURNING kind, target, user_id, liked_at, paged
                  ), pages AS (",
                 insert_liker_pages_from!("ins WHERE paged"),
-                ") SELECT kind, target, user_id FROM ins"
+                // One row of arrays, not a row per like: the lane decodes one row instead of
+                // hundreds (end to end 1-3% ahead in 3 of 3 pairs: within the noise).
+                ") SELECT array_agg(kind), array_agg(target), array_agg(user_id) FROM ins"
             ))
             .await?;
-        let rows = tx.query(&insert, &[&kinds, &targets, &users, &posts, &ts, &paged]).await?;
-        for r in &rows {
-            changed.insert(key(r)?);
+        let row = tx.query_one(&insert, &[&kinds, &targets, &users, &posts, &ts, &paged]).await?;
+        let kinds: Vec<i16> = row.get::<_, Option<_>>(0).unwrap_or_default();
+        let targets: Vec<i64> = row.get::<_, Option<_>>(1).unwrap_or_default();
+        let users: Vec<i64> = row.get::<_, Option<_>>(2).unwrap_or_default();
+        for ((k, t), u) in kinds.into_iter().zip(targets).zip(users) {
+            changed.insert((target_of(k, t)?, UserId(u as u64)));
         }
     }
     if !unlikes.is_empty() {
