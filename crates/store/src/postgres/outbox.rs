@@ -153,42 +153,34 @@ struct ReverseRound {
 
 async fn apply_reverse(store: &PgStore, events: &[Event]) -> StoreResult<ReverseRound> {
     use likewise_core::event::EventKind;
-    let mut last: HashMap<(UserId, Target), &Event> = HashMap::new();
-    let mut removed: std::collections::HashSet<(UserId, Target)> = std::collections::HashSet::new();
+    // Each key's final event, and whether the key was unliked anywhere in the round.
+    let mut last: HashMap<(UserId, Target), (&Event, bool)> = HashMap::new();
     for e in events.iter().filter(|e| e.kind.is_like()) {
-        if e.kind == EventKind::LikeRemoved {
-            removed.insert((e.actor, e.target));
-        }
-        last.insert((e.actor, e.target), e);
+        let unliked = e.kind == EventKind::LikeRemoved;
+        last.entry((e.actor, e.target))
+            .and_modify(|(f, u)| (*f, *u) = (e, *u || unliked))
+            .or_insert((e, unliked));
     }
-    let finals: Vec<&Event> = last.into_values().collect();
+    let finals: Vec<(&Event, bool)> = last.into_values().collect();
     let mut round = ReverseRound { finals: finals.len(), fallbacks: 0 };
-    for (shard, idx) in store.group(&finals, |e| store.shard_of_user(e.actor)) {
-        let add: Vec<&Event> = {
+    for (shard, idx) in store.group(&finals, |(e, _)| store.shard_of_user(e.actor)) {
+        let pick = |keep: &dyn Fn(&(&Event, bool)) -> bool| {
             let mut v: Vec<&Event> =
-                idx.iter().map(|k| finals[*k]).filter(|e| e.kind == EventKind::LikeCreated).collect();
+                idx.iter().map(|k| &finals[*k]).filter(|f| keep(f)).map(|f| f.0).collect();
             v.sort_by_key(|e| (e.actor, e.target));
             v
         };
-        // Unlikes, and relikes whose unlike is in this round (their old row goes first, so
-        // that the plain insert below meets no row outside a replay).
-        let mut del: Vec<&Event> = idx
-            .iter()
-            .map(|k| finals[*k])
-            .filter(|e| e.kind == EventKind::LikeRemoved || removed.contains(&(e.actor, e.target)))
-            .collect();
-        del.sort_by_key(|e| (e.actor, e.target));
+        let add = pick(&|(e, _)| e.kind == EventKind::LikeCreated);
+        // Every key unliked in this round: the unlikes, and the relikes whose old row goes
+        // first, so that the plain insert below meets no row outside a replay.
+        let del = pick(&|(_, unliked)| *unliked);
         let c = store.conn(shard).await?;
         if !del.is_empty() {
-            let users: Vec<i64> = del.iter().map(|e| i(e.actor.0)).collect();
-            let kinds: Vec<i16> = del.iter().map(|e| i16::from(e.target.kind.code())).collect();
-            let targets: Vec<i64> = del.iter().map(|e| i(e.target.id)).collect();
+            let (users, kinds, targets) = key_arrays(&del);
             execute_cached(&c, REVERSE_DELETE, &[&users, &kinds, &targets]).await.map_err(pg_err)?;
         }
         if !add.is_empty() {
-            let users: Vec<i64> = add.iter().map(|e| i(e.actor.0)).collect();
-            let kinds: Vec<i16> = add.iter().map(|e| i16::from(e.target.kind.code())).collect();
-            let targets: Vec<i64> = add.iter().map(|e| i(e.target.id)).collect();
+            let (users, kinds, targets) = key_arrays(&add);
             let ts: Vec<i64> = add.iter().map(|e| i(e.ts_ms)).collect();
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&users, &kinds, &targets, &ts];
             match execute_cached(&c, REVERSE_APPEND, &params).await {
@@ -203,6 +195,15 @@ async fn apply_reverse(store: &PgStore, events: &[Event]) -> StoreResult<Reverse
         }
     }
     Ok(round)
+}
+
+/// The (user, kind, target) columns of `events`, as statement arrays.
+fn key_arrays(events: &[&Event]) -> (Vec<i64>, Vec<i16>, Vec<i64>) {
+    (
+        events.iter().map(|e| i(e.actor.0)).collect(),
+        events.iter().map(|e| i16::from(e.target.kind.code())).collect(),
+        events.iter().map(|e| i(e.target.id)).collect(),
+    )
 }
 
 /// Insert a round some of whose keys already have rows (a replay, or a racing writer).

@@ -223,7 +223,7 @@ async fn like_round(
         let targets: Vec<i64> = row.get::<_, Option<_>>(1).unwrap_or_default();
         let users: Vec<i64> = row.get::<_, Option<_>>(2).unwrap_or_default();
         for ((k, t), u) in kinds.into_iter().zip(targets).zip(users) {
-            changed.insert((target_of(k, t)?, UserId(u as u64)));
+            changed.insert((target_of(k, t)?, UserId(super::u(u))));
         }
     }
     if !unlikes.is_empty() {

@@ -206,6 +206,7 @@ async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::Un
         for w in &batch {
             by_shard.entry(layout.shard(w.user)).or_default().push(w);
         }
+        let near_end = layout.near_end(now);
         let mut pipe = redis::pipe();
         for (shard, writes) in &by_shard {
             let key = layout.key(bucket, *shard);
@@ -217,7 +218,7 @@ async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::Un
             }
             pipe.add_command(hset).ignore();
             pipe.cmd("PEXPIREAT").arg(&key).arg(layout.expires_at(bucket)).ignore();
-            if layout.near_end(now) {
+            if near_end {
                 pipe.cmd("HDEL").arg(layout.key(bucket + 1, *shard)).arg(&fields).ignore();
             }
         }
