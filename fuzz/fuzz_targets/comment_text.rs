@@ -4,7 +4,8 @@
 //! Properties:
 //! - nothing panics, on any UTF-8 (and on the lossy decoding of any bytes);
 //! - the result agrees with a reference written from the rules (unify line endings, trim,
-//!   1..=2200 characters, no control character but `\n` and `\t`, no bidi override/isolate);
+//!   1..=2200 characters, no control character but `\n` and `\t`, no bidi override/isolate,
+//!   not only invisible characters);
 //! - normalisation is idempotent, and what it returns satisfies every rule;
 //! - mentions are 1..=30 lowercase `[a-z0-9_.]` not ending in `.`, distinct, at most 10, and
 //!   each is written in the text after an `@`;
@@ -15,7 +16,9 @@ use libfuzzer_sys::fuzz_target;
 use likewise_core::comment::classify::{Classifier, RulesClassifier};
 use likewise_core::comment::simhash::simhash64;
 use likewise_core::comment::spam::{SpamSignals, spam_score};
-use likewise_core::comment::text::{MAX_COMMENT_CHARS, MAX_MENTIONS, TextError, mentions, normalize_text};
+use likewise_core::comment::text::{
+    MAX_COMMENT_CHARS, MAX_MENTIONS, TextError, is_invisible, mentions, normalize_text,
+};
 
 fn forbidden(c: char) -> Option<TextError> {
     if c.is_control() && c != '\n' && c != '\t' {
@@ -50,6 +53,7 @@ fn reference(raw: &str) -> Result<String, TextError> {
     }
     match text.chars().find_map(forbidden) {
         Some(e) => Err(e),
+        None if text.chars().all(|c| c.is_whitespace() || is_invisible(c)) => Err(TextError::Empty),
         None => Ok(text.to_string()),
     }
 }

@@ -7,8 +7,9 @@
 //!   spaces (not only combining accents) matches its own text.
 //! - Odd modes map every byte into a small ASCII alphabet (letters in both cases, digits that
 //!   are not leetspeak, and separators) and compare with a naive reference written from the
-//!   documented rules: whole words, case-insensitive, stretched letters, letters spelled out
-//!   with `.`, `-`, `_` or whitespace between them, phrases of consecutive words.
+//!   documented rules: whole words, case-insensitive, stretched letters (a run of a letter
+//!   stands for a run of it in the word when it is as long, or longer and at least 3), letters
+//!   spelled out with `.`, `-`, `_` or whitespace between them, phrases of consecutive words.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -29,15 +30,22 @@ fn compile(words: &[String]) -> Option<HiddenWords> {
     HiddenWords::new(words).ok()
 }
 
-/// Run-length collapse: "baaad" -> "bad".
-fn collapse(s: &str) -> String {
-    let mut out = String::new();
+/// Runs of letters: "baaad" -> [(b, 1), (a, 3), (d, 1)].
+fn runs(s: &str) -> Vec<(char, usize)> {
+    let mut out: Vec<(char, usize)> = Vec::new();
     for c in s.chars() {
-        if !out.ends_with(c) {
-            out.push(c);
+        match out.last_mut() {
+            Some((l, n)) if *l == c => *n += 1,
+            _ => out.push((c, 1)),
         }
     }
     out
+}
+
+/// Is `token` the word `word`, letter runs as long or stretched (longer, and at least 3)?
+fn fits(token: &str, word: &str) -> bool {
+    let (t, w) = (runs(token), runs(word));
+    t.len() == w.len() && t.iter().zip(&w).all(|(&(a, n), &(b, m))| a == b && (n == m || (n > m && n >= 3)))
 }
 
 /// Tokens (lowercased maximal runs of letters and digits) and whether the gap after each one
@@ -69,12 +77,12 @@ fn reference_tokens(text: &str) -> (Vec<String>, Vec<bool>) {
     (tokens, joins)
 }
 
-/// Where `word` (a collapsed pattern) can end when it starts at token `pos`: the token itself
-/// when it collapses to the word, or a run of two or more one-letter tokens joined by spelling
-/// separators that together collapse to the word.
+/// Where `word` can end when it starts at token `pos`: the token itself when it fits the word,
+/// or a run of two or more one-letter tokens joined by spelling separators that together fit
+/// the word.
 fn word_ends(tokens: &[String], joins: &[bool], pos: usize, word: &str) -> Vec<usize> {
     let mut ends = Vec::new();
-    if collapse(&tokens[pos]) == word {
+    if fits(&tokens[pos], word) {
         ends.push(pos + 1);
     }
     let mut spelled = String::new();
@@ -85,7 +93,7 @@ fn word_ends(tokens: &[String], joins: &[bool], pos: usize, word: &str) -> Vec<u
         }
         spelled.push_str(&tokens[end]);
         end += 1;
-        if end - pos >= 2 && collapse(&spelled) == word {
+        if end - pos >= 2 && fits(&spelled, word) {
             ends.push(end);
         }
     }
@@ -101,7 +109,7 @@ fn phrase_at(tokens: &[String], joins: &[bool], pos: usize, words: &[String]) ->
 fn reference_matches(entries: &[String], text: &str) -> bool {
     let (tokens, joins) = reference_tokens(text);
     entries.iter().any(|entry| {
-        let words: Vec<String> = reference_tokens(entry).0.iter().map(|w| collapse(w)).collect();
+        let words: Vec<String> = reference_tokens(entry).0;
         (0..tokens.len()).any(|pos| phrase_at(&tokens, &joins, pos, &words))
     })
 }

@@ -3,14 +3,15 @@
 //! (`likewise_core::ids::parse_id`).
 //!
 //! Properties: never panics; each parser agrees with a naive reference written from the
-//! contract (1..=100 comma-separated positive decimal u64s, spaces around an item allowed;
+//! contract (1..=100 comma-separated positive decimal u64s, each spelled exactly as in a path,
+//! a repeated one kept once at its first place;
 //! limit: digits only, 1..=100; an ID is 1..=20 ASCII digits without a leading zero, valued 1..=u64::MAX); an accepted
 //! list printed back with commas parses to the same list.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use likewise_core::ids::{PostId, parse_id};
-use likewise_http::routes::likes::parse_limit;
+use likewise_http::paging::parse_limit;
 use likewise_http::routes::posts::{MAX_IDS, parse_ids};
 
 /// The contract's ID, written without looking at `parse_id`.
@@ -26,10 +27,17 @@ fn reference_id(s: &str) -> Option<u64> {
 
 fn reference_ids(raw: &str) -> Option<Vec<u64>> {
     let items: Vec<&str> = raw.split(',').collect();
-    if raw.trim().is_empty() || items.len() > 100 {
+    if raw.is_empty() || items.len() > 100 {
         return None;
     }
-    items.into_iter().map(|item| reference_id(item.trim())).collect()
+    let mut out: Vec<u64> = Vec::new();
+    for item in items {
+        let id = reference_id(item)?;
+        if !out.contains(&id) {
+            out.push(id);
+        }
+    }
+    Some(out)
 }
 
 fuzz_target!(|data: &[u8]| {

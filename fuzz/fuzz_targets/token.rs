@@ -38,7 +38,9 @@ const SEED_CLAIMS: [&str; 4] = [
 /// Leeway the service allows on `exp`.
 const LEEWAY: u64 = 5;
 
-static KEYS: LazyLock<TokenKeys> = LazyLock::new(|| TokenKeys::new(KEY));
+/// Long enough for the seeds (which expire in 2100); `auth.max_token_ttl` in the service.
+const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 86_400);
+static KEYS: LazyLock<TokenKeys> = LazyLock::new(|| TokenKeys::new(KEY).with_max_ttl(MAX_TTL));
 static OTHER: LazyLock<TokenKeys> = LazyLock::new(|| TokenKeys::new(b"another-secret"));
 
 fn b64(b: &[u8]) -> String {
@@ -121,6 +123,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(json.sub.as_str(), Some(claims.sub.as_str()), "sub");
             assert_eq!(json.exp.as_u64(), Some(claims.exp), "exp");
             assert!(claims.exp + LEEWAY >= now(), "an expired token verified: exp {}", claims.exp);
+            assert!(claims.exp <= now() + MAX_TTL.as_secs() + LEEWAY, "an overlong token verified: exp {}", claims.exp);
             assert!(OTHER.verify(&token).is_err(), "verified under another key");
             if let Ok(c) = KEYS.caller(&token) {
                 assert_eq!(parse_id(&claims.sub).ok(), Some(c.user.0), "caller is the sub");

@@ -100,6 +100,7 @@ ids = {
     "limit": "20",
     "plus": "+5",
     "leading_zeros": "007",
+    "repeated": "42,7,42",
 }
 for name, s in ids.items():
     write("id_list", name, s)
@@ -137,4 +138,14 @@ write("hidden_words", "confusables", hw(0, ["paypal"], "\u0440\u0430y\u0440\u043
 write("hidden_words", "stretched", hw(0, ["hello"], "hellllooooo"))
 write("hidden_words", "ascii_ref", bytes([1]) + b"\x00\x01\x02\xfe\x06\x0a\x07\xff\x00\x0b\x01\x0b\x02 \x06\x0a\x0a\x07")
 write("hidden_words", "ascii_ref2", bytes([3]) + b"\x00\x01\x00\xff\x00\x00\x01\x01\x0c\x00")
+# Request heads: a method line, then header lines.
+heads = {
+    "bearer": "GET\nauthorization: Bearer abc.def.ghi\ncontent-type: application/json",
+    "upper": "PUT\nAuthorization: BEARER  abc.def \ncontent-type: application/merge-patch+json; charset=utf-8",
+    "two_auth": "POST\nauthorization: Bearer a\nauthorization: bearer b\ncontent-type: text/plain",
+    "made_up": "FROBNICATE\nauthorization: Basic Zm9vOmJhcg==\ncontent-type: application/json\ncontent-type: application/json",
+    "long_method": "X" + "A" * 300 + "\naccept: */*",
+}
+for name, s in heads.items():
+    write("request_head", name, s)
 print("seeds written under", os.path.normpath(ROOT))

@@ -1,17 +1,7 @@
-//! The `likewise` binary's library: everything `main` calls, testable in process.
+//! The `likewise` binary's library: the command line, testable in process. How the service
+//! is built and run lives in `likewise-app`; the benchmarks behind `likewise bench` live in
+//! `likewise-bench`.
 //!
-//! - [`config`]: layered configuration (defaults, TOML, environment, flags).
-//! - [`app`]: builds and runs the whole service in one process.
-//! - [`scaleout`]: the roles of a deployment on PostgreSQL, Redis and NATS.
-//! - [`secret`]: the token signing secret.
-//! - [`commands`]: `serve`, `demo`, `token`, `reconcile`.
-//! - [`demo`]: the seeded world of `likewise demo`.
-//! - [`bench`]: `likewise bench hot-post` (in process and over HTTP).
+//! - [`commands`]: `serve`, `demo`, `migrate`, `token`, `reconcile`, `bench`.
 
-pub mod app;
-pub mod bench;
 pub mod commands;
-pub mod config;
-pub mod demo;
-pub mod scaleout;
-pub mod secret;

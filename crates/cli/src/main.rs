@@ -18,7 +18,7 @@ static GLOBAL: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::System, 
 use likewise::commands::{Cli, run};
 
 fn main() -> std::process::ExitCode {
-    let _ = likewise::app::HEAP_BYTES.set(|| GLOBAL.allocated());
+    let _ = likewise_app::startup::HEAP_BYTES.set(|| GLOBAL.allocated());
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -229,3 +229,129 @@ async fn bad_comments_and_forbidden_comments_get_a_4xx() {
     assert_eq!(st, StatusCode::CREATED, "{v}");
     app.stop().await;
 }
+
+/// Everything `viewer` can page through on `post`: its top-level comments, each with its
+/// `reply_count` and the replies listed under it.
+async fn pageable(app: &TestApp, viewer: u64, post: u64) -> Vec<(Value, Vec<Value>)> {
+    let token = app.user(viewer);
+    let (st, tops) = app
+        .call(Method::GET, &format!("/v1/posts/{post}/comments?order=oldest&limit=100"), Some(&token), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{tops}");
+    let mut out = Vec::new();
+    for t in tops["items"].as_array().expect("items") {
+        let path = format!("/v1/comments/{}/replies?limit=100", t["comment_id"].as_str().expect("id"));
+        let (st, r) = app.call(Method::GET, &path, Some(&token), None).await;
+        assert_eq!(st, StatusCode::OK, "{r}");
+        out.push((t.clone(), r["items"].as_array().expect("items").clone()));
+    }
+    out
+}
+
+/// Wait until `post`'s counts are `want` comments and equal, for `viewer`, what they can page
+/// through: `comment_count` the visible comments and replies, each `reply_count` its replies.
+async fn counts_settle_at(app: &TestApp, viewer: u64, post: u64, want: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let threads = pageable(app, viewer, post).await;
+        let visible = |c: &Value| usize::from(c["status"] == "visible");
+        let seen: usize =
+            threads.iter().map(|(t, r)| visible(t) + r.iter().map(visible).sum::<usize>()).sum();
+        let replies_ok = threads.iter().all(|(t, r)| t["reply_count"].as_u64() == Some(r.len() as u64));
+        let counted = app.view(viewer, post).await["comment_count"].as_u64();
+        if counted == Some(seen as u64) && seen == want && replies_ok {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "comment_count {counted:?}, pageable {seen}, want {want}: {threads:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A moderator's decision on a comment (service role).
+async fn moderate(app: &TestApp, comment: &Value, action: &str) -> (StatusCode, Value) {
+    let body = json!({ "action": action }).to_string();
+    let path = format!("/v1/moderation/comments/{}", cid(comment));
+    app.call(Method::POST, &path, Some(&app.service()), Some(&body)).await
+}
+
+fn cid(v: &Value) -> &str {
+    v["comment_id"].as_str().expect("comment_id")
+}
+
+/// Threads follow their parent: while a moderator holds a top-level comment, its replies are
+/// a 404 to everyone else (read, like, report, reply) and not counted; its own author still
+/// sees the thread and a reply's author still reaches their reply; approving the parent
+/// brings the replies back, counted, with the one written meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_under_a_held_parent_are_hidden_and_uncounted_until_it_is_approved() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let top = comment(&app, 10, 1, "a thought worth a thread", None).await;
+    let r1 = comment(&app, 11, 1, "a first answer", Some(cid(&top))).await;
+    comment(&app, 12, 1, "a second answer", Some(cid(&top))).await;
+    counts_settle_at(&app, 9, 1, 3).await;
+    let (st, v) = moderate(&app, &top, "hide").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    counts_settle_at(&app, 9, 1, 0).await;
+    let (st, v) =
+        app.call(Method::GET, &format!("/v1/comments/{}/replies", cid(&top)), Some(&app.user(9)), None).await;
+    assert_error(st, &v, 404, "not_found");
+    let like = format!("/v1/comments/{}/like", cid(&r1));
+    let report = format!("/v1/comments/{}/reports", cid(&r1));
+    let answer = json!({"text": "@user11 agreed", "parent_id": cid(&r1)}).to_string();
+    for user in [9, 12] {
+        let token = app.user(user);
+        let (st, v) = app.call(Method::PUT, &like, Some(&token), None).await;
+        assert_error(st, &v, 404, "not_found");
+        let (st, v) = app.call(Method::POST, &report, Some(&token), Some(r#"{"reason":"spam"}"#)).await;
+        assert_error(st, &v, 404, "not_found");
+        let (st, v) = app.call(Method::POST, "/v1/posts/1/comments", Some(&token), Some(&answer)).await;
+        assert_error(st, &v, 404, "not_found");
+    }
+    // The reply's own author still reaches it; the parent's author still sees the thread
+    // (shadowed) and answers in it, uncounted.
+    let (st, v) = app.call(Method::PUT, &like, Some(&app.user(11)), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    comment(&app, 10, 1, "anyone still here?", Some(cid(&top))).await;
+    let own = pageable(&app, 10, 1).await;
+    assert_eq!(own.iter().map(|(_, r)| r.len()).collect::<Vec<_>>(), vec![3], "{own:?}");
+    counts_settle_at(&app, 9, 1, 0).await;
+    let (st, v) = moderate(&app, &top, "approve").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    counts_settle_at(&app, 9, 1, 4).await;
+    let (st, v) = app.call(Method::PUT, &like, Some(&app.user(9)), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    app.stop().await;
+}
+
+/// A restricted comment the post's author answers before approving it: the answer waits
+/// with it, unseen by others and uncounted, and counts once the comment is approved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_under_a_restricted_comment_counts_once_the_post_author_approves_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let (st, _) = app.call(Method::PUT, "/v1/me/restricts/20", Some(&app.user(7)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    comment(&app, 30, 1, "an ordinary comment", None).await;
+    let held = comment(&app, 20, 1, "a restricted comment", None).await;
+    let answer = comment(&app, 7, 1, "thanks, approving this", Some(cid(&held))).await;
+    assert_eq!(answer["parent_id"], cid(&held));
+    counts_settle_at(&app, 9, 1, 1).await;
+    let seen = pageable(&app, 7, 1).await;
+    assert_eq!(
+        seen.iter().map(|(_, r)| r.len()).collect::<Vec<_>>(),
+        vec![0, 1],
+        "the post author sees both"
+    );
+    let (st, v) = app
+        .call(Method::POST, &format!("/v1/comments/{}/approve", cid(&held)), Some(&app.user(7)), None)
+        .await;
+    assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("visible")), "{v}");
+    counts_settle_at(&app, 9, 1, 3).await;
+    app.stop().await;
+}

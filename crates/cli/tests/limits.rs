@@ -1,6 +1,7 @@
-//! Abuse limits (issue 7): per-user like and comment rates, the hidden-words list size and its
-//! own body limit, slow clients (header read timeout) and the connection cap. Each limit is
-//! set small through the same configuration keys an operator uses.
+//! Abuse limits: per-user like and comment rates, the hidden-words list size and its own body
+//! limit, slow clients (header read timeout), the connection cap, bounded metric labels under
+//! made-up methods and paths, and notification streams (per user, in total, and ending with
+//! their token). Each limit is set small through the same configuration keys an operator uses.
 
 mod common;
 
@@ -184,4 +185,153 @@ async fn a_body_that_never_finishes_is_answered_503_at_the_request_timeout() {
     assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
     assert!(resp.contains(r#""error":"unavailable""#), "{resp}");
     app.stop().await;
+}
+
+/// Open the notification stream with `token`: the status, and the body to read or hold.
+async fn open_stream(app: &TestApp, token: &str) -> (StatusCode, hyper::HeaderMap, hyper::body::Incoming) {
+    let req = hyper::Request::get(format!("{}/v1/me/notifications/stream", app.base))
+        .header("authorization", format!("Bearer {token}"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("req");
+    let resp = app.client.request(req).await.expect("stream");
+    let (parts, body) = resp.into_parts();
+    (parts.status, parts.headers, body)
+}
+
+async fn error_of(body: hyper::body::Incoming) -> serde_json::Value {
+    use http_body_util::BodyExt;
+    let b = body.collect().await.expect("body").to_bytes();
+    serde_json::from_slice(&b).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notification_streams_are_capped_per_user_and_in_total() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = test_config(dir.path());
+    cfg.notifications.max_streams_per_user = 2;
+    cfg.notifications.max_streams = 3;
+    let app = TestApp::start_with(cfg).await;
+    let seven = app.user(7);
+    let (st1, _, a) = open_stream(&app, &seven).await;
+    let (st2, _, b) = open_stream(&app, &seven).await;
+    assert_eq!((st1, st2), (StatusCode::OK, StatusCode::OK));
+    let (st, h, body) = open_stream(&app, &seven).await;
+    assert_error(st, &error_of(body).await, 429, "rate_limited");
+    assert!(h.get("retry-after").is_some(), "{h:?}");
+    // Another user still may, up to the total cap, which leaves the rest to other requests.
+    let (st, _, c) = open_stream(&app, &app.user(8)).await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, _, body) = open_stream(&app, &app.user(9)).await;
+    assert_error(st, &error_of(body).await, 503, "unavailable");
+    let (st, v) = app.call(Method::GET, "/v1/me/notifications", Some(&app.user(9)), None).await;
+    assert_eq!(st, StatusCode::OK, "ordinary requests are served: {v}");
+    drop((a, b, c));
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_ends_when_its_token_expires_and_frees_its_slot() {
+    use http_body_util::BodyExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = test_config(dir.path());
+    cfg.notifications.max_streams_per_user = 1;
+    let app = TestApp::start_with(cfg).await;
+    let short = app.keys.mint(likewise_core::ids::UserId(7), false, Duration::from_secs(2)).expect("mint");
+    let (st, _, mut body) = open_stream(&app, &short).await;
+    assert_eq!(st, StatusCode::OK);
+    // Read until the server ends the stream (the guard only stops a hang).
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match body.frame().await {
+                None => return true,
+                Some(Err(_)) => return false,
+                Some(Ok(_)) => continue,
+            }
+        }
+    })
+    .await;
+    assert_eq!(ended.ok(), Some(true), "the stream ended cleanly at the token's expiry");
+    // Its slot is free again: with a cap of one, a fresh token opens a stream at once.
+    let (st, _, body) = open_stream(&app, &app.user(7)).await;
+    assert_eq!(st, StatusCode::OK);
+    drop(body);
+    app.stop().await;
+}
+
+/// A sample's value from Prometheus text.
+fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_methods_and_paths_leave_metrics_and_memory_bounded() {
+    use rand::{Rng, SeedableRng};
+    // The real binary: it counts its live heap (likewise_heap_allocated_bytes).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().display().to_string();
+    let mut server =
+        common::proc::start_with(&["serve", "--listen", "127.0.0.1:0", "--data-dir", &data], &[]);
+    let base = server.base.clone();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let get = |path: &str| {
+        let req = hyper::Request::get(format!("{base}{path}")).body(Default::default()).expect("req");
+        let client = client.clone();
+        async move {
+            use http_body_util::BodyExt;
+            let resp = client.request(req).await.expect("send");
+            String::from_utf8(resp.into_body().collect().await.expect("body").to_bytes().to_vec())
+                .expect("utf-8")
+        }
+    };
+    // Random method names (some 60 KB long) on random paths, matched and not.
+    let flood = |n: usize, seed: u64| {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            for i in 0..n {
+                let len = if i % 500 == 499 { 60_000 } else { rng.random_range(1..40) };
+                let method: String = (0..len)
+                    .map(|_| char::from(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ-_"[rng.random_range(0..28)]))
+                    .collect();
+                let method = format!("X{method}");
+                let path = match rng.random_range(0..3) {
+                    0 => format!("/{:x}/{:x}", rng.random::<u64>(), rng.random::<u32>()),
+                    1 => format!("/v1/posts/{}/like", rng.random_range(1..u64::MAX)),
+                    _ => format!("/v1/nothing/{:x}", rng.random::<u64>()),
+                };
+                let req = hyper::Request::builder()
+                    .method(hyper::Method::from_bytes(method.as_bytes()).expect("method"))
+                    .uri(format!("{base}{path}"))
+                    .body(Default::default())
+                    .expect("req");
+                let resp = client.request(req).await.expect("send");
+                assert!(resp.status().is_client_error(), "{}", resp.status());
+                use http_body_util::BodyExt;
+                let _ = resp.into_body().collect().await;
+            }
+        }
+    };
+    // Every kind of label the flood can produce exists after a first round; then measure.
+    flood(200, 1).await;
+    let _ = get("/metrics").await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await; // the heap gauge refreshes every second
+    let before = get("/metrics").await;
+    let mut tasks = Vec::new();
+    for t in 0..4 {
+        tasks.push(tokio::spawn(flood(2_500, 100 + t)));
+    }
+    for t in tasks {
+        t.await.expect("flood");
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let after = get("/metrics").await;
+    let grew = after.len() as i64 - before.len() as i64;
+    assert!(grew < 1024, "/metrics grew by {grew} bytes after 10,000 made-up requests");
+    assert!(!after.contains("method=\"X"), "a made-up method became a label");
+    let heap = |m: &str| sample(m, "likewise_heap_allocated_bytes").expect("heap gauge");
+    let (h0, h1) = (heap(&before), heap(&after));
+    assert!(h1 - h0 < 1024.0 * 1024.0, "live heap grew by {} bytes", h1 - h0);
+    common::proc::signal(&server.child, "-TERM");
+    let _ = server.child.wait();
 }

@@ -179,3 +179,169 @@ async fn a_reconnecting_stream_resumes_from_last_event_id() {
     drop(body);
     app.stop().await;
 }
+
+async fn put_prefs(app: &TestApp, user: u64, body: &str) -> (StatusCode, Value) {
+    app.call(Method::PUT, "/v1/me/notification-settings", Some(&app.user(user)), Some(body)).await
+}
+
+/// Wait until `user` has an item of `kind`, and return it. Items are released in log order
+/// (each after the same hold), so once a later action's item is there, every earlier action
+/// was either delivered or muted: this is how the test knows a muted one is not just late.
+async fn wait_item(app: &TestApp, user: u64, kind: &str) -> Value {
+    app.wait_until(|| async { inbox(app, user).await.iter().any(|i| i["kind"] == kind) }).await;
+    inbox(app, user).await.into_iter().find(|i| i["kind"] == kind).expect("item")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notification_settings_mute_per_kind_and_by_follows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await; // the author under test
+    app.post(2, 8, false).await; // a witness with default settings
+    let svc = app.service();
+
+    // Defaults, partial updates, and junk.
+    let all = json!({"post_liked": "all", "comment_liked": "all", "commented": "all", "replied": "all"});
+    let (st, v) = app.call(Method::GET, "/v1/me/notification-settings", Some(&app.user(7)), None).await;
+    assert_eq!((st, &v), (StatusCode::OK, &all));
+    let (st, v) = put_prefs(&app, 7, "{}").await;
+    assert_eq!((st, &v), (StatusCode::OK, &all));
+    let (st, v) = put_prefs(&app, 7, r#"{"post_liked": "off", "commented": "off"}"#).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v, json!({"post_liked": "off", "comment_liked": "all", "commented": "off", "replied": "all"}));
+    for junk in [r#"{"post_liked": "sometimes"}"#, r#"{"likes": "off"}"#, r#"{"post_liked": null, "x": 1}"#] {
+        let (st, v) = put_prefs(&app, 7, junk).await;
+        assert!(st.is_client_error(), "{junk}: {st} {v}");
+        assert!(v["error"].is_string(), "{v}");
+    }
+    // The other settings keep the preferences, and the other way round.
+    let (st, _) = app
+        .call(Method::PUT, "/v1/me/settings", Some(&app.user(7)), Some(r#"{"hide_like_counts": true}"#))
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let (_, v) = app.call(Method::GET, "/v1/me/notification-settings", Some(&app.user(7)), None).await;
+    assert_eq!(v["post_liked"], "off");
+
+    // Off: a like and a comment notify nobody (the witness's item shows the log got past them).
+    app.like(20, 1, true).await;
+    let (st, _) = app
+        .call(Method::POST, "/v1/posts/1/comments", Some(&app.user(21)), Some(r#"{"text": "nice one"}"#))
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    app.like(22, 2, true).await;
+    wait_item(&app, 8, "post_liked").await;
+    assert!(inbox(&app, 7).await.is_empty(), "muted kinds made items: {:?}", inbox(&app, 7).await);
+
+    // Following: only likes by people the author follows.
+    app.call(Method::PUT, "/v1/users/7/follows/30", Some(&svc), None).await;
+    let (st, _) = put_prefs(&app, 7, r#"{"post_liked": "following"}"#).await;
+    assert_eq!(st, StatusCode::OK);
+    app.like(31, 1, true).await; // not followed
+    app.like(30, 1, true).await; // followed
+    let item = wait_item(&app, 7, "post_liked").await;
+    assert_eq!(item["actor_count"], 1, "{item}");
+
+    // Back to all: what was muted is not replayed; new likes count again.
+    let (st, _) = put_prefs(&app, 7, r#"{"post_liked": "all"}"#).await;
+    assert_eq!(st, StatusCode::OK);
+    app.like(32, 1, true).await;
+    app.wait_until(|| async { inbox(&app, 7).await.iter().any(|i| i["actor_count"] == 2) }).await;
+    app.like(23, 2, true).await; // the witness again: everything before is through
+    app.wait_until(|| async { inbox(&app, 8).await.iter().any(|i| i["actor_count"] == 2) }).await;
+    let items = inbox(&app, 7).await;
+    assert_eq!(items.len(), 1, "the muted comment stays muted: {items:?}");
+    assert_eq!(items[0]["actor_count"], 2, "20 and 31 are not replayed: {items:?}");
+    app.stop().await;
+}
+
+/// The item of `kind` in `user`'s inbox, if any.
+async fn item(app: &TestApp, user: u64, kind: &str) -> Option<Value> {
+    inbox(app, user).await.into_iter().find(|i| i["kind"] == kind)
+}
+
+/// A `comment_liked` item is withdrawn when the comment is hidden and restored when it is
+/// approved, as a `commented` item is; deleting the comment withdraws it for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn comment_liked_items_follow_the_comments_visibility() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let body = json!({"text": "a comment to like"}).to_string();
+    let (st, c) = app.call(Method::POST, "/v1/posts/1/comments", Some(&app.user(20)), Some(&body)).await;
+    assert_eq!(st, StatusCode::CREATED, "{c}");
+    let cid = c["comment_id"].as_str().expect("id").to_string();
+    for u in [30u64, 31] {
+        let (st, v) =
+            app.call(Method::PUT, &format!("/v1/comments/{cid}/like"), Some(&app.user(u)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+    app.wait_until(|| async { item(&app, 20, "comment_liked").await.is_some_and(|i| i["actor_count"] == 2) })
+        .await;
+    let moderate = |action: &'static str| {
+        let (app, cid) = (&app, cid.clone());
+        async move {
+            let body = json!({ "action": action }).to_string();
+            let path = format!("/v1/moderation/comments/{cid}");
+            let (st, v) = app.call(Method::POST, &path, Some(&app.service()), Some(&body)).await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+        }
+    };
+    moderate("hide").await;
+    app.wait_until(|| async { item(&app, 20, "comment_liked").await.is_none() }).await;
+    moderate("approve").await;
+    app.wait_until(|| async { item(&app, 20, "comment_liked").await.is_some_and(|i| i["actor_count"] == 2) })
+        .await;
+    let (st, _) = app.call(Method::DELETE, &format!("/v1/comments/{cid}"), Some(&app.user(20)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    app.wait_until(|| async { item(&app, 20, "comment_liked").await.is_none() }).await;
+    app.stop().await;
+}
+
+/// Likers unliking after delivery, newest first: the item keeps naming the most recent
+/// remaining actors, and its text always names someone while anyone remains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_keeps_naming_the_remaining_actors_after_unlikes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let svc = app.service();
+    for u in 100..130u64 {
+        let body = json!({ "username": format!("liker{u}") }).to_string();
+        let (st, _) = app.call(Method::PUT, &format!("/v1/users/{u}"), Some(&svc), Some(&body)).await;
+        assert_eq!(st, StatusCode::OK);
+    }
+    let named = |it: &Value| -> Vec<String> {
+        it["actors"].as_array().expect("actors").iter().filter_map(Value::as_str).map(String::from).collect()
+    };
+    // 11 likers, then the 10 newest take theirs back one by one, each after delivery.
+    for u in 100..111u64 {
+        app.like(u, 1, true).await;
+    }
+    app.wait_until(|| async { inbox(&app, 7).await.first().is_some_and(|i| i["actor_count"] == 11) }).await;
+    for (k, u) in (101..111u64).rev().enumerate() {
+        app.like(u, 1, false).await;
+        let left = 10 - k as i64;
+        app.wait_until(|| async { inbox(&app, 7).await.first().is_some_and(|i| i["actor_count"] == left) })
+            .await;
+        let it = inbox(&app, 7).await.remove(0);
+        assert!(!named(&it).is_empty(), "{left} actors left, none named: {it}");
+    }
+    let it = inbox(&app, 7).await.remove(0);
+    assert_eq!(named(&it), ["liker100"], "{it}");
+    assert_eq!(it["text"], "liker100 liked your post");
+    // 30 likers, 10 of them unliking: two of the 20 left are still named.
+    for u in 111..130u64 {
+        app.like(u, 1, true).await;
+    }
+    app.wait_until(|| async { inbox(&app, 7).await.first().is_some_and(|i| i["actor_count"] == 20) }).await;
+    for u in (120..130u64).rev() {
+        app.like(u, 1, false).await;
+    }
+    app.wait_until(|| async { inbox(&app, 7).await.first().is_some_and(|i| i["actor_count"] == 10) }).await;
+    let it = inbox(&app, 7).await.remove(0);
+    let names = named(&it);
+    assert_eq!(names.len(), 2, "{it}");
+    assert!(names.iter().all(|n| (111..120).any(|u| *n == format!("liker{u}"))), "the newest left: {it}");
+    assert!(it["text"].as_str().is_some_and(|t| t.ends_with("and 8 others liked your post")), "{it}");
+    app.stop().await;
+}

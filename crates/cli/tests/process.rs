@@ -130,3 +130,37 @@ async fn kill_9_during_a_like_storm_loses_no_acknowledged_like() {
     let mut child = s.child;
     child.wait().expect("wait");
 }
+
+/// `likewise serve` on `data_dir` that must fail: its stderr.
+fn serve_fails(data_dir: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_likewise"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir])
+        .env("LIKEWISE__AUTH__SECRET", SECRET)
+        .output()
+        .expect("run likewise");
+    assert!(!out.status.success(), "serve on {data_dir} started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A second `serve` on a data directory in use says who holds it, not the library's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_on_the_same_data_dir_names_the_holder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = start(dir.path());
+    let err = serve_fails(&dir.path().display().to_string());
+    let want = format!("another likewise process holds {}", dir.path().display());
+    assert!(err.contains(&want), "{err}");
+    assert!(!err.contains("FjallError"), "{err}");
+    first.child.kill().expect("kill");
+    first.child.wait().expect("wait");
+}
+
+/// A data directory this process cannot write is named, with the reason. (sysfs refuses new
+/// files even to root, so the test holds whoever runs it.)
+#[test]
+fn an_unwritable_data_dir_is_named_with_the_reason() {
+    let dir = "/sys/kernel/likewise-data";
+    let err = serve_fails(dir);
+    assert!(err.contains(&format!("cannot write {dir}: permission denied")), "{err}");
+    assert!(!err.contains("Os {"), "{err}");
+}

@@ -363,7 +363,10 @@ async fn comments_ranking_and_notifications_work_across_nodes() {
     }
     let created = statuses.iter().filter(|s| **s == 201).count();
     let limited = statuses.iter().filter(|s| **s == 429).count();
-    assert_eq!((created, limited), (20, 6), "{statuses:?}");
+    // Shared: two node-local allowances would take all 26. At least the burst is allowed; a
+    // token may refill (one every 3 s) while a loaded machine serves the 26.
+    assert_eq!(created + limited, 26, "{statuses:?}");
+    assert!((20..26).contains(&created), "{statuses:?}");
 
     // Three visible comments (the blocked user's was refused), on both nodes.
     for base in [&a.base, &b.base] {
@@ -381,4 +384,90 @@ async fn comments_ranking_and_notifications_work_across_nodes() {
         stop(s);
     }
     d.cleanup().await;
+}
+
+/// The `post_liked` item of `post` in `author`'s inbox: its actor count.
+async fn liked_item_count(c: &Client, base: &str, author: u64, post: u64) -> Option<i64> {
+    let (st, v) =
+        c.call(base, Method::GET, "/v1/me/notifications?limit=100", author, false, "").await.ok()?;
+    assert_eq!(st, 200, "{v}");
+    v["items"]
+        .as_array()?
+        .iter()
+        .find(|i| {
+            i["kind"] == "post_liked"
+                && i["post_id"].as_str().and_then(|s| s.parse::<u64>().ok()) == Some(post)
+        })
+        .and_then(|i| i["actor_count"].as_i64())
+}
+
+/// Wait until every post's author has its `post_liked` item with `want` actors: the promise
+/// is delivery within the hold (300 ms here) plus 5 s of the last like, without any later
+/// traffic.
+async fn wait_items(c: &Client, base: &str, posts: &[u64], want: i64, what: &str) {
+    let deadline = Instant::now() + Duration::from_millis(300) + Duration::from_secs(5);
+    for &p in posts {
+        loop {
+            let got = liked_item_count(c, base, 1_000 + p, p).await;
+            if got == Some(want) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{what}: post {p}'s item has {got:?} actors, not {want}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The active worker is killed mid-storm while a standby waits; after the storm, nothing more
+/// happens. Every post's notification must still arrive in time, and a like after the
+/// failover too. Five deployments in a row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_notifications_are_released_after_a_failover_without_later_traffic() {
+    for run in 0..5 {
+        let d = Deployment::new().await;
+        let mut active = d.start("worker");
+        let (a, b) = (d.start("api"), d.start("api"));
+        let c = Client::new();
+        let posts: Vec<u64> = (1..=8).collect();
+        for &p in &posts {
+            put_post(&c, &a.base, p, 1_000 + p).await;
+        }
+        put_post(&c, &a.base, 9, 1_009).await;
+        let bases = vec![a.base.clone(), b.base.clone()];
+        let storm = {
+            let (c, bases, posts) = (c.clone(), bases.clone(), posts.clone());
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for p in posts {
+                    acked.push(like_all(&c, &bases, p, (10_000..10_120).collect()).await.len());
+                }
+                acked
+            })
+        };
+        // The standby joins once the active worker is busy, and the active one dies mid-storm.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while d.rows(1).await < 60 {
+            assert!(Instant::now() < deadline, "run {run}: likes are not flowing");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let standby = d.start("worker");
+        while d.rows(3).await < 30 {
+            assert!(Instant::now() < deadline, "run {run}: likes are not flowing");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        active.child.kill().expect("SIGKILL");
+        active.child.wait().expect("wait");
+        let acked = storm.await.expect("storm");
+        assert!(acked.iter().all(|n| *n == 120), "run {run}: {acked:?}");
+        wait_items(&c, &b.base, &posts, 120, &format!("run {run}, the storm")).await;
+        // One more like, then silence: it must not wait for traffic that never comes.
+        let (st, _) =
+            c.call(&a.base, Method::PUT, "/v1/posts/9/like", 20_000, false, "").await.expect("like");
+        assert_eq!(st, 200);
+        wait_items(&c, &b.base, &[9], 1, &format!("run {run}, after the failover")).await;
+        stop(a);
+        stop(b);
+        stop(standby);
+        d.cleanup().await;
+    }
 }

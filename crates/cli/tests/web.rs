@@ -5,7 +5,7 @@ mod common;
 
 use common::{TestApp, test_config};
 use hyper::{Method, StatusCode};
-use likewise::app::Application;
+use likewise_app::Application;
 use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,7 +54,7 @@ async fn demo_seeds_a_world_once_and_signs_in_seeded_users() {
     for round in 0..2 {
         let cfg = test_config(dir.path());
         let app = Application::build(&cfg).await.expect("build");
-        let world = likewise::demo::seed(&app.service()).await.expect("seed");
+        let world = likewise_app::demo::seed(&app.service()).await.expect("seed");
         let app = app.with_routes(likewise_http::web::demo_routes(world));
         let base = format!("http://{}", app.local_addr());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -4,9 +4,21 @@
 /// What went wrong in a storage engine.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The engine failed (I/O, corruption, lost connection).
+    /// The engine failed, as described (a condition of ours, not a library's error).
     #[error("storage failure: {0}")]
     Engine(String),
+    /// A storage library or server failed (I/O, lost connection, a refused statement); the
+    /// library's error is kept as the source, so callers can inspect it. The message names
+    /// only the engine: the source is the next link of the error chain (`{:#}` in anyhow,
+    /// [`chain`] in logs), so printing both would say it twice.
+    #[error("{engine} failed")]
+    Backend {
+        /// Which engine: `fjall`, `postgres`, `redis`, `nats`.
+        engine: &'static str,
+        /// The library's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     /// A stored record could not be decoded (unknown format version, truncated bytes).
     #[error("corrupt record in {keyspace}: {detail}")]
     Corrupt {
@@ -18,6 +30,29 @@ pub enum StoreError {
     /// The engine is shutting down and takes no more writes.
     #[error("storage is shutting down")]
     Closed,
+    /// The engine is there but cannot take this call now (every pooled connection busy for
+    /// longer than the pool waits): retryable, a 503 rather than a 500.
+    #[error("{engine} is overloaded")]
+    Overloaded {
+        /// Which engine.
+        engine: &'static str,
+        /// The library's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+}
+
+/// An error and its sources as one line, `outer: inner: innermost`: for logs, where only
+/// the outer message would otherwise be printed.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        next = s.source();
+    }
+    out
 }
 
 /// Result of a storage call.
@@ -33,11 +68,42 @@ pub enum ErrorKind {
 }
 
 impl StoreError {
+    /// A storage library's error, kept as the source.
+    pub fn backend(
+        engine: &'static str,
+        e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        StoreError::Backend { engine, source: e.into() }
+    }
+
     /// The kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            StoreError::Closed => ErrorKind::Unavailable,
-            StoreError::Engine(_) | StoreError::Corrupt { .. } => ErrorKind::Internal,
+            StoreError::Closed | StoreError::Overloaded { .. } => ErrorKind::Unavailable,
+            StoreError::Engine(_) | StoreError::Backend { .. } | StoreError::Corrupt { .. } => {
+                ErrorKind::Internal
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backend_error_keeps_its_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no");
+        let e = StoreError::backend("fjall", io);
+        let source = std::error::Error::source(&e).expect("a source");
+        let io = source.downcast_ref::<std::io::Error>().expect("the io::Error itself");
+        assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
+        assert_eq!(e.to_string(), "fjall failed");
+    }
+
+    #[test]
+    fn a_backend_errors_chain_names_its_source_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no");
+        assert_eq!(chain(&StoreError::backend("fjall", io)), "fjall failed: no");
     }
 }

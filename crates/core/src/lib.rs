@@ -3,14 +3,17 @@
 //! - [`ids`]: the 64-bit identifiers and their decimal-string wire form.
 //! - [`like`]: like targets, like/unlike operations and their outcomes (state transitions).
 //! - [`event`]: the engagement events written to the log (the transactional outbox).
-//! - [`comment`]: comments: IDs, text rules, statuses and shadow visibility, moderation
-//!   signals (hidden words, spam, near-duplicates, classifier) and the ranking formula.
+//! - [`comment`]: comments: IDs, text rules, statuses and shadow visibility, what each change
+//!   does (transitions) and how reports count, moderation signals (hidden words, spam,
+//!   near-duplicates, classifier) and the ranking formula.
 //! - [`counter`]: summing event deltas into one counter update per target.
 //! - [`display`]: the rounded like-count text ("12.3K").
 //! - [`visibility`]: who may see a like count.
 //! - [`model`]: upstream data: posts, users, viewer settings.
+//! - [`names`]: characters that hide or reorder text (usernames, notification texts).
 //! - [`notify`]: notifications: hold, aggregate, withdraw, as a pure state machine.
 //! - [`ports`]: the small traits the storage engines implement.
+//! - [`reverse`]: what a round of like events leaves in the user-keyed reverse index.
 //! - [`write`]: the operations of the single write path (likes, comment changes).
 //! - [`error`]: the error kinds shared by every layer.
 
@@ -22,8 +25,12 @@ pub mod event;
 pub mod ids;
 pub mod like;
 pub mod model;
+pub mod names;
 pub mod notify;
 pub mod ports;
+pub mod public_event;
+pub mod reverse;
+pub mod trending;
 pub mod visibility;
 pub mod write;
 

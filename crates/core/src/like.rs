@@ -85,7 +85,10 @@ pub struct LikeOutcome {
     pub liked: bool,
     /// True only when this operation created or removed the row.
     pub changed: bool,
-    /// The sequence number of the event this change produced (none when unchanged).
+    /// The position of the event this change produced in its log (none when unchanged).
+    /// Changes of one (target, user) key get increasing positions in commit order: the
+    /// embedded log is one sequence; a PostgreSQL shard's is the outbox row's `seq` and the
+    /// event's index in it (a key always lives on one shard).
     pub event_seq: Option<u64>,
 }
 

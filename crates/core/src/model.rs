@@ -61,6 +61,81 @@ pub struct UserProfile {
 pub struct ViewerSettings {
     /// Hide like counts on posts this viewer sees (except their own).
     pub hide_like_counts: bool,
+    /// Which notifications the viewer wants, per kind.
+    pub notifications: NotifPrefs,
+}
+
+/// Whose actions of one kind notify a user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NotifPref {
+    /// Everyone's (the default).
+    #[default]
+    All,
+    /// Only those of people the user follows.
+    Following,
+    /// No one's.
+    Off,
+}
+
+impl NotifPref {
+    /// `all`, `following` or `off`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NotifPref::All => "all",
+            NotifPref::Following => "following",
+            NotifPref::Off => "off",
+        }
+    }
+    /// Parse a wire name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "all" => Some(NotifPref::All),
+            "following" => Some(NotifPref::Following),
+            "off" => Some(NotifPref::Off),
+            _ => None,
+        }
+    }
+    fn code(self) -> u8 {
+        match self {
+            NotifPref::All => 0,
+            NotifPref::Following => 1,
+            NotifPref::Off => 2,
+        }
+    }
+    fn from_code(c: u8) -> Result<Self, BadRecord> {
+        match c {
+            0 => Ok(NotifPref::All),
+            1 => Ok(NotifPref::Following),
+            2 => Ok(NotifPref::Off),
+            _ => Err(BadRecord("notification preference")),
+        }
+    }
+}
+
+/// Notification preferences, one per kind (API.md, `/v1/me/notification-settings`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NotifPrefs {
+    /// Likes of my posts.
+    pub post_liked: NotifPref,
+    /// Likes of my comments.
+    pub comment_liked: NotifPref,
+    /// Comments on my posts.
+    pub commented: NotifPref,
+    /// Replies to my comments and mentions.
+    pub replied: NotifPref,
+}
+
+impl NotifPrefs {
+    /// The preference for `kind`.
+    pub fn for_kind(&self, kind: crate::notify::NotifKind) -> NotifPref {
+        use crate::notify::NotifKind;
+        match kind {
+            NotifKind::PostLiked => self.post_liked,
+            NotifKind::CommentLiked => self.comment_liked,
+            NotifKind::Commented => self.commented,
+            NotifKind::Replied => self.replied,
+        }
+    }
 }
 
 /// A stored record could not be decoded.
@@ -124,12 +199,31 @@ impl UserProfile {
 impl ViewerSettings {
     /// Stored form.
     pub fn encode(&self) -> Vec<u8> {
-        vec![RECORD_V1, self.hide_like_counts as u8]
+        let n = &self.notifications;
+        vec![
+            RECORD_V1,
+            self.hide_like_counts as u8,
+            n.post_liked.code(),
+            n.comment_liked.code(),
+            n.commented.code(),
+            n.replied.code(),
+        ]
     }
-    /// Parse the stored form.
+    /// Parse the stored form (records written before notification preferences existed hold
+    /// only the first flag: every kind is then `all`).
     pub fn decode(b: &[u8]) -> Result<Self, BadRecord> {
-        check_version(b, b.len() == 2)?;
-        Ok(ViewerSettings { hide_like_counts: b[1] != 0 })
+        check_version(b, b.len() == 2 || b.len() == 6)?;
+        let notifications = if b.len() == 6 {
+            NotifPrefs {
+                post_liked: NotifPref::from_code(b[2])?,
+                comment_liked: NotifPref::from_code(b[3])?,
+                commented: NotifPref::from_code(b[4])?,
+                replied: NotifPref::from_code(b[5])?,
+            }
+        } else {
+            NotifPrefs::default()
+        };
+        Ok(ViewerSettings { hide_like_counts: b[1] != 0, notifications })
     }
 }
 
@@ -143,8 +237,20 @@ mod tests {
         assert_eq!(PostMeta::decode(&p.encode()), Ok(p));
         let u = UserProfile { username: "zoë".into(), verified: true };
         assert_eq!(UserProfile::decode(&u.encode()), Ok(u));
-        let s = ViewerSettings { hide_like_counts: true };
+        let s = ViewerSettings {
+            hide_like_counts: true,
+            notifications: NotifPrefs {
+                commented: NotifPref::Following,
+                replied: NotifPref::Off,
+                ..Default::default()
+            },
+        };
         assert_eq!(ViewerSettings::decode(&s.encode()), Ok(s));
+        // A record from before notification preferences.
+        assert_eq!(
+            ViewerSettings::decode(&[RECORD_V1, 1]),
+            Ok(ViewerSettings { hide_like_counts: true, notifications: NotifPrefs::default() })
+        );
     }
 
     #[test]

@@ -16,6 +16,23 @@ use crate::ids::{CommentId, PostId, UserId};
 use crate::like::TargetKind;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// One inbox item as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifItem {
+    /// Item ID (unique).
+    pub id: u64,
+    /// Recipient, post, kind.
+    pub key: NotifKey,
+    /// The latest comment concerned, if any.
+    pub comment: Option<CommentId>,
+    /// Distinct actors.
+    pub actor_count: u64,
+    /// Most recent actors, newest first (at most 8).
+    pub recent: Vec<UserId>,
+    /// Last change, ms since the epoch.
+    pub updated_ms: u64,
+}
+
 /// What a notification is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum NotifKind {
@@ -255,6 +272,31 @@ impl Holder {
     }
 }
 
+/// The `comment_liked` changes a comment's change of visibility makes (event `e`, its
+/// `likers` with the time of each like): a comment hidden or deleted withdraws its likers
+/// from its author's item, and one made visible again restores them, as a `commented` item's
+/// actor is withdrawn and restored. Nothing for any other event.
+pub fn comment_like_changes(e: &Event, likers: &[(UserId, u64)]) -> Vec<Change> {
+    let visibility_change = matches!(e.kind, EventKind::CommentStatusChanged | EventKind::CommentDeleted);
+    if !visibility_change || e.delta == 0 || e.target.kind != TargetKind::Comment {
+        return Vec::new();
+    }
+    // A comment event's actor is the comment's author: the recipient of its likes.
+    let key = NotifKey { recipient: e.actor, post: PostId(e.post), kind: NotifKind::CommentLiked };
+    let comment = Some(CommentId(e.target.id));
+    likers
+        .iter()
+        .filter(|(u, _)| *u != e.actor)
+        .map(|&(actor, ts_ms)| {
+            if e.delta < 0 {
+                Change::Remove { key, actor }
+            } else {
+                Change::Add { key, actor, comment, ts_ms }
+            }
+        })
+        .collect()
+}
+
 /// "alice, bob and 22 others liked your post" from up to two names and the distinct count.
 pub fn render_text(kind: NotifKind, names: &[String], actor_count: u64) -> String {
     let verb = kind.verb();
@@ -441,6 +483,53 @@ mod tests {
     }
 
     #[test]
+    fn hiding_a_comment_withdraws_its_likers_and_approving_restores_them() {
+        let status = |delta: i8| Event {
+            seq: 9,
+            kind: EventKind::CommentStatusChanged,
+            target: Target::comment(5),
+            target_author: UserId(7),
+            actor: UserId(20),
+            ts_ms: 50,
+            post: 42,
+            parent: 0,
+            delta,
+        };
+        let likers = [(UserId(30), 10), (UserId(20), 11), (UserId(31), 12)];
+        let key = NotifKey { recipient: UserId(20), post: PostId(42), kind: NotifKind::CommentLiked };
+        assert_eq!(
+            comment_like_changes(&status(-1), &likers),
+            vec![Change::Remove { key, actor: UserId(30) }, Change::Remove { key, actor: UserId(31) }]
+        );
+        let back = comment_like_changes(&status(1), &likers);
+        assert_eq!(back[1], Change::Add { key, actor: UserId(31), comment: Some(CommentId(5)), ts_ms: 12 });
+        assert!(comment_like_changes(&status(0), &likers).is_empty());
+        let deleted = Event { kind: EventKind::CommentDeleted, ..status(-1) };
+        assert_eq!(comment_like_changes(&deleted, &likers).len(), 2);
+    }
+
+    #[test]
+    fn an_item_thinned_by_removals_is_refilled_from_the_newest_remaining_actors() {
+        let key = NotifKey { recipient: UserId(7), post: PostId(42), kind: NotifKind::PostLiked };
+        let mut up = ItemUpdate::new(NotifItem {
+            id: 1,
+            key,
+            comment: None,
+            actor_count: 20,
+            recent: (13..=20).rev().map(UserId).collect(),
+            updated_ms: 0,
+        });
+        for a in [20, 19, 18] {
+            up.apply(&Change::Remove { key, actor: UserId(a) }, true);
+        }
+        assert!(up.needs_refill());
+        // What the engine read, newest first; a removed actor is never named again.
+        up.refill([UserId(17), UserId(20), UserId(12), UserId(11), UserId(10), UserId(9)]);
+        assert_eq!(up.item.recent, [17, 16, 15, 14, 13, 12, 11, 10].map(UserId));
+        assert!(!up.needs_refill());
+    }
+
+    #[test]
     fn texts_name_two_and_count_the_rest() {
         let n = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(render_text(NotifKind::PostLiked, &n(&["alice"]), 1), "alice liked your post");
@@ -468,7 +557,7 @@ pub const RECENT_ACTORS: usize = 8;
 #[derive(Debug, Clone)]
 pub struct ItemUpdate {
     /// The item as it will be stored.
-    pub item: crate::ports::NotifItem,
+    pub item: NotifItem,
     /// Actors this batch made members.
     pub added: std::collections::HashSet<UserId>,
     /// Actors this batch removed.
@@ -477,7 +566,7 @@ pub struct ItemUpdate {
 
 impl ItemUpdate {
     /// Start from `item` as stored (or a new, empty one).
-    pub fn new(item: crate::ports::NotifItem) -> Self {
+    pub fn new(item: NotifItem) -> Self {
         ItemUpdate { item, added: Default::default(), removed: Default::default() }
     }
 
@@ -489,6 +578,26 @@ impl ItemUpdate {
             false
         } else {
             stored
+        }
+    }
+
+    /// Has `recent` fallen short of the actors it should name (after removals took names out
+    /// of it while older actors remain)? Then the engine reads the newest remaining actors
+    /// from the item's actor set and passes them to [`ItemUpdate::refill`].
+    pub fn needs_refill(&self) -> bool {
+        (self.item.recent.len() as u64) < self.item.actor_count.min(RECENT_ACTORS as u64)
+    }
+
+    /// Top `recent` up from `newest`, remaining members newest first (those already named
+    /// are skipped), so an item keeps naming its most recent actors whatever was removed.
+    pub fn refill(&mut self, newest: impl IntoIterator<Item = UserId>) {
+        for a in newest {
+            if self.item.recent.len() >= RECENT_ACTORS {
+                break;
+            }
+            if !self.item.recent.contains(&a) && !self.removed.contains(&a) {
+                self.item.recent.push(a);
+            }
         }
     }
 

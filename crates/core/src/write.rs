@@ -1,6 +1,7 @@
 //! Operations of the single write path: likes and comment changes go through the same group
 //! commit, so they share one event sequence and one fsync per batch.
 
+use crate::comment::idempotency::{KeyRecord, Keyed};
 use crate::comment::status::CommentStatus;
 use crate::ids::{CommentId, PostId, UserId};
 use crate::like::{LikeOp, LikeOutcome};
@@ -108,6 +109,16 @@ pub enum CommentOp {
     },
 }
 
+impl CommentOp {
+    /// The comment the operation changes; `None` for a create (the engine assigns its ID).
+    pub fn id(&self) -> Option<CommentId> {
+        match self {
+            CommentOp::Create(_) => None,
+            CommentOp::SetStatus { id, .. } | CommentOp::Delete { id, .. } => Some(*id),
+        }
+    }
+}
+
 /// One operation of the write path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteOp {
@@ -115,6 +126,11 @@ pub enum WriteOp {
     Like(LikeOp),
     /// A comment change.
     Comment(CommentOp),
+    /// A comment create under an `Idempotency-Key`: when the caller's key is already stored
+    /// the engine changes nothing and answers [`CommentOutcome::Replayed`]; otherwise it
+    /// applies `CommentOp::Create` and, when that created the comment, stores the key with
+    /// it in the same atomic write.
+    KeyedComment(CommentRecord, Keyed),
 }
 
 /// What a comment operation did.
@@ -124,6 +140,8 @@ pub enum CommentOutcome {
     Done(Option<CommentRecord>),
     /// The comment does not exist.
     NotFound,
+    /// A keyed create whose key was already stored: nothing was written.
+    Replayed(Box<KeyRecord>),
 }
 
 /// What an operation did.

@@ -1,5 +1,6 @@
 //! JSON shapes of the API (`API.md`), with their OpenAPI schemas. IDs are decimal strings.
 
+use likewise_core::comment::appeal::HeldBy;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -89,12 +90,53 @@ pub struct ModerationDecision {
     pub action: ModerationAction,
 }
 
-/// A comment awaiting a decision, with its real status and report count.
+/// `POST /v1/comments/{comment_id}/appeal` body (it may also be empty).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppealCreate {
+    /// Why the decision should be reconsidered (at most 1,000 characters).
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// The layer (or person) holding a comment back.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldByDto {
+    Classifier,
+    HiddenWords,
+    NearDuplicate,
+    Reports,
+    Restricted,
+    Moderator,
+}
+
+impl From<HeldBy> for HeldByDto {
+    fn from(h: HeldBy) -> Self {
+        match h {
+            HeldBy::Classifier => HeldByDto::Classifier,
+            HeldBy::HiddenWords => HeldByDto::HiddenWords,
+            HeldBy::NearDuplicate => HeldByDto::NearDuplicate,
+            HeldBy::Reports => HeldByDto::Reports,
+            HeldBy::Restricted => HeldByDto::Restricted,
+            HeldBy::Moderator => HeldByDto::Moderator,
+        }
+    }
+}
+
+/// A comment awaiting a decision, with its real status, report count, why it is held and the
+/// author's appeal.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct QueueItem {
     #[serde(flatten)]
     pub comment: CommentDto,
     pub report_count: u32,
+    /// Which layer holds it; null when none does (reported while still visible).
+    pub held_by: Option<HeldByDto>,
+    /// The author appealed.
+    pub appealed: bool,
+    /// The author's appeal message (null without an appeal; may be empty).
+    pub appeal_message: Option<String>,
 }
 
 /// The review queue.
@@ -160,11 +202,33 @@ pub struct LikersPage {
     pub next_cursor: Option<String>,
 }
 
+/// One trending post.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TrendingItem {
+    #[schema(value_type = String)]
+    pub post_id: PostId,
+    /// Net likes in the window.
+    pub likes: u64,
+    /// Net visible comments in the window.
+    pub comments: u64,
+    /// Engagement velocity: recent engagement weighs more.
+    pub score: f64,
+}
+
+/// `GET /v1/trending`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TrendingPage {
+    pub items: Vec<TrendingItem>,
+    /// Always null: trending is one page.
+    pub next_cursor: Option<String>,
+}
+
 /// `PUT /v1/users/{user_id}` body.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserPut {
-    /// 1 to 64 characters, no control characters.
+    /// 1 to 64 characters, no control characters, no text-direction controls, at least one
+    /// visible character; surrounding whitespace is trimmed and the name stored in Unicode NFC.
     pub username: String,
     #[serde(default)]
     pub verified: bool,
@@ -217,6 +281,69 @@ pub struct UserRecord {
 #[serde(deny_unknown_fields)]
 pub struct SettingsDto {
     pub hide_like_counts: bool,
+}
+
+/// Whose actions of one kind notify me.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NotifPrefDto {
+    /// Everyone's (default).
+    All,
+    /// Only people I follow.
+    Following,
+    /// No one's.
+    Off,
+}
+
+impl From<NotifPrefDto> for likewise_core::model::NotifPref {
+    fn from(p: NotifPrefDto) -> Self {
+        match p {
+            NotifPrefDto::All => Self::All,
+            NotifPrefDto::Following => Self::Following,
+            NotifPrefDto::Off => Self::Off,
+        }
+    }
+}
+
+impl From<likewise_core::model::NotifPref> for NotifPrefDto {
+    fn from(p: likewise_core::model::NotifPref) -> Self {
+        use likewise_core::model::NotifPref;
+        match p {
+            NotifPref::All => NotifPrefDto::All,
+            NotifPref::Following => NotifPrefDto::Following,
+            NotifPref::Off => NotifPrefDto::Off,
+        }
+    }
+}
+
+/// `GET|PUT /v1/me/notification-settings` answer: every kind.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct NotificationSettingsDto {
+    pub post_liked: NotifPrefDto,
+    pub comment_liked: NotifPrefDto,
+    pub commented: NotifPrefDto,
+    pub replied: NotifPrefDto,
+}
+
+impl From<likewise_core::model::NotifPrefs> for NotificationSettingsDto {
+    fn from(n: likewise_core::model::NotifPrefs) -> Self {
+        NotificationSettingsDto {
+            post_liked: n.post_liked.into(),
+            comment_liked: n.comment_liked.into(),
+            commented: n.commented.into(),
+            replied: n.replied.into(),
+        }
+    }
+}
+
+/// `PUT /v1/me/notification-settings` body: any subset of the kinds.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NotificationSettingsPut {
+    pub post_liked: Option<NotifPrefDto>,
+    pub comment_liked: Option<NotifPrefDto>,
+    pub commented: Option<NotifPrefDto>,
+    pub replied: Option<NotifPrefDto>,
 }
 
 /// A post's insights (its author only).

@@ -12,8 +12,9 @@ use utoipa::ToSchema;
 /// The JSON error body.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
-    /// One of `invalid`, `unauthenticated`, `forbidden`, `not_found`, `conflict`,
-    /// `too_large`, `rate_limited`, `unavailable`, `internal`.
+    /// One of `invalid`, `unauthenticated`, `forbidden`, `not_found`, `method_not_allowed`,
+    /// `conflict`, `too_large`, `unsupported_media_type`, `rate_limited`, `unavailable`,
+    /// `internal`.
     pub error: &'static str,
     /// Human-readable explanation.
     pub message: String,
@@ -52,10 +53,23 @@ impl ApiError {
     pub fn not_found(msg: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", msg)
     }
-    /// 405, reported with kind `invalid`.
+    /// 405 method_not_allowed.
     pub fn method_not_allowed() -> Self {
-        Self::new(StatusCode::METHOD_NOT_ALLOWED, "invalid", "method not allowed on this route")
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route")
     }
+    /// 415 unsupported_media_type: a body that is not declared as JSON.
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "request bodies must be JSON, sent with Content-Type: application/json",
+        )
+    }
+    /// 431 too_large: the request's header fields are too many or too large.
+    pub fn headers_too_large(msg: impl Into<String>) -> Self {
+        Self::new(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "too_large", msg)
+    }
+
     /// 413 too_large.
     pub fn too_large(msg: impl Into<String>) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", msg)
@@ -74,6 +88,11 @@ impl ApiError {
     pub fn internal() -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
     }
+    /// The same error with another message.
+    pub fn with_message(mut self, msg: impl Into<String>) -> Self {
+        self.message = msg.into();
+        self
+    }
     /// The status code.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -86,6 +105,7 @@ impl From<ServiceError> for ApiError {
             Kind::NotFound => ApiError::not_found(e.to_string()),
             Kind::Forbidden => ApiError::forbidden(e.to_string()),
             Kind::Invalid => ApiError::invalid(e.to_string()),
+            Kind::Unprocessable => ApiError::unprocessable(e.to_string()),
             Kind::Conflict => ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string()),
             Kind::RateLimited => ApiError::rate_limited(match e {
                 ServiceError::RateLimited(secs) => secs,
@@ -93,7 +113,7 @@ impl From<ServiceError> for ApiError {
             }),
             Kind::Unavailable => ApiError::unavailable("service is shutting down or storage is unavailable"),
             Kind::Internal => {
-                tracing::error!(error = %e, "internal error");
+                tracing::error!(error = %likewise_core::error::chain(&e), "internal error");
                 ApiError::internal()
             }
         }

@@ -4,6 +4,8 @@
 use crate::error::ApiError;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::HeaderMap;
+use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -34,18 +36,46 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for QueryPa
     }
 }
 
-/// A JSON body. Malformed JSON is 400, JSON that does not fit (unknown or missing fields,
-/// wrong types) is 422, a body over the limit is 413. The content type is not policed: a
-/// body that parses is accepted.
+/// True when `headers` declare a JSON body: exactly one `Content-Type`, whose media type is
+/// `application/json` or `application/<anything>+json` (any case, parameters ignored).
+pub fn declares_json(headers: &HeaderMap) -> bool {
+    let mut values = headers.get_all(CONTENT_TYPE).iter();
+    match (values.next(), values.next()) {
+        (Some(v), None) => is_json_media_type(v.as_bytes()),
+        _ => false,
+    }
+}
+
+/// `application/json` or `application/<token>+json`, with any parameters after a `;`.
+pub fn is_json_media_type(value: &[u8]) -> bool {
+    let essence = value.split(|b| *b == b';').next().unwrap_or_default().trim_ascii();
+    let Some(slash) = essence.iter().position(|b| *b == b'/') else { return false };
+    let (ty, sub) = (&essence[..slash], &essence[slash + 1..]);
+    let token =
+        |s: &[u8]| !s.is_empty() && s.iter().all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(b));
+    if !ty.eq_ignore_ascii_case(b"application") || !token(sub) {
+        return false;
+    }
+    sub.eq_ignore_ascii_case(b"json")
+        || (sub.len() > 5 && sub[sub.len() - 5..].eq_ignore_ascii_case(b"+json"))
+}
+
+/// A JSON body. A non-empty body not declared as JSON is 415 ([`declares_json`]), malformed
+/// JSON is 400, JSON that does not fit (unknown or missing fields, wrong types) is 422, a
+/// body over the limit is 413.
 pub struct JsonBody<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let json = declares_json(req.headers());
         let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
             BytesRejection::FailedToBufferBody(_) => ApiError::too_large("request body too large"),
             other => ApiError::invalid(other.body_text()),
         })?;
+        if !json && !bytes.is_empty() {
+            return Err(ApiError::unsupported_media_type());
+        }
         parse_json(&bytes).map(JsonBody)
     }
 }
@@ -88,6 +118,29 @@ mod tests {
     #[allow(dead_code)]
     struct Body {
         a: bool,
+    }
+
+    #[test]
+    fn json_media_types_are_recognised() {
+        for ok in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/merge-patch+json",
+            " application/json ",
+        ] {
+            assert!(is_json_media_type(ok.as_bytes()), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "text/plain",
+            "application/jsonx",
+            "application/+json",
+            "text/json",
+            "application/x json",
+            "json",
+        ] {
+            assert!(!is_json_media_type(bad.as_bytes()), "{bad:?}");
+        }
     }
 
     #[test]

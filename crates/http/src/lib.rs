@@ -1,12 +1,15 @@
 //! The HTTP API of `API.md`, on axum.
 //!
-//! - [`router`] builds every route with its layers; [`serve`] runs it until a shutdown signal
+//! - [`router`] builds every route with its layers from one table (`api_routes`), which also
+//!   yields the OpenAPI document; [`serve`] runs it until a shutdown signal
 //!   and drains in-flight requests (tests bind port 0 and pass their own signal).
 //! - [`auth`]: bearer tokens and the `Viewer` / `Service` extractors.
 //! - [`extract`]: path, query and JSON extractors that speak the error contract.
+//! - [`paging`]: the `limit` and `cursor` parameters of every list.
 //! - [`error`]: error kinds to status codes, in one place.
 //! - [`cursor`]: opaque, tamper-evident cursors.
-//! - [`dto`]: the JSON shapes; [`openapi`]: the generated OpenAPI document.
+//! - [`dto`]: the JSON shapes; [`openapi`]: what the OpenAPI document adds to the route
+//!   table's annotations.
 //! - [`middleware`]: request metrics and the per-request timeout.
 //! - [`routes`]: one file per resource.
 //! - [`web`]: the web demo page at `/`, and the demo-only routes `likewise demo` adds.
@@ -18,6 +21,7 @@ pub mod error;
 pub mod extract;
 pub mod middleware;
 pub mod openapi;
+pub mod paging;
 pub mod routes;
 pub mod server;
 pub mod web;
@@ -25,7 +29,7 @@ pub mod web;
 use auth::TokenKeys;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, put};
+use axum::routing::get;
 use cursor::CursorCodec;
 use error::ApiError;
 use likewise_service::Engagement;
@@ -34,6 +38,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
 
 /// HTTP tuning.
 #[derive(Debug, Clone)]
@@ -45,6 +51,23 @@ pub struct HttpOptions {
     pub request_timeout: Duration,
     /// Connection-level limits (slow clients, connection count, drain).
     pub serve: server::ServeOptions,
+    /// Most notification streams one user may hold open (`notifications.max_streams_per_user`).
+    pub max_streams_per_user: usize,
+    /// Most notification streams open at once, all users together; 0 means half of
+    /// `serve.max_connections`, so streams never take the slots ordinary requests need.
+    pub max_streams: usize,
+    /// Origins allowed to call the API from a browser (CORS); empty: none.
+    pub cors_origins: Vec<String>,
+}
+
+impl HttpOptions {
+    /// The total stream cap in effect (see [`HttpOptions::max_streams`]).
+    pub fn stream_cap(&self) -> usize {
+        match self.max_streams {
+            0 => (self.serve.max_connections / 2).max(1),
+            n => n,
+        }
+    }
 }
 
 impl Default for HttpOptions {
@@ -53,6 +76,9 @@ impl Default for HttpOptions {
             max_body_bytes: 64 * 1024,
             request_timeout: Duration::from_secs(10),
             serve: server::ServeOptions::default(),
+            max_streams_per_user: 5,
+            max_streams: 0,
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -69,6 +95,22 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     /// Options.
     pub opts: HttpOptions,
+    /// Open notification streams, per user and in total.
+    pub streams: routes::notifications::StreamSlots,
+}
+
+impl AppState {
+    /// State for `svc` with `keys`, `cursors` and `opts` (the stream slots follow `opts`).
+    pub fn new(
+        svc: Arc<Engagement>,
+        keys: TokenKeys,
+        cursors: CursorCodec,
+        metrics: Option<PrometheusHandle>,
+        opts: HttpOptions,
+    ) -> Self {
+        let streams = routes::notifications::StreamSlots::new(opts.max_streams_per_user, opts.stream_cap());
+        AppState { svc, keys, cursors, metrics, opts, streams }
+    }
 }
 
 /// Body limit of `PUT /v1/me/hidden-words`: the longest valid list, every character escaped
@@ -82,50 +124,92 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// Every route of the API, plus `extra` routes (the demo's), with its layers.
 pub fn router_with(state: Arc<AppState>, extra: Option<Router<Arc<AppState>>>) -> Router {
-    use routes::*;
-    let v1 = Router::new()
-        .route("/v1/users/{user_id}", put(upstream::put_user))
-        .route("/v1/users/{user_id}/follows/{other_id}", put(upstream::follow).delete(upstream::unfollow))
-        .route("/v1/posts", get(posts::posts))
-        .route("/v1/posts/{post_id}", get(posts::post).put(upstream::put_post))
-        .route("/v1/posts/{post_id}/like", put(likes::like).delete(likes::unlike))
-        .route("/v1/posts/{post_id}/likers", get(likes::likers))
-        .route("/v1/posts/{post_id}/views", axum::routing::post(views::view))
-        .route("/v1/posts/{post_id}/insights", get(views::insights))
-        .route("/v1/posts/{post_id}/comments", get(comments::list).post(comments::create))
-        .route("/v1/comments/{comment_id}", axum::routing::delete(comments::delete))
-        .route("/v1/comments/{comment_id}/replies", get(comments::replies))
-        .route("/v1/comments/{comment_id}/like", put(comments::like).delete(comments::unlike))
-        .route("/v1/me/settings", put(me::put_settings).get(me::get_settings))
-        // A full list (1,000 entries of 64 characters, JSON-escaped) needs more than the
-        // default body limit; this route alone gets enough for it.
-        .route(
-            "/v1/me/hidden-words",
-            put(moderation::put_hidden_words)
-                .layer(DefaultBodyLimit::max(state.opts.max_body_bytes.max(HIDDEN_WORDS_BODY_BYTES))),
-        )
-        .route("/v1/me/notifications", get(notifications::inbox))
-        .route("/v1/me/notifications/stream", get(notifications::stream))
-        .route("/v1/me/blocks/{user_id}", put(moderation::block).delete(moderation::unblock))
-        .route("/v1/me/restricts/{user_id}", put(moderation::restrict).delete(moderation::unrestrict))
-        .route("/v1/comments/{comment_id}/reports", axum::routing::post(moderation::report))
-        .route("/v1/comments/{comment_id}/approve", axum::routing::post(moderation::approve))
-        .route("/v1/posts/{post_id}/pins/{comment_id}", put(moderation::pin).delete(moderation::unpin))
-        .route("/v1/moderation/queue", get(moderation::queue))
-        .route("/v1/moderation/comments/{comment_id}", axum::routing::post(moderation::decide));
-    Router::new()
-        .route("/healthz", get(ops::healthz))
-        .route("/metrics", get(ops::metrics))
-        .route("/openapi.json", get(ops::openapi))
-        .merge(v1)
-        .merge(web::page_routes())
+    let hidden_words_limit = state.opts.max_body_bytes.max(HIDDEN_WORDS_BODY_BYTES);
+    let (api, doc) = api_routes(hidden_words_limit).split_for_parts();
+    let doc = routes::ops::OpenApiDocument(Arc::new(openapi::complete(doc)));
+    let cors = cors_layer(&state.opts.cors_origins);
+    api.merge(web::page_routes())
         .merge(extra.unwrap_or_default())
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .layer(axum::Extension(doc))
         .layer(DefaultBodyLimit::max(state.opts.max_body_bytes))
+        .layer(axum::middleware::from_fn(middleware::require_json))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::timeout))
+        .layer(tower::util::option_layer(cors))
+        .layer(axum::middleware::from_fn(middleware::limit_headers))
         .layer(axum::middleware::from_fn(middleware::track))
         .with_state(state)
+}
+
+/// CORS for the configured origins (`server.cors_origins`), or none when the list is empty:
+/// browsers on those origins may call every route with a bearer token and JSON bodies.
+/// Preflights are answered before authentication (they carry no token).
+fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use axum::http::{HeaderName, HeaderValue, Method, header};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let origins: Vec<HeaderValue> = origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()).collect();
+    if origins.is_empty() {
+        return None;
+    }
+    Some(
+        CorsLayer::new()
+            .allow_origin(AllowOrigin::list(origins))
+            .allow_methods([Method::GET, Method::PUT, Method::POST, Method::DELETE])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("idempotency-key"),
+                HeaderName::from_static("last-event-id"),
+            ])
+            .expose_headers([header::RETRY_AFTER])
+            .max_age(Duration::from_secs(600)),
+    )
+}
+
+/// The OpenAPI document `/openapi.json` serves (for tools and tests without a server).
+pub fn openapi_document() -> serde_json::Value {
+    openapi::complete(api_routes(HIDDEN_WORDS_BODY_BYTES).split_for_parts().1)
+}
+
+/// The API's routes, each listed once: the router and the OpenAPI document both come from
+/// this table (`routes!` groups the handlers of one path; each handler's `#[utoipa::path]`
+/// gives its method and path).
+fn api_routes(hidden_words_limit: usize) -> OpenApiRouter<Arc<AppState>> {
+    use routes::*;
+    OpenApiRouter::with_openapi(openapi::base())
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::metrics))
+        .routes(routes!(ops::openapi))
+        .routes(routes!(events::events_schema))
+        .routes(routes!(upstream::put_user))
+        .routes(routes!(upstream::follow, upstream::unfollow))
+        .routes(routes!(posts::posts))
+        .routes(routes!(posts::post, upstream::put_post))
+        .routes(routes!(likes::like, likes::unlike))
+        .routes(routes!(likes::likers))
+        .routes(routes!(views::view))
+        .routes(routes!(views::insights))
+        .routes(routes!(trending::trending))
+        .routes(routes!(comments::list, comments::create))
+        .routes(routes!(comments::delete))
+        .routes(routes!(comments::replies))
+        .routes(routes!(comments::like, comments::unlike))
+        .routes(routes!(me::put_settings, me::get_settings))
+        // A full list (1,000 entries of 64 characters, JSON-escaped) needs more than the
+        // default body limit; this route alone gets enough for it.
+        .routes(routes!(moderation::put_hidden_words).layer(DefaultBodyLimit::max(hidden_words_limit)))
+        .routes(routes!(notifications::inbox))
+        .routes(routes!(me::get_notification_settings, me::put_notification_settings))
+        .routes(routes!(notifications::stream))
+        .routes(routes!(moderation::block, moderation::unblock))
+        .routes(routes!(moderation::restrict, moderation::unrestrict))
+        .routes(routes!(moderation::report))
+        .routes(routes!(moderation::approve))
+        .routes(routes!(moderation::appeal))
+        .routes(routes!(moderation::pin, moderation::unpin))
+        .routes(routes!(moderation::queue))
+        .routes(routes!(moderation::decide))
 }
 
 /// Only `/healthz` and `/metrics`: what a worker process (no API) offers its operators.
@@ -136,6 +220,7 @@ pub fn ops_router(state: Arc<AppState>) -> Router {
         .fallback(|| async {
             ApiError::not_found("this is a worker node: it serves /healthz and /metrics only")
         })
+        .layer(axum::middleware::from_fn(middleware::limit_headers))
         .layer(axum::middleware::from_fn(middleware::track))
         .with_state(state)
 }

@@ -1,8 +1,14 @@
-//! Request metrics (rate, status and latency by route) and the per-request timeout.
+//! Request metrics (rate, status and latency by route), the per-request timeout, the limits
+//! on request headers, and the content-type rule for request bodies.
+//!
+//! Every metric label comes from a closed set, whatever a client sends: the route template
+//! (or `unmatched`), one of the methods the API routes (or `other`), and the status code.
+//! Otherwise each made-up method name would become a label kept until restart.
 
 use crate::AppState;
 use crate::error::ApiError;
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
@@ -12,7 +18,7 @@ use std::time::Instant;
 /// labelled by the route template (not the raw path, which would explode cardinality).
 pub async fn track(req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map(|m| intern(m.as_str())).unwrap_or("unmatched");
-    let method = intern(req.method().as_str());
+    let method = method_label(req.method());
     let started = Instant::now();
     let resp = next.run(req).await;
     let status = intern(resp.status().as_str());
@@ -21,6 +27,54 @@ pub async fn track(req: Request, next: Next) -> Response {
     metrics::histogram!("likewise_http_request_duration_seconds", "route" => route, "method" => method)
         .record(started.elapsed().as_secs_f64());
     resp
+}
+
+/// The metrics label of a method: one of the methods the router serves, else `other`.
+pub fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::PUT => "PUT",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// Most header fields a request may carry; more is a 431.
+pub const MAX_HEADERS: usize = 100;
+/// Most bytes all header names and values of a request may hold together; more is a 431.
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+
+/// Refuse requests with too many or too large header fields: 431 with the JSON error body.
+/// The server lets hyper parse heads well past these limits (`server.rs`), so it is this
+/// check, not hyper's own bare 431, that answers ordinary oversized requests.
+pub async fn limit_headers(req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    if headers.len() > MAX_HEADERS {
+        metrics::counter!("likewise_http_header_limit_total", "limit" => "count").increment(1);
+        return ApiError::headers_too_large(format!("more than {MAX_HEADERS} header fields")).into_response();
+    }
+    let bytes: usize = headers.iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
+    if bytes > MAX_HEADER_BYTES {
+        metrics::counter!("likewise_http_header_limit_total", "limit" => "bytes").increment(1);
+        return ApiError::headers_too_large(format!("header fields over {MAX_HEADER_BYTES} bytes in all"))
+            .into_response();
+    }
+    next.run(req).await
+}
+
+/// A request whose body is known to be non-empty must declare it JSON
+/// ([`crate::extract::declares_json`]): 415 `unsupported_media_type` otherwise, before any
+/// handler reads it. (A chunked body of unknown length is checked by `JsonBody` once read.)
+pub async fn require_json(req: Request, next: Next) -> Response {
+    use axum::body::HttpBody;
+    let has_body = req.body().size_hint().lower() > 0;
+    if has_body && !crate::extract::declares_json(req.headers()) {
+        return ApiError::unsupported_media_type().into_response();
+    }
+    next.run(req).await
 }
 
 /// Answer 503 `unavailable` when a request takes longer than the configured timeout.
@@ -34,7 +88,7 @@ pub async fn timeout(State(state): State<Arc<AppState>>, req: Request, next: Nex
     }
 }
 
-/// Route templates, methods and status codes form a small closed set: intern them once so
+/// Route templates and status codes form a small closed set: intern them once so
 /// labelling a request allocates nothing (this runs on every request).
 fn intern(s: &str) -> &'static str {
     static TABLE: std::sync::OnceLock<parking_lot::RwLock<std::collections::HashSet<&'static str>>> =

@@ -1,6 +1,7 @@
-//! The OpenAPI 3 document, generated from the handlers' annotations.
+//! The OpenAPI 3 document: the route table's annotations (`crate::api_routes`), plus the
+//! schemas, the bearer scheme and the constraints serde cannot express.
 
-use crate::{dto, error, routes};
+use crate::{dto, error};
 use serde_json::json;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -8,28 +9,20 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Likewise", description = "Likes, counts and feed hydration for a social platform."),
-    paths(
-        routes::ops::healthz, routes::ops::metrics, routes::ops::openapi,
-        routes::upstream::put_user, routes::upstream::put_post, routes::upstream::follow, routes::upstream::unfollow,
-        routes::likes::like, routes::likes::unlike, routes::likes::likers,
-        routes::posts::posts, routes::posts::post, routes::views::view, routes::views::insights,
-        routes::comments::create, routes::comments::list, routes::comments::replies, routes::comments::delete,
-        routes::comments::like, routes::comments::unlike,
-        routes::moderation::put_hidden_words, routes::moderation::block, routes::moderation::unblock,
-        routes::moderation::restrict, routes::moderation::unrestrict, routes::moderation::report,
-        routes::moderation::approve, routes::moderation::pin, routes::moderation::unpin,
-        routes::moderation::queue, routes::moderation::decide,
-        routes::me::put_settings, routes::me::get_settings,
-        routes::notifications::inbox, routes::notifications::stream,
-    ),
     components(schemas(error::ErrorBody, dto::LikeResponse, dto::PostViewDto, dto::PostsResponse, dto::CommentDto,
         dto::LikerDto, dto::LikersPage, dto::UserPut, dto::PostPut, dto::PostRecord, dto::UserRecord,
         dto::SettingsDto, dto::Health, dto::CommentsSetting, dto::CommentCreate, dto::CommentsPage, dto::HiddenWordsDto,
-        dto::ReportReasonDto, dto::ReportCreate, dto::ModerationAction, dto::ModerationDecision, dto::QueueItem,
+        dto::ReportReasonDto, dto::ReportCreate, dto::AppealCreate, dto::HeldByDto, dto::ModerationAction, dto::ModerationDecision, dto::QueueItem,
         dto::QueuePage, dto::InsightsDto, dto::NotificationDto, dto::NotificationsPage)),
     modifiers(&Bearer),
 )]
 struct ApiDoc;
+
+/// What the document holds besides the routes (`crate::api_routes` adds each route's
+/// path, parameters and responses from its annotation).
+pub fn base() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
 
 struct Bearer;
 
@@ -42,11 +35,11 @@ impl utoipa::Modify for Bearer {
     }
 }
 
-/// The document served at `/openapi.json`: the handlers' annotations, completed with what
-/// every route shares (see [`complete`]).
-pub fn document() -> serde_json::Value {
-    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
-    complete(&mut doc);
+/// The document served at `/openapi.json`: the route table's annotations, completed with
+/// what every route shares.
+pub fn complete(doc: utoipa::openapi::OpenApi) -> serde_json::Value {
+    let mut doc = serde_json::to_value(doc).unwrap_or_default();
+    complete_json(&mut doc);
     doc
 }
 
@@ -80,6 +73,18 @@ const BIDI: &str = r"\u202a-\u202e\u2066-\u2069";
 const WS: &str = r"\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
 /// Every control character (Unicode Cc, `char::is_control`).
 const ALL_CC: &str = r"\x00-\x1f\x7f-\x9f";
+/// Bidi formatting characters (`likewise_core::names::is_bidi_control`).
+const BIDI_ALL: &str = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069";
+/// What shows nothing besides whitespace and controls (`likewise_core::names::is_invisible`):
+/// format characters, separators and other default-ignorables. Characters beyond the BMP are
+/// written `\UXXXXXXXX`, which Rust's `regex` and Python's `re` (schemathesis) both read.
+const INVISIBLE: &str = concat!(
+    r"\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e",
+    r"\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\u2028\u2029",
+    r"\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a",
+    r"\U000e0001\U000e0020-\U000e007f",
+    r"\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef",
+);
 
 /// Constraints serde cannot express on the DTOs: ID formats, and the text rules of
 /// `likewise_core::comment::text` and the upstream handlers, as patterns.
@@ -117,9 +122,15 @@ fn complete_schemas(doc: &mut serde_json::Value, id: &str) {
     if let Some(p) = schemas.get_mut("UserPut").and_then(|s| s.pointer_mut("/properties/username")) {
         p["minLength"] = json!(1);
         p["maxLength"] = json!(crate::routes::upstream::MAX_USERNAME);
-        // Trimmed, it is not empty and holds no control character (tabs included); the edges
-        // that trimming removes may hold any whitespace (`routes::upstream::put_user`).
-        p["pattern"] = json!(format!(r"^[{WS}]*[^{WS}{ALL_CC}](?:[^{ALL_CC}]*[^{WS}{ALL_CC}])?[{WS}]*$"));
+        // Trimmed, it is not empty and holds no control character (tabs included) and no bidi
+        // control, and at least one visible character (first, last or inside); the edges
+        // that trimming removes may hold any whitespace (`routes::upstream::check_username`).
+        let edge = format!("[^{WS}{ALL_CC}{BIDI_ALL}]");
+        let mid = format!("[^{ALL_CC}{BIDI_ALL}]*");
+        let vis = format!("[^{WS}{ALL_CC}{INVISIBLE}]");
+        p["pattern"] = json!(format!(
+            "^[{WS}]*(?:{vis}|{vis}{mid}{edge}|{edge}{mid}{vis}|{edge}{mid}{vis}{mid}{edge})[{WS}]*$"
+        ));
     }
     if let Some(p) = schemas.get_mut("HiddenWordsDto").and_then(|s| s.pointer_mut("/properties/words")) {
         use likewise_core::comment::hidden_words::{MAX_HIDDEN_WORDS, MAX_WORD_CHARS};
@@ -130,7 +141,27 @@ fn complete_schemas(doc: &mut serde_json::Value, id: &str) {
 
 /// Operations under a per-user rate limit (`[limits]`): likes, unlikes and comments.
 const RATE_LIMITED: &[&str] =
-    &["likes_like", "likes_unlike", "comments_create", "comments_like", "comments_unlike"];
+    &["like_post", "unlike_post", "create_comment", "like_comment", "unlike_comment"];
+
+/// The API's version, as `info.version`: the major is the `/v1` of the paths; the minor grows
+/// when routes or fields are added (clients ignore fields they do not know).
+pub const API_VERSION: &str = "1.0";
+
+/// An example body for each request schema, shown by documentation tools and sent by the
+/// contract tests' example phase (`tests::request_examples_are_accepted` parses each one).
+fn request_example(schema: &str) -> Option<serde_json::Value> {
+    Some(match schema {
+        "UserPut" => json!({"username": "alice", "verified": false}),
+        "PostPut" => json!({"author_id": "7", "hide_like_count": false, "comments": "everyone"}),
+        "CommentCreate" => json!({"text": "Lovely light in this one."}),
+        "SettingsDto" => json!({"hide_like_counts": true}),
+        "HiddenWordsDto" => json!({"words": ["spoiler", "giveaway"]}),
+        "ReportCreate" => json!({"reason": "spam"}),
+        "AppealCreate" => json!({"message": "It quotes the book, it is not about anyone here."}),
+        "ModerationDecision" => json!({"action": "approve"}),
+        _ => return None,
+    })
+}
 
 fn describe(code: &str) -> &'static str {
     match code {
@@ -140,6 +171,7 @@ fn describe(code: &str) -> &'static str {
         "404" => "No such resource.",
         "409" => "Conflicts with the current state.",
         "429" => "Rate limited: retry after the Retry-After header's seconds.",
+        "415" => "The body is not declared as JSON.",
         _ => "See the error body.",
     }
 }
@@ -154,8 +186,11 @@ fn error_response(description: &str) -> serde_json::Value {
 /// Fill in what every route shares, in one place rather than on 34 annotations: the exact
 /// format of IDs and paging parameters, and the error responses that middleware and
 /// extractors can produce on any route (bad IDs, bodies too large or malformed, a missing
-/// token, a request timeout). Operation IDs get their tag as a prefix to be unique.
-fn complete(doc: &mut serde_json::Value) {
+/// token, a request timeout), and an example of each request body. Operation IDs are the
+/// handlers' own (`operation_id` in each annotation): generated clients name their methods
+/// after them, so they are unique (`tests::operation_ids_are_unique`) and stable.
+fn complete_json(doc: &mut serde_json::Value) {
+    doc["info"]["version"] = json!(API_VERSION);
     let id = id_pattern();
     complete_schemas(doc, &id);
     let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else { return };
@@ -163,12 +198,21 @@ fn complete(doc: &mut serde_json::Value) {
         let Some(item) = item.as_object_mut() else { continue };
         let v1 = path.starts_with("/v1/");
         for op in item.values_mut() {
-            let Some(op) = op.as_object_mut() else { continue };
-            let tag = op.get("tags").and_then(|t| t.get(0)).and_then(|t| t.as_str()).map(str::to_owned);
-            if let (Some(tag), Some(oid)) = (tag, op.get("operationId").and_then(|o| o.as_str())) {
-                let oid = format!("{tag}_{oid}");
-                op.insert("operationId".into(), json!(oid));
+            if let Some(example) = op
+                .pointer("/requestBody/content/application~1json/schema/$ref")
+                .and_then(|r| r.as_str())
+                .and_then(|r| r.rsplit('/').next())
+                .and_then(request_example)
+            {
+                op["requestBody"]["content"]["application/json"]["example"] = example;
             }
+            // An appeal's body is optional (API.md: `{"message": "..."?}`): no body is a 202.
+            if op.get("operationId").and_then(|o| o.as_str()) == Some("appeal_comment")
+                && let Some(body) = op.get_mut("requestBody").and_then(|b| b.as_object_mut())
+            {
+                body.insert("required".into(), json!(false));
+            }
+            let Some(op) = op.as_object_mut() else { continue };
             let limited =
                 op.get("operationId").and_then(|o| o.as_str()).is_some_and(|o| RATE_LIMITED.contains(&o));
             let mut has_path_id = false;
@@ -194,10 +238,13 @@ fn complete(doc: &mut serde_json::Value) {
                 p["schema"] = schema;
             }
             if !v1 {
+                // The per-request timeout covers these routes too.
+                if let Some(r) = op.get_mut("responses").and_then(|r| r.as_object_mut()) {
+                    r.entry("503").or_insert_with(|| error_response("The request timed out; retry later."));
+                }
                 continue;
             }
             let has_body = op.contains_key("requestBody");
-            let has_params = op.get("parameters").and_then(|p| p.as_array()).is_some_and(|p| !p.is_empty());
             let responses = op.entry("responses").or_insert_with(|| json!({}));
             let Some(responses) = responses.as_object_mut() else { continue };
             let mut add = |code: &str, text: &str| {
@@ -205,14 +252,17 @@ fn complete(doc: &mut serde_json::Value) {
             };
             add("401", "Missing, malformed or expired bearer token.");
             add("503", "The request timed out, or storage is unavailable; retry later.");
-            if has_path_id || has_body || has_params {
-                add("400", "Invalid input: a malformed ID, query parameter or JSON body.");
-            }
+            // Any /v1 request may carry two Authorization headers, which is a 400.
+            add(
+                "400",
+                "Invalid input: a malformed ID, query parameter or JSON body, or two Authorization headers.",
+            );
             if has_path_id {
                 add("404", "No such resource.");
             }
             if has_body {
                 add("413", "The request body exceeds server.max_body_bytes.");
+                add("415", "The body is not declared as JSON (Content-Type: application/json).");
                 add(
                     "422",
                     "Well-formed JSON that does not fit the schema (unknown or missing fields, wrong types).",
@@ -240,9 +290,109 @@ fn complete(doc: &mut serde_json::Value) {
 mod tests {
     use proptest::prelude::*;
 
+    /// Every operation of the document: (method, path, operation).
+    fn operations(doc: &serde_json::Value) -> Vec<(String, String, serde_json::Value)> {
+        let mut ops = Vec::new();
+        for (path, item) in doc["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("path item") {
+                ops.push((method.clone(), path.clone(), op.clone()));
+            }
+        }
+        ops
+    }
+
+    /// Generated clients key their methods by operation ID: a duplicate makes generators
+    /// refuse the document or emit colliding methods.
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc = crate::openapi_document();
+        let mut seen = std::collections::HashMap::new();
+        for (method, path, op) in operations(&doc) {
+            let id =
+                op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+            assert!(
+                !id.is_empty() && id.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{method} {path}: operationId {id:?} is not snake_case"
+            );
+            if let Some(other) = seen.insert(id.to_owned(), format!("{method} {path}")) {
+                panic!("operationId {id:?} names both {other} and {method} {path}");
+            }
+        }
+        assert!(seen.len() >= 34, "every route is in the document");
+    }
+
+    /// What a client developer reads: a summary, the error responses with the error body,
+    /// an example of each request body; and the API's version.
+    #[test]
+    fn every_operation_is_documented() {
+        let doc = crate::openapi_document();
+        assert_eq!(doc["info"]["version"], super::API_VERSION);
+        let error_ref = "#/components/schemas/ErrorBody";
+        for (method, path, op) in operations(&doc) {
+            let what = format!("{method} {path}");
+            assert!(op["summary"].as_str().is_some_and(|s| !s.is_empty()), "{what}: no summary");
+            let responses = op["responses"].as_object().expect("responses");
+            let errors: Vec<_> = responses.iter().filter(|(code, _)| code.as_str() >= "400").collect();
+            assert!(!errors.is_empty(), "{what}: no error response");
+            for (code, r) in errors {
+                // The health check answers 503 with its own shape (`{"status": "unavailable"}`).
+                if path == "/healthz" && code == "503" {
+                    continue;
+                }
+                assert_eq!(
+                    r.pointer("/content/application~1json/schema/$ref").and_then(|r| r.as_str()),
+                    Some(error_ref),
+                    "{what}: {code} lacks the error body"
+                );
+            }
+            if let Some(body) = op.get("requestBody") {
+                assert!(
+                    body["content"]["application/json"].get("example").is_some(),
+                    "{what}: no example body"
+                );
+            }
+        }
+    }
+
+    /// Each request example is a body its route accepts.
+    #[test]
+    fn request_examples_are_accepted() {
+        use crate::dto;
+        use crate::extract::parse_json;
+        fn parses<T: serde::de::DeserializeOwned>(name: &str) {
+            let body = super::request_example(name).expect("example").to_string();
+            assert!(parse_json::<T>(body.as_bytes()).is_ok(), "{name}: {body}");
+        }
+        parses::<dto::UserPut>("UserPut");
+        parses::<dto::PostPut>("PostPut");
+        parses::<dto::CommentCreate>("CommentCreate");
+        parses::<dto::SettingsDto>("SettingsDto");
+        parses::<dto::HiddenWordsDto>("HiddenWordsDto");
+        parses::<dto::ReportCreate>("ReportCreate");
+        parses::<dto::AppealCreate>("AppealCreate");
+        parses::<dto::ModerationDecision>("ModerationDecision");
+        let name = super::request_example("UserPut").expect("example")["username"].clone();
+        assert!(crate::routes::upstream::valid_username(name.as_str().expect("text")).is_some());
+    }
+
+    /// The example client of `web-tests/client` (type-checked in CI against types generated
+    /// from this document) calls every operation: a route added here needs its call there.
+    #[test]
+    fn the_example_client_calls_every_operation() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../web-tests/client/example.ts");
+        let client = std::fs::read_to_string(path).expect("web-tests/client/example.ts");
+        for (method, path, op) in operations(&crate::openapi_document()) {
+            let id = op["operationId"].as_str().expect("operationId");
+            assert!(
+                client.lines().any(|l| l.trim_start().starts_with(&format!("{id}:"))),
+                "web-tests/client/example.ts has no call for {id} ({method} {path})"
+            );
+        }
+    }
+
     /// The username pattern of the document, compiled as a validator would.
     fn username_rule() -> impl Fn(&str) -> bool {
-        let doc = super::document();
+        let doc = crate::openapi_document();
         let p = &doc["components"]["schemas"]["UserPut"]["properties"]["username"];
         let re = regex::Regex::new(p["pattern"].as_str().expect("pattern")).expect("compiles");
         let (min, max) = (p["minLength"].as_u64().expect("min"), p["maxLength"].as_u64().expect("max"));
@@ -279,6 +429,14 @@ mod tests {
             '\u{3000}',
             '\u{feff}',
             '\u{180e}',
+            '\u{200b}',
+            '\u{200d}',
+            '\u{200e}',
+            '\u{202e}',
+            '\u{2066}',
+            '\u{2800}',
+            '\u{e0041}',
+            '\u{fe0f}',
             'é',
             '\u{10437}',
         ]);
@@ -300,10 +458,23 @@ mod tests {
     #[test]
     fn username_examples() {
         let schema = username_rule();
-        for ok in ["alice", " alice ", "\talice\n", "a b", "\u{feff}"] {
+        for ok in ["alice", " alice ", "\talice\n", "a b", "\u{200b}a\u{200b}", "👨\u{200d}👩"] {
             assert!(schema(ok) && crate::routes::upstream::valid_username(ok).is_some(), "{ok:?}");
         }
-        for bad in ["", "   ", "a\tb", "\u{1c}alice", "al\u{85}ice", &"x".repeat(65)] {
+        for bad in [
+            "",
+            "   ",
+            "a\tb",
+            "\u{1c}alice",
+            "al\u{85}ice",
+            &"x".repeat(65),
+            "\u{feff}",
+            "adm\u{202e}nimi",
+            "\u{200b}\u{200b}",
+            " \u{200d}\u{2800} ",
+            "\u{e0041}",
+            "\u{2066}bob",
+        ] {
             assert!(!schema(bad) && crate::routes::upstream::valid_username(bad).is_none(), "{bad:?}");
         }
     }

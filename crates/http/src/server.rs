@@ -7,6 +7,10 @@
 //!   per-request timeout (a 503), applied by the router's middleware.
 //! - **Connection cap**: at most `max_connections` are served at once; beyond that the loop
 //!   stops accepting, so the kernel's backlog (not our memory) absorbs the excess.
+//! - **Header limits**: hyper parses up to [`HYPER_MAX_HEADERS`] fields in a head of up to
+//!   [`HYPER_MAX_BUF`] bytes, well past the API's own limits (`middleware::limit_headers`),
+//!   so an oversized request is answered by our 431 with the JSON error body. Only heads past
+//!   hyper's limits, or that hyper cannot parse at all, get hyper's own bare 400 or 431.
 //! - **Graceful drain**: on shutdown the listener closes, idle connections are closed, and
 //!   in-flight requests get up to `drain_timeout` to finish.
 
@@ -18,6 +22,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+
+/// Header fields hyper parses in one request head (the API allows
+/// [`crate::middleware::MAX_HEADERS`]).
+pub const HYPER_MAX_HEADERS: usize = 1024;
+/// hyper's read buffer, which bounds a request head (the API allows
+/// [`crate::middleware::MAX_HEADER_BYTES`] of header fields).
+pub const HYPER_MAX_BUF: usize = 256 * 1024;
 
 /// Connection-level limits.
 #[derive(Debug, Clone)]
@@ -50,7 +61,11 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(opts.max_connections.max(1)));
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(Some(opts.header_read_timeout)).keep_alive(true);
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Some(opts.header_read_timeout))
+        .keep_alive(true)
+        .max_headers(HYPER_MAX_HEADERS)
+        .max_buf_size(HYPER_MAX_BUF);
     tokio::pin!(shutdown);
     loop {
         // Wait for a free slot first: at the cap, new clients queue in the kernel backlog.

@@ -15,6 +15,10 @@ pub enum ServiceError {
     /// The request is malformed.
     #[error("{0}")]
     Invalid(String),
+    /// Well-formed, but it cannot be done as asked (an `Idempotency-Key` reused with another
+    /// request): 422.
+    #[error("{0}")]
+    Unprocessable(String),
     /// The request conflicts with the current state (e.g. a fourth pin).
     #[error("{0}")]
     Conflict(String),
@@ -35,6 +39,8 @@ pub enum Kind {
     Forbidden,
     /// 400.
     Invalid,
+    /// 422.
+    Unprocessable,
     /// 409.
     Conflict,
     /// 429.
@@ -52,6 +58,7 @@ impl ServiceError {
             ServiceError::NotFound(_) => Kind::NotFound,
             ServiceError::Forbidden(_) => Kind::Forbidden,
             ServiceError::Invalid(_) => Kind::Invalid,
+            ServiceError::Unprocessable(_) => Kind::Unprocessable,
             ServiceError::Conflict(_) => Kind::Conflict,
             ServiceError::RateLimited(_) => Kind::RateLimited,
             ServiceError::Store(e) => match e.kind() {

@@ -1,10 +1,12 @@
 //! The application layer between HTTP and storage.
 //!
-//! - [`Engagement`]: the facade the HTTP layer and the workers hold.
-//! - [`likes`]: like/unlike through the group-commit write path, with read-your-writes.
+//! One service per question, composed in [`Engagement`] over one set of stores:
+//!
+//! - [`likes`]: like/unlike of posts and comments through the group-commit write path, with
+//!   read-your-writes; likers lists.
 //! - [`posts`]: feed hydration: a page of [`posts::PostView`]s from caches and one batched
 //!   lookup per concern.
-//! - [`comments`]: comments and replies with shadow visibility, comment likes.
+//! - [`comments`]: comments and replies with shadow visibility.
 //! - [`moderation`]: the synchronous layers (blocks, rate limits, hidden words, restrict,
 //!   classifier, near-duplicates) deciding a new comment's status.
 //! - [`review`]: reports, the review queue, approvals, pins.
@@ -12,8 +14,10 @@
 //! - [`views`]: unique viewers per post (HyperLogLog) and the author's insights.
 //! - [`notifications`]: inboxes and the live feed for SSE.
 //! - [`upstream`]: users, posts, follows and settings pushed by their owners.
+//! - [`shared`]: what they share: the stores, the caches several of them read, the bus.
 //! - [`cache`]: the read-path caches (counts with single-flight, per-viewer liked sets with
 //!   Bloom filters, upstream data with TTLs).
+//! - [`rate`]: fixed-memory per-user rate limits.
 //! - [`cluster`]: keeping several API nodes' caches in step (invalidations, live pushes).
 //! - [`error`]: [`ServiceError`], classified by kind.
 
@@ -28,20 +32,27 @@ pub mod posts;
 pub mod ranking;
 pub mod rate;
 pub mod review;
+pub mod shared;
+pub mod trending;
 pub mod upstream;
 pub mod views;
 
 pub use error::{ServiceError, ServiceResult};
 
-use cache::counts::CountCache;
-use cache::ttl::TtlMap;
-use cache::viewer_likes::ViewerLikes;
-use likewise_core::ids::{PostId, UserId};
-use likewise_core::model::{PostMeta, ViewerSettings};
+use comments::Comments;
+use likes::Likes;
+use likewise_core::ports::cluster::{Broadcast, Invalidation};
 use likewise_store::Stores;
-use std::collections::HashSet;
+use moderation::Moderation;
+use notifications::Notifications;
+use posts::Posts;
+use ranking::Ranking;
+use review::Review;
+use shared::Shared;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use upstream::Upstream;
+use views::Views;
 
 /// Read-path tuning.
 #[derive(Debug, Clone)]
@@ -88,107 +99,92 @@ impl Default for ServiceOptions {
     }
 }
 
-/// The engagement service: storage ports plus read-path caches.
+/// The services of one process, composed over one set of stores. Each field answers one
+/// question; the HTTP layer and the workers call the one they need.
 pub struct Engagement {
-    stores: Stores,
-    opts: ServiceOptions,
-    counts: Arc<CountCache>,
-    viewer_likes: Arc<ViewerLikes>,
-    posts: TtlMap<PostId, Option<PostMeta>>,
-    usernames: TtlMap<UserId, Option<Arc<str>>>,
-    settings: TtlMap<UserId, ViewerSettings>,
-    followees: TtlMap<UserId, Arc<HashSet<UserId>>>,
-    moderation: moderation::Moderation,
-    top: ranking::TopCache,
-    records: cache::records::RecordCache,
-    views: views::Views,
-    live: notifications::LiveFeed,
-    broadcast: std::sync::OnceLock<Arc<dyn cluster::Broadcast>>,
-    remote_events: Arc<cluster::LocalLog>,
+    /// Stores, shared caches and the bus to other nodes.
+    pub shared: Arc<Shared>,
+    /// Posts, users, follows and settings pushed by their owners (cached reads).
+    pub upstream: Arc<Upstream>,
+    /// The synchronous moderation layers: rate limits, blocks, restricts, hidden words,
+    /// classifier, near-duplicates.
+    pub moderation: Arc<Moderation>,
+    /// Likes of posts and comments, and likers lists.
+    pub likes: Likes,
+    /// Comments: writes, pages, replies.
+    pub comments: Arc<Comments>,
+    /// Reports, the review queue, decisions, approvals, pins.
+    pub review: Arc<Review>,
+    /// Top comments.
+    pub ranking: Arc<Ranking>,
+    /// Feed hydration.
+    pub posts: Posts,
+    /// Unique viewers and insights.
+    pub views: Views,
+    /// Inboxes and live notifications.
+    pub notifications: Notifications,
+    /// Trending posts (ranked by the trending consumer).
+    pub trending: trending::Trending,
 }
 
 impl Engagement {
-    /// Build the service over opened stores.
+    /// Compose the services over opened stores.
     pub fn new(stores: Stores, opts: ServiceOptions) -> Arc<Self> {
-        let counts = CountCache::new(
-            stores.counters.clone(),
-            stores.likes.clone(),
-            opts.count_refresh,
-            opts.count_capacity,
-            opts.recent_likers,
-        );
+        let shared = Arc::new(Shared::new(stores, opts));
+        let upstream = Arc::new(Upstream::new(shared.clone()));
+        let moderation = Arc::new(Moderation::new(shared.clone()));
+        let comments = Arc::new(Comments::new(shared.clone(), upstream.clone(), moderation.clone()));
+        let review =
+            Arc::new(Review::new(shared.clone(), upstream.clone(), moderation.clone(), comments.clone()));
+        let ranking =
+            Arc::new(Ranking::new(shared.clone(), upstream.clone(), comments.clone(), review.clone()));
         Arc::new(Engagement {
-            viewer_likes: Arc::new(ViewerLikes::new(
-                stores.likes.clone(),
-                opts.viewer_capacity,
-                opts.bloom_max_items,
-                opts.local_viewer_cache,
-            )),
-            posts: TtlMap::new("posts", opts.meta_ttl, opts.meta_capacity),
-            usernames: TtlMap::new("users", opts.meta_ttl, opts.meta_capacity),
-            settings: TtlMap::new("settings", opts.meta_ttl, opts.meta_capacity),
-            followees: TtlMap::new("followees", opts.meta_ttl, opts.meta_capacity / 10 + 1),
-            moderation: moderation::Moderation::new(
-                opts.moderation.clone(),
-                opts.meta_ttl,
-                opts.meta_capacity,
-            ),
-            top: ranking::TopCache::new(opts.count_capacity / 10 + 1),
-            records: cache::records::RecordCache::new(opts.meta_capacity / 4 + 1, opts.meta_ttl),
-            views: views::Views::default(),
-            live: notifications::LiveFeed::default(),
-            broadcast: std::sync::OnceLock::new(),
-            remote_events: Arc::default(),
-            counts,
-            stores,
-            opts,
+            likes: Likes::new(shared.clone(), upstream.clone(), moderation.clone()),
+            posts: Posts::new(shared.clone(), upstream.clone(), ranking.clone()),
+            views: Views::new(shared.clone(), upstream.clone()),
+            notifications: Notifications::new(shared.clone(), upstream.clone()),
+            trending: trending::Trending::new(shared.clone(), upstream.clone()),
+            shared,
+            upstream,
+            moderation,
+            comments,
+            review,
+            ranking,
         })
     }
 
     /// The storage ports (workers read the log and counters through them).
     pub fn stores(&self) -> &Stores {
-        &self.stores
+        &self.shared.stores
     }
 
-    /// The count cache (the aggregator writes new values into it).
-    pub fn counts(&self) -> &Arc<CountCache> {
-        &self.counts
+    /// Join a deployment: announce changes through `b` from now on.
+    pub fn set_broadcast(&self, b: Arc<dyn Broadcast>) {
+        self.shared.set_broadcast(b);
     }
 
-    /// The top-comments cache (the ranker worker refreshes it).
-    pub fn top(&self) -> &ranking::TopCache {
-        &self.top
-    }
-
-    /// Whether the viewer's liked-set Bloom filter has been built (tests, diagnostics).
-    pub fn viewer_filter_ready(&self, viewer: UserId) -> bool {
-        self.viewer_likes.filter_ready(viewer)
+    /// Another node changed something: drop the local entry, whichever service caches it.
+    pub fn apply_invalidation(&self, inv: Invalidation) {
+        metrics::counter!("likewise_cluster_invalidations_total").increment(1);
+        self.upstream.invalidate(inv);
+        self.moderation.invalidate(inv);
+        self.shared.invalidate(inv);
     }
 
     /// Size of every in-process cache (`likewise_cache_entries`, `_capacity` and `_bytes`,
     /// by `cache`): each is bounded by its capacity; the gauges let an operator (and the soak)
     /// see them fill. Walks every entry: call it per scrape, not per request.
     pub fn cache_usage(&self) -> Vec<cache::Usage> {
-        let mut out = vec![
-            self.counts.usage(),
-            self.viewer_likes.usage(),
-            self.views.usage(),
-            self.posts.usage(),
-            self.usernames.usage(),
-            self.settings.usage(),
-            self.followees.usage(),
-            self.moderation.blocks.usage(),
-            self.moderation.restricts.usage(),
-            self.moderation.hidden.usage(),
-            self.records.usage(),
-        ];
-        out.extend(self.top.usage());
+        let mut out = self.shared.cache_usage();
+        out.push(self.views.usage());
+        out.extend(self.upstream.cache_usage());
+        out.extend(self.moderation.cache_usage());
         out
     }
 
     /// Liveness of the storage, for `/healthz`.
     pub async fn ping(&self) -> ServiceResult<()> {
-        Ok(self.stores.meta.ping().await?)
+        Ok(self.shared.stores.meta.ping().await?)
     }
 }
 

@@ -1,10 +1,16 @@
-//! Like and unlike: validate, hand the operation to the group-commit write path, and record
-//! the committed outcome in the viewer's liked set before answering (read-your-writes).
+//! Likes of posts and comments: validate, hand the operation to the group-commit write path,
+//! and record the committed outcome in the viewer's liked set before answering
+//! (read-your-writes). Also the likers list ("who liked this").
 
-use crate::{Engagement, ServiceError, ServiceResult, now_ms};
-use likewise_core::ids::{PostId, UserId};
-use likewise_core::like::{LikeAction, LikeOp, Target};
+use crate::comments::{Reader, standing_for};
+use crate::moderation::Moderation;
+use crate::shared::Shared;
+use crate::upstream::Upstream;
+use crate::{ServiceResult, now_ms};
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::like::{LikeAction, LikeOp, LikeOutcome, Target};
 use likewise_core::ports::Liker;
+use std::sync::Arc;
 
 /// The answer to a like/unlike request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +30,19 @@ pub struct LikersPage {
     pub next: Option<Liker>,
 }
 
-impl Engagement {
+/// See the module documentation.
+pub struct Likes {
+    shared: Arc<Shared>,
+    upstream: Arc<Upstream>,
+    moderation: Arc<Moderation>,
+}
+
+impl Likes {
+    /// The like service.
+    pub fn new(shared: Arc<Shared>, upstream: Arc<Upstream>, moderation: Arc<Moderation>) -> Self {
+        Likes { shared, upstream, moderation }
+    }
+
     /// Like or unlike a post as `viewer`. Durable before it returns.
     pub async fn set_post_like(
         &self,
@@ -32,9 +50,9 @@ impl Engagement {
         post: PostId,
         action: LikeAction,
     ) -> ServiceResult<LikeResult> {
-        self.check_like_rate(viewer)?;
-        let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
-        self.check_not_blocked(meta.author, viewer).await?;
+        self.moderation.check_like_rate(viewer)?;
+        let meta = self.upstream.require_post(post).await?;
+        self.moderation.check_not_blocked(meta.author, viewer).await?;
         let op = LikeOp {
             target: Target::post(post.0),
             user: viewer,
@@ -43,9 +61,9 @@ impl Engagement {
             post: post.0,
             ts_ms: now_ms(),
         };
-        let committed = self.stores.writer.submit(op).await?;
-        self.viewer_likes.record(viewer, post, committed.outcome.liked, committed.order);
-        self.record_own_like(viewer, Target::post(post.0), committed.outcome.liked).await;
+        let committed = self.shared.stores.writer.submit(op).await?;
+        self.shared.viewer_likes.record(viewer, post, committed.outcome.liked, committed.order);
+        self.record_own_like(viewer, Target::post(post.0), committed.outcome).await;
         like_counter(action, committed.outcome.changed).increment(1);
         Ok(LikeResult { liked: committed.outcome.liked, changed: committed.outcome.changed })
     }
@@ -57,24 +75,52 @@ impl Engagement {
         after: Option<Liker>,
         limit: usize,
     ) -> ServiceResult<LikersPage> {
-        self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
-        let mut likers = self.stores.likes.likers(Target::post(post.0), after, limit + 1).await?;
+        self.upstream.require_post(post).await?;
+        let mut likers = self.shared.stores.likes.likers(Target::post(post.0), after, limit + 1).await?;
         let more = likers.len() > limit;
         likers.truncate(limit);
-        let names = self.usernames(&likers.iter().map(|l| l.user).collect::<Vec<_>>()).await?;
+        let names = self.upstream.usernames(&likers.iter().map(|l| l.user).collect::<Vec<_>>()).await?;
         let next = if more { likers.last().copied() } else { None };
         Ok(LikersPage { items: likers.into_iter().zip(names).collect(), next })
     }
-}
 
-impl Engagement {
-    /// Tell the other API nodes about the viewer's own write before answering (read-your-
-    /// writes across nodes). The like is durable already: a failure here is logged, and the
-    /// reverse index answers once it catches up.
-    pub(crate) async fn record_own_like(&self, viewer: UserId, target: Target, liked: bool) {
-        if let Some(own) = &self.stores.own_likes
-            && let Err(e) = own.record(viewer, target, liked).await
-        {
+    /// Like or unlike a comment as `viewer`: only a comment the viewer can see, and not on a
+    /// post whose author blocked them.
+    pub async fn set_comment_like(
+        &self,
+        viewer: UserId,
+        id: CommentId,
+        action: LikeAction,
+    ) -> ServiceResult<LikeResult> {
+        self.moderation.check_like_rate(viewer)?;
+        let reader = Reader { user: viewer, moderator: false };
+        let r = standing_for(&self.upstream, reader, id).await?;
+        self.moderation.check_not_blocked(r.post_author, viewer).await?;
+        self.moderation.check_not_blocked_by_commenter(r.author, viewer).await?;
+        let op = LikeOp {
+            target: Target::comment(id.0),
+            user: viewer,
+            action,
+            target_author: r.author,
+            post: r.post.0,
+            ts_ms: now_ms(),
+        };
+        let committed = self.shared.stores.writer.submit(op).await?;
+        self.record_own_like(viewer, Target::comment(id.0), committed.outcome).await;
+        Ok(LikeResult { liked: committed.outcome.liked, changed: committed.outcome.changed })
+    }
+
+    /// Tell the other API nodes about the viewer's own change before answering (read-your-
+    /// writes across nodes), with the position of its commit so that a record of an earlier
+    /// commit landing later cannot replace it. An operation that changed nothing records
+    /// nothing: the state it saw is that of an earlier change, whose record is there already
+    /// (or the reverse index has it). The like is durable already: a failure here is logged,
+    /// and the reverse index answers once it catches up.
+    async fn record_own_like(&self, viewer: UserId, target: Target, outcome: LikeOutcome) {
+        let (Some(own), Some(position)) = (&self.shared.stores.own_likes, outcome.event_seq) else {
+            return;
+        };
+        if let Err(e) = own.record(viewer, target, outcome.liked, position).await {
             tracing::warn!(error = %e, user = viewer.0, "recording an own like in the shared cache failed");
             metrics::counter!("likewise_own_like_record_failures_total").increment(1);
         }

@@ -14,15 +14,19 @@
 //! Held comments are accepted (201) and shadow-visible to their author, so spammers are not
 //! tipped off.
 
+use crate::cache::Usage;
 use crate::cache::ttl::TtlMap;
 use crate::rate::RateTable;
-use crate::{Engagement, ServiceError, ServiceResult, now_ms};
+use crate::shared::Shared;
+use crate::{ServiceError, ServiceResult, now_ms};
+use likewise_core::comment::appeal::HeldBy;
 use likewise_core::comment::classify::{Classifier, RulesClassifier, should_hold};
 use likewise_core::comment::hidden_words::HiddenWords;
 use likewise_core::comment::id::first_id_at;
 use likewise_core::comment::simhash::near_duplicate;
 use likewise_core::comment::status::CommentStatus;
-use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::ids::{CommentId, UserId};
+use likewise_core::ports::cluster::Invalidation;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +68,7 @@ impl Default for ModerationOptions {
 /// Users the like limiter holds at once: 256 KiB, small enough to stay in a core's L2 cache.
 /// Each check touches one random line of the table, and at 2 MiB that line came from memory:
 /// 87% of the check's time was that one load, 6% of all CPU in the hot-post benchmark, and
-/// 256 KiB measured +10% likes/s with consecutive liker IDs (docs/benchmarks.md, session 12).
+/// 256 KiB measured +10% likes/s with consecutive liker IDs (docs/benchmarks.md, "What we tried").
 /// What the table must remember is the users near their limit, not every liker: a one-time
 /// liker's entry (at the default 120 likes a minute) is 500 ms from expiry, a user deep into
 /// the burst is minutes from it, and a full bucket overwrites the entry closest to expiry
@@ -97,24 +101,27 @@ fn retry_after_secs(wait: Duration) -> u64 {
     (wait.as_millis().div_ceil(1000) as u64).max(1)
 }
 
-/// Moderation state and caches.
+/// The synchronous moderation layers, with their state and caches.
 pub struct Moderation {
-    pub(crate) opts: ModerationOptions,
+    shared: Arc<Shared>,
+    opts: ModerationOptions,
     limiter: UserRate,
-    /// Likes per user, in process on every node (see [`Engagement::check_like_rate`]).
+    /// Likes per user, in process on every node (see [`Moderation::check_like_rate`]).
     like_limiter: Option<UserRate>,
     classifier: Arc<dyn Classifier>,
     /// Per post author, everyone they block: one load, then O(1) per like or comment, even
     /// for a hot post liked by a new user every microsecond. `None`: too many to cache, ask
     /// storage per pair.
-    pub(crate) blocks: TtlMap<UserId, Option<Arc<std::collections::HashSet<UserId>>>>,
-    pub(crate) restricts: TtlMap<(UserId, UserId), bool>,
-    pub(crate) hidden: TtlMap<UserId, Arc<HiddenWords>>,
+    blocks: TtlMap<UserId, Option<Arc<std::collections::HashSet<UserId>>>>,
+    restricts: TtlMap<(UserId, UserId), bool>,
+    hidden: TtlMap<UserId, Arc<HiddenWords>>,
 }
 
 impl Moderation {
-    /// Moderation with the offline rules classifier.
-    pub fn new(opts: ModerationOptions, ttl: Duration, capacity: usize) -> Self {
+    /// Moderation with the offline rules classifier, tuned by the options' `moderation`.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        let opts = shared.opts.moderation.clone();
+        let (ttl, capacity) = (shared.opts.meta_ttl, shared.opts.meta_capacity);
         let like_limiter = (opts.likes_per_minute > 0)
             .then(|| UserRate::new(opts.likes_per_minute, opts.like_burst, LIKE_USERS, "likes"));
         Moderation {
@@ -125,6 +132,7 @@ impl Moderation {
             restricts: TtlMap::new("restricts", ttl, capacity),
             hidden: TtlMap::new("hidden_words", ttl, capacity / 10 + 1),
             opts,
+            shared,
         }
     }
 
@@ -134,16 +142,29 @@ impl Moderation {
             metrics::counter!("likewise_comment_rate_limited_total").increment(1);
         })
     }
-}
 
-impl Engagement {
+    /// Usage of the caches (for `/metrics`).
+    pub(crate) fn cache_usage(&self) -> [Usage; 3] {
+        [self.blocks.usage(), self.restricts.usage(), self.hidden.usage()]
+    }
+
+    /// Drop an entry another node announced, if it is one of these caches'.
+    pub(crate) fn invalidate(&self, inv: Invalidation) {
+        match inv {
+            Invalidation::Blocks(u) => self.blocks.remove(&u),
+            Invalidation::Restrict(a, b) => self.restricts.remove(&(a, b)),
+            Invalidation::HiddenWords(u) => self.hidden.remove(&u),
+            _ => {}
+        }
+    }
+
     /// Count one like or unlike against `user`'s allowance: a like farm driving one account
     /// gets 429s after its burst. Kept in process even when a shared limiter exists: a
     /// Redis round trip per like would cost more than the abuse it stops, and spread over N
     /// API nodes the allowance is at most N times the configured one (exact with sticky
     /// routing by user).
     pub fn check_like_rate(&self, user: UserId) -> ServiceResult<()> {
-        let Some(limiter) = &self.moderation.like_limiter else { return Ok(()) };
+        let Some(limiter) = &self.like_limiter else { return Ok(()) };
         limiter.check(user).inspect_err(|_| {
             metrics::counter!("likewise_like_rate_limited_total").increment(1);
         })
@@ -154,8 +175,8 @@ impl Engagement {
     /// If the shared limiter is unreachable, the process limits alone rather than refusing
     /// every comment.
     pub async fn check_comment_rate(&self, user: UserId) -> ServiceResult<()> {
-        let o = &self.moderation.opts;
-        if let Some(rl) = &self.stores.rate_limiter {
+        let o = &self.opts;
+        if let Some(rl) = &self.shared.stores.rate_limiter {
             match rl.check(&format!("comment:{}", user.0), o.comment_burst, o.comments_per_minute).await {
                 Ok(None) => return Ok(()),
                 Ok(Some(ms)) => {
@@ -165,7 +186,7 @@ impl Engagement {
                 Err(e) => tracing::warn!(error = %e, "shared rate limiter unavailable; limiting in process"),
             }
         }
-        self.moderation.check_rate_locally(user)
+        self.check_rate_locally(user)
     }
 
     /// Has `owner` blocked `other`? (cached per owner)
@@ -174,18 +195,18 @@ impl Engagement {
         if owner == other {
             return Ok(false);
         }
-        let set = match self.moderation.blocks.get(&owner) {
+        let set = match self.blocks.get(&owner) {
             Some(set) => set,
             None => {
-                let list = self.stores.moderation.blocked_users(owner, MAX_CACHED_BLOCKS + 1).await?;
+                let list = self.shared.stores.moderation.blocked_users(owner, MAX_CACHED_BLOCKS + 1).await?;
                 let set = (list.len() <= MAX_CACHED_BLOCKS).then(|| Arc::new(list.into_iter().collect()));
-                self.moderation.blocks.put(owner, set.clone());
+                self.blocks.put(owner, set.clone());
                 set
             }
         };
         match set {
             Some(set) => Ok(set.contains(&other)),
-            None => Ok(self.stores.moderation.is_blocked(owner, other).await?),
+            None => Ok(self.shared.stores.moderation.is_blocked(owner, other).await?),
         }
     }
 
@@ -197,19 +218,27 @@ impl Engagement {
         Ok(())
     }
 
+    /// Refuse with 403 when the author of the comment `viewer` answers or likes blocked them.
+    pub async fn check_not_blocked_by_commenter(&self, author: UserId, viewer: UserId) -> ServiceResult<()> {
+        if self.is_blocked(author, viewer).await? {
+            return Err(ServiceError::Forbidden("the author of this comment has blocked you".into()));
+        }
+        Ok(())
+    }
+
     /// `owner` blocks or unblocks `other`.
     pub async fn set_block(&self, owner: UserId, other: UserId, on: bool) -> ServiceResult<()> {
-        self.stores.moderation.set_block(owner, other, on).await?;
-        self.moderation.blocks.remove(&owner);
-        self.announce(crate::cluster::Invalidation::Blocks(owner));
+        self.shared.stores.moderation.set_block(owner, other, on).await?;
+        self.blocks.remove(&owner);
+        self.shared.announce(Invalidation::Blocks(owner));
         Ok(())
     }
 
     /// `owner` restricts or stops restricting `other`.
     pub async fn set_restrict(&self, owner: UserId, other: UserId, on: bool) -> ServiceResult<()> {
-        self.stores.moderation.set_restrict(owner, other, on).await?;
-        self.moderation.restricts.put((owner, other), on);
-        self.announce(crate::cluster::Invalidation::Restrict(owner, other));
+        self.shared.stores.moderation.set_restrict(owner, other, on).await?;
+        self.restricts.put((owner, other), on);
+        self.shared.announce(Invalidation::Restrict(owner, other));
         Ok(())
     }
 
@@ -220,17 +249,17 @@ impl Engagement {
             return Err(ServiceError::Invalid("hidden words cannot contain line breaks".into()));
         }
         let matcher = HiddenWords::new(&words).map_err(|e| ServiceError::Invalid(e.to_string()))?;
-        self.stores.moderation.put_hidden_words(owner, &words).await?;
-        self.moderation.hidden.put(owner, Arc::new(matcher));
-        self.announce(crate::cluster::Invalidation::HiddenWords(owner));
+        self.shared.stores.moderation.put_hidden_words(owner, &words).await?;
+        self.hidden.put(owner, Arc::new(matcher));
+        self.shared.announce(Invalidation::HiddenWords(owner));
         Ok(())
     }
 
     async fn hidden_words(&self, owner: UserId) -> ServiceResult<Arc<HiddenWords>> {
-        if let Some(h) = self.moderation.hidden.get(&owner) {
+        if let Some(h) = self.hidden.get(&owner) {
             return Ok(h);
         }
-        let words = self.stores.moderation.hidden_words(owner).await?;
+        let words = self.shared.stores.moderation.hidden_words(owner).await?;
         // Stored lists were validated on the way in; one that no longer validates (limits
         // lowered since) filters nothing rather than failing every comment on the post.
         let h = match HiddenWords::new(&words) {
@@ -241,60 +270,54 @@ impl Engagement {
             }
         };
         let h = Arc::new(h);
-        self.moderation.hidden.put(owner, h.clone());
+        self.hidden.put(owner, h.clone());
         Ok(h)
     }
 
     async fn is_restricted(&self, owner: UserId, other: UserId) -> ServiceResult<bool> {
-        if let Some(b) = self.moderation.restricts.get(&(owner, other)) {
+        if let Some(b) = self.restricts.get(&(owner, other)) {
             return Ok(b);
         }
-        let b = self.stores.moderation.is_restricted(owner, other).await?;
-        self.moderation.restricts.put((owner, other), b);
+        let b = self.shared.stores.moderation.is_restricted(owner, other).await?;
+        self.restricts.put((owner, other), b);
         Ok(b)
     }
 
-    /// Layers 2 and 3: the status a new comment starts in.
-    pub(crate) async fn initial_status(
+    /// Layers 2 and 3: the status a new comment starts in, and the layer that held it.
+    pub async fn initial_status(
         &self,
         author: UserId,
         post_author: UserId,
         text: &str,
         simhash: u64,
-    ) -> ServiceResult<(CommentStatus, &'static str)> {
+    ) -> ServiceResult<(CommentStatus, Option<HeldBy>)> {
         if author != post_author {
             if self.is_restricted(post_author, author).await? {
-                return Ok((CommentStatus::Restricted, "restricted"));
+                return Ok((CommentStatus::Restricted, Some(HeldBy::Restricted)));
             }
             if self.hidden_words(post_author).await?.matches(text) {
-                return Ok((CommentStatus::HiddenByFilter, "hidden_words"));
+                return Ok((CommentStatus::HiddenByFilter, Some(HeldBy::HiddenWords)));
             }
         }
-        let since = CommentId(first_id_at(
-            now_ms().saturating_sub(self.moderation.opts.duplicate_window.as_millis() as u64),
-        ));
-        let recent = self.stores.moderation.fingerprints(author, since, 200).await?;
+        let since =
+            CommentId(first_id_at(now_ms().saturating_sub(self.opts.duplicate_window.as_millis() as u64)));
+        let recent = self.shared.stores.moderation.fingerprints(author, since, 200).await?;
         let last_minute = CommentId(first_id_at(now_ms().saturating_sub(60_000)));
         let velocity = recent.iter().filter(|(id, _)| *id >= last_minute).count() as u32;
-        let verdict = self.moderation.classifier.classify(text, velocity);
+        let verdict = self.classifier.classify(text, velocity);
         if should_hold(&verdict) {
-            return Ok((CommentStatus::HiddenByFilter, "classifier"));
+            return Ok((CommentStatus::HiddenByFilter, Some(HeldBy::Classifier)));
         }
         let copies = recent.iter().filter(|(_, h)| near_duplicate(*h, simhash)).count();
-        if copies >= self.moderation.opts.duplicate_copies {
-            return Ok((CommentStatus::HiddenByFilter, "near_duplicate"));
+        if copies >= self.opts.duplicate_copies {
+            return Ok((CommentStatus::HiddenByFilter, Some(HeldBy::NearDuplicate)));
         }
-        Ok((CommentStatus::Visible, "none"))
+        Ok((CommentStatus::Visible, None))
     }
 
     /// The report threshold that auto-hides a comment.
     pub fn report_threshold(&self) -> u32 {
-        self.moderation.opts.report_threshold
-    }
-
-    /// The pinned comments of a post.
-    pub async fn pins(&self, post: PostId) -> ServiceResult<Vec<CommentId>> {
-        Ok(self.stores.moderation.pins(post).await?)
+        self.opts.report_threshold
     }
 }
 

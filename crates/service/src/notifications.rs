@@ -3,10 +3,12 @@
 //! Items name up to two actors (people the recipient follows first, then the most recent)
 //! and count all distinct actors exactly: "alice, bob and 22 others liked your post".
 
-use crate::{Engagement, ServiceResult};
+use crate::ServiceResult;
+use crate::shared::Shared;
+use crate::upstream::Upstream;
 use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::notify::NotifItem;
 use likewise_core::notify::{NotifKind, render_text};
-use likewise_core::ports::NotifItem;
 use std::sync::Arc;
 use tokio::sync::broadcast;
 
@@ -33,8 +35,15 @@ pub struct NotifView {
     pub updated_ms: u64,
 }
 
+/// Inboxes and the live feed.
+pub struct Notifications {
+    shared: Arc<Shared>,
+    upstream: Arc<Upstream>,
+    live: LiveFeed,
+}
+
 /// The live feed (all recipients; each SSE listener keeps its own).
-pub struct LiveFeed {
+struct LiveFeed {
     tx: broadcast::Sender<Arc<NotifView>>,
     /// Live pushes per recipient: a burst of 30, then 60 a minute. Past it, a big account's
     /// changes are deferred and coalesced (the latest state of each item), then pushed as the
@@ -62,15 +71,20 @@ impl Default for LiveFeed {
     }
 }
 
-impl Engagement {
+impl Notifications {
+    /// The notifications service.
+    pub fn new(shared: Arc<Shared>, upstream: Arc<Upstream>) -> Self {
+        Notifications { shared, upstream, live: LiveFeed::default() }
+    }
+
     async fn notif_views(&self, items: Vec<NotifItem>) -> ServiceResult<Vec<NotifView>> {
         let mut out = Vec::with_capacity(items.len());
         for it in items {
             // People the recipient follows first: check (a bounded number of) followees
             // against the item's exact actor set, then fill with the most recent actors.
-            let followees = self.followees(it.key.recipient).await?;
+            let followees = self.upstream.followees(it.key.recipient).await?;
             let candidates: Vec<UserId> = followees.iter().copied().take(256).collect();
-            let member = self.stores.notifications.notif_members(it.id, &candidates).await?;
+            let member = self.shared.stores.notifications.notif_members(it.id, &candidates).await?;
             let mut pick: Vec<UserId> =
                 candidates.iter().zip(member).filter(|(_, m)| *m).map(|(u, _)| *u).take(2).collect();
             for u in &it.recent {
@@ -81,7 +95,7 @@ impl Engagement {
                     pick.push(*u);
                 }
             }
-            let actors = self.usernames(&pick).await?;
+            let actors = self.upstream.usernames(&pick).await?;
             let text = render_text(it.key.kind, &actors, it.actor_count);
             out.push(NotifView {
                 id: it.id,
@@ -99,8 +113,8 @@ impl Engagement {
     }
 
     /// Called by the notifier after it stored changes: push them to live listeners.
-    pub async fn publish_notifications(&self, items: Vec<NotifItem>) -> ServiceResult<()> {
-        if let Some(b) = self.broadcast.get() {
+    pub async fn publish(&self, items: Vec<NotifItem>) -> ServiceResult<()> {
+        if let Some(b) = self.shared.broadcast() {
             b.notifications(&items);
         }
         self.push_live(items).await
@@ -179,7 +193,7 @@ impl Engagement {
         after: Option<(u64, u64)>,
         limit: usize,
     ) -> ServiceResult<(Vec<NotifView>, Option<(u64, u64)>)> {
-        let mut items = self.stores.notifications.inbox(viewer, after, limit + 1).await?;
+        let mut items = self.shared.stores.notifications.inbox(viewer, after, limit + 1).await?;
         let more = items.len() > limit;
         items.truncate(limit);
         let next = if more { items.last().map(|i| (i.updated_ms, i.id)) } else { None };
@@ -188,9 +202,7 @@ impl Engagement {
 
     /// Subscribe to every inbox change (filter by recipient), and to the shutdown signal
     /// that ends live streams.
-    pub fn subscribe_notifications(
-        &self,
-    ) -> (broadcast::Receiver<Arc<NotifView>>, tokio::sync::watch::Receiver<bool>) {
+    pub fn subscribe(&self) -> (broadcast::Receiver<Arc<NotifView>>, tokio::sync::watch::Receiver<bool>) {
         (self.live.tx.subscribe(), self.live.closing.subscribe())
     }
 
@@ -203,6 +215,7 @@ impl Engagement {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Engagement;
     use likewise_core::notify::NotifKey;
     use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
 
@@ -233,19 +246,19 @@ mod tests {
             likewise_store::open::from_embedded(store, Default::default()),
             crate::ServiceOptions::default(),
         );
-        let (mut rx, _) = svc.subscribe_notifications();
+        let (mut rx, _) = svc.notifications.subscribe();
         // 40 distinct items for one recipient, then a newer state of item 35.
-        svc.push_live((1..=40).map(|i| item(i, 7)).collect()).await.expect("push");
+        svc.notifications.push_live((1..=40).map(|i| item(i, 7)).collect()).await.expect("push");
         let mut newer = item(35, 7);
         newer.actor_count = 2;
-        svc.push_live(vec![newer]).await.expect("push");
+        svc.notifications.push_live(vec![newer]).await.expect("push");
         let mut got = Vec::new();
         while let Ok(v) = rx.try_recv() {
             got.push(v);
         }
         assert_eq!(got.len(), 30, "the burst goes out at once");
         tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
-        svc.flush_deferred_pushes();
+        svc.notifications.flush_deferred_pushes();
         while let Ok(v) = rx.try_recv() {
             got.push(v);
         }
@@ -253,7 +266,7 @@ mod tests {
         // Item 35 is delivered once, in its latest state, whenever its turn comes.
         for _ in 0..12 {
             tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
-            svc.flush_deferred_pushes();
+            svc.notifications.flush_deferred_pushes();
             while let Ok(v) = rx.try_recv() {
                 got.push(v);
             }

@@ -5,13 +5,17 @@
 //! lookup for the rest), the viewer's settings and followees (cached) - all concurrently.
 //! No per-post storage round trip, no COUNT(*).
 
-use crate::{Engagement, ServiceError, ServiceResult};
+use crate::ranking::Ranking;
+use crate::shared::Shared;
+use crate::upstream::Upstream;
+use crate::{ServiceError, ServiceResult};
 use likewise_core::display::count_text;
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::Target;
 use likewise_core::model::{CommentsPolicy, PostMeta};
 use likewise_core::visibility::like_count_visible;
 use std::collections::HashSet;
+use std::sync::Arc;
 
 /// How many likers `liked_by` names.
 pub const LIKED_BY: usize = 3;
@@ -39,12 +43,24 @@ pub struct PostView {
     pub preview_comments: Vec<crate::comments::CommentView>,
 }
 
-impl Engagement {
+/// See the module documentation.
+pub struct Posts {
+    shared: Arc<Shared>,
+    upstream: Arc<Upstream>,
+    ranking: Arc<Ranking>,
+}
+
+impl Posts {
+    /// The feed-hydration service.
+    pub fn new(shared: Arc<Shared>, upstream: Arc<Upstream>, ranking: Arc<Ranking>) -> Self {
+        Posts { shared, upstream, ranking }
+    }
+
     /// Views of the posts asked for, in request order; unknown posts (and repeats) left out.
     pub async fn post_views(&self, viewer: UserId, ids: &[PostId]) -> ServiceResult<Vec<PostView>> {
         let mut seen = HashSet::with_capacity(ids.len());
         let ids: Vec<PostId> = ids.iter().copied().filter(|id| seen.insert(*id)).collect();
-        let metas = self.posts_meta(&ids).await?;
+        let metas = self.upstream.posts_meta(&ids).await?;
         let known: Vec<(PostId, PostMeta)> =
             ids.iter().zip(metas).filter_map(|(id, m)| m.map(|m| (*id, m))).collect();
         if known.is_empty() {
@@ -54,10 +70,10 @@ impl Engagement {
         let targets: Vec<Target> = post_ids.iter().map(|p| Target::post(p.0)).collect();
 
         let (counts, liked, settings, followees) = tokio::join!(
-            self.counts.get_many(&targets),
-            self.viewer_likes.liked(viewer, &post_ids),
-            self.viewer_settings(viewer),
-            self.followees(viewer),
+            self.shared.counts.get_many(&targets),
+            self.shared.viewer_likes.liked(viewer, &post_ids),
+            self.upstream.viewer_settings(viewer),
+            self.upstream.followees(viewer),
         );
         let (counts, liked, settings, followees) = (counts?, liked?, settings?, followees?);
 
@@ -84,12 +100,12 @@ impl Engagement {
             })
             .collect();
         let all_users: Vec<UserId> = picks.iter().flatten().copied().collect();
-        let mut names = self.usernames(&all_users).await?.into_iter();
+        let mut names = self.upstream.usernames(&all_users).await?.into_iter();
 
         let with_counts: Vec<(PostId, i64)> =
             post_ids.iter().zip(&counts).map(|(p, c)| (*p, c.counts.comments)).collect();
         let reader = crate::comments::Reader { user: viewer, moderator: false };
-        let mut previews = self.previews(reader, &with_counts).await?.into_iter();
+        let mut previews = self.ranking.previews(reader, &with_counts).await?.into_iter();
         let mut out = Vec::with_capacity(known.len());
         for (((id, meta), (c, has_liked)), pick) in known.iter().zip(counts.iter().zip(liked)).zip(&picks) {
             let visible =

@@ -13,8 +13,11 @@
 //! resumes at the chronological part.
 
 use crate::cache::ttl::TtlMap;
-use crate::comments::{CommentView, Order, Reader, as_seen_by, seen_by};
-use crate::{Engagement, ServiceError, ServiceResult, now_ms};
+use crate::comments::{CommentView, Comments, Order, Reader, as_seen_by, seen_by};
+use crate::review::Review;
+use crate::shared::Shared;
+use crate::upstream::Upstream;
+use crate::{ServiceResult, now_ms};
 use likewise_core::comment::id::id_timestamp_ms;
 use likewise_core::comment::rank::{RankInput, base_score, order_top, viewer_score};
 use likewise_core::comment::spam::{SpamSignals, spam_score};
@@ -132,21 +135,41 @@ pub struct TopPage {
     pub next: Option<TopCursor>,
 }
 
-impl Engagement {
+/// See the module documentation.
+pub struct Ranking {
+    shared: Arc<Shared>,
+    upstream: Arc<Upstream>,
+    comments: Arc<Comments>,
+    review: Arc<Review>,
+}
+
+impl Ranking {
+    /// The ranking service (its cache of rankings is [`Shared::top`]).
+    pub fn new(
+        shared: Arc<Shared>,
+        upstream: Arc<Upstream>,
+        comments: Arc<Comments>,
+        review: Arc<Review>,
+    ) -> Self {
+        Ranking { shared, upstream, comments, review }
+    }
+
     /// Compute a post's base ranking from storage and the counters.
-    pub async fn compute_top(&self, post: PostId) -> ServiceResult<Arc<TopList>> {
-        let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
-        let recs = self.stores.comments.top_level(post, true, None, TOP_K + 1).await?;
+    pub async fn compute(&self, post: PostId) -> ServiceResult<Arc<TopList>> {
+        let meta = self.upstream.require_post(post).await?;
+        let recs = self.shared.stores.comments.top_level(post, true, None, TOP_K + 1).await?;
         let more = recs.len() > TOP_K;
-        let recs: Vec<_> = recs.into_iter().take(TOP_K).filter(|r| !r.status.is_deleted()).collect();
+        // Placeholders stay candidates: a deleted parent keeps its replies reachable from
+        // every order while they are visible (each viewer's order checks that).
+        let recs: Vec<_> = recs.into_iter().take(TOP_K).collect();
         let floor = recs.last().map(|r| r.id);
         let targets: Vec<Target> = recs.iter().map(|r| Target::comment(r.id.0)).collect();
         let ids: Vec<u64> = recs.iter().map(|r| r.id.0).collect();
         let authors: Vec<UserId> = recs.iter().map(|r| r.author).collect();
         let (counts, author_liked, profiles) = tokio::join!(
-            self.counts.get_many(&targets),
-            self.stores.likes.liked_among(meta.author, TargetKind::Comment, &ids),
-            self.stores.meta.users(&authors),
+            self.shared.counts.get_many(&targets),
+            self.shared.stores.likes.liked_among(meta.author, TargetKind::Comment, &ids),
+            self.shared.stores.meta.users(&authors),
         );
         let (counts, author_liked, profiles) = (counts?, author_liked?, profiles?);
         let now = now_ms();
@@ -154,6 +177,7 @@ impl Engagement {
         for (((r, c), liked), profile) in recs.iter().zip(&counts).zip(author_liked).zip(profiles) {
             let replied_by_author = c.counts.replies > 0
                 && self
+                    .shared
                     .stores
                     .comments
                     .replies(r.id, None, 50)
@@ -174,15 +198,15 @@ impl Engagement {
         }
         ranked.sort_by(|a, b| b.base.total_cmp(&a.base).then(b.id.cmp(&a.id)));
         let list = Arc::new(TopList { post_author: meta.author, ranked, floor, more });
-        self.top.lists.put(post, list.clone());
-        self.top.computed.fetch_add(1, Ordering::Relaxed);
+        self.shared.top.lists.put(post, list.clone());
+        self.shared.top.computed.fetch_add(1, Ordering::Relaxed);
         Ok(list)
     }
 
     async fn top_list(&self, post: PostId) -> ServiceResult<Arc<TopList>> {
-        match self.top.lists.get(&post) {
+        match self.shared.top.lists.get(&post) {
             Some(l) => Ok(l),
-            None => self.compute_top(post).await,
+            None => self.compute(post).await,
         }
     }
 
@@ -194,12 +218,12 @@ impl Engagement {
         post: PostId,
         list: &TopList,
     ) -> ServiceResult<(Vec<CommentId>, Vec<CommentId>)> {
-        let pins = self.pins(post).await?;
+        let pins = self.review.pins(post).await?;
         // At most three pins: found among the candidates by a scan; pins outside them (older
         // than the ranked window) are read through the record cache.
         let candidate = |p: &CommentId| list.ranked.iter().find(|c| c.id == *p);
         let outside: Vec<CommentId> = pins.iter().copied().filter(|p| candidate(p).is_none()).collect();
-        let outside_recs = self.comment_records(&outside).await?;
+        let outside_recs = self.upstream.comment_records(&outside).await?;
         let outside_seen: Vec<CommentId> = outside
             .iter()
             .zip(&outside_recs)
@@ -207,13 +231,18 @@ impl Engagement {
             .map(|(id, _)| *id)
             .collect();
         let seen = |c: &Candidate| seen_by(reader, c.author, list.post_author, c.status);
-        let followees = self.followees(reader.user).await?;
-        let scored: Vec<(CommentId, f64)> = list
-            .ranked
-            .iter()
-            .filter(|c| seen(c))
-            .map(|c| (c.id, viewer_score(c.base, followees.contains(&c.author))))
-            .collect();
+        let followees = self.upstream.followees(reader.user).await?;
+        let mut scored: Vec<(CommentId, f64)> = Vec::with_capacity(list.ranked.len());
+        for c in list.ranked.iter().filter(|c| seen(c)) {
+            if c.status.is_deleted() {
+                let r = self.upstream.comment_records(&[c.id]).await?.pop().flatten();
+                let Some(r) = r else { continue };
+                if !self.comments.placeholder_shown(reader, &r).await? {
+                    continue;
+                }
+            }
+            scored.push((c.id, viewer_score(c.base, followees.contains(&c.author))));
+        }
         let pins: Vec<CommentId> =
             pins.into_iter().filter(|p| candidate(p).map_or(outside_seen.contains(p), seen)).collect();
         Ok((order_top(&pins, &scored), pins))
@@ -227,21 +256,25 @@ impl Engagement {
         cursor: Option<TopCursor>,
         limit: usize,
     ) -> ServiceResult<TopPage> {
-        self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        self.upstream.require_post(post).await?;
         // The first page reads the pins while ordering; later pages read them once here.
         let (order, pins, pos, floor, snapshot) = match cursor {
             None => {
                 let list = self.top_list(post).await?;
                 let (order, pins) = self.viewer_order(reader, post, &list).await?;
                 let order = Arc::new(order);
-                let snap = self.top.next_snapshot.fetch_add(1, Ordering::Relaxed);
-                self.top.snapshots.put(snap, order.clone());
+                let snap = self.shared.top.next_snapshot.fetch_add(1, Ordering::Relaxed);
+                self.shared.top.snapshots.put(snap, order.clone());
                 let floor = if list.more { list.floor.map_or(0, |f| f.0) } else { 0 };
                 (Some(order), pins, 0usize, floor, snap)
             }
-            Some(TopCursor::Ranked { snapshot, pos, floor }) => {
-                (self.top.snapshots.get(&snapshot), self.pins(post).await?, pos as usize, floor, snapshot)
-            }
+            Some(TopCursor::Ranked { snapshot, pos, floor }) => (
+                self.shared.top.snapshots.get(&snapshot),
+                self.review.pins(post).await?,
+                pos as usize,
+                floor,
+                snapshot,
+            ),
             Some(TopCursor::Chrono { after }) => return self.top_chrono(reader, post, after, limit).await,
         };
         let Some(order) = order else {
@@ -254,13 +287,14 @@ impl Engagement {
         };
         let slice: Vec<CommentId> = order.iter().skip(pos).take(limit).copied().collect();
         let recs: Vec<_> = self
+            .upstream
             .comment_records(&slice)
             .await?
             .into_iter()
             .flatten()
             .filter_map(|r| as_seen_by(reader, &r))
             .collect();
-        let mut items = self.views(reader, recs).await?;
+        let mut items = self.comments.decorate(reader, recs).await?;
         Self::mark_pins(&pins, &mut items);
         let end = pos + slice.len();
         let next = if end < order.len() {
@@ -280,8 +314,8 @@ impl Engagement {
         after: u64,
         limit: usize,
     ) -> ServiceResult<TopPage> {
-        let pins = self.pins(post).await?;
-        let page = self.list_comments(reader, post, Order::Newest, Some(CommentId(after)), limit).await?;
+        let pins = self.review.pins(post).await?;
+        let page = self.comments.list(reader, post, Order::Newest, Some(CommentId(after)), limit).await?;
         let items = page.items.into_iter().filter(|v| !pins.contains(&v.record.id)).collect();
         Ok(TopPage { items, next: page.next_after.map(|a| TopCursor::Chrono { after: a.0 }) })
     }
@@ -316,13 +350,14 @@ impl Engagement {
             let (order, pins) = self.viewer_order(reader, *post, &short).await?;
             let ids: Vec<CommentId> = order.into_iter().take(2).collect();
             let recs = self
+                .upstream
                 .comment_records(&ids)
                 .await?
                 .into_iter()
                 .flatten()
                 .filter_map(|r| as_seen_by(reader, &r))
                 .collect();
-            let mut views = self.views(reader, recs).await?;
+            let mut views = self.comments.decorate(reader, recs).await?;
             Self::mark_pins(&pins, &mut views);
             out.push(views);
         }

@@ -5,7 +5,7 @@
 //! user every few microseconds, so the limiter inserts a key per like. `governor` keeps one
 //! map entry per user in a sharded hash map that grows until a sweep drops the idle users
 //! and shrinks it again: a lock, a probe that misses the cache, and a rehash now and then,
-//! 6% of the CPU of the in-process hot-post benchmark (`docs/benchmarks.md`, session 11).
+//! 6% of the CPU of the in-process hot-post benchmark (`docs/benchmarks.md`, "What we tried").
 //! Here a check is one hash, one cache line (a bucket of 8 words) and one compare-and-swap,
 //! and memory never grows: idle users are simply overwritten.
 //!

@@ -1,13 +1,20 @@
-//! Human review: reports, the moderators' queue and decisions, the post author's approvals,
-//! and pins.
+//! Human review: reports, the authors' appeals, the moderators' queue (with why each comment
+//! is held) and decisions, the post author's approvals, and pins.
 
-use crate::comments::{CommentView, Reader, as_seen_by};
-use crate::{Engagement, ServiceError, ServiceResult};
+use crate::comments::{CommentView, Comments, Reader, seen_in_thread, standing_for};
+use crate::moderation::Moderation;
+use crate::shared::Shared;
+use crate::upstream::Upstream;
+use crate::{ServiceError, ServiceResult};
+use likewise_core::comment::appeal::{HeldBy, QueueNote, appeal_is_reviewed, appeal_message};
+use likewise_core::comment::pins::PinChange;
 use likewise_core::comment::rank::MAX_PINS;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::ReportReason;
+use likewise_core::ports::cluster::Invalidation;
 use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord};
+use std::sync::Arc;
 
 /// A moderator's decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,25 +25,34 @@ pub enum Decision {
     Hide,
 }
 
-impl Engagement {
-    /// A comment's status changed or it was deleted (called once the write is durable):
-    /// drop its cached record, and a reply's parent's (a deleted placeholder goes when its
-    /// last reply does), here and on every node. Rankings keep candidates' statuses, so for
-    /// a top-level comment the post's ranking goes too (the ranker would refresh it a round
-    /// later).
-    pub(crate) fn comment_changed(&self, r: &CommentRecord) {
-        for id in std::iter::once(r.id).chain(r.parent) {
-            self.records.forget(id);
-            self.announce(crate::cluster::Invalidation::Comment(id));
-        }
-        if r.parent.is_none() {
-            self.top.invalidate(r.post);
-            self.announce(crate::cluster::Invalidation::Top(r.post));
-        }
-    }
+/// One comment of the review queue.
+#[derive(Debug, Clone)]
+pub struct QueueEntry {
+    /// The comment with its real status.
+    pub view: CommentView,
+    /// Distinct reporters.
+    pub report_count: u32,
+    /// Why it is held, and the author's appeal.
+    pub note: QueueNote,
+}
 
-    async fn comment_record(&self, id: CommentId) -> ServiceResult<Option<CommentRecord>> {
-        Ok(self.stores.comments.comments(&[id]).await?.pop().flatten())
+/// See the module documentation.
+pub struct Review {
+    shared: Arc<Shared>,
+    upstream: Arc<Upstream>,
+    moderation: Arc<Moderation>,
+    comments: Arc<Comments>,
+}
+
+impl Review {
+    /// The review service.
+    pub fn new(
+        shared: Arc<Shared>,
+        upstream: Arc<Upstream>,
+        moderation: Arc<Moderation>,
+        comments: Arc<Comments>,
+    ) -> Self {
+        Review { shared, upstream, moderation, comments }
     }
 
     async fn set_status(
@@ -45,9 +61,16 @@ impl Engagement {
         status: CommentStatus,
         actor: UserId,
     ) -> ServiceResult<CommentRecord> {
-        match self.stores.writer.submit_comment(CommentOp::SetStatus { id, status, actor }).await?.outcome {
+        match self
+            .shared
+            .stores
+            .writer
+            .submit_comment(CommentOp::SetStatus { id, status, actor })
+            .await?
+            .outcome
+        {
             CommentOutcome::Done(Some(r)) => {
-                self.comment_changed(&r);
+                self.shared.comment_changed(&r);
                 Ok(r)
             }
             _ => Err(ServiceError::NotFound("comment")),
@@ -55,44 +78,63 @@ impl Engagement {
     }
 
     /// Report a comment; enough distinct reporters hide it pending review.
-    pub async fn report_comment(
-        &self,
-        reader: Reader,
-        id: CommentId,
-        reason: ReportReason,
-    ) -> ServiceResult<()> {
-        let r = self.comment_record(id).await?;
-        let r = r.filter(|r| !r.status.is_deleted() && as_seen_by(reader, r).is_some());
-        let r = r.ok_or(ServiceError::NotFound("comment"))?;
-        let count = self.stores.moderation.add_report(id, reader.user, reason).await?;
-        self.stores.moderation.set_queued(id, true).await?;
+    pub async fn report(&self, reader: Reader, id: CommentId, reason: ReportReason) -> ServiceResult<()> {
+        let r = standing_for(&self.upstream, reader, id).await?;
+        let count = self.shared.stores.moderation.add_report(id, reader.user, reason).await?;
+        self.shared.stores.moderation.set_queued(id, true).await?;
         metrics::counter!("likewise_comment_reports_total").increment(1);
-        if count >= self.report_threshold() && r.status == CommentStatus::Visible {
+        if count >= self.moderation.report_threshold() && r.status == CommentStatus::Visible {
+            self.shared.stores.moderation.set_held_by(id, Some(HeldBy::Reports)).await?;
             self.set_status(id, CommentStatus::Pending, reader.user).await?;
             metrics::counter!("likewise_comments_held_total", "layer" => "reports").increment(1);
         }
         Ok(())
     }
 
-    /// The review queue (moderators): comments awaiting a decision, with real statuses and
-    /// their report counts.
-    pub async fn review_queue(
+    /// The author appeals a decision about their own comment, once. Answered the same for
+    /// every status, so the answer reveals nothing; a held comment enters the review queue
+    /// marked appealed. Anyone else is told the comment does not exist.
+    pub async fn appeal(&self, viewer: UserId, id: CommentId, message: Option<&str>) -> ServiceResult<()> {
+        let r = self.shared.comment_record(id).await?;
+        let r = r.filter(|r| r.author == viewer).ok_or(ServiceError::NotFound("comment"))?;
+        let message = appeal_message(message).map_err(|e| ServiceError::Invalid(e.to_string()))?;
+        if !self.shared.stores.moderation.add_appeal(id, &message).await? {
+            return Err(ServiceError::Conflict("this comment was already appealed".into()));
+        }
+        metrics::counter!("likewise_comment_appeals_total").increment(1);
+        if appeal_is_reviewed(r.status) {
+            self.shared.stores.moderation.set_queued(id, true).await?;
+        }
+        Ok(())
+    }
+
+    /// The review queue (moderators): comments awaiting a decision, with real statuses, their
+    /// report counts, why each is held and the authors' appeals.
+    pub async fn queue(
         &self,
         moderator: UserId,
         after: Option<CommentId>,
         limit: usize,
-    ) -> ServiceResult<(Vec<(CommentView, u32)>, Option<CommentId>)> {
-        let ids = self.stores.moderation.queue(after, limit + 1).await?;
+    ) -> ServiceResult<(Vec<QueueEntry>, Option<CommentId>)> {
+        let ids = self.shared.stores.moderation.queue(after, limit + 1).await?;
         let more = ids.len() > limit;
         let ids: Vec<CommentId> = ids.into_iter().take(limit).collect();
         let next = if more { ids.last().copied() } else { None };
         let recs: Vec<CommentRecord> =
-            self.stores.comments.comments(&ids).await?.into_iter().flatten().collect();
-        let counts =
-            self.stores.moderation.report_counts(&recs.iter().map(|r| r.id).collect::<Vec<_>>()).await?;
+            self.shared.stores.comments.comments(&ids).await?.into_iter().flatten().collect();
+        let found: Vec<CommentId> = recs.iter().map(|r| r.id).collect();
+        let m = &self.shared.stores.moderation;
+        let (counts, notes) = tokio::join!(m.report_counts(&found), m.queue_notes(&found));
+        let (counts, notes) = (counts?, notes?);
         let reader = Reader { user: moderator, moderator: true };
-        let views = self.views(reader, recs).await?;
-        Ok((views.into_iter().zip(counts).collect(), next))
+        let views = self.comments.decorate(reader, recs).await?;
+        let entries = views
+            .into_iter()
+            .zip(counts)
+            .zip(notes)
+            .map(|((view, report_count), note)| QueueEntry { view, report_count, note })
+            .collect();
+        Ok((entries, next))
     }
 
     /// A moderator approves or hides a comment; it leaves the queue.
@@ -102,25 +144,26 @@ impl Engagement {
         id: CommentId,
         decision: Decision,
     ) -> ServiceResult<CommentView> {
-        let r = self.comment_record(id).await?.ok_or(ServiceError::NotFound("comment"))?;
+        let r = self.upstream.comment_record(id).await?.ok_or(ServiceError::NotFound("comment"))?;
         if r.status.is_deleted() {
             return Err(ServiceError::Conflict("the comment was deleted".into()));
         }
-        let status = match decision {
-            Decision::Approve => CommentStatus::Visible,
-            Decision::Hide => CommentStatus::HiddenByFilter,
+        let (status, held_by) = match decision {
+            Decision::Approve => (CommentStatus::Visible, None),
+            Decision::Hide => (CommentStatus::HiddenByFilter, Some(HeldBy::Moderator)),
         };
+        self.shared.stores.moderation.set_held_by(id, held_by).await?;
         let r = self.set_status(id, status, moderator).await?;
-        self.stores.moderation.set_queued(id, false).await?;
+        self.shared.stores.moderation.set_queued(id, false).await?;
         let reader = Reader { user: moderator, moderator: true };
-        self.views(reader, vec![r]).await?.pop().ok_or(ServiceError::NotFound("comment"))
+        self.comments.decorate(reader, vec![r]).await?.pop().ok_or(ServiceError::NotFound("comment"))
     }
 
     /// The post's author approves a restricted or pending comment on their post.
-    pub async fn approve_comment(&self, viewer: UserId, id: CommentId) -> ServiceResult<CommentView> {
-        let r = self.comment_record(id).await?.ok_or(ServiceError::NotFound("comment"))?;
+    pub async fn approve(&self, viewer: UserId, id: CommentId) -> ServiceResult<CommentView> {
+        let r = self.upstream.comment_record(id).await?.ok_or(ServiceError::NotFound("comment"))?;
         let reader = Reader { user: viewer, moderator: false };
-        if as_seen_by(reader, &r).is_none() {
+        if seen_in_thread(&self.upstream, reader, &r).await?.is_none() {
             return Err(ServiceError::NotFound("comment"));
         }
         if r.post_author != viewer {
@@ -133,37 +176,39 @@ impl Engagement {
             )));
         }
         let r = self.set_status(id, CommentStatus::Visible, viewer).await?;
-        self.stores.moderation.set_queued(id, false).await?;
-        self.views(reader, vec![r]).await?.pop().ok_or(ServiceError::NotFound("comment"))
+        self.shared.stores.moderation.set_held_by(id, None).await?;
+        self.shared.stores.moderation.set_queued(id, false).await?;
+        self.comments.decorate(reader, vec![r]).await?.pop().ok_or(ServiceError::NotFound("comment"))
     }
 
     /// Pin (or unpin) a top-level comment on the viewer's own post; at most three pins.
     pub async fn set_pin(&self, viewer: UserId, post: PostId, id: CommentId, pin: bool) -> ServiceResult<()> {
-        let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        let meta = self.upstream.require_post(post).await?;
         if meta.author != viewer {
             return Err(ServiceError::Forbidden("only the post's author may pin comments".into()));
         }
-        let mut pins = self.stores.moderation.pins(post).await?;
         if pin {
-            let r = self.comment_record(id).await?;
+            let r = self.upstream.comment_record(id).await?;
             let ok =
                 r.is_some_and(|r| r.post == post && r.parent.is_none() && r.status == CommentStatus::Visible);
             if !ok {
                 return Err(ServiceError::NotFound("comment"));
             }
-            if pins.contains(&id) {
-                return Ok(());
-            }
-            if pins.len() >= MAX_PINS {
+        }
+        match self.shared.stores.moderation.change_pin(post, id, pin).await? {
+            PinChange::Full => {
                 return Err(ServiceError::Conflict(format!("at most {MAX_PINS} comments can be pinned")));
             }
-            pins.push(id);
-        } else {
-            pins.retain(|p| *p != id);
+            PinChange::Unchanged => return Ok(()),
+            PinChange::Changed(_) => {}
         }
-        self.stores.moderation.set_pins(post, &pins).await?;
-        self.top.invalidate(post);
-        self.announce(crate::cluster::Invalidation::Top(post));
+        self.shared.top.invalidate(post);
+        self.shared.announce(Invalidation::Top(post));
         Ok(())
+    }
+
+    /// The pinned comments of a post.
+    pub async fn pins(&self, post: PostId) -> ServiceResult<Vec<CommentId>> {
+        Ok(self.shared.stores.moderation.pins(post).await?)
     }
 }

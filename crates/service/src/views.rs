@@ -3,13 +3,16 @@
 //! sketches are written to storage about once a second and on shutdown, so a crash loses at
 //! most the last second of views of an approximate count (never a like or a comment).
 
-use crate::{Engagement, ServiceError, ServiceResult};
+use crate::shared::Shared;
+use crate::upstream::Upstream;
+use crate::{ServiceError, ServiceResult};
 use hyperloglockless::DefaultHasher;
 use hyperloglockless::HyperLogLog;
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::Target;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Registers: 2^14 = 16,384 (standard error 1.04 / sqrt(16384) = 0.81%).
 const PRECISION: u8 = 14;
@@ -41,13 +44,20 @@ fn restore(registers: Vec<u8>) -> Option<HyperLogLog> {
     ))
 }
 
-/// The in-memory sketches.
-#[derive(Default)]
+/// Unique viewers per post, and the author's insights.
 pub struct Views {
+    shared: Arc<Shared>,
+    upstream: Arc<Upstream>,
+    /// The in-memory sketches.
     sketches: Mutex<HashMap<PostId, Sketch>>,
 }
 
 impl Views {
+    /// The views service.
+    pub fn new(shared: Arc<Shared>, upstream: Arc<Upstream>) -> Self {
+        Views { shared, upstream, sketches: Mutex::default() }
+    }
+
     /// Entries, capacity and bytes of the sketches held (for `/metrics`).
     pub fn usage(&self) -> crate::cache::Usage {
         let entries = self.sketches.lock().len();
@@ -71,12 +81,12 @@ pub struct Insights {
     pub unique_viewers: u64,
 }
 
-impl Engagement {
+impl Views {
     async fn load_sketch(&self, post: PostId) -> ServiceResult<()> {
-        if self.views.sketches.lock().contains_key(&post) {
+        if self.sketches.lock().contains_key(&post) {
             return Ok(());
         }
-        let stored = self.stores.views.load_views(post).await?;
+        let stored = self.shared.stores.views.load_views(post).await?;
         let hll = match stored {
             Some(regs) => restore(regs).unwrap_or_else(|| {
                 tracing::warn!(post = post.0, "stored view sketch unreadable; starting a new one");
@@ -84,7 +94,7 @@ impl Engagement {
             }),
             None => empty(),
         };
-        let mut map = self.views.sketches.lock();
+        let mut map = self.sketches.lock();
         if map.len() >= MAX_IN_MEMORY {
             map.retain(|_, s| s.dirty);
         }
@@ -93,10 +103,10 @@ impl Engagement {
     }
 
     /// Count a view of `post` by `viewer`.
-    pub async fn record_view(&self, viewer: UserId, post: PostId) -> ServiceResult<()> {
-        self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+    pub async fn record(&self, viewer: UserId, post: PostId) -> ServiceResult<()> {
+        self.upstream.require_post(post).await?;
         self.load_sketch(post).await?;
-        let mut map = self.views.sketches.lock();
+        let mut map = self.sketches.lock();
         let s = map.entry(post).or_insert_with(|| Sketch { hll: empty(), dirty: false });
         s.hll.insert(&viewer.0);
         s.dirty = true;
@@ -105,9 +115,9 @@ impl Engagement {
     }
 
     /// Write dirty sketches to storage (called about once a second and on shutdown).
-    pub async fn flush_views(&self) -> ServiceResult<usize> {
+    pub async fn flush(&self) -> ServiceResult<usize> {
         let dirty: Vec<(PostId, Vec<u8>)> = {
-            let mut map = self.views.sketches.lock();
+            let mut map = self.sketches.lock();
             map.iter_mut()
                 .filter(|(_, s)| s.dirty)
                 .map(|(p, s)| {
@@ -117,10 +127,10 @@ impl Engagement {
                 .collect()
         };
         if !dirty.is_empty()
-            && let Err(e) = self.stores.views.save_views(&dirty).await
+            && let Err(e) = self.shared.stores.views.save_views(&dirty).await
         {
             // Keep them dirty: the next flush retries.
-            let mut map = self.views.sketches.lock();
+            let mut map = self.sketches.lock();
             for (p, _) in &dirty {
                 if let Some(s) = map.get_mut(p) {
                     s.dirty = true;
@@ -133,14 +143,14 @@ impl Engagement {
 
     /// Insights for the post's author only.
     pub async fn insights(&self, viewer: UserId, post: PostId) -> ServiceResult<Insights> {
-        let meta = self.post_meta(post).await?.ok_or(ServiceError::NotFound("post"))?;
+        let meta = self.upstream.require_post(post).await?;
         if meta.author != viewer {
             return Err(ServiceError::Forbidden("insights are for the post's author only".into()));
         }
         self.load_sketch(post).await?;
-        let unique_viewers = self.views.sketches.lock().get(&post).map_or(0, |s| s.hll.count() as u64);
+        let unique_viewers = self.sketches.lock().get(&post).map_or(0, |s| s.hll.count() as u64);
         // Straight from the counters, not the display cache: the author gets the exact value.
-        let c = self.stores.counters.counts(&[Target::post(post.0)]).await?[0];
+        let c = self.shared.stores.counters.counts(&[Target::post(post.0)]).await?[0];
         Ok(Insights { like_count: c.likes.max(0), comment_count: c.comments.max(0), unique_viewers })
     }
 }

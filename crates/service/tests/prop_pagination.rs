@@ -11,8 +11,7 @@
 //! sees every top-level comment that exists (deleted ones with replies as placeholders), and
 //! the likers are exactly the users whose like is on.
 
-mod common;
-use common::scratch_dir;
+use likewise_store::testing::scratch_dir;
 
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
@@ -22,9 +21,6 @@ use likewise_core::ports::Liker;
 use likewise_service::comments::{Order, Reader};
 use likewise_service::moderation::ModerationOptions;
 use likewise_service::{Engagement, ServiceOptions};
-use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
-use likewise_store::group_commit::GroupCommitOptions;
-use likewise_store::open::from_embedded;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -135,13 +131,6 @@ struct Touched {
 }
 
 async fn service(dir: &std::path::Path) -> Arc<Engagement> {
-    let opts = EmbeddedOptions {
-        cache_bytes: 8 << 20,
-        memtable_bytes: 2 << 20,
-        max_journal_bytes: 64 << 20,
-        ..Default::default()
-    };
-    let store = EmbeddedStore::open(dir, &opts).expect("open");
     // Generous limits: this test is about pages, not about rate limits or near-duplicates.
     let moderation = ModerationOptions {
         comments_per_minute: 10_000,
@@ -150,11 +139,11 @@ async fn service(dir: &std::path::Path) -> Arc<Engagement> {
         ..ModerationOptions::default()
     };
     let svc = Engagement::new(
-        from_embedded(store, GroupCommitOptions::default()),
+        likewise_store::testing::open_small(dir),
         ServiceOptions { moderation, ..ServiceOptions::default() },
     );
     let meta = PostMeta { author: AUTHOR, hide_like_count: false, comments: CommentsPolicy::Everyone };
-    svc.put_post(POST, meta).await.expect("post");
+    svc.upstream.put_post(POST, meta).await.expect("post");
     svc
 }
 
@@ -178,7 +167,7 @@ async fn apply(svc: &Engagement, model: &mut Model, op: &Op, touched: &mut Touch
                 WORDS[user.0 as usize % 12]
             );
             let parent = reply_to.and_then(|n| model.written.get(n)).map(|(id, _, _)| *id);
-            let res = svc.create_comment(user, POST, &text, parent).await;
+            let res = svc.comments.create(user, POST, &text, parent, None).await;
             // A reply goes under the top-level parent; replying to a deleted comment is refused.
             let top = parent.map(|p| {
                 model.written.iter().find(|(id, _, _)| *id == p).and_then(|(_, _, pp)| *pp).unwrap_or(p)
@@ -199,7 +188,7 @@ async fn apply(svc: &Engagement, model: &mut Model, op: &Op, touched: &mut Touch
         Op::Delete { nth } => {
             let Some(&(id, author, parent)) = model.written.get(nth) else { return };
             let reader = Reader { user: author, moderator: false };
-            let res = svc.delete_comment(reader, id).await;
+            let res = svc.comments.delete(reader, id).await;
             match model.live.get(&id).copied() {
                 None => assert!(res.is_err(), "deleting a removed comment succeeded"),
                 Some(true) => assert!(res.is_ok(), "deleting a placeholder again: {res:?}"),
@@ -209,6 +198,14 @@ async fn apply(svc: &Engagement, model: &mut Model, op: &Op, touched: &mut Touch
                         model.live.insert(id, true);
                     } else {
                         model.live.remove(&id);
+                        // The last reply of a placeholder takes it along.
+                        if let Some(p) = parent
+                            && model.live.get(&p) == Some(&true)
+                            && model.replies_of(p).is_empty()
+                        {
+                            model.live.remove(&p);
+                            touched.comments.insert(p);
+                        }
                     }
                     touched.comments.insert(id);
                 }
@@ -216,7 +213,7 @@ async fn apply(svc: &Engagement, model: &mut Model, op: &Op, touched: &mut Touch
         }
         Op::Like { user, on } => {
             let action = if on { LikeAction::Like } else { LikeAction::Unlike };
-            let r = svc.set_post_like(UserId(user), POST, action).await.expect("like");
+            let r = svc.likes.set_post_like(UserId(user), POST, action).await.expect("like");
             let was = model.likers.contains(&UserId(user));
             assert_eq!((r.liked, r.changed), (on, on != was));
             if r.changed {
@@ -270,9 +267,9 @@ async fn page(
     let items = match walk {
         Walk::Newest | Walk::Oldest | Walk::Replies(_) => {
             let p = match walk {
-                Walk::Newest => svc.list_comments(reader, POST, Order::Newest, c.comment, limit).await,
-                Walk::Oldest => svc.list_comments(reader, POST, Order::Oldest, c.comment, limit).await,
-                _ => match svc.list_replies(reader, parent?, c.comment, limit).await {
+                Walk::Newest => svc.comments.list(reader, POST, Order::Newest, c.comment, limit).await,
+                Walk::Oldest => svc.comments.list(reader, POST, Order::Oldest, c.comment, limit).await,
+                _ => match svc.comments.replies(reader, parent?, c.comment, limit).await {
                     Ok(p) => Ok(p),
                     Err(_) => return None,
                 },
@@ -284,7 +281,7 @@ async fn page(
             p.items.iter().map(|v| Item::Comment(v.record.id)).collect()
         }
         Walk::Likers => {
-            let p = svc.post_likers(POST, c.liker, limit).await.expect("likers");
+            let p = svc.likes.post_likers(POST, c.liker, limit).await.expect("likers");
             assert!(p.items.len() <= limit, "page longer than its limit");
             c.liker = p.next;
             c.done = p.next.is_none();

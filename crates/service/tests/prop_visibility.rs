@@ -10,8 +10,7 @@
 //!   viewer's own settings hide it;
 //! - `viewer_has_liked` (posts and comments) and the settings read back are the viewer's own.
 
-mod common;
-use common::scratch_dir;
+use likewise_store::testing::scratch_dir;
 
 use likewise_core::comment::status::CommentStatus::{self, *};
 use likewise_core::ids::{CommentId, PostId, UserId};
@@ -23,9 +22,6 @@ use likewise_service::moderation::ModerationOptions;
 use likewise_service::ranking::TopCursor;
 use likewise_service::review::Decision;
 use likewise_service::{Engagement, ServiceOptions};
-use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
-use likewise_store::group_commit::GroupCommitOptions;
-use likewise_store::open::from_embedded;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -177,6 +173,15 @@ fn shown(reader: Reader, c: &MComment) -> Option<CommentStatus> {
     }
 }
 
+/// [`shown`] in lists (every order, top, previews): a placeholder only over a reply the
+/// reader is shown.
+fn listed(m: &Model, reader: Reader, c: &MComment) -> Option<CommentStatus> {
+    let s = shown(reader, c)?;
+    let over_a_shown_reply =
+        || m.comments.iter().any(|r| r.parent == Some(c.id) && shown(reader, r).is_some());
+    (!c.status.is_deleted() || over_a_shown_reply()).then_some(s)
+}
+
 fn user_reader(user: u64) -> Reader {
     Reader { user: UserId(user), moderator: false }
 }
@@ -207,13 +212,6 @@ impl Model {
 }
 
 async fn service(dir: &std::path::Path) -> Arc<Engagement> {
-    let opts = EmbeddedOptions {
-        cache_bytes: 8 << 20,
-        memtable_bytes: 2 << 20,
-        max_journal_bytes: 64 << 20,
-        ..Default::default()
-    };
-    let store = EmbeddedStore::open(dir, &opts).expect("open");
     let moderation = ModerationOptions {
         comments_per_minute: 10_000,
         comment_burst: 10_000,
@@ -222,12 +220,12 @@ async fn service(dir: &std::path::Path) -> Arc<Engagement> {
         ..ModerationOptions::default()
     };
     let svc = Engagement::new(
-        from_embedded(store, GroupCommitOptions::default()),
+        likewise_store::testing::open_small(dir),
         ServiceOptions { moderation, ..ServiceOptions::default() },
     );
     for (i, (post, author, comments)) in POSTS.into_iter().enumerate() {
         let meta = PostMeta { author, hide_like_count: i == 1, comments };
-        svc.put_post(post, meta).await.expect("post");
+        svc.upstream.put_post(post, meta).await.expect("post");
     }
     svc
 }
@@ -254,7 +252,7 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
                 format!("{} {} {} note {serial}", w(1), w(5), w(7))
             };
             let parent = reply_to.and_then(|n| m.comments.get(n)).cloned();
-            let res = svc.create_comment(user, post_id, &text, parent.as_ref().map(|p| p.id)).await;
+            let res = svc.comments.create(user, post_id, &text, parent.as_ref().map(|p| p.id), None).await;
             // A parent must exist, be on this post, not be deleted, and be one the replier is
             // shown (a held comment does not exist for them: 404).
             let parent_ok = parent.as_ref().is_none_or(|p| {
@@ -263,7 +261,12 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
                     && !p.status.is_deleted()
                     && shown(Reader { user, moderator: false }, p).is_some()
             });
-            if !m.may_comment(user, post) || !parent_ok {
+            // No reply to, or under, a comment whose author blocked the replier.
+            let unblocked = parent.as_ref().is_none_or(|p| {
+                let top = p.parent.map_or(p.author, |t| m.by_id(t).author);
+                !m.blocks.contains(&(p.author, user)) && !m.blocks.contains(&(top, user))
+            });
+            if !m.may_comment(user, post) || !parent_ok || !unblocked {
                 assert!(res.is_err(), "comment by {user:?} on post {post} should be refused");
                 return;
             }
@@ -296,7 +299,7 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
         Op::Like { user, post, on } => {
             let (post_id, author, _) = POSTS[post];
             let action = if on { LikeAction::Like } else { LikeAction::Unlike };
-            let res = svc.set_post_like(UserId(user), post_id, action).await;
+            let res = svc.likes.set_post_like(UserId(user), post_id, action).await;
             if m.blocks.contains(&(author, UserId(user))) {
                 assert!(res.is_err(), "a blocked user's like was accepted");
             } else {
@@ -312,10 +315,11 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
         Op::CommentLike { user, nth, on } => {
             let Some(c) = m.comments.get(nth).cloned() else { return };
             let action = if on { LikeAction::Like } else { LikeAction::Unlike };
-            let res = svc.set_comment_like(UserId(user), c.id, action).await;
+            let res = svc.likes.set_comment_like(UserId(user), c.id, action).await;
             let ok = !c.status.is_deleted()
                 && shown(user_reader(user), &c).is_some()
-                && !m.blocks.contains(&(c.post_author, UserId(user)));
+                && !m.blocks.contains(&(c.post_author, UserId(user)))
+                && !m.blocks.contains(&(c.author, UserId(user)));
             assert_eq!(res.is_ok(), ok, "like of {c:?} by {user}: {res:?}");
             if ok {
                 if on {
@@ -326,36 +330,40 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
             }
         }
         Op::Restrict { owner, other, on } => {
-            svc.set_restrict(UserId(owner), UserId(other), on).await.expect("restrict");
+            svc.moderation.set_restrict(UserId(owner), UserId(other), on).await.expect("restrict");
             toggle(&mut m.restricts, (UserId(owner), UserId(other)), on);
         }
         Op::Block { owner, other, on } => {
-            svc.set_block(UserId(owner), UserId(other), on).await.expect("block");
+            svc.moderation.set_block(UserId(owner), UserId(other), on).await.expect("block");
             toggle(&mut m.blocks, (UserId(owner), UserId(other)), on);
         }
         Op::HiddenWords { owner, on } => {
             let words = if on { vec![HIDDEN_WORD.to_string()] } else { Vec::new() };
-            svc.put_hidden_words(UserId(owner), words).await.expect("hidden words");
+            svc.moderation.put_hidden_words(UserId(owner), words).await.expect("hidden words");
             toggle(&mut m.hidden_words, UserId(owner), on);
         }
         Op::Settings { user, hide } => {
-            svc.put_settings(UserId(user), ViewerSettings { hide_like_counts: hide })
+            svc.upstream
+                .put_settings(UserId(user), ViewerSettings { hide_like_counts: hide, ..Default::default() })
                 .await
                 .expect("settings");
             m.settings.insert(UserId(user), hide);
         }
         Op::PostFlag { post, hide } => {
             let (id, author, comments) = POSTS[post];
-            svc.put_post(id, PostMeta { author, hide_like_count: hide, comments }).await.expect("post");
+            svc.upstream
+                .put_post(id, PostMeta { author, hide_like_count: hide, comments })
+                .await
+                .expect("post");
             m.post_hides[post] = hide;
         }
         Op::Follow { user, on } => {
-            svc.set_follow(UserId(user), UserId(1), on).await.expect("follow");
+            svc.upstream.set_follow(UserId(user), UserId(1), on).await.expect("follow");
             toggle(&mut m.follows_author_1, UserId(user), on);
         }
         Op::Report { user, nth } => {
             let Some(c) = m.comments.get(nth).cloned() else { return };
-            let res = svc.report_comment(user_reader(user), c.id, ReportReason::Other).await;
+            let res = svc.review.report(user_reader(user), c.id, ReportReason::Other).await;
             let ok = !c.status.is_deleted() && shown(user_reader(user), &c).is_some();
             assert_eq!(res.is_ok(), ok, "report of {c:?} by {user}: {res:?}");
             if ok {
@@ -368,7 +376,7 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
         }
         Op::Approve { user, nth } => {
             let Some(c) = m.comments.get(nth).cloned() else { return };
-            let res = svc.approve_comment(UserId(user), c.id).await;
+            let res = svc.review.approve(UserId(user), c.id).await;
             let ok = shown(user_reader(user), &c).is_some()
                 && c.post_author == UserId(user)
                 && matches!(c.status, Restricted | Pending);
@@ -380,7 +388,7 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
         Op::Moderate { nth, approve } => {
             let Some(c) = m.comments.get(nth).cloned() else { return };
             let d = if approve { Decision::Approve } else { Decision::Hide };
-            let res = svc.moderate(MODERATOR, c.id, d).await;
+            let res = svc.review.moderate(MODERATOR, c.id, d).await;
             let ok = !c.removed && !c.status.is_deleted();
             assert_eq!(res.is_ok(), ok, "decision on {c:?}: {res:?}");
             if ok {
@@ -389,7 +397,7 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
         }
         Op::Delete { user, nth } => {
             let Some(c) = m.comments.get(nth).cloned() else { return };
-            let res = svc.delete_comment(user_reader(user), c.id).await;
+            let res = svc.comments.delete(user_reader(user), c.id).await;
             let ok =
                 shown(user_reader(user), &c).is_some() && (c.author.0 == user || c.post_author.0 == user);
             assert_eq!(res.is_ok(), ok, "deletion of {c:?} by {user}: {res:?}");
@@ -398,6 +406,14 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
                     m.comments[nth].status = c.status.deleted_from();
                 } else {
                     m.comments[nth].removed = true;
+                    // The last reply of a placeholder takes it along.
+                    if let Some(p) = c.parent
+                        && m.by_id(p).status.is_deleted()
+                        && !m.has_replies(p)
+                        && let Some(pc) = m.comments.iter_mut().find(|x| x.id == p)
+                    {
+                        pc.removed = true;
+                    }
                 }
             }
         }
@@ -441,7 +457,7 @@ async fn walk_comments(
 ) -> Vec<CommentView> {
     let (mut out, mut after) = (Vec::new(), None);
     loop {
-        let page = svc.list_comments(reader, post, order, after, limit).await.expect("comments page");
+        let page = svc.comments.list(reader, post, order, after, limit).await.expect("comments page");
         out.extend(page.items);
         match page.next_after {
             Some(a) => after = Some(a),
@@ -454,7 +470,7 @@ async fn check(svc: &Engagement, m: &Model, reader: Reader, limit: usize) {
     for (post, _, _) in POSTS {
         let top_level = |c: &&MComment| c.post == post && c.parent.is_none();
         let mut want: Vec<(CommentId, CommentStatus)> =
-            m.comments.iter().filter(top_level).filter_map(|c| Some((c.id, shown(reader, c)?))).collect();
+            m.comments.iter().filter(top_level).filter_map(|c| Some((c.id, listed(m, reader, c)?))).collect();
         want.sort_by_key(|(id, _)| *id);
         let oldest = walk_comments(svc, reader, post, Order::Oldest, limit).await;
         compare(m, reader, &oldest, &want, "oldest first");
@@ -464,7 +480,7 @@ async fn check(svc: &Engagement, m: &Model, reader: Reader, limit: usize) {
 
         // Replies, under every top-level comment (a hidden parent is a 404).
         for parent in m.comments.iter().filter(top_level) {
-            let first = svc.list_replies(reader, parent.id, None, limit).await;
+            let first = svc.comments.replies(reader, parent.id, None, limit).await;
             if shown(reader, parent).is_none() {
                 assert!(first.is_err(), "replies of {:?}, hidden from {reader:?}, were listed", parent.id);
                 continue;
@@ -474,7 +490,7 @@ async fn check(svc: &Engagement, m: &Model, reader: Reader, limit: usize) {
             loop {
                 got.extend(page.items);
                 let Some(a) = page.next_after else { break };
-                page = svc.list_replies(reader, parent.id, Some(a), limit).await.expect("replies page");
+                page = svc.comments.replies(reader, parent.id, Some(a), limit).await.expect("replies page");
             }
             let mut want: Vec<(CommentId, CommentStatus)> = m
                 .comments
@@ -486,12 +502,12 @@ async fn check(svc: &Engagement, m: &Model, reader: Reader, limit: usize) {
             compare(m, reader, &got, &want, "replies");
         }
 
-        // Top comments, freshly ranked (the ranker worker is not running here): placeholders of
-        // deleted comments are not ranked.
-        svc.top().invalidate(post);
+        // Top comments, freshly ranked (the ranker worker is not running here), placeholders
+        // included.
+        svc.shared.top.invalidate(post);
         let (mut got, mut cursor) = (Vec::new(), None::<TopCursor>);
         loop {
-            let page = svc.list_top(reader, post, cursor, limit).await.expect("top page");
+            let page = svc.ranking.list_top(reader, post, cursor, limit).await.expect("top page");
             got.extend(page.items);
             match page.next {
                 Some(c) => cursor = Some(c),
@@ -499,20 +515,15 @@ async fn check(svc: &Engagement, m: &Model, reader: Reader, limit: usize) {
             }
         }
         got.sort_by_key(|v| v.record.id);
-        let mut want: Vec<(CommentId, CommentStatus)> = m
-            .comments
-            .iter()
-            .filter(top_level)
-            .filter(|c| !c.status.is_deleted())
-            .filter_map(|c| Some((c.id, shown(reader, c)?)))
-            .collect();
+        let mut want: Vec<(CommentId, CommentStatus)> =
+            m.comments.iter().filter(top_level).filter_map(|c| Some((c.id, listed(m, reader, c)?))).collect();
         want.sort_by_key(|(id, _)| *id);
         compare(m, reader, &got, &want, "top comments");
     }
 
     // Posts: counts, liked state and the comment box, as this viewer.
     let ids: Vec<PostId> = POSTS.iter().map(|(p, _, _)| *p).collect();
-    let views = svc.post_views(reader.user, &ids).await.expect("post views");
+    let views = svc.posts.post_views(reader.user, &ids).await.expect("post views");
     assert_eq!(views.len(), POSTS.len());
     for (i, v) in views.iter().enumerate() {
         let visible = m.count_visible(reader.user, i);
@@ -536,7 +547,7 @@ async fn check(svc: &Engagement, m: &Model, reader: Reader, limit: usize) {
             );
         }
     }
-    let settings = svc.viewer_settings(reader.user).await.expect("settings");
+    let settings = svc.upstream.viewer_settings(reader.user).await.expect("settings");
     assert_eq!(
         settings.hide_like_counts,
         m.settings.get(&reader.user).copied().unwrap_or(false),

@@ -4,14 +4,23 @@
 //! instantiates them all with [`conformance_suite!`], passing an expression that opens a new,
 //! empty store (and whatever guard keeps its resources alive).
 
+mod threads;
+
+pub use threads::*;
+
 use crate::Stores;
+
+mod keys;
+pub use keys::*;
+use likewise_core::comment::appeal::{HeldBy, QueueNote};
+use likewise_core::comment::status::CommentStatus;
 use likewise_core::counter::{CounterField, CounterKey};
 use likewise_core::event::EventKind;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{LikeAction, LikeOp, Target, TargetKind};
 use likewise_core::model::{CommentsPolicy, PostMeta, UserProfile, ViewerSettings};
 use likewise_core::ports::{Liker, ReportReason};
-use likewise_core::write::{WriteOp, WriteOutcome};
+use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, WriteOp, WriteOutcome};
 
 fn op(target: Target, user: u64, action: LikeAction, ts: u64) -> LikeOp {
     LikeOp { target, user: UserId(user), action, target_author: UserId(7), ts_ms: ts, post: target.id }
@@ -152,6 +161,171 @@ pub async fn event_log_reads_and_truncates(s: &Stores) {
     assert_eq!(s.events.head().await.expect("head"), all[4]);
 }
 
+fn new_comment(parent: Option<CommentId>, author: u64, status: CommentStatus) -> CommentOp {
+    CommentOp::Create(CommentRecord {
+        id: CommentId(0),
+        post: PostId(9),
+        author: UserId(author),
+        post_author: UserId(7),
+        parent,
+        reply_to_user: None,
+        status,
+        text: format!("from {author}"),
+        simhash: author,
+    })
+}
+
+async fn comment(s: &Stores, op: CommentOp) -> CommentOutcome {
+    s.writer.submit_comment(op).await.expect("comment op").outcome
+}
+
+async fn created(s: &Stores, op: CommentOp) -> CommentId {
+    match comment(s, op).await {
+        CommentOutcome::Done(Some(r)) => r.id,
+        other => panic!("create answered {other:?}"),
+    }
+}
+
+/// Apply `ops` as one batch of the engine, as the group committer does.
+pub(crate) async fn one_batch(s: &Stores, ops: Vec<WriteOp>) -> Vec<WriteOutcome> {
+    let engine = s.write_engine.clone();
+    tokio::task::spawn_blocking(move || {
+        let out = engine.apply(&ops).expect("apply");
+        engine.sync().expect("sync");
+        out
+    })
+    .await
+    .expect("writer thread")
+}
+
+/// Every real comment change makes one event whose delta is its change of visibility; a
+/// deleted parent with replies stays as a placeholder, a deleted reply goes.
+pub async fn comment_changes_count_once_and_leave_placeholders(s: &Stores) {
+    let visible = CommentStatus::Visible;
+    let top = created(s, new_comment(None, 1, visible)).await;
+    let reply = created(s, new_comment(Some(top), 2, visible)).await;
+    let held = created(s, new_comment(Some(top), 3, CommentStatus::Pending)).await;
+    let approve = CommentOp::SetStatus { id: held, status: visible, actor: UserId(7) };
+    assert!(
+        matches!(comment(s, approve.clone()).await, CommentOutcome::Done(Some(r)) if r.status == visible)
+    );
+    assert!(matches!(comment(s, approve).await, CommentOutcome::Done(Some(r)) if r.status == visible));
+    let placeholder = match comment(s, CommentOp::Delete { id: top, actor: UserId(1) }).await {
+        CommentOutcome::Done(Some(r)) => r,
+        other => panic!("deleting a parent answered {other:?}"),
+    };
+    assert_eq!((placeholder.status, placeholder.text.as_str()), (CommentStatus::Deleted, ""));
+    let again = comment(s, CommentOp::Delete { id: top, actor: UserId(1) }).await;
+    assert_eq!(again, CommentOutcome::Done(Some(placeholder.clone())));
+    assert_eq!(
+        comment(s, CommentOp::Delete { id: reply, actor: UserId(2) }).await,
+        CommentOutcome::Done(None)
+    );
+    let gone = CommentOp::SetStatus { id: reply, status: visible, actor: UserId(7) };
+    assert_eq!(comment(s, gone).await, CommentOutcome::NotFound);
+    let ev = s.events.read_after(0, 20).await.expect("events");
+    let seen: Vec<(EventKind, u64, i64, u64)> =
+        ev.iter().map(|e| (e.kind, e.target.id, e.delta(), e.parent)).collect();
+    let (t, r, h) = (top.0, reply.0, held.0);
+    use EventKind::*;
+    #[rustfmt::skip]
+    assert_eq!(seen, vec![
+        (CommentCreated, t, 1, 0), (CommentCreated, r, 1, t), (CommentCreated, h, 0, t),
+        (CommentStatusChanged, h, 1, t), (CommentDeleted, t, -1, 0), (CommentDeleted, r, -1, t),
+    ]);
+    assert!(
+        ev.iter().all(|e| e.actor != UserId(7) && e.target_author == UserId(7)),
+        "actor: the comment's author"
+    );
+    assert_eq!(s.comments.comments(&[top, reply]).await.expect("read"), vec![Some(placeholder), None]);
+    let replies = s.comments.replies(top, None, 10).await.expect("replies");
+    assert_eq!(replies.iter().map(|r| r.id).collect::<Vec<_>>(), vec![held]);
+}
+
+/// Within one batch, a delete sees the replies the batch created and removed before it.
+pub async fn a_batch_sees_its_own_replies_when_deleting_a_parent(s: &Stores) {
+    let visible = CommentStatus::Visible;
+    let emptied = created(s, new_comment(None, 1, visible)).await;
+    let only_reply = created(s, new_comment(Some(emptied), 2, visible)).await;
+    let filled = created(s, new_comment(None, 3, visible)).await;
+    let out = one_batch(
+        s,
+        vec![
+            WriteOp::Comment(CommentOp::Delete { id: only_reply, actor: UserId(2) }),
+            WriteOp::Comment(CommentOp::Delete { id: emptied, actor: UserId(1) }),
+            WriteOp::Comment(new_comment(Some(filled), 4, visible)),
+            WriteOp::Comment(CommentOp::Delete { id: filled, actor: UserId(3) }),
+        ],
+    )
+    .await;
+    let left: Vec<Option<CommentStatus>> = out
+        .iter()
+        .map(|o| match o {
+            WriteOutcome::Comment(CommentOutcome::Done(r)) => r.as_ref().map(|r| r.status),
+            other => panic!("a comment op answered {other:?}"),
+        })
+        .collect();
+    assert_eq!(left, vec![None, None, Some(visible), Some(CommentStatus::Deleted)]);
+    let stored = s.comments.comments(&[emptied, filled]).await.expect("read");
+    assert_eq!(
+        stored.iter().map(|r| r.as_ref().map(|r| r.status)).collect::<Vec<_>>(),
+        vec![None, Some(CommentStatus::Deleted)]
+    );
+}
+
+/// A reply and its parent's delete in one batch, in either order: the reply is refused when
+/// the delete came first, and the parent stays a placeholder when the reply did. Never a
+/// reply under a removed parent.
+pub async fn a_reply_and_its_parents_delete_never_leave_an_orphan(s: &Stores) {
+    let visible = CommentStatus::Visible;
+    let first = created(s, new_comment(None, 1, visible)).await;
+    let second = created(s, new_comment(None, 3, visible)).await;
+    let out = one_batch(
+        s,
+        vec![
+            WriteOp::Comment(CommentOp::Delete { id: first, actor: UserId(1) }),
+            WriteOp::Comment(new_comment(Some(first), 2, visible)),
+            WriteOp::Comment(new_comment(Some(second), 4, visible)),
+            WriteOp::Comment(CommentOp::Delete { id: second, actor: UserId(3) }),
+        ],
+    )
+    .await;
+    let outcome = |k: usize| match &out[k] {
+        WriteOutcome::Comment(c) => c.clone(),
+        other => panic!("a comment op answered {other:?}"),
+    };
+    assert_eq!(outcome(1), CommentOutcome::NotFound, "a reply under a parent deleted before it");
+    assert!(matches!(outcome(2), CommentOutcome::Done(Some(_))));
+    assert!(matches!(outcome(3), CommentOutcome::Done(Some(r)) if r.status == CommentStatus::Deleted));
+    let stored = s.comments.comments(&[first, second]).await.expect("read");
+    assert_eq!(stored[0], None);
+    assert_eq!(stored[1].as_ref().map(|r| r.status), Some(CommentStatus::Deleted));
+    assert!(s.comments.replies(first, None, 10).await.expect("replies").is_empty(), "orphan");
+    assert_eq!(s.comments.replies(second, None, 10).await.expect("replies").len(), 1);
+}
+
+/// A placeholder goes with its last reply, whatever that reply's status, and stays while
+/// any reply is left.
+pub async fn a_placeholder_goes_with_its_last_reply(s: &Stores) {
+    let visible = CommentStatus::Visible;
+    let top = created(s, new_comment(None, 1, visible)).await;
+    let shown = created(s, new_comment(Some(top), 2, visible)).await;
+    let held = created(s, new_comment(Some(top), 3, CommentStatus::Pending)).await;
+    comment(s, CommentOp::Delete { id: top, actor: UserId(1) }).await;
+    comment(s, CommentOp::Delete { id: shown, actor: UserId(2) }).await;
+    let left = s.comments.comments(&[top]).await.expect("read").pop().flatten();
+    assert_eq!(left.map(|r| r.status), Some(CommentStatus::Deleted), "a reply is left");
+    assert_eq!(
+        comment(s, CommentOp::Delete { id: held, actor: UserId(3) }).await,
+        CommentOutcome::Done(None)
+    );
+    assert_eq!(s.comments.comments(&[top]).await.expect("read"), vec![None]);
+    assert!(s.comments.top_level(PostId(9), true, None, 10).await.expect("page").is_empty());
+    let ev = s.events.read_after(0, 20).await.expect("events");
+    let last = ev.last().expect("events");
+    assert_eq!((last.kind, last.target.id, last.delta()), (EventKind::CommentDeleted, top.0, 0));
+}
+
 /// Upstream data round-trips.
 pub async fn upstream_data_round_trips(s: &Stores) {
     let meta = PostMeta { author: UserId(7), hide_like_count: true, comments: CommentsPolicy::Off };
@@ -165,7 +339,10 @@ pub async fn upstream_data_round_trips(s: &Stores) {
     s.meta.set_follow(UserId(1), UserId(3), false).await.expect("unfollow");
     assert_eq!(s.meta.followees(UserId(1), 10).await.expect("followees"), vec![UserId(2)]);
     assert!(!s.meta.settings(UserId(1)).await.expect("settings").hide_like_counts);
-    s.meta.put_settings(UserId(1), ViewerSettings { hide_like_counts: true }).await.expect("put");
+    s.meta
+        .put_settings(UserId(1), ViewerSettings { hide_like_counts: true, ..Default::default() })
+        .await
+        .expect("put");
     assert!(s.meta.settings(UserId(1)).await.expect("settings").hide_like_counts);
     s.meta.ping().await.expect("ping");
 }
@@ -223,6 +400,51 @@ pub async fn pins_keep_their_order(s: &Stores) {
     assert!(m.pins(PostId(1)).await.expect("cleared").is_empty());
 }
 
+/// Concurrent pins and unpins of one post each take effect, and the cap holds: of six
+/// comments pinned at once, exactly three are acknowledged and those three are the pins;
+/// unpinning them all at once leaves none.
+pub async fn concurrent_pin_changes_all_take_effect_under_the_cap(s: &Stores) {
+    use likewise_core::comment::pins::PinChange;
+    let race = |pin: bool, ids: Vec<u64>| {
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(ids.len()));
+        let tasks: Vec<_> = ids
+            .into_iter()
+            .map(|id| {
+                let (m, barrier) = (s.moderation.clone(), barrier.clone());
+                let rt = tokio::runtime::Handle::current();
+                tokio::task::spawn_blocking(move || {
+                    barrier.wait();
+                    (id, rt.block_on(m.change_pin(PostId(3), CommentId(id), pin)).expect("pin"))
+                })
+            })
+            .collect();
+        async move {
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await.expect("join"));
+            }
+            out
+        }
+    };
+    for round in 0..5u64 {
+        let ids: Vec<u64> = (1..=6).map(|k| round * 10 + k).collect();
+        let pinned = race(true, ids).await;
+        let acked: Vec<CommentId> = pinned
+            .iter()
+            .filter(|(_, c)| matches!(c, PinChange::Changed(_)))
+            .map(|(id, _)| CommentId(*id))
+            .collect();
+        assert_eq!(acked.len(), 3, "round {round}: {pinned:?}");
+        assert!(pinned.iter().all(|(_, c)| !matches!(c, PinChange::Unchanged)), "{pinned:?}");
+        let mut stored = s.moderation.pins(PostId(3)).await.expect("pins");
+        stored.sort();
+        assert_eq!(stored, acked, "round {round}: every acknowledged pin, and only those");
+        let unpinned = race(false, acked.iter().map(|c| c.0).collect()).await;
+        assert!(unpinned.iter().all(|(_, c)| matches!(c, PinChange::Changed(_))), "{unpinned:?}");
+        assert!(s.moderation.pins(PostId(3)).await.expect("pins").is_empty(), "round {round}");
+    }
+}
+
 /// A reporter counts once per comment, even when reports of one comment race.
 pub async fn reports_count_each_reporter_once(s: &Stores) {
     let m = &s.moderation;
@@ -270,6 +492,49 @@ pub async fn review_queue_pages_in_id_order(s: &Stores) {
     assert!(m.queue(Some(CommentId(u64::MAX)), 10).await.expect("past the end").is_empty());
 }
 
+/// Holds are replaced and cleared; an appeal is recorded once, also when several race.
+pub async fn holds_and_appeals_are_recorded_once(s: &Stores) {
+    let m = &s.moderation;
+    let (c, other) = (CommentId(5), CommentId(u64::MAX));
+    assert_eq!(m.queue_notes(&[c]).await.expect("notes"), vec![QueueNote::default()]);
+    m.set_held_by(c, Some(HeldBy::Classifier)).await.expect("hold");
+    m.set_held_by(c, Some(HeldBy::Moderator)).await.expect("replace");
+    m.set_held_by(other, Some(HeldBy::Reports)).await.expect("hold other");
+    assert!(m.add_appeal(c, "it was a quote").await.expect("appeal"));
+    assert!(!m.add_appeal(c, "again").await.expect("second appeal"), "a second appeal is refused");
+    let notes = m.queue_notes(&[other, CommentId(9), c]).await.expect("notes");
+    assert_eq!(
+        notes,
+        vec![
+            QueueNote { held_by: Some(HeldBy::Reports), appeal: None },
+            QueueNote::default(),
+            QueueNote { held_by: Some(HeldBy::Moderator), appeal: Some("it was a quote".into()) },
+        ]
+    );
+    m.set_held_by(c, None).await.expect("clear");
+    m.set_held_by(CommentId(9), None).await.expect("clear absent");
+    let notes = m.queue_notes(&[c]).await.expect("notes");
+    assert_eq!(notes, vec![QueueNote { held_by: None, appeal: Some("it was a quote".into()) }]);
+    // Eight appeals of one comment released together: exactly one is recorded.
+    let racing = CommentId(7);
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (m, barrier) = (s.moderation.clone(), barrier.clone());
+            let rt = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                barrier.wait();
+                rt.block_on(m.add_appeal(racing, &format!("appeal {i}")))
+            })
+        })
+        .collect();
+    let mut won = 0;
+    for t in tasks {
+        won += usize::from(t.await.expect("join").expect("appeal"));
+    }
+    assert_eq!(won, 1);
+}
+
 /// Fingerprints list newest first, per user, at most `limit`, none older than the bound.
 pub async fn fingerprints_are_newest_first_and_time_bounded(s: &Stores) {
     let m = &s.moderation;
@@ -304,6 +569,17 @@ pub async fn view_sketches_round_trip(s: &Stores) {
 
 /// Instantiate every conformance check as a `#[tokio::test]`. `$open` must evaluate to
 /// `(Stores, guard)` for a new empty store; the guard is kept alive for the test.
+/// A snapshot and its consumer's offset are saved and loaded together; names are separate.
+pub async fn snapshots_move_with_their_offset(s: &Stores) {
+    assert_eq!(s.snapshots.load_snapshot("trending").await.expect("load"), None);
+    s.snapshots.save_snapshot("trending", 40, b"first").await.expect("save");
+    s.snapshots.save_snapshot("trending", 42, b"second").await.expect("save");
+    s.snapshots.save_snapshot("other", 7, b"x").await.expect("save");
+    assert_eq!(s.snapshots.load_snapshot("trending").await.expect("load"), Some((42, b"second".to_vec())));
+    assert_eq!(s.counters.offset("trending").await.expect("offset"), 42);
+    assert_eq!(s.snapshots.load_snapshot("other").await.expect("load"), Some((7, b"x".to_vec())));
+}
+
 #[macro_export]
 macro_rules! conformance_suite {
     ($open:expr) => {
@@ -311,6 +587,13 @@ macro_rules! conformance_suite {
             retried_like_changes_once,
             unlike_of_missing_row_is_a_no_op,
             one_batch_resolves_each_key_in_arrival_order,
+            comment_changes_count_once_and_leave_placeholders,
+            a_batch_sees_its_own_replies_when_deleting_a_parent,
+            a_reply_and_its_parents_delete_never_leave_an_orphan,
+            a_placeholder_goes_with_its_last_reply,
+            replies_count_only_while_their_parent_opens_its_thread,
+            a_batch_counts_replies_by_their_parent_as_it_left_it,
+            reply_counts_are_recounted_with_their_parent,
             likers_page_newest_first,
             reverse_index_lists_a_users_likes,
             counters_move_with_their_offset,
@@ -320,9 +603,15 @@ macro_rules! conformance_suite {
             blocks_and_restricts_round_trip,
             hidden_words_round_trip,
             pins_keep_their_order,
+            concurrent_pin_changes_all_take_effect_under_the_cap,
             reports_count_each_reporter_once,
             review_queue_pages_in_id_order,
-            fingerprints_are_newest_first_and_time_bounded
+            holds_and_appeals_are_recorded_once,
+            fingerprints_are_newest_first_and_time_bounded,
+            snapshots_move_with_their_offset,
+            a_key_makes_one_comment_whatever_the_batch,
+            a_key_is_stored_only_with_its_comment,
+            expired_keys_are_removed
         );
     };
     (@tests $open:expr; $($name:ident),*) => {

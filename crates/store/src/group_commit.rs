@@ -10,9 +10,10 @@
 //! thousands of likes per second without a hot row. Requests are applied in queue order, so
 //! two writes of the same (target, user) resolve in arrival order.
 
+use likewise_core::comment::idempotency::Keyed;
 use likewise_core::like::{LikeOp, LikeOutcome};
 use likewise_core::ports::WriteEngine;
-use likewise_core::write::{CommentOp, CommentOutcome, WriteOp, WriteOutcome};
+use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, WriteOp, WriteOutcome};
 use likewise_core::{StoreError, StoreResult};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, oneshot};
+
+/// Most operations in one write batch (`write.max_batch`): a scale-out engine packs a batch's
+/// events of one partition into one outbox row, which indexes them in 16 bits.
+pub const MAX_BATCH: usize = 65_535;
 
 /// Group-commit tuning.
 #[derive(Debug, Clone)]
@@ -76,7 +81,7 @@ fn lane_of(op: &WriteOp, lanes: usize) -> usize {
         WriteOp::Like(l) => {
             l.target.id.wrapping_mul(31).wrapping_add(l.user.0) ^ u64::from(l.target.kind.code())
         }
-        WriteOp::Comment(CommentOp::Create(r)) => r.post.0,
+        WriteOp::Comment(CommentOp::Create(r)) | WriteOp::KeyedComment(r, _) => r.post.0,
         WriteOp::Comment(CommentOp::SetStatus { id, .. } | CommentOp::Delete { id, .. }) => id.0,
     };
     ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % lanes as u64) as usize
@@ -119,7 +124,22 @@ impl GroupCommitter {
 
     /// Submit a comment change and wait until its batch is durable.
     pub async fn submit_comment(&self, op: CommentOp) -> StoreResult<Committed<CommentOutcome>> {
-        let c = self.submit_op(WriteOp::Comment(op)).await?;
+        self.submit_comment_op(WriteOp::Comment(op)).await
+    }
+
+    /// Create a comment under an `Idempotency-Key` (see `WriteOp::KeyedComment`): the key is
+    /// committed with the comment, or the stored key is answered as
+    /// [`CommentOutcome::Replayed`].
+    pub async fn submit_keyed_comment(
+        &self,
+        record: CommentRecord,
+        keyed: Keyed,
+    ) -> StoreResult<Committed<CommentOutcome>> {
+        self.submit_comment_op(WriteOp::KeyedComment(record, keyed)).await
+    }
+
+    async fn submit_comment_op(&self, op: WriteOp) -> StoreResult<Committed<CommentOutcome>> {
+        let c = self.submit_op(op).await?;
         match c.outcome {
             WriteOutcome::Comment(outcome) => Ok(Committed { outcome, order: c.order }),
             WriteOutcome::Like(_) => {

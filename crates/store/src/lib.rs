@@ -3,27 +3,27 @@
 //! - [`embedded`]: the default engine, on fjall (an LSM tree in the process; no server).
 //! - [`group_commit`]: coalesces concurrent like/unlike requests into one atomic batch and one
 //!   fsync, acknowledging each request only once its batch is durable.
-//! - [`postgres`]: the scale-out engine, sharded over N PostgreSQL databases.
-//! - [`shared_cache`]: Redis in front of the PostgreSQL ports (counters, viewers' own likes).
-//! - [`stream`]: NATS JetStream: the outbox relay and the durable consumers' event logs.
 //! - [`keys`]: the embedded engine's key layouts.
-//! - [`open`]: picks and opens the engine named by the configuration; [`Stores`] bundles the ports.
-//! - `conformance` (feature `conformance`): the test suite every engine must pass.
+//! - [`open`]: opens the embedded engine; [`Stores`] bundles an engine's ports and [`Engine`]
+//!   is what a process needs of the engine itself (stop, settle, gauges). The scale-out
+//!   engines (PostgreSQL, Redis, NATS) live in `likewise-scaleout` and bundle the same way.
+//! - `conformance` (feature `testing`): the test suite every engine must pass.
+//! - `testing` (feature `testing`): a small embedded store in a scratch directory, for other
+//!   crates' tests.
 
-#[cfg(any(test, feature = "conformance"))]
+#[cfg(any(test, feature = "testing"))]
 pub mod conformance;
 pub mod embedded;
 pub mod group_commit;
 pub mod keys;
 pub mod open;
-pub mod postgres;
-pub mod shared_cache;
-pub mod stream;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
-pub use open::{StoreConfig, Stores, open};
+pub use open::{Engine, StoreConfig, Stores, open};
 
 /// Milliseconds since the Unix epoch (engines stamp comment IDs with it).
-pub(crate) fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -1,30 +1,46 @@
-//! Picks the storage engine named by the configuration and opens it: the one place that knows
-//! which engines exist. An engine that is not compiled in fails loudly here.
+//! Opens the embedded engine and bundles an engine's ports into [`Stores`]. Which engine a
+//! process runs is chosen where the binary is wired (`likewise-app`'s `engines.rs`): the one
+//! place that knows every engine, including the optional scale-out ones.
 
 use crate::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::group_commit::{GroupCommitOptions, GroupCommitter};
-use crate::postgres::{PgOptions, PgStore};
+use async_trait::async_trait;
 use likewise_core::ports::{
-    CommentReader, CounterStore, EventLog, LikeReader, MetaStore, ModerationStore, NotificationStore,
-    OwnLikes, SharedRateLimiter, ViewStore, WriteEngine,
+    CommentReader, CounterStore, EventLog, IdempotencyStore, LikeReader, MetaStore, ModerationStore,
+    NotificationStore, OwnLikes, SharedRateLimiter, SnapshotStore, ViewStore, WriteEngine,
 };
 use likewise_core::{StoreError, StoreResult};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Which engine, and how to open it.
+/// How to open the embedded engine.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    /// Engine name: `embedded` (the default).
-    pub backend: String,
     /// Where the embedded engine keeps its files.
     pub data_dir: PathBuf,
     /// Embedded engine tuning.
     pub embedded: EmbeddedOptions,
     /// Write-path batching.
     pub group_commit: GroupCommitOptions,
-    /// The PostgreSQL shards (backend `postgres`).
-    pub postgres: PgOptions,
+}
+
+/// What a process needs of an engine beyond its ports: durability at stop, catching up the
+/// indexes it derives asynchronously, and its own gauges.
+#[async_trait]
+pub trait Engine: Send + Sync {
+    /// The engine's name in logs and errors (`embedded`, `postgres`).
+    fn name(&self) -> &'static str;
+    /// Make everything written so far durable (called once the write path is closed).
+    fn persist(&self) -> StoreResult<()> {
+        Ok(())
+    }
+    /// Make derived indexes that the engine maintains asynchronously (the PostgreSQL reverse
+    /// index) reflect every write so far. Tests and tools only.
+    async fn settle(&self) -> StoreResult<()> {
+        Ok(())
+    }
+    /// Set the engine's own gauges (disk, memory) in `/metrics`; called at scrape time.
+    fn publish_gauges(&self) {}
 }
 
 /// Every port of an opened engine, plus its write path.
@@ -50,107 +66,77 @@ pub struct Stores {
     pub meta: Arc<dyn MetaStore>,
     /// Blocks, restricts, hidden words, pins, reports, the review queue and text fingerprints.
     pub moderation: Arc<dyn ModerationStore>,
-    /// The embedded engine, when that is the one in use (for shutdown and disk metrics).
-    pub embedded: Option<EmbeddedStore>,
-    /// The PostgreSQL engine, when that is the one in use (relay, stream consumers, migrations).
-    pub postgres: Option<PgStore>,
-    /// Where API nodes record each viewer's own like writes for the other nodes (Redis).
+    /// Consumers' saved state (trending windows).
+    pub snapshots: Arc<dyn SnapshotStore>,
+    /// `Idempotency-Key`s of comment creates.
+    pub idempotency: Arc<dyn IdempotencyStore>,
+    /// The engine itself: stop, settle, gauges.
+    pub engine: Arc<dyn Engine>,
+    /// Where API nodes record each viewer's own like writes for the other nodes (a shared
+    /// cache); `None`: this process sees every write itself.
     pub own_likes: Option<Arc<dyn OwnLikes>>,
-    /// Rate limits shared by every API node (Redis); `None`: each process limits alone.
+    /// Rate limits shared by every API node; `None`: each process limits alone.
     pub rate_limiter: Option<Arc<dyn SharedRateLimiter>>,
 }
 
 impl Stores {
-    /// Put Redis in front of the counters and the viewer-likes lookups.
-    pub fn with_shared_cache(mut self, redis: crate::shared_cache::Redis) -> Self {
-        use crate::shared_cache::{CachedCounters, CachedLikes};
-        self.counters = Arc::new(CachedCounters::new(self.counters.clone(), redis.clone()));
-        let likes = Arc::new(CachedLikes::new(self.likes.clone(), redis.clone()));
-        self.likes = likes.clone();
-        self.own_likes = Some(likes);
-        self.rate_limiter = Some(Arc::new(crate::shared_cache::RedisRateLimiter::new(redis)));
-        self
+    /// Every port served by one engine value, behind a new group committer.
+    pub fn from_engine<E>(engine: Arc<E>, events: Arc<dyn EventLog>, gc: GroupCommitOptions) -> Stores
+    where
+        E: WriteEngine
+            + CommentReader
+            + ViewStore
+            + NotificationStore
+            + LikeReader
+            + CounterStore
+            + MetaStore
+            + ModerationStore
+            + SnapshotStore
+            + IdempotencyStore
+            + Engine
+            + 'static,
+    {
+        Stores {
+            writer: GroupCommitter::start(engine.clone(), gc),
+            write_engine: engine.clone(),
+            comments: engine.clone(),
+            views: engine.clone(),
+            notifications: engine.clone(),
+            likes: engine.clone(),
+            events,
+            counters: engine.clone(),
+            meta: engine.clone(),
+            moderation: engine.clone(),
+            snapshots: engine.clone(),
+            idempotency: engine.clone(),
+            engine,
+            own_likes: None,
+            rate_limiter: None,
+        }
     }
 
-    /// Make derived indexes that an engine maintains asynchronously (the PostgreSQL reverse
-    /// index) reflect every write so far. Tests and tools only; a no-op for the embedded engine.
+    /// Make derived indexes reflect every write so far (see [`Engine::settle`]).
     pub async fn settle(&self) -> StoreResult<()> {
-        match &self.postgres {
-            Some(pg) => pg.settle().await,
-            None => Ok(()),
-        }
+        self.engine.settle().await
     }
 
     /// Stop the write path (draining and syncing queued writes) and make everything durable.
     pub fn close(&self) -> StoreResult<()> {
         self.writer.close();
-        if let Some(e) = &self.embedded {
-            e.persist()?;
-        }
-        Ok(())
+        self.engine.persist()
     }
 }
 
-/// Open the configured engine.
+/// Open (or create) the embedded engine in `cfg.data_dir`.
 pub fn open(cfg: &StoreConfig) -> StoreResult<Stores> {
-    match cfg.backend.as_str() {
-        "embedded" => {
-            std::fs::create_dir_all(&cfg.data_dir)
-                .map_err(|e| StoreError::Engine(format!("cannot create {}: {e}", cfg.data_dir.display())))?;
-            let store = EmbeddedStore::open(&cfg.data_dir.join("store"), &cfg.embedded)?;
-            Ok(from_embedded(store, cfg.group_commit.clone()))
-        }
-        "postgres" => Ok(from_postgres(PgStore::connect(&cfg.postgres)?, cfg.group_commit.clone())),
-        other => Err(StoreError::Engine(format!(
-            "unknown storage backend {other:?} (available: \"embedded\", \"postgres\")"
-        ))),
-    }
-}
-
-/// Every port served by one engine value, behind the group committer.
-fn bundle<E>(engine: Arc<E>, events: Arc<dyn EventLog>, gc: GroupCommitOptions) -> Stores
-where
-    E: WriteEngine
-        + CommentReader
-        + ViewStore
-        + NotificationStore
-        + LikeReader
-        + CounterStore
-        + MetaStore
-        + ModerationStore
-        + 'static,
-{
-    Stores {
-        writer: GroupCommitter::start(engine.clone(), gc),
-        write_engine: engine.clone(),
-        comments: engine.clone(),
-        views: engine.clone(),
-        notifications: engine.clone(),
-        likes: engine.clone(),
-        events,
-        counters: engine.clone(),
-        meta: engine.clone(),
-        moderation: engine,
-        embedded: None,
-        postgres: None,
-        own_likes: None,
-        rate_limiter: None,
-    }
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| StoreError::Engine(format!("cannot create {}: {e}", cfg.data_dir.display())))?;
+    let store = EmbeddedStore::open(&cfg.data_dir.join("store"), &cfg.embedded)?;
+    Ok(from_embedded(store, cfg.group_commit.clone()))
 }
 
 /// Wrap an already opened embedded store.
 pub fn from_embedded(store: EmbeddedStore, gc: GroupCommitOptions) -> Stores {
-    let arc = Arc::new(store.clone());
-    Stores { embedded: Some(store), ..bundle(arc.clone(), arc, gc) }
-}
-
-/// Wrap a connected PostgreSQL store. Its `events` port reads the outbox directly when there
-/// is one shard; with several, events are read from the stream (`crate::stream`).
-pub fn from_postgres(store: PgStore, gc: GroupCommitOptions) -> Stores {
-    let events: Arc<dyn EventLog> = if store.shard_count() == 1 {
-        Arc::new(crate::postgres::outbox::OutboxLog::new(store.clone(), 0))
-    } else {
-        Arc::new(crate::stream::NoDirectLog)
-    };
-    Stores { postgres: Some(store.clone()), ..bundle(Arc::new(store), events, gc) }
+    let arc = Arc::new(store);
+    Stores::from_engine(arc.clone(), arc, gc)
 }

@@ -11,7 +11,8 @@
 use crate::reconcile::{HotTracker, ReconcileHandle, ReconcileRequest};
 use likewise_core::StoreResult;
 use likewise_core::counter::{CounterField, CounterKey, DeltaBatch};
-use likewise_core::like::Target;
+use likewise_core::ids::PostId;
+use likewise_core::like::{Target, TargetKind};
 use likewise_core::ports::EventLog;
 use likewise_service::{Engagement, now_ms};
 use std::sync::Arc;
@@ -35,6 +36,9 @@ pub struct AggregatorOptions {
     pub reconcile_hot: usize,
     /// Events kept behind the consumer for replay; older ones are deleted.
     pub retain_events: u64,
+    /// Other consumers of the same log whose unread events must never be deleted, however
+    /// far behind they are (the export during a broker outage, the notifier, the ranker).
+    pub hold_for: Vec<String>,
 }
 
 impl Default for AggregatorOptions {
@@ -47,6 +51,7 @@ impl Default for AggregatorOptions {
             reconcile_every: Duration::from_secs(60),
             reconcile_hot: 10,
             retain_events: 10_000_000,
+            hold_for: Vec::new(),
         }
     }
 }
@@ -117,7 +122,9 @@ impl Aggregator {
             let n = chunk.len();
             for e in &chunk {
                 batch.add(e);
-                self.hot.saw(e.target);
+                // A comment event moves its post's comment and reply counts, which are
+                // recounted with the post.
+                self.hot.saw(if e.kind.is_like() { e.target } else { Target::post(e.post) });
             }
             events.extend(chunk);
             if n < self.opts.read_chunk {
@@ -132,41 +139,9 @@ impl Aggregator {
         // the stored offset, including the ones folded into this batch.
         let mut reconciled = Vec::with_capacity(targets.len());
         for t in targets {
-            // A target that cannot be recounted now (storage hiccup, relay behind) is skipped;
-            // its requester is told, and the next round tries again.
-            let r = match stores.counters.recount_likes(&self.opts.consumer, *t).await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(error = %e, target_id = t.id, "recount skipped");
-                    metrics::counter!("likewise_reconcile_skipped_total").increment(1);
-                    continue;
-                }
-            };
-            let drift = r.drift();
-            if drift != 0 {
-                tracing::warn!(target_kind = ?t.kind, target_id = t.id, drift, "counter drift repaired");
-                batch.add_delta(CounterKey { target: *t, field: CounterField::Likes }, drift);
+            if let Some(drift) = self.reconcile(*t, &mut batch).await {
+                reconciled.push((*t, drift));
             }
-            let mut total = drift.unsigned_abs();
-            if t.kind == likewise_core::like::TargetKind::Post {
-                let post = likewise_core::ids::PostId(t.id);
-                let c = match stores.counters.recount_comments(&self.opts.consumer, post).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, post = t.id, "comment recount skipped");
-                        metrics::counter!("likewise_reconcile_skipped_total").increment(1);
-                        likewise_core::ports::Recount { rows: 0, counter: 0, pending: 0 }
-                    }
-                };
-                if c.drift() != 0 {
-                    tracing::warn!(post = t.id, drift = c.drift(), "comment counter drift repaired");
-                    batch.add_delta(CounterKey { target: *t, field: CounterField::Comments }, c.drift());
-                }
-                total += c.drift().unsigned_abs();
-            }
-            metrics::counter!("likewise_reconcile_targets_total").increment(1);
-            metrics::counter!("likewise_reconcile_drift_total").increment(total);
-            reconciled.push((*t, drift));
         }
         if batch.is_empty() {
             return Ok(StepReport { reconciled, ..StepReport::default() });
@@ -176,7 +151,7 @@ impl Aggregator {
         let oldest_ts = events.first().map(|e| e.ts_ms);
         let deltas = batch.into_deltas();
         let values = stores.counters.apply_deltas(&self.opts.consumer, upto, &deltas).await?;
-        self.svc.counters_committed(upto, &values, &events);
+        self.svc.shared.counters_committed(upto, &values, &events);
         self.offset = upto;
         if let Err(e) = self.log.committed(upto).await {
             tracing::warn!(error = %e, "acknowledging applied events failed");
@@ -188,6 +163,54 @@ impl Aggregator {
         metrics::counter!("likewise_aggregator_events_total").increment(n_events);
         metrics::histogram!("likewise_aggregator_commit_counters").record(values.len() as f64);
         Ok(StepReport { events: n_events, counters_written: values.len(), reconciled, more })
+    }
+
+    /// Recount `t` and fold the repairs into `batch`: its likes, and for a post its
+    /// comment count and the reply counts of its top-level comments. The like drift, or
+    /// `None` when the likes could not be recounted now (storage hiccup, relay behind): its
+    /// requester is told, and the next round tries again. A comment or reply recount that
+    /// fails is skipped the same way.
+    async fn reconcile(&self, t: Target, batch: &mut DeltaBatch) -> Option<i64> {
+        let stores = self.svc.stores();
+        let consumer = &self.opts.consumer;
+        let skipped = |e: likewise_core::StoreError, what: &'static str| {
+            tracing::warn!(error = %e, target_id = t.id, what, "recount skipped");
+            metrics::counter!("likewise_reconcile_skipped_total").increment(1);
+        };
+        let drift = match stores.counters.recount_likes(consumer, t).await {
+            Ok(r) => r.drift(),
+            Err(e) => {
+                skipped(e, "likes");
+                return None;
+            }
+        };
+        let mut repairs = vec![(CounterKey { target: t, field: CounterField::Likes }, drift)];
+        if t.kind == TargetKind::Post {
+            let post = PostId(t.id);
+            match stores.counters.recount_comments(consumer, post).await {
+                Ok(c) => repairs.push((CounterKey { target: t, field: CounterField::Comments }, c.drift())),
+                Err(e) => skipped(e, "comments"),
+            }
+            match stores.counters.recount_replies(consumer, post).await {
+                Ok(all) => repairs.extend(all.into_iter().map(|(parent, r)| {
+                    (
+                        CounterKey { target: Target::comment(parent.0), field: CounterField::Replies },
+                        r.drift(),
+                    )
+                })),
+                Err(e) => skipped(e, "replies"),
+            }
+        }
+        let mut total = 0;
+        for (key, d) in repairs.into_iter().filter(|(_, d)| *d != 0) {
+            tracing::warn!(target_kind = ?key.target.kind, target_id = key.target.id, field = ?key.field, drift = d,
+                "counter drift repaired");
+            batch.add_delta(key, d);
+            total += d.unsigned_abs();
+        }
+        metrics::counter!("likewise_reconcile_targets_total").increment(1);
+        metrics::counter!("likewise_reconcile_drift_total").increment(total);
+        Some(drift)
     }
 
     /// Run until `shutdown` flips to true, then apply what is left and return.
@@ -259,7 +282,16 @@ impl Aggregator {
     }
 
     async fn truncate(&self) {
-        let upto = self.offset.saturating_sub(self.opts.retain_events);
+        let mut upto = self.offset.saturating_sub(self.opts.retain_events);
+        for other in &self.opts.hold_for {
+            match self.svc.stores().counters.offset(other).await {
+                Ok(o) => upto = upto.min(o),
+                Err(e) => {
+                    tracing::warn!(error = %e, consumer = %other, "cannot read a consumer's offset; not truncating");
+                    return;
+                }
+            }
+        }
         if upto == 0 {
             return;
         }

@@ -1,18 +1,36 @@
-//! Background workers that run beside the API in `likewise serve`.
+//! Every piece of background work, and its supervision: the consumers of the event log, the
+//! relay that feeds the stream, and what keeps them running.
 //!
 //! - [`aggregator`]: reads the event log, sums deltas per target over a short window and
 //!   commits one counter update per target together with its log offset; repairs drift found
 //!   by reconciliation in the same commit.
 //! - [`notifier`]: turns engagement events into aggregated notifications.
 //! - [`ranker`]: keeps the cached top-comment rankings fresh from comment events.
-//! - [`reverse_index`]: (scale-out) writes the user-keyed like index from the event stream.
 //! - [`reconcile`]: which targets to recount (hot posts, on request) and the handle used to ask.
+//! - [`trending`]: per-post engagement windows and the trending rankings.
+//! - [`relay`]: (scale-out) moves each shard's outbox rows to the event stream, in order.
+//! - [`reverse_index`]: (scale-out) writes the user-keyed like index from the event stream.
+//! - [`key_expiry`]: removes comment creates' `Idempotency-Key`s past their retention.
+//! - [`export`]: publishes every event as public JSON to a destination (Kafka).
+//! - [`single_node`]: starts and joins everything `likewise serve` runs beside its HTTP
+//!   server on the embedded store.
+//! - [`cluster`]: (scale-out) leases, each shard's workers, the roles' tasks, the bus
+//!   listener, all through the ports of `likewise_core::ports::cluster`.
+//!
+//! The storage engines expose the ports and the operations these consumers call (apply
+//! deltas, recount, write inbox changes); the consumers themselves live here.
 
 pub mod aggregator;
+pub mod cluster;
+pub mod export;
+pub mod key_expiry;
 pub mod notifier;
 pub mod ranker;
 pub mod reconcile;
+pub mod relay;
 pub mod reverse_index;
+pub mod single_node;
+pub mod trending;
 
 pub use aggregator::{Aggregator, AggregatorOptions, StepReport};
 pub use reconcile::ReconcileHandle;

@@ -1,7 +1,8 @@
 //! The notification consumer: reads the event log with its own offset, holds like
 //! notifications for the hold window (a quick unlike cancels them), aggregates per
 //! (recipient, post, kind) in the inbox store, withdraws notifications of comments hidden or
-//! deleted later, and publishes every changed item to live listeners (SSE).
+//! deleted later (and the likes of such a comment from its author's `comment_liked` item,
+//! restored with the comment), and publishes every changed item to live listeners (SSE).
 //!
 //! Crash safety: the stored offset never passes an event that is still held, so a restart
 //! re-reads and re-holds it; inbox changes are idempotent (an exact set of actors per item),
@@ -9,13 +10,23 @@
 
 use likewise_core::event::Event;
 use likewise_core::ids::CommentId;
-use likewise_core::notify::{CommentContext, Holder};
+use likewise_core::like::{Target, TargetKind};
+use likewise_core::model::NotifPref;
+use likewise_core::notify::{Change, CommentContext, Holder, comment_like_changes};
 use likewise_core::ports::EventLog;
 use likewise_core::{StoreResult, ids::UserId};
 use likewise_service::{Engagement, now_ms};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// Likers of one comment withdrawn or restored at most when its visibility changes: a
+/// comment liked more often than this keeps the rest in its author's item.
+const MAX_WITHDRAWN: usize = 10_000;
+
+/// The longest one read of the event log may take before a step goes on to release what is
+/// due: well inside the promise that a held notification is delivered within its hold + 5 s.
+const READ_BOUND: Duration = Duration::from_secs(1);
 
 /// Consumer name of the notifier.
 pub const NOTIFIER: &str = "notifications";
@@ -90,24 +101,103 @@ impl Notifier {
         Ok(Some(CommentContext { author: e.actor, parent_author, reply_to_user }))
     }
 
+    /// Drop the additions their recipients muted (`/v1/me/notification-settings`): `off`, or
+    /// `following` and the actor is not followed. Withdrawals always pass (removing an actor
+    /// that was never added is a no-op), so muting never leaves a stale name behind, and
+    /// turning a kind back on replays nothing.
+    async fn without_muted(&self, changes: Vec<Change>) -> StoreResult<Vec<Change>> {
+        let upstream = &self.svc.upstream;
+        let mut prefs = std::collections::HashMap::new();
+        let mut kept = Vec::with_capacity(changes.len());
+        for c in changes {
+            if let Change::Add { key, actor, .. } = c {
+                let p = match prefs.get(&key.recipient) {
+                    Some(p) => *p,
+                    None => {
+                        let s = upstream.viewer_settings(key.recipient).await.map_err(service_err)?;
+                        prefs.insert(key.recipient, s.notifications);
+                        s.notifications
+                    }
+                };
+                let keep = match p.for_kind(key.kind) {
+                    NotifPref::All => true,
+                    NotifPref::Off => false,
+                    NotifPref::Following => {
+                        upstream.followees(key.recipient).await.map_err(service_err)?.contains(&actor)
+                    }
+                };
+                if !keep {
+                    metrics::counter!("likewise_notifications_muted_total").increment(1);
+                    continue;
+                }
+            }
+            kept.push(c);
+        }
+        Ok(kept)
+    }
+
+    /// A comment's likers with the time of each like (at most [`MAX_WITHDRAWN`]), for the
+    /// `comment_liked` changes of its change of visibility.
+    async fn likers(&self, target: Target) -> StoreResult<Vec<(UserId, u64)>> {
+        let likes = &self.svc.stores().likes;
+        let mut out = Vec::new();
+        let mut after = None;
+        while out.len() < MAX_WITHDRAWN {
+            let page = likes.likers(target, after, 1_000).await?;
+            let last = page.last().copied();
+            out.extend(page.iter().map(|l| (l.user, l.liked_at_ms)));
+            match last {
+                Some(l) if page.len() == 1_000 => after = Some(l),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
     /// Read everything new, release what is due at `now_ms`, apply and publish. Returns the
     /// number of inbox items changed.
     pub async fn step(&mut self, now_ms: u64) -> StoreResult<usize> {
         let stores = self.svc.stores().clone();
         let mut changes = Vec::new();
+        // Held notifications fall due with time, not with traffic: a read that fails or does
+        // not answer (a stream fetch lost in a failover) must not keep them from release.
+        let read = self.read_new(&mut changes).await;
+        changes.extend(self.holder.release_due(now_ms));
+        let changes = self.without_muted(changes).await?;
+        let applied = self.apply(&stores, changes).await;
+        read?;
+        applied
+    }
+
+    /// Read what the log has past `processed` into `changes`, each read bounded by
+    /// [`READ_BOUND`] (a read that takes longer ends this step's reading).
+    async fn read_new(&mut self, changes: &mut Vec<Change>) -> StoreResult<()> {
         loop {
-            let events = self.log.read_after(self.processed, 4_096).await?;
+            let read = tokio::time::timeout(READ_BOUND, self.log.read_after(self.processed, 4_096)).await;
+            let Ok(events) = read else {
+                metrics::counter!("likewise_notifier_read_timeouts_total").increment(1);
+                tracing::warn!("event log read did not answer in time; releasing held notifications anyway");
+                return Ok(());
+            };
+            let events = events?;
             let n = events.len();
             for e in &events {
                 let ctx = self.context(e).await?;
                 changes.extend(self.holder.on_event(e, ctx));
+                if e.target.kind == TargetKind::Comment && !e.kind.is_like() && e.delta != 0 {
+                    let likers = self.likers(e.target).await?;
+                    changes.extend(comment_like_changes(e, &likers));
+                }
                 self.processed = e.seq;
             }
             if n < 4_096 {
-                break;
+                return Ok(());
             }
         }
-        changes.extend(self.holder.release_due(now_ms));
+    }
+
+    /// Apply `changes` and the committable offset to the inbox store, then publish.
+    async fn apply(&mut self, stores: &likewise_store::Stores, changes: Vec<Change>) -> StoreResult<usize> {
         let offset = self.holder.safe_offset(self.processed);
         if changes.is_empty() && offset == self.committed {
             return Ok(0);
@@ -129,10 +219,17 @@ impl Notifier {
         metrics::gauge!("likewise_notifications_held").set(self.holder.held() as f64);
         metrics::counter!("likewise_notification_changes_total").increment(changes.len() as u64);
         let n = items.len();
-        if let Err(e) = self.svc.publish_notifications(items).await {
+        if let Err(e) = self.svc.notifications.publish(items).await {
             tracing::warn!(error = %e, "publishing notifications failed");
         }
         Ok(n)
+    }
+}
+
+fn service_err(e: likewise_service::ServiceError) -> likewise_core::StoreError {
+    match e {
+        likewise_service::ServiceError::Store(e) => e,
+        e => likewise_core::StoreError::Engine(format!("reading notification settings: {e}")),
     }
 }
 

@@ -74,8 +74,8 @@ pub async fn round_with(
     let mut done = 0;
     while done < max_posts {
         let Some(post) = dirty.pop_first() else { break };
-        if svc.top().is_cached(post) {
-            if let Err(e) = svc.compute_top(post).await {
+        if svc.shared.top.is_cached(post) {
+            if let Err(e) = svc.ranking.compute(post).await {
                 tracing::warn!(error = %e, post = post.0, "re-ranking failed");
             }
             done += 1;

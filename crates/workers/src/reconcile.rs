@@ -1,4 +1,7 @@
-//! Reconciliation: recount a target from its like rows and repair the counter.
+//! Reconciliation: recount a target from its rows and repair its counters: its likes and,
+//! for a post, its `comment_count` and the `reply_count` of each top-level comment with
+//! replies, by the rule the write path counts with (`likewise_core::comment::thread`:
+//! replies count only under a parent that opens its thread).
 //!
 //! Counters are exact by construction (offset-atomic commits), so drift should never appear
 //! in the embedded engine; the recount is the safety net for bugs, disk restores and, once
@@ -6,9 +9,31 @@
 //! periodically and any target on request ([`ReconcileHandle`]); `likewise reconcile` drives
 //! the same code offline.
 
+use async_trait::async_trait;
+use likewise_core::StoreResult;
+use likewise_core::event::Event;
 use likewise_core::like::Target;
+use likewise_core::ports::EventLog;
 use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot};
+
+/// A log with nothing in it: an aggregator over it only reconciles (`likewise reconcile` on
+/// a sharded store, where the stream's events are the running workers' business and are
+/// counted as pending by the recount).
+pub struct EmptyLog;
+
+#[async_trait]
+impl EventLog for EmptyLog {
+    async fn read_after(&self, _after: u64, _max: usize) -> StoreResult<Vec<Event>> {
+        Ok(Vec::new())
+    }
+    async fn head(&self) -> StoreResult<u64> {
+        Ok(0)
+    }
+    async fn truncate(&self, _upto: u64) -> StoreResult<u64> {
+        Ok(0)
+    }
+}
 
 /// A request to recount one target; the reply carries the drift that was repaired.
 pub(crate) struct ReconcileRequest {

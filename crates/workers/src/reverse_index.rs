@@ -1,14 +1,15 @@
 //! The reverse-index writer of a scaled-out deployment (design section 3: the user-keyed
 //! index is a second write, made from the outbox's events rather than in the request).
 //!
-//! One per shard, reading that shard's events from the stream. Each round applies the new
-//! like events (each key's final state) to the users' shards, then stores the position; a
-//! crash in between replays the round, which writes the same final states again.
+//! One per shard, reading that shard's events from the stream. Each round collapses the new
+//! like events to each key's final state (`likewise_core::reverse`), writes them to the
+//! users' shards, then stores the position; a crash in between replays the round, which
+//! writes the same final states again.
 
 use likewise_core::StoreResult;
-use likewise_core::ports::{CounterStore, EventLog};
-use likewise_store::postgres::PgStore;
-use likewise_store::postgres::outbox::project_reverse;
+use likewise_core::ports::EventLog;
+use likewise_core::ports::cluster::ReverseIndex;
+use likewise_core::reverse::reverse_changes;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -19,14 +20,19 @@ pub fn consumer(shard: usize) -> String {
 }
 
 /// Apply everything available now; returns the events read.
-pub async fn step(pg: &PgStore, log: &dyn EventLog, consumer: &str, offset: &mut u64) -> StoreResult<usize> {
+pub async fn step(
+    index: &dyn ReverseIndex,
+    log: &dyn EventLog,
+    consumer: &str,
+    offset: &mut u64,
+) -> StoreResult<usize> {
     let mut n = 0;
     loop {
         let events = log.read_after(*offset, 10_000).await?;
         let Some(last) = events.last() else { break };
         let upto = last.seq;
-        project_reverse(pg, &events).await?;
-        pg.set_offset(consumer, upto).await?;
+        index.apply(&reverse_changes(&events)).await?;
+        index.set_offset(consumer, upto).await?;
         *offset = upto;
         log.committed(upto).await?;
         n += events.len();
@@ -36,9 +42,14 @@ pub async fn step(pg: &PgStore, log: &dyn EventLog, consumer: &str, offset: &mut
 }
 
 /// Run until shutdown, then apply what is left.
-pub async fn run(pg: PgStore, log: Arc<dyn EventLog>, shard: usize, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(
+    index: Arc<dyn ReverseIndex>,
+    log: Arc<dyn EventLog>,
+    shard: usize,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let name = consumer(shard);
-    let mut offset = match pg.offset(&name).await {
+    let mut offset = match index.offset(&name).await {
         Ok(o) => o,
         Err(e) => {
             tracing::error!(error = %e, shard, "reverse-index writer cannot read its offset; not started");
@@ -46,7 +57,7 @@ pub async fn run(pg: PgStore, log: Arc<dyn EventLog>, shard: usize, mut shutdown
         }
     };
     loop {
-        if let Err(e) = step(&pg, &*log, &name, &mut offset).await {
+        if let Err(e) = step(&*index, &*log, &name, &mut offset).await {
             tracing::warn!(error = %e, shard, "reverse-index round failed; retrying");
         }
         let stop = tokio::select! {
@@ -54,7 +65,7 @@ pub async fn run(pg: PgStore, log: Arc<dyn EventLog>, shard: usize, mut shutdown
             _ = shutdown.changed() => true,
         };
         if stop {
-            let _ = step(&pg, &*log, &name, &mut offset).await;
+            let _ = step(&*index, &*log, &name, &mut offset).await;
             return;
         }
     }

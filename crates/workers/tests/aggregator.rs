@@ -7,9 +7,6 @@ use likewise_core::like::{LikeAction, Target};
 use likewise_core::model::{CommentsPolicy, PostMeta};
 use likewise_service::{Engagement, ServiceOptions};
 use likewise_store::Stores;
-use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
-use likewise_store::group_commit::GroupCommitOptions;
-use likewise_store::open::from_embedded;
 use likewise_workers::{Aggregator, AggregatorOptions};
 use proptest::prelude::*;
 use std::collections::HashSet;
@@ -17,14 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn open(dir: &Path) -> (Stores, Arc<Engagement>) {
-    let opts = EmbeddedOptions {
-        cache_bytes: 8 << 20,
-        memtable_bytes: 2 << 20,
-        max_journal_bytes: 64 << 20,
-        ..Default::default()
-    };
-    let store = EmbeddedStore::open(dir, &opts).expect("open");
-    let stores = from_embedded(store, GroupCommitOptions::default());
+    let stores = likewise_store::testing::open_small(dir);
     let svc = Engagement::new(stores.clone(), ServiceOptions::default());
     (stores, svc)
 }
@@ -32,7 +22,7 @@ fn open(dir: &Path) -> (Stores, Arc<Engagement>) {
 async fn register(svc: &Engagement, posts: &[u64]) {
     for p in posts {
         let meta = PostMeta { author: UserId(1), hide_like_count: false, comments: CommentsPolicy::Everyone };
-        svc.put_post(PostId(*p), meta).await.expect("post");
+        svc.upstream.put_post(PostId(*p), meta).await.expect("post");
     }
 }
 
@@ -76,10 +66,14 @@ async fn run_model(steps: Vec<Step>) {
                 let action = if like { LikeAction::Like } else { LikeAction::Unlike };
                 let key = (user, post);
                 let expect_change = like != model.contains(&key);
-                let r = svc.set_post_like(UserId(user + 10), PostId(post), action).await.expect("like");
+                let r = svc.likes.set_post_like(UserId(user + 10), PostId(post), action).await.expect("like");
                 assert_eq!((r.liked, r.changed), (like, expect_change));
                 if twice {
-                    let r = svc.set_post_like(UserId(user + 10), PostId(post), action).await.expect("retry");
+                    let r = svc
+                        .likes
+                        .set_post_like(UserId(user + 10), PostId(post), action)
+                        .await
+                        .expect("retry");
                     assert!(!r.changed, "a retry never changes anything");
                 }
                 if like {
@@ -108,7 +102,7 @@ async fn run_model(steps: Vec<Step>) {
         assert_eq!(c.likes, want, "post {post}: counter == model");
         let r = stores.counters.recount_likes("counters", Target::post(post)).await.expect("recount");
         assert_eq!((r.rows, r.drift()), (want, 0), "post {post}: rows == model, no drift");
-        let cached = svc.counts().get_many(&[Target::post(post)]).await.expect("cache")[0].counts.likes;
+        let cached = svc.shared.counts.get_many(&[Target::post(post)]).await.expect("cache")[0].counts.likes;
         assert_eq!(cached, want, "post {post}: cache == model");
     }
     stores.close().expect("close");
@@ -130,13 +124,13 @@ async fn a_window_of_likes_becomes_one_counter_write_with_its_offset() {
     register(&svc, &[42]).await;
     let (mut agg, _) = Aggregator::new(svc.clone(), AggregatorOptions::default()).await.expect("agg");
     for u in 0..500u64 {
-        svc.set_post_like(UserId(100 + u), PostId(42), LikeAction::Like).await.expect("like");
+        svc.likes.set_post_like(UserId(100 + u), PostId(42), LikeAction::Like).await.expect("like");
     }
     let report = agg.step(&[]).await.expect("step");
     assert_eq!((report.events, report.counters_written), (500, 1));
     assert_eq!(stores.counters.offset("counters").await.expect("offset"), 500);
     assert_eq!(agg.step(&[]).await.expect("step").events, 0, "nothing applied twice");
-    assert_eq!(svc.counts().get_many(&[Target::post(42)]).await.expect("get")[0].counts.likes, 500);
+    assert_eq!(svc.shared.counts.get_many(&[Target::post(42)]).await.expect("get")[0].counts.likes, 500);
     stores.close().expect("close");
 }
 
@@ -147,7 +141,7 @@ async fn reconciliation_repairs_a_drifted_counter() {
     register(&svc, &[7]).await;
     let (mut agg, handle) = Aggregator::new(svc.clone(), AggregatorOptions::default()).await.expect("agg");
     for u in 0..10u64 {
-        svc.set_post_like(UserId(100 + u), PostId(7), LikeAction::Like).await.expect("like");
+        svc.likes.set_post_like(UserId(100 + u), PostId(7), LikeAction::Like).await.expect("like");
     }
     agg.step(&[]).await.expect("step");
     // Corrupt the counter behind the aggregator's back (a simulated bug or restore).
@@ -156,7 +150,7 @@ async fn reconciliation_repairs_a_drifted_counter() {
     stores.counters.apply_deltas("counters", offset, &[(key, 5)]).await.expect("corrupt");
     // More likes arrive, not yet aggregated, when the recount happens.
     for u in 10..13u64 {
-        svc.set_post_like(UserId(100 + u), PostId(7), LikeAction::Like).await.expect("like");
+        svc.likes.set_post_like(UserId(100 + u), PostId(7), LikeAction::Like).await.expect("like");
     }
     let report = agg.step(&[Target::post(7)]).await.expect("reconcile");
     assert_eq!(report.reconciled, vec![(Target::post(7), -5)]);
@@ -178,7 +172,8 @@ async fn reconciliation_repairs_a_drifted_comment_count() {
     register(&svc, &[8]).await;
     let (mut agg, _) = Aggregator::new(svc.clone(), AggregatorOptions::default()).await.expect("agg");
     for u in 0..4u64 {
-        svc.create_comment(UserId(200 + u), PostId(8), &format!("comment {u} here"), None)
+        svc.comments
+            .create(UserId(200 + u), PostId(8), &format!("comment {u} here"), None, None)
             .await
             .expect("comment");
     }
@@ -186,9 +181,38 @@ async fn reconciliation_repairs_a_drifted_comment_count() {
     let key = CounterKey { target: Target::post(8), field: CounterField::Comments };
     let offset = stores.counters.offset("counters").await.expect("offset");
     stores.counters.apply_deltas("counters", offset, &[(key, -3)]).await.expect("corrupt");
-    svc.create_comment(UserId(300), PostId(8), "one more, not yet aggregated", None).await.expect("comment");
+    svc.comments
+        .create(UserId(300), PostId(8), "one more, not yet aggregated", None, None)
+        .await
+        .expect("comment");
     agg.step(&[Target::post(8)]).await.expect("reconcile");
     let c = stores.counters.counts(&[Target::post(8)]).await.expect("counts")[0].comments;
     assert_eq!(c, 5, "four comments, one more pending, drift of -3 repaired");
+    stores.close().expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_repairs_a_drifted_reply_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (stores, svc) = open(dir.path());
+    register(&svc, &[9]).await;
+    let (mut agg, _) = Aggregator::new(svc.clone(), AggregatorOptions::default()).await.expect("agg");
+    let top =
+        svc.comments.create(UserId(200), PostId(9), "a parent", None, None).await.expect("comment").record.id;
+    for u in 0..3u64 {
+        let text = format!("reply {u} here");
+        svc.comments.create(UserId(300 + u), PostId(9), &text, Some(top), None).await.expect("reply");
+    }
+    agg.step(&[]).await.expect("step");
+    let key = CounterKey { target: Target::comment(top.0), field: CounterField::Replies };
+    let offset = stores.counters.offset("counters").await.expect("offset");
+    stores.counters.apply_deltas("counters", offset, &[(key, 4)]).await.expect("corrupt");
+    svc.comments
+        .create(UserId(400), PostId(9), "one more, not yet aggregated", Some(top), None)
+        .await
+        .expect("reply");
+    agg.step(&[Target::post(9)]).await.expect("reconcile");
+    let c = stores.counters.counts(&[Target::comment(top.0), Target::post(9)]).await.expect("counts");
+    assert_eq!((c[0].replies, c[1].comments), (4, 5), "three replies, one more pending, drift of 4 repaired");
     stores.close().expect("close");
 }

@@ -1,6 +1,7 @@
 //! Property tests for comments: under any sequence of writes, moderation decisions and
 //! deletions, (1) no viewer ever sees a comment they should not, (2) the post's comment count
-//! converges to the comments visible to everyone, and (3) keyset pages never repeat or skip.
+//! converges to the comments visible to everyone (a reply only while its parent is), and (3)
+//! keyset pages never repeat or skip.
 
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
@@ -9,9 +10,6 @@ use likewise_core::model::{CommentsPolicy, PostMeta};
 use likewise_service::comments::{Order, Reader};
 use likewise_service::review::Decision;
 use likewise_service::{Engagement, ServiceOptions};
-use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
-use likewise_store::group_commit::GroupCommitOptions;
-use likewise_store::open::from_embedded;
 use likewise_workers::{Aggregator, AggregatorOptions};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashSet};
@@ -40,18 +38,11 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 async fn setup(dir: &std::path::Path) -> Arc<Engagement> {
-    let opts = EmbeddedOptions {
-        cache_bytes: 8 << 20,
-        memtable_bytes: 2 << 20,
-        max_journal_bytes: 64 << 20,
-        ..Default::default()
-    };
-    let store = EmbeddedStore::open(dir, &opts).expect("open");
-    let svc = Engagement::new(from_embedded(store, GroupCommitOptions::default()), ServiceOptions::default());
+    let svc = Engagement::new(likewise_store::testing::open_small(dir), ServiceOptions::default());
     let meta =
         PostMeta { author: UserId(AUTHOR), hide_like_count: false, comments: CommentsPolicy::Everyone };
-    svc.put_post(POST, meta).await.expect("post");
-    svc.put_hidden_words(UserId(AUTHOR), vec!["forbidden".into()]).await.expect("words");
+    svc.upstream.put_post(POST, meta).await.expect("post");
+    svc.moderation.put_hidden_words(UserId(AUTHOR), vec!["forbidden".into()]).await.expect("words");
     svc
 }
 
@@ -59,7 +50,7 @@ async fn all_pages(svc: &Engagement, reader: Reader, order: Order, limit: usize)
     let mut out = Vec::new();
     let mut after = None;
     loop {
-        let page = svc.list_comments(reader, POST, order, after, limit).await.expect("page");
+        let page = svc.comments.list(reader, POST, order, after, limit).await.expect("page");
         out.extend(page.items.iter().map(|v| v.record.id));
         match page.next_after {
             Some(a) => after = Some(a),
@@ -83,36 +74,55 @@ async fn run(ops: Vec<Op>, limit: usize) {
                 };
                 let parent = reply_to.and_then(|n| created.get(n).copied());
                 // Replies to deleted or hidden parents are refused: that is fine.
-                if let Ok(v) = svc.create_comment(UserId(user), POST, &text, parent).await {
+                if let Ok(v) = svc.comments.create(UserId(user), POST, &text, parent, None).await {
                     created.push(v.record.id);
                 }
             }
             Op::Restrict { user } => {
-                svc.set_restrict(UserId(AUTHOR), UserId(user), true).await.expect("restrict")
+                svc.moderation.set_restrict(UserId(AUTHOR), UserId(user), true).await.expect("restrict")
             }
             Op::Approve { nth } => {
                 if let Some(id) = created.get(nth) {
-                    let _ = svc.approve_comment(UserId(AUTHOR), *id).await;
+                    let _ = svc.review.approve(UserId(AUTHOR), *id).await;
                 }
             }
             Op::Moderate { nth, approve } => {
                 if let Some(id) = created.get(nth) {
                     let d = if approve { Decision::Approve } else { Decision::Hide };
-                    let _ = svc.moderate(UserId(99), *id, d).await;
+                    let _ = svc.review.moderate(UserId(99), *id, d).await;
                 }
             }
             Op::Delete { nth, by_author } => {
                 if let Some(id) = created.get(nth) {
                     let who = if by_author { AUTHOR } else { 2 };
-                    let _ = svc.delete_comment(Reader { user: UserId(who), moderator: false }, *id).await;
+                    let _ = svc.comments.delete(Reader { user: UserId(who), moderator: false }, *id).await;
                 }
             }
         }
     }
     // The truth, read as a moderator.
     let truth = svc.stores().comments.comments(&created).await.expect("truth");
+    // Counted: visible, and a reply only under a parent everyone sees (or its placeholder).
+    let status_of: BTreeMap<CommentId, CommentStatus> =
+        truth.iter().flatten().map(|r| (r.id, r.status)).collect();
+    let open =
+        |p: CommentId| matches!(status_of.get(&p), Some(CommentStatus::Visible | CommentStatus::Deleted));
+    let counted = truth
+        .iter()
+        .flatten()
+        .filter(|r| r.status == CommentStatus::Visible && r.parent.is_none_or(open))
+        .count() as i64;
+    let replies: Vec<(CommentId, UserId, CommentStatus)> =
+        truth.iter().flatten().filter_map(|r| Some((r.parent?, r.author, r.status))).collect();
     let truth: BTreeMap<CommentId, (UserId, CommentStatus, bool)> =
         truth.into_iter().flatten().map(|r| (r.id, (r.author, r.status, r.parent.is_none()))).collect();
+    // Who is shown a comment that is not a placeholder.
+    let sees = |viewer: u64, author: UserId, status: CommentStatus| match status {
+        CommentStatus::Visible => true,
+        CommentStatus::Restricted | CommentStatus::Pending => viewer == author.0 || viewer == AUTHOR,
+        CommentStatus::HiddenByFilter => viewer == author.0,
+        CommentStatus::Deleted | CommentStatus::DeletedWhileHeld => false,
+    };
     for viewer in [2u64, 3, 4, 5, 7, AUTHOR] {
         let reader = Reader { user: UserId(viewer), moderator: false };
         for order in [Order::Newest, Order::Oldest] {
@@ -128,13 +138,12 @@ async fn run(ops: Vec<Op>, limit: usize) {
                 if !top {
                     continue;
                 }
+                // A placeholder only over a reply this viewer is shown.
+                let over_a_seen_reply = || replies.iter().any(|(p, a, st)| p == id && sees(viewer, *a, *st));
                 let allowed = match status {
-                    CommentStatus::Visible | CommentStatus::Deleted => true,
-                    CommentStatus::DeletedWhileHeld => viewer == author.0,
-                    CommentStatus::Restricted | CommentStatus::Pending => {
-                        viewer == author.0 || viewer == AUTHOR
-                    }
-                    CommentStatus::HiddenByFilter => viewer == author.0,
+                    CommentStatus::Deleted => over_a_seen_reply(),
+                    CommentStatus::DeletedWhileHeld => viewer == author.0 && over_a_seen_reply(),
+                    _ => sees(viewer, *author, *status),
                 };
                 // Nothing the viewer may see is skipped, nothing else is shown.
                 assert_eq!(
@@ -146,9 +155,17 @@ async fn run(ops: Vec<Op>, limit: usize) {
         }
     }
     while agg.step(&[]).await.expect("step").more {}
-    let visible = truth.values().filter(|(_, s, _)| *s == CommentStatus::Visible).count() as i64;
     let counts = svc.stores().counters.counts(&[Target::post(POST.0)]).await.expect("counts")[0];
-    assert_eq!(counts.comments, visible, "comment_count counts visible comments only");
+    assert_eq!(counts.comments, counted, "comment_count counts visible comments in open threads only");
+    for id in truth.iter().filter(|(_, (_, _, top))| *top).map(|(id, _)| id) {
+        let want = if open(*id) {
+            replies.iter().filter(|(p, _, st)| p == id && *st == CommentStatus::Visible).count() as i64
+        } else {
+            0
+        };
+        let got = svc.stores().counters.counts(&[Target::comment(id.0)]).await.expect("counts")[0].replies;
+        assert_eq!(got, want, "reply_count of {id:?}: its visible replies while its parent is seen");
+    }
     svc.stores().close().expect("close");
 }
 

@@ -5,24 +5,14 @@ use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::LikeAction;
 use likewise_core::model::{CommentsPolicy, PostMeta};
 use likewise_service::{Engagement, ServiceOptions, now_ms};
-use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
-use likewise_store::group_commit::GroupCommitOptions;
-use likewise_store::open::from_embedded;
 use likewise_workers::notifier::{NOTIFIER, Notifier, NotifierOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
 async fn setup(dir: &std::path::Path) -> Arc<Engagement> {
-    let opts = EmbeddedOptions {
-        cache_bytes: 8 << 20,
-        memtable_bytes: 2 << 20,
-        max_journal_bytes: 64 << 20,
-        ..Default::default()
-    };
-    let store = EmbeddedStore::open(dir, &opts).expect("open");
-    let svc = Engagement::new(from_embedded(store, GroupCommitOptions::default()), ServiceOptions::default());
+    let svc = Engagement::new(likewise_store::testing::open_small(dir), ServiceOptions::default());
     let meta = PostMeta { author: UserId(7), hide_like_count: false, comments: CommentsPolicy::Everyone };
-    svc.put_post(PostId(1), meta).await.expect("post");
+    svc.upstream.put_post(PostId(1), meta).await.expect("post");
     svc
 }
 
@@ -37,16 +27,16 @@ async fn held_likes_release_after_the_window_and_replay_gives_the_same_inbox() {
     let opts = NotifierOptions { hold: Duration::from_secs(5), ..Default::default() };
     let t0 = now_ms();
     for u in 100..110u64 {
-        svc.set_post_like(UserId(u), PostId(1), LikeAction::Like).await.expect("like");
+        svc.likes.set_post_like(UserId(u), PostId(1), LikeAction::Like).await.expect("like");
     }
-    svc.set_post_like(UserId(105), PostId(1), LikeAction::Unlike).await.expect("unlike");
+    svc.likes.set_post_like(UserId(105), PostId(1), LikeAction::Unlike).await.expect("unlike");
     let mut n = Notifier::new(svc.clone(), &opts).await.expect("notifier");
     assert_eq!(n.step(t0).await.expect("step"), 0, "held");
-    assert!(svc.inbox(UserId(7), None, 10).await.expect("inbox").0.is_empty());
+    assert!(svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox").0.is_empty());
     // The offset stays below the held events, so a crash now would re-read them.
     assert_eq!(svc.stores().counters.offset(NOTIFIER).await.expect("offset"), 0);
     n.step(t0 + 60_000).await.expect("release");
-    let (items, _) = svc.inbox(UserId(7), None, 10).await.expect("inbox");
+    let (items, _) = svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox");
     assert_eq!(items.len(), 1);
     assert_eq!(items[0].actor_count, 9, "ten likes, one undone within the hold");
     assert!(items[0].text.ends_with("and 7 others liked your post"), "{}", items[0].text);
@@ -56,7 +46,7 @@ async fn held_likes_release_after_the_window_and_replay_gives_the_same_inbox() {
     svc.stores().notifications.apply_notifications(NOTIFIER, 0, &[]).await.expect("rewind");
     let mut again = Notifier::new(svc.clone(), &opts).await.expect("notifier");
     again.step(t0 + 120_000).await.expect("replay");
-    let (items, _) = svc.inbox(UserId(7), None, 10).await.expect("inbox");
+    let (items, _) = svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox");
     assert_eq!(summary(&items), before, "replay from an offset gives the same inbox");
     svc.stores().close().expect("close");
 }

@@ -12,9 +12,7 @@ use likewise_service::moderation::ModerationOptions;
 use likewise_service::review::Decision;
 use likewise_service::{Engagement, ServiceOptions};
 use likewise_store::Stores;
-use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
-use likewise_store::group_commit::GroupCommitOptions;
-use likewise_store::open::from_embedded;
+use likewise_store::testing::scratch_dir;
 use likewise_workers::{Aggregator, AggregatorOptions};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -45,27 +43,8 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-/// A fresh data directory, in memory where there is a tmpfs: a crash here is the process
-/// dropping everything, which loses nothing the kernel holds, so fsyncs only cost time.
-fn scratch_dir() -> tempfile::TempDir {
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir()
-        && let Ok(d) = tempfile::tempdir_in(shm)
-    {
-        return d;
-    }
-    tempfile::tempdir().expect("tempdir")
-}
-
 fn open(dir: &Path) -> (Stores, Arc<Engagement>) {
-    let opts = EmbeddedOptions {
-        cache_bytes: 8 << 20,
-        memtable_bytes: 2 << 20,
-        max_journal_bytes: 64 << 20,
-        ..Default::default()
-    };
-    let store = EmbeddedStore::open(dir, &opts).expect("open");
-    let stores = from_embedded(store, GroupCommitOptions::default());
+    let stores = likewise_store::testing::open_small(dir);
     let moderation = ModerationOptions {
         comments_per_minute: 10_000,
         comment_burst: 10_000,
@@ -80,9 +59,9 @@ async fn run(steps: Vec<Step>) {
     let dir = scratch_dir();
     let (mut stores, mut svc) = open(dir.path());
     let meta = PostMeta { author: AUTHOR, hide_like_count: false, comments: CommentsPolicy::Everyone };
-    svc.put_post(POST, meta).await.expect("post");
+    svc.upstream.put_post(POST, meta).await.expect("post");
     // User 8 is restricted: their comments start hidden, so statuses vary.
-    svc.set_restrict(AUTHOR, UserId(8), true).await.expect("restrict");
+    svc.moderation.set_restrict(AUTHOR, UserId(8), true).await.expect("restrict");
     let opts = AggregatorOptions::default();
     let (mut agg, _) = Aggregator::new(svc.clone(), opts.clone()).await.expect("agg");
     let mut written: Vec<CommentId> = Vec::new();
@@ -94,25 +73,25 @@ async fn run(steps: Vec<Step>) {
                 serial += 1;
                 let parent = reply_to.and_then(|n| written.get(n).copied());
                 let text = format!("comment {serial} by {user}, about the river and the garden");
-                if let Ok(v) = svc.create_comment(UserId(user), POST, &text, parent).await {
+                if let Ok(v) = svc.comments.create(UserId(user), POST, &text, parent, None).await {
                     written.push(v.record.id);
                 }
             }
             Step::Delete { nth } => {
                 if let Some(id) = written.get(nth) {
-                    let _ = svc.delete_comment(Reader { user: AUTHOR, moderator: false }, *id).await;
+                    let _ = svc.comments.delete(Reader { user: AUTHOR, moderator: false }, *id).await;
                 }
             }
             Step::Moderate { nth, approve } => {
                 if let Some(id) = written.get(nth) {
                     let d = if approve { Decision::Approve } else { Decision::Hide };
-                    let _ = svc.moderate(UserId(99), *id, d).await;
+                    let _ = svc.review.moderate(UserId(99), *id, d).await;
                 }
             }
             Step::Like { user, nth, on } => {
                 if let Some(id) = written.get(nth) {
                     let action = if on { LikeAction::Like } else { LikeAction::Unlike };
-                    if let Ok(r) = svc.set_comment_like(UserId(user), *id, action).await {
+                    if let Ok(r) = svc.likes.set_comment_like(UserId(user), *id, action).await {
                         assert_eq!(r.liked, on);
                         if on {
                             likes.insert((user, *id));

@@ -7,24 +7,27 @@
 //! events still in the outbox or the stream counted as pending, and the repair is committed
 //! with the aggregator's unchanged offset (the worker applies the pending events later). It
 //! also checks each post's likers list (its liker pages) against the like rows and rebuilds
-//! it when they disagree (`PgStore::repair_liker_pages`); with `--all`, every comment's too.
+//! it when they disagree (the `LikerPageRepair` port); with `--all`, every comment's too.
 
-use crate::config::Config;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
+use likewise_app::config::Config;
 use likewise_core::ids::PostId;
 use likewise_core::like::Target;
+use likewise_core::ports::cluster::LeaseName;
 use likewise_service::Engagement;
 use likewise_store::Stores;
+use likewise_workers::reconcile::EmptyLog;
 use likewise_workers::{Aggregator, AggregatorOptions};
 use std::sync::Arc;
 
 pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
-    super::init_logging("warn");
-    super::runtime()?.block_on(async {
-        let stores = likewise_store::open(&cfg.store_config()).context(
+    likewise_app::runtime::init_logging("warn");
+    likewise_app::runtime::runtime()?.block_on(async {
+        let engines = likewise_app::engines::open(&cfg).await.context(
             "opening the store (is `likewise serve` running on this data directory? stop it first)",
         )?;
+        let stores = engines.stores.clone();
         let posts = |stores: Stores| async move {
             if !all {
                 let id = post.unwrap_or_default();
@@ -42,22 +45,21 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
             }
             Ok(v)
         };
-        let (stores, groups) = if cfg.scaled_out() {
-            let (stores, cluster) = crate::scaleout::connect(&cfg, stores).await?;
+        let groups = if let Some(cluster) = &engines.cluster {
             let list = posts(stores.clone()).await?;
             let mut by_shard: Vec<(usize, Vec<PostId>)> = Vec::new();
             for p in list {
-                let s = cluster.pg.shard_of_post(p);
+                let s = cluster.outbox.shard_of_post(p);
                 match by_shard.iter_mut().find(|(k, _)| *k == s) {
                     Some((_, v)) => v.push(p),
                     None => by_shard.push((s, vec![p])),
                 }
             }
-            (stores, by_shard.into_iter().map(|(s, v)| (Some((cluster.clone(), s)), v)).collect::<Vec<_>>())
+            by_shard.into_iter().map(|(s, v)| (Some((cluster.clone(), s)), v)).collect::<Vec<_>>()
         } else {
-            let list = posts(stores.clone()).await?;
-            (stores, vec![(None, list)])
+            vec![(None, posts(stores.clone()).await?)]
         };
+        let pages = engines.liker_pages.clone();
         let svc = Engagement::new(stores.clone(), cfg.service_options());
         let total: usize = groups.iter().map(|(_, v)| v.len()).sum();
         let bar = ProgressBar::new(total as u64);
@@ -68,7 +70,7 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
         let (mut drifted, mut total_drift) = (0u64, 0i64);
         let mut pages_rebuilt = 0u64;
         for (shard, posts) in groups {
-            let pg = shard.clone();
+            let on_shard = shard.as_ref().map(|(_, s)| *s);
             let (mut agg, _lease) = match shard {
                 None => {
                     let (mut agg, _) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
@@ -76,18 +78,18 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
                     (agg, None)
                 }
                 Some((cluster, s)) => {
-                    let lease = cluster.pg.try_lease(s, crate::scaleout::shard_lease(s)).await?.with_context(|| {
+                    let lease = cluster.leases.try_take(LeaseName::Shard(s)).await?.with_context(|| {
                         format!(
                             "shard {s} is held by a running worker (its aggregator reconciles hot posts every \
                              minute); stop the workers to reconcile offline"
                         )
                     })?;
                     let opts = AggregatorOptions {
-                        consumer: crate::scaleout::counters_consumer(s),
+                        consumer: likewise_workers::cluster::counters_consumer(s),
                         ..cfg.aggregator_options()
                     };
                     let (agg, _) =
-                        Aggregator::with_log(svc.clone(), opts, Arc::new(likewise_store::stream::EmptyLog)).await?;
+                        Aggregator::with_log(svc.clone(), opts, Arc::new(EmptyLog)).await?;
                     (agg, Some(lease))
                 }
             };
@@ -109,9 +111,9 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
                 }
                 // The likers list ("who liked this") too: its pages against the like rows
                 // (with --all, the shard pass below covers every target at once).
-                if let (false, Some((cluster, _))) = (all, &pg) {
+                if let (false, Some(pages)) = (all, &pages) {
                     for p in chunk {
-                        if let Some((rows, entries)) = cluster.pg.repair_liker_pages(Target::post(p.0)).await? {
+                        if let Some((rows, entries)) = pages.repair(Target::post(p.0)).await? {
                             pages_rebuilt += 1;
                             bar.println(format!(
                                 "post {}: likers list rebuilt ({entries} entries for {rows} like rows)",
@@ -124,9 +126,9 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
             }
             // With --all, one pass over the shard's paged likes finds every target whose
             // pages drifted, posts and comments.
-            if let (true, Some((cluster, s))) = (all, &pg) {
-                for t in cluster.pg.liker_page_drift(*s).await? {
-                    if let Some((rows, entries)) = cluster.pg.repair_liker_pages(t).await? {
+            if let (true, Some(pages), Some(s)) = (all, &pages, on_shard) {
+                for t in pages.drifted(s).await? {
+                    if let Some((rows, entries)) = pages.repair(t).await? {
                         pages_rebuilt += 1;
                         bar.println(format!(
                             "{:?} {}: likers list rebuilt ({entries} entries for {rows} like rows)",

@@ -1,11 +1,11 @@
 //! `likewise serve`.
 
-use crate::app::{Application, shutdown_signal};
-use crate::config::Config;
+use likewise_app::config::Config;
+use likewise_app::startup::{Application, shutdown_signal};
 
 pub fn run(cfg: Config) -> anyhow::Result<()> {
-    super::init_logging(&cfg.log.level);
-    super::runtime()?.block_on(async {
+    likewise_app::runtime::init_logging(&cfg.log.level);
+    likewise_app::runtime::runtime()?.block_on(async {
         let app = Application::build(&cfg).await?;
         app.run_until_stopped(shutdown_signal()).await
     })

@@ -3,7 +3,7 @@
 //! started on it. Everything is removed when it drops, also when the test failed.
 
 use super::proc::{Server, start_with};
-use likewise_store::postgres::testing::TestShards;
+use likewise_scaleout::postgres::testing::TestShards;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -16,10 +16,17 @@ pub struct Deployment {
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
     started: Mutex<u32>,
+    /// Processes started on it, killed when it drops so none outlives its test.
+    pids: Mutex<Vec<u32>>,
 }
 
 impl Deployment {
     pub async fn new() -> Deployment {
+        Self::with_config("").await
+    }
+
+    /// A deployment whose config file ends with `extra` (TOML sections of its own).
+    pub async fn with_config(extra: &str) -> Deployment {
         let shards = TestShards::create(2).await;
         let prefix = format!("t{:016x}", rand::random::<u64>());
         let redis_url = "redis://127.0.0.1:6379/0".to_string();
@@ -32,12 +39,20 @@ impl Deployment {
                 "[store]\nbackend = \"postgres\"\npostgres_shards = [{}]\npostgres_pool_size = 8\n\
                  [cache]\nredis_url = \"{redis_url}\"\nredis_prefix = \"{prefix}\"\n\
                  [stream]\nnats_url = \"nats://127.0.0.1:4222\"\nprefix = \"{prefix}\"\n\
-                 [aggregator]\nwindow_ms = 50\n[notifications]\nhold_ms = 300\n",
+                 [aggregator]\nwindow_ms = 50\n[notifications]\nhold_ms = 300\n{extra}",
                 urls.join(", ")
             ),
         )
         .expect("write config");
-        Deployment { shards, prefix, redis_url, dir, config, started: Mutex::new(0) }
+        Deployment {
+            shards,
+            prefix,
+            redis_url,
+            dir,
+            config,
+            started: Mutex::new(0),
+            pids: Mutex::new(Vec::new()),
+        }
     }
 
     pub fn start(&self, role: &str) -> Server {
@@ -47,7 +62,7 @@ impl Deployment {
             *s
         };
         let data = self.dir.path().join(format!("{role}-{n}"));
-        start_with(
+        let server = start_with(
             &[
                 "serve",
                 "--config",
@@ -60,7 +75,9 @@ impl Deployment {
                 &data.display().to_string(),
             ],
             &[],
-        )
+        );
+        self.pids.lock().expect("lock").push(server.child.id());
+        server
     }
 
     /// Like rows of a post, summed over the shards (read straight from PostgreSQL).
@@ -77,6 +94,23 @@ impl Deployment {
             total += n;
         }
         total
+    }
+
+    /// The users with a like row on target `id` of `kind` (1 post, 2 comment), over the shards.
+    pub async fn likers_in_rows(&self, kind: i16, id: u64) -> HashSet<u64> {
+        let mut out = HashSet::new();
+        for url in &self.shards.urls {
+            let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
+            tokio::spawn(conn);
+            for r in c
+                .query("SELECT user_id FROM likes WHERE kind = $1 AND target = $2", &[&kind, &(id as i64)])
+                .await
+                .expect("like rows")
+            {
+                out.insert(r.get::<_, i64>(0) as u64);
+            }
+        }
+        out
     }
 
     /// A plain connection to the shard holding `post`.
@@ -127,7 +161,7 @@ impl Deployment {
 
     /// Terminate every PostgreSQL connection to the shards (the nodes must reconnect).
     pub async fn drop_pg_connections(&self) -> i64 {
-        let admin = likewise_store::postgres::testing::admin_url();
+        let admin = likewise_scaleout::postgres::testing::admin_url();
         let (c, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await.expect("connect admin");
         tokio::spawn(conn);
         let names: Vec<String> =
@@ -180,6 +214,11 @@ impl Drop for Deployment {
     /// Also when the test failed: delete the stream and the Redis keys (they carry TTLs
     /// anyway); the shards drop themselves.
     fn drop(&mut self) {
+        // Processes a test left running (a test that failed, or one that let its servers
+        // go): a PID already gone was reaped by its test and is not reused this quickly.
+        for pid in self.pids.lock().map(|p| p.clone()).unwrap_or_default() {
+            let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
         super::delete_stream(&self.prefix);
         super::delete_redis_keys(&self.prefix);
     }

@@ -4,6 +4,7 @@
 
 pub mod deployment;
 pub mod proc;
+pub mod python;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -11,8 +12,8 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use likewise::app::Application;
-use likewise::config::{Config, Overrides};
+use likewise_app::Application;
+use likewise_app::config::{Config, Overrides};
 use likewise_core::ids::UserId;
 use likewise_http::auth::TokenKeys;
 use serde_json::Value;
@@ -47,7 +48,7 @@ pub fn scaled_out() -> bool {
 /// A scale-out test deployment's resources: its databases (dropped with them) and its stream
 /// (deleted on drop). Redis keys all carry TTLs.
 pub struct ScaleOut {
-    shards: likewise_store::postgres::testing::TestShards,
+    shards: likewise_scaleout::postgres::testing::TestShards,
     prefix: String,
 }
 
@@ -107,7 +108,7 @@ async fn to_scale_out(cfg: &mut Config) -> Shards {
     let shards = match parked {
         Some((_, s, _)) => s,
         None => std::sync::Arc::new(ScaleOut {
-            shards: likewise_store::postgres::testing::TestShards::create(2).await,
+            shards: likewise_scaleout::postgres::testing::TestShards::create(2).await,
             prefix: format!("t{:016x}", rand::random::<u64>()),
         }),
     };
@@ -227,6 +228,9 @@ impl TestApp {
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
         let body = Full::new(Bytes::from(body.unwrap_or("").to_string()));
         let resp = self.client.request(req.body(body).expect("request")).await.expect("send");
         let status = resp.status();
@@ -234,6 +238,31 @@ impl TestApp {
         let bytes = resp.into_body().collect().await.expect("body").to_bytes();
         let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         (status, headers, v)
+    }
+
+    /// Send a request with exactly these headers (none added) and body; returns status,
+    /// headers and parsed JSON (Null when empty or not JSON).
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (StatusCode, hyper::HeaderMap, Value) {
+        let mut req = Request::builder()
+            .method(hyper::Method::from_bytes(method.as_bytes()).expect("method"))
+            .uri(format!("{}{}", self.base, path));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = self
+            .client
+            .request(req.body(Full::new(Bytes::from(body.to_string()))).expect("request"))
+            .await
+            .expect("send");
+        let (status, headers) = (resp.status(), resp.headers().clone());
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
     /// Register a post by `author` (service role).

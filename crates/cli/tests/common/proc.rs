@@ -21,10 +21,14 @@ pub struct Server {
 
 /// Start `likewise <args>` with the test secret and `envs`; returns once it listens.
 pub fn start_with(args: &[&str], envs: &[(&str, &str)]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_likewise"))
-        .args(args)
-        .env("LIKEWISE__AUTH__SECRET", SECRET)
-        .envs(envs.iter().copied())
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_likewise"));
+    cmd.args(args).env("LIKEWISE__AUTH__SECRET", SECRET).envs(envs.iter().copied());
+    start_command(cmd)
+}
+
+/// Start `cmd` (a `likewise serve` or `demo` command line); returns once it listens.
+pub fn start_command(mut cmd: Command) -> Server {
+    let mut child = cmd
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -80,13 +84,33 @@ impl Client {
         service: bool,
         body: &str,
     ) -> Result<(u16, Value), String> {
+        self.call_with(base, m, path, user, service, body, &[]).await
+    }
+
+    /// [`Client::call`] with further request headers.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn call_with(
+        &self,
+        base: &str,
+        m: Method,
+        path: &str,
+        user: u64,
+        service: bool,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<(u16, Value), String> {
         use http_body_util::BodyExt;
         let token =
             self.keys.mint(UserId(user), service, Duration::from_secs(600)).map_err(|e| e.to_string())?;
-        let req = hyper::Request::builder()
+        let mut req = hyper::Request::builder()
             .method(m)
             .uri(format!("{base}{path}"))
             .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
             .body(http_body_util::Full::new(bytes::Bytes::from(body.to_string())))
             .map_err(|e| e.to_string())?;
         let resp = self.http.request(req).await.map_err(|e| e.to_string())?;

@@ -6,6 +6,7 @@
 //! change with the scorer.
 
 use super::spam::{SpamSignals, spam_score};
+use super::toxic_terms::{has_severe_term, spelled_out_profanity};
 use rustrict::{Censor, Type};
 
 /// A classifier's opinion of one comment. Both scores are 0..=1.
@@ -36,14 +37,15 @@ pub fn should_hold(v: &Verdict) -> bool {
     v.toxicity >= HOLD_TOXICITY || v.spam >= HOLD_SPAM
 }
 
-/// The offline classifier: rustrict's word lists for toxicity, the spam signals for spam.
+/// The offline classifier: explicit term lists for toxicity (rustrict as a signal that never
+/// holds alone), the spam signals for spam.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RulesClassifier;
 
 /// Maps rustrict's analysis to a toxicity score.
 ///
-/// Offensive, sexual and mean language scores by severity: severe 0.95 (held), moderate 0.6,
-/// mild 0.3. Plain profanity is one step lower (severe 0.6), because swearing is usually
+/// Offensive, sexual and mean language scores by severity: severe 0.95 (then capped at
+/// [`RUSTRICT_CAP`] by [`text_toxicity`]), moderate 0.6, mild 0.3. Plain profanity is one step lower (severe 0.6), because swearing is usually
 /// emphasis ("this is f***ing great"), not an attack on someone.
 fn toxicity(t: Type) -> f32 {
     let targeted = Type::OFFENSIVE | Type::SEXUAL | Type::MEAN;
@@ -60,10 +62,56 @@ fn toxicity(t: Type) -> f32 {
     }
 }
 
+/// Characters that stand for letters in leetspeak or censoring ("b!tch", "@ss", "f*ck"): part
+/// of a word, not a break between words.
+fn is_letter_symbol(c: char) -> bool {
+    matches!(c, '@' | '$' | '!' | '*')
+}
+
+/// Words spelled out letter by letter: each run of two or more single-character words, joined
+/// ("f u c k", "f.u.c.k", "f-u-c-k" give "fuck"). Words are split at whitespace and
+/// punctuation, except the symbols that stand for letters.
+fn spelled_runs(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut spelled = String::new();
+    let mut letters = 0;
+    let words = text.split(|c: char| !c.is_alphanumeric() && !is_letter_symbol(c)).filter(|w| !w.is_empty());
+    for w in words.chain(std::iter::once("")) {
+        if w.chars().count() == 1 {
+            spelled.push_str(w);
+            letters += 1;
+            continue;
+        }
+        if letters >= 2 {
+            out.push(std::mem::take(&mut spelled));
+        }
+        spelled.clear();
+        letters = 0;
+    }
+    out
+}
+
+/// The most rustrict alone may score: below [`HOLD_TOXICITY`].
+const RUSTRICT_CAP: f32 = 0.6;
+
+/// Toxicity of a text.
+///
+/// Held (0.95): a slur or incitement from [`super::toxic_terms`] in any spelling, or profanity
+/// spelled out letter by letter. rustrict's score is kept as a signal for other consumers,
+/// capped below the hold threshold: it reads text as one stream of letters and matches inside
+/// words, so "tundra pebble", "Schwarzenegger", "puberty" or "cummings" read as sexual or
+/// offensive, and on its own it held 2.6% of ordinary texts (docs/moderation.md).
+fn text_toxicity(text: &str) -> f32 {
+    if has_severe_term(text) || spelled_runs(text).iter().any(|w| spelled_out_profanity(w)) {
+        return 0.95;
+    }
+    toxicity(Censor::from_str(text).analyze()).min(RUSTRICT_CAP)
+}
+
 impl Classifier for RulesClassifier {
     fn classify(&self, text: &str, comments_by_user_last_minute: u32) -> Verdict {
         Verdict {
-            toxicity: toxicity(Censor::from_str(text).analyze()),
+            toxicity: text_toxicity(text),
             spam: spam_score(&SpamSignals::of(text), comments_by_user_last_minute),
         }
     }
@@ -91,6 +139,63 @@ mod tests {
         let v = verdict("you are a worthless n1gger, go kill yourself");
         assert!(v.toxicity >= 0.9, "{v:?}");
         assert!(should_hold(&v));
+    }
+
+    #[test]
+    fn letters_of_neighbouring_words_do_not_make_an_insult() {
+        for text in [
+            "tundra pebble falcon harp sunset marble maple dune velvet",
+            "c200: mango raven pixel cedar saffron canyon cobalt cricket dune",
+        ] {
+            let v = verdict(text);
+            assert!(!should_hold(&v), "{text:?}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn slurs_spelled_out_or_in_leetspeak_are_still_held() {
+        for text in [
+            "you worthless n i g g e r",
+            "you worthless n.i.g.g.e.r",
+            "you worthless n-1-g-g-e-r",
+            "shut up you f a g g o t",
+            "f.a.g.g.o.t",
+            "you are a worthless n1gg3r",
+            "die you f@gg0t",
+            "f u c k you",
+            "go k.y.s",
+            "you worthless nіggеr",
+        ] {
+            let v = verdict(text);
+            assert!(should_hold(&v), "{text:?}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn spelled_out_profanity_is_held_but_plain_swearing_is_not() {
+        for text in ["f u c k", "f.u.c.k this", "what the f-u-c-k", "s h i t"] {
+            assert!(should_hold(&verdict(text)), "{text:?}");
+        }
+        for text in ["this is fucking great", "oh shit, I forgot", "f*ck", "a b c d e"] {
+            assert!(!should_hold(&verdict(text)), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn rustrict_alone_never_holds() {
+        for text in ["Real programmers don't write BASIC after reaching puberty.", "Hoare's Law"] {
+            let v = verdict(text);
+            assert!(v.toxicity <= RUSTRICT_CAP && !should_hold(&v), "{text:?}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn single_letters_are_joined_into_spelled_runs() {
+        assert_eq!(spelled_runs("a b, c"), ["abc"]);
+        assert_eq!(spelled_runs("f.u.c.k you"), ["fuck"]);
+        assert!(spelled_runs("f*ck @ss").is_empty());
+        assert!(spelled_runs("I am").is_empty());
+        assert_eq!(spelled_runs("x y then z w"), ["xy", "zw"]);
     }
 
     #[test]

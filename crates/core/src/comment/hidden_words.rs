@@ -3,15 +3,20 @@
 //!
 //! Matching is on whole words, case-insensitive, and sees through the cheap obfuscations people
 //! use to dodge a word list: leetspeak (`b4d`), stretched letters (`baaaad`), spelled-out letters
-//! (`b.a.d`, `b a d`) and Latin accents (`bád`). Whole words matter more than recall here: a
-//! filter that hides "class" because the author listed "ass" would silently eat legitimate
-//! comments, and the commenter would never know why.
+//! (`b.a.d`, `b a d`), accents (`bád`), look-alike letters from other scripts, full-width and
+//! mathematical letters, and invisible characters inside a word ([`super::fold`]). Whole words
+//! matter more than recall here: a filter that hides "class" or "as" because the author listed
+//! "ass", or "good" because they listed "god", would silently eat legitimate comments, and the
+//! commenter would never know why.
 //!
-//! How it works: text is lowercased, accent-folded and split into tokens. Each listed word
-//! becomes a *pattern*: its letters with runs collapsed (`hello` → `helo`). A token matches a
-//! pattern when it can be cut into consecutive non-empty runs, run *k* made only of characters
-//! equal to letter *k* or leetspeak for it. That one rule absorbs stretching on both sides and
-//! the ambiguous `1` (i or l) without guessing. It is run as a small NFA over the token.
+//! How it works: text is folded ([`super::fold::fold`]) and split into tokens. Each listed word
+//! becomes a *pattern*: its letters as runs (`ass` → a×1, s×2). A token matches a pattern when
+//! it can be cut into consecutive runs, run *k* made only of characters equal to letter *k* or
+//! leetspeak for it, and as long as the pattern's run or *stretched*: longer, and at least
+//! [`STRETCH`] characters. So "asssss" and "a$$" are "ass", but "as" is not, and "good" (a real
+//! double letter) is not "god" while "gooood" is. The ambiguous `1` (i or l) is tried both ways.
+
+use super::fold::fold;
 
 /// The most entries one author may list.
 pub const MAX_HIDDEN_WORDS: usize = 1000;
@@ -19,8 +24,18 @@ pub const MAX_HIDDEN_WORDS: usize = 1000;
 /// The longest entry, in characters.
 pub const MAX_WORD_CHARS: usize = 64;
 
-/// The NFA keeps its states in a `u128`, one bit per matched letter count.
+/// The most letters one word of an entry may have (after folding).
 const MAX_PATTERN_LETTERS: usize = 127;
+
+/// A run of a letter this long or longer is emphasis ("baaad"), so it may stand for a
+/// shorter run of the same letter; a doubled letter is spelling ("good" is not "god").
+pub const STRETCH: usize = 3;
+
+/// One letter of a pattern and how many times it is written in a row.
+type Run = (char, usize);
+
+/// A listed word: its runs of letters.
+type Pattern = Vec<Run>;
 
 /// Why a hidden-words list was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,19 +59,22 @@ pub enum HiddenWordsError {
 /// A compiled hidden-words list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HiddenWords {
-    /// Each phrase is a sequence of word patterns (lowercase letters, runs collapsed).
-    phrases: Vec<Vec<Vec<char>>>,
+    /// Each phrase is a sequence of word patterns.
+    phrases: Vec<Vec<Pattern>>,
 }
 
 impl HiddenWords {
     /// Heap bytes held (for memory accounting).
     pub fn heap_bytes(&self) -> usize {
-        let word = std::mem::size_of::<Vec<char>>();
-        self.phrases.capacity() * std::mem::size_of::<Vec<Vec<char>>>()
+        let word = std::mem::size_of::<Pattern>();
+        self.phrases.capacity() * std::mem::size_of::<Vec<Pattern>>()
             + self
                 .phrases
                 .iter()
-                .map(|p| p.capacity() * word + p.iter().map(|w| w.capacity() * 4).sum::<usize>())
+                .map(|p| {
+                    p.capacity() * word
+                        + p.iter().map(|w| w.capacity() * std::mem::size_of::<Run>()).sum::<usize>()
+                })
                 .sum::<usize>()
     }
 }
@@ -74,28 +92,6 @@ fn leet(c: char) -> &'static [char] {
         '!' => &['i'],
         _ => &[],
     }
-}
-
-fn fold_accent(c: char) -> char {
-    match c {
-        'é' | 'è' | 'ê' | 'ë' => 'e',
-        'á' | 'à' | 'â' | 'ä' | 'å' => 'a',
-        'í' | 'ì' | 'î' | 'ï' => 'i',
-        'ó' | 'ò' | 'ô' | 'ö' => 'o',
-        'ú' | 'ù' | 'û' | 'ü' => 'u',
-        'ç' => 'c',
-        'ñ' => 'n',
-        _ => c,
-    }
-}
-
-/// Lowercase and accent-fold. Combining accents (U+0300..=U+036F) are dropped, so a decomposed
-/// "e" + "´" folds like a precomposed "é".
-fn fold(text: &str) -> impl Iterator<Item = char> + '_ {
-    text.chars()
-        .flat_map(char::to_lowercase)
-        .filter(|c| !('\u{300}'..='\u{36F}').contains(c))
-        .map(fold_accent)
 }
 
 /// Leet symbols count as word characters, or "@ss" would lose its first letter.
@@ -151,35 +147,91 @@ fn char_matches(c: char, letter: char) -> bool {
     c == letter || leet(c).contains(&letter)
 }
 
-/// Bit `j` of the state: `j` pattern letters matched, the last run still open.
-fn step(pattern: &[char], states: u128, c: char) -> u128 {
-    let mut next = 0;
-    for j in 0..=pattern.len() {
-        if states & (1 << j) == 0 {
-            continue;
-        }
-        if j > 0 && char_matches(c, pattern[j - 1]) {
-            next |= 1 << j;
-        }
-        if j < pattern.len() && char_matches(c, pattern[j]) {
-            next |= 1 << (j + 1);
-        }
-    }
-    next
+/// A pattern run by characters, as a small NFA. A state is (run `k`, characters `c` read into
+/// it), with `c` saturating at `cap(k)`: past it, more characters change nothing, because a
+/// run read `c` times fits run `k` of `m` letters when `c == m` or `c >= cap(k)`
+/// (`cap = max(m + 1, STRETCH)`). So the states are few, and words spelled out letter by letter
+/// are matched incrementally, one character at a time.
+struct Matcher<'p> {
+    pattern: &'p [Run],
+    /// Index of state (k, 1) in `states`.
+    offsets: Vec<usize>,
+    states: Vec<bool>,
+    next: Vec<bool>,
+    started: bool,
 }
 
-fn accepts(pattern: &[char], chars: &[char]) -> bool {
-    let mut states = 1u128;
-    for &c in chars {
-        states = step(pattern, states, c);
-        if states == 0 {
-            return false;
-        }
-    }
-    states & (1 << pattern.len()) != 0
+fn cap(m: usize) -> usize {
+    (m + 1).max(STRETCH)
 }
 
-fn token_matches(pattern: &[char], token: &Token) -> bool {
+impl<'p> Matcher<'p> {
+    fn new(pattern: &'p [Run]) -> Self {
+        let mut offsets = Vec::with_capacity(pattern.len());
+        let mut total = 0;
+        for &(_, m) in pattern {
+            offsets.push(total);
+            total += cap(m);
+        }
+        Matcher { pattern, offsets, states: vec![false; total], next: vec![false; total], started: false }
+    }
+
+    fn fits(&self, k: usize, c: usize) -> bool {
+        let m = self.pattern[k].1;
+        c == m || c >= cap(m)
+    }
+
+    /// Read one more character; false when no state is left (the text can never match).
+    fn step(&mut self, x: char) -> bool {
+        let Some(&(first, _)) = self.pattern.first() else { return false };
+        self.next.iter_mut().for_each(|s| *s = false);
+        let mut any = false;
+        if !self.started {
+            self.started = true;
+            if char_matches(x, first) {
+                self.next[0] = true;
+                any = true;
+            }
+        }
+        for (k, &(letter, m)) in self.pattern.iter().enumerate() {
+            for c in 1..=cap(m) {
+                if !self.states[self.offsets[k] + c - 1] {
+                    continue;
+                }
+                if char_matches(x, letter) {
+                    self.next[self.offsets[k] + (c + 1).min(cap(m)) - 1] = true;
+                    any = true;
+                }
+                if self.fits(k, c) && self.pattern.get(k + 1).is_some_and(|&(l, _)| char_matches(x, l)) {
+                    self.next[self.offsets[k + 1]] = true;
+                    any = true;
+                }
+            }
+        }
+        std::mem::swap(&mut self.states, &mut self.next);
+        any
+    }
+
+    /// Does what was read so far match the whole pattern?
+    fn accepting(&self) -> bool {
+        let Some(k) = self.pattern.len().checked_sub(1) else { return false };
+        (1..=cap(self.pattern[k].1)).any(|c| self.states[self.offsets[k] + c - 1] && self.fits(k, c))
+    }
+}
+
+/// Can `chars` be cut into the pattern's runs (see the module documentation)?
+fn accepts(pattern: &[Run], chars: &[char]) -> bool {
+    // Most tokens fail on their first or last character: no matcher for them.
+    match (chars.first(), chars.last(), pattern.first(), pattern.last()) {
+        (Some(&a), Some(&z), Some(first), Some(last))
+            if char_matches(a, first.0) && char_matches(z, last.0) => {}
+        _ => return false,
+    }
+    let mut m = Matcher::new(pattern);
+    chars.iter().all(|&c| m.step(c)) && m.accepting()
+}
+
+fn token_matches(pattern: &[Run], token: &Token) -> bool {
     let chars = &token.chars;
     let trimmed = trim_symbols(chars);
     // Only the shouting cut off: "a$$!" is "a$$" (ass) shouted; trimming every symbol would
@@ -199,7 +251,7 @@ fn spelled_char(token: &Token) -> Option<char> {
 }
 
 /// Does the phrase `words` match the tokens starting at `pos`?
-fn matches_at(tokens: &[Token], pos: usize, words: &[Vec<char>]) -> bool {
+fn matches_at(tokens: &[Token], pos: usize, words: &[Pattern]) -> bool {
     let Some((word, rest)) = words.split_first() else {
         return true;
     };
@@ -210,15 +262,14 @@ fn matches_at(tokens: &[Token], pos: usize, words: &[Vec<char>]) -> bool {
         return true;
     }
     // Spelled out: two or more single-character tokens joined only by spelling separators.
-    let mut states = 1u128;
+    let mut matcher = Matcher::new(word);
     let mut end = pos;
     while let Some(c) = tokens.get(end).and_then(spelled_char) {
-        states = step(word, states, c);
-        if states == 0 {
+        if !matcher.step(c) {
             break;
         }
         end += 1;
-        if end - pos >= 2 && states & (1 << word.len()) != 0 && matches_at(tokens, end, rest) {
+        if end - pos >= 2 && matcher.accepting() && matches_at(tokens, end, rest) {
             return true;
         }
         if !tokens[end - 1].joins_next {
@@ -229,8 +280,8 @@ fn matches_at(tokens: &[Token], pos: usize, words: &[Vec<char>]) -> bool {
 }
 
 /// A listed word as a pattern: leetspeak resolved (the author may list "h4te"), stray
-/// exclamation marks dropped, runs collapsed.
-fn pattern_of(token: &Token) -> Vec<char> {
+/// exclamation marks dropped, letters counted in runs.
+fn pattern_of(token: &Token) -> Pattern {
     let without_bangs: Vec<char> = {
         let start = token.chars.iter().position(|&c| c != '!');
         let end = token.chars.iter().rposition(|&c| c != '!');
@@ -239,9 +290,13 @@ fn pattern_of(token: &Token) -> Vec<char> {
             _ => token.chars.clone(),
         }
     };
-    let mut pattern: Vec<char> =
-        without_bangs.into_iter().map(|c| leet(c).first().copied().unwrap_or(c)).collect();
-    pattern.dedup();
+    let mut pattern: Pattern = Vec::new();
+    for c in without_bangs.into_iter().map(|c| leet(c).first().copied().unwrap_or(c)) {
+        match pattern.last_mut() {
+            Some((letter, n)) if *letter == c => *n += 1,
+            _ => pattern.push((c, 1)),
+        }
+    }
     pattern
 }
 
@@ -258,14 +313,14 @@ impl HiddenWords {
             if chars > MAX_WORD_CHARS {
                 return Err(HiddenWordsError::TooLong { index, chars });
             }
-            let phrase: Vec<Vec<char>> = tokenize(entry).iter().map(pattern_of).collect();
+            let phrase: Vec<Pattern> = tokenize(entry).iter().map(pattern_of).collect();
             // An entry with no letter or digit ("", "...") can never match a word: ignored,
             // like a blank line in a settings form, rather than refusing the whole list.
             if phrase.is_empty() {
                 continue;
             }
-            // Lowercasing can lengthen a word (rarely); the NFA has a fixed number of states.
-            if phrase.iter().any(|w| w.len() > MAX_PATTERN_LETTERS) {
+            // Folding can lengthen a word (a ligature is two letters).
+            if phrase.iter().any(|w| w.iter().map(|r| r.1).sum::<usize>() > MAX_PATTERN_LETTERS) {
                 return Err(HiddenWordsError::TooLong { index, chars });
             }
             if !phrases.contains(&phrase) {
@@ -317,6 +372,47 @@ mod tests {
         let bad = list(&["bad"]);
         assert!(!bad.matches("a badge"));
         assert!(!bad.matches("Abadi"));
+    }
+
+    #[test]
+    fn a_doubled_letter_is_spelling_not_stretching() {
+        let ass = list(&["ass"]);
+        for innocent in ["as", "as you like", "pass", "class", "AS IF", "a s"] {
+            assert!(!ass.matches(innocent), "{innocent:?}");
+        }
+        for hit in ["ass", "asssss", "a$$", "A$$$", "you @ss", "a.s.s", "aaasss"] {
+            assert!(ass.matches(hit), "{hit:?}");
+        }
+        let god = list(&["god"]);
+        assert!(!god.matches("good morning"));
+        assert!(god.matches("oh god"));
+        assert!(god.matches("oh gooood"), "three or more is emphasis");
+        let to = list(&["to"]);
+        assert!(!to.matches("me too"));
+        assert!(to.matches("to me"));
+        assert!(list(&["too"]).matches("me tooooo"));
+        assert!(!list(&["too"]).matches("to"));
+    }
+
+    #[test]
+    fn look_alike_and_invisible_characters_do_not_dodge_a_word() {
+        let h = list(&["rubbish"]);
+        for dodge in [
+            "rub\u{200b}bish",
+            "rub\u{200c}bish",
+            "rub\u{2060}bish",
+            "rub\u{ad}bish",
+            "rubbіsh",
+            "rubbιsh",
+            "ｒｕｂｂｉｓｈ",
+            "𝐫𝐮𝐛𝐛𝐢𝐬𝐡",
+            "𝕣𝕦𝕓𝕓𝕚𝕤𝕙",
+            "total RUBBISH!",
+        ] {
+            assert!(h.matches(dodge), "{dodge:?}");
+        }
+        assert!(!h.matches("rubbishy"), "still whole words");
+        assert!(list(&["ѕраm"]).matches("spam"), "a listed look-alike folds too");
     }
 
     #[test]

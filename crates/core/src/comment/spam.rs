@@ -72,6 +72,10 @@ impl SpamSignals {
     }
 }
 
+/// Comments a minute a person may post in a lively conversation without the pace alone
+/// counting against them (API.md: up to 10 a minute is never limited).
+pub const CONVERSATION_PACE: u32 = 10;
+
 /// How likely one comment is spam, 0..=1.
 ///
 /// Each signal becomes an independent "probability" and they are combined as a noisy-OR,
@@ -83,7 +87,7 @@ impl SpamSignals {
 /// | longest repeat *r* | `clamp(0.08·(r − 4), 0, 0.5)`: "soooo" 0.08, 8× "!" 0.32 |
 /// | shout ratio *s* | `clamp(s − 0.5, 0, 0.5)`: all caps 0.5 |
 /// | mentions *m* | `clamp(0.12·(m − 3), 0, 0.6)`: up to 3 is a conversation |
-/// | comments in the last minute *v* | `clamp(0.15·(v − 3), 0, 0.9)`: humans rarely exceed 3 |
+/// | comments in the last minute *v* | `clamp(0.15·(v − 10), 0, 0.9)`: a conversation reaches 10 (API.md: never limited), a script goes far past it |
 pub fn spam_score(signals: &SpamSignals, comments_by_user_last_minute: u32) -> f32 {
     let over = |x: u32, free: u32| x.saturating_sub(free) as f32;
     let shout = if signals.shout_ratio.is_finite() { signals.shout_ratio } else { 0.0 };
@@ -92,7 +96,7 @@ pub fn spam_score(signals: &SpamSignals, comments_by_user_last_minute: u32) -> f
         (0.08 * over(signals.longest_repeat, 4)).min(0.5),
         (shout - 0.5).clamp(0.0, 0.5),
         (0.12 * over(signals.mention_count, 3)).min(0.6),
-        (0.15 * over(comments_by_user_last_minute, 3)).min(0.9),
+        (0.15 * over(comments_by_user_last_minute, CONVERSATION_PACE)).min(0.9),
     ];
     let clean = p.iter().fold(1.0f32, |acc, pi| acc * (1.0 - pi));
     (1.0 - clean).clamp(0.0, 1.0)
@@ -165,7 +169,21 @@ mod tests {
     fn posting_fast_raises_the_score() {
         let signals = SpamSignals::of("nice");
         assert_eq!(spam_score(&signals, 3), 0.0);
-        assert!(spam_score(&signals, 10) > 0.8);
+        assert!(spam_score(&signals, 20) > 0.8);
+    }
+
+    #[test]
+    fn ten_ordinary_comments_a_minute_are_a_conversation_not_spam() {
+        for text in ["haha yes exactly", "I was there too, @anna remember?", "see example.com for the map"] {
+            for v in 1..=CONVERSATION_PACE {
+                let s = spam_score(&SpamSignals::of(text), v);
+                assert!(s < crate::comment::classify::HOLD_SPAM, "{text:?} at {v}/min: {s}");
+            }
+        }
+        assert!(
+            spam_score(&SpamSignals::of("nice"), 3 * CONVERSATION_PACE)
+                >= crate::comment::classify::HOLD_SPAM
+        );
     }
 
     #[test]

@@ -84,6 +84,14 @@ impl CommentStatus {
     pub fn counts_as_visible(self) -> bool {
         self == CommentStatus::Visible
     }
+
+    /// Does a top-level comment in this status keep its thread open to everyone: are its
+    /// replies shown to whoever may see them, and counted? Only while everyone can see the
+    /// parent, as itself or as the public `deleted` placeholder: replies under a parent held
+    /// from others (or deleted while held) are hidden from them and not counted.
+    pub fn opens_thread(self) -> bool {
+        matches!(self, CommentStatus::Visible | CommentStatus::Deleted)
+    }
 }
 
 /// Who is looking at a comment, relative to it.
@@ -176,6 +184,16 @@ mod tests {
     fn only_visible_comments_count() {
         let counted: Vec<_> = CommentStatus::ALL.into_iter().filter(|s| s.counts_as_visible()).collect();
         assert_eq!(counted, [Visible]);
+    }
+
+    #[test]
+    fn only_a_parent_everyone_sees_opens_its_thread() {
+        let open: Vec<_> = CommentStatus::ALL.into_iter().filter(|s| s.opens_thread()).collect();
+        assert_eq!(open, [Visible, Deleted]);
+        // A thread is open exactly when everyone is shown its parent (with replies under it).
+        for s in CommentStatus::ALL {
+            assert_eq!(s.opens_thread(), shown_as(s, Other, true).is_some(), "{s:?}");
+        }
     }
 
     #[test]

@@ -41,9 +41,24 @@ fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
+/// Characters that render as nothing (or as blank space) yet are not whitespace: Unicode's
+/// default-ignorable code points (zero-width space and joiners, word joiner, soft hyphen,
+/// byte-order mark, variation selectors, invisible operators, tag characters) and the blank
+/// fillers (Hangul fillers, braille blank). A comment made only of these is empty, and word
+/// filters see through them.
+pub fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}' | '\u{2800}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+        | '\u{FFA0}' | '\u{FFF0}'..='\u{FFF8}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E0FFF}')
+}
+
 /// The stored form of a comment: line endings unified to `\n`, surrounding whitespace trimmed,
 /// 1..=[`MAX_COMMENT_CHARS`] characters, and no control or bidi-control characters except
-/// newline and tab.
+/// newline and tab. Text made only of whitespace and invisible characters ([`is_invisible`])
+/// is empty.
 pub fn normalize_text(raw: &str) -> Result<String, TextError> {
     let unified = raw.replace("\r\n", "\n").replace('\r', "\n");
     let text = unified.trim();
@@ -62,6 +77,9 @@ pub fn normalize_text(raw: &str) -> Result<String, TextError> {
         if is_bidi_control(c) {
             return Err(TextError::BidiControl);
         }
+    }
+    if text.chars().all(|c| c.is_whitespace() || is_invisible(c)) {
+        return Err(TextError::Empty);
     }
     Ok(text.to_owned())
 }
@@ -128,6 +146,23 @@ mod tests {
     fn whitespace_only_text_is_empty() {
         assert_eq!(normalize_text(" \r\n\t "), Err(TextError::Empty));
         assert_eq!(normalize_text(""), Err(TextError::Empty));
+    }
+
+    #[test]
+    fn text_of_only_invisible_characters_is_empty() {
+        for blank in [
+            "\u{200b}",
+            "\u{200b}\u{200c}\u{200d}",
+            " \u{2060} \u{feff} ",
+            "\u{ad}\u{ad}",
+            "\u{3164}",
+            "\u{2800}\u{fe0f}",
+        ] {
+            assert_eq!(normalize_text(blank), Err(TextError::Empty), "{blank:?}");
+        }
+        // Invisible characters beside visible ones are kept: emoji sequences need joiners.
+        assert_eq!(normalize_text("a\u{200b}").as_deref(), Ok("a\u{200b}"));
+        assert!(normalize_text("👩\u{200d}💻").is_ok());
     }
 
     #[test]

@@ -126,6 +126,7 @@ mod tests {
     fn full(token: &str) -> Option<Claims> {
         let mut v = Validation::new(Algorithm::HS256);
         v.leeway = LEEWAY;
+        v.validate_nbf = true;
         v.set_required_spec_claims(&["exp", "sub"]);
         let d =
             jsonwebtoken::decode::<crate::auth::Claims>(token, &DecodingKey::from_secret(SECRET), &v).ok()?;

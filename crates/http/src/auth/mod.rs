@@ -1,15 +1,38 @@
-//! Bearer tokens: JWT HS256 with `sub` (the user ID), `exp`, and optional `role: "service"`.
-//! Extractors turn a request into a [`Viewer`] (acts as the user in `sub`) or a [`Service`]
-//! (a trusted internal caller); every failure is a JSON 401 or 403.
+//! Bearer tokens: JWTs with `sub` (the user ID), `exp`, and optional `role: "service"`,
+//! signed either with the shared HS256 secret (`auth.secret`) or by an identity provider
+//! whose public keys are a JWKS file (`auth.jwks_file`, see [`jwks`]). Extractors turn a
+//! request into a [`Viewer`] (acts as the user in `sub`) or a [`Service`] (a trusted internal
+//! caller); every failure is a JSON 400, 401 or 403.
+//!
+//! What is accepted, strictly:
+//! - exactly one `Authorization` header (two are a 400: proxies and servers disagree on
+//!   which one counts), with the scheme `Bearer` in any case (RFC 7235) and one token;
+//! - HS256 with the secret when one is configured; RS256, ES256 or EdDSA with the JWKS key
+//!   the header's `kid` names, under that key's one algorithm; nothing else;
+//! - `exp` and `sub` are required; `nbf`, when present, is honoured; both with a clock
+//!   leeway of [`LEEWAY_SECS`] seconds;
+//! - a token whose `exp` lies further ahead than the configured maximum lifetime
+//!   (`auth.max_token_ttl`, default [`DEFAULT_MAX_TTL`]) is refused: a stolen long-lived
+//!   token would otherwise stay valid for years.
+//!
+//! Modules: `cache` (tokens already verified), `fast` (a fast path for the HS256 tokens we
+//! mint), [`jwks`] (the identity provider's keys and their reloading).
 
+mod cache;
 mod fast;
+pub mod jwks;
+#[cfg(test)]
+pub(crate) mod test_keys;
 
 use crate::AppState;
 use crate::error::ApiError;
 use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, encode};
+use cache::VerifiedTokens;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation, decode, decode_header, encode};
+use jwks::Jwks;
 use likewise_core::ids::{UserId, parse_id};
 use likewise_service::cache::Usage;
 use serde::{Deserialize, Serialize};
@@ -28,76 +51,56 @@ pub struct Claims {
     pub role: Option<String>,
 }
 
-/// Signs and verifies tokens with one shared secret.
-#[derive(Clone)]
-pub struct TokenKeys {
+/// Clock leeway of `exp` and `nbf`, in seconds (clocks of the token issuer and this service
+/// may differ by this much).
+pub const LEEWAY_SECS: u64 = 5;
+
+/// The longest token lifetime accepted unless configured otherwise (`auth.max_token_ttl`).
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(30 * 86_400);
+
+/// The rules every token meets, for a token signed with `alg`: `exp` and `sub` required,
+/// `nbf` honoured, [`LEEWAY_SECS`] of leeway.
+fn validation(alg: Algorithm) -> Validation {
+    let mut v = Validation::new(alg);
+    v.leeway = LEEWAY_SECS;
+    v.validate_nbf = true;
+    v.set_required_spec_claims(&["exp", "sub"]);
+    v
+}
+
+/// The 401 for a token `jsonwebtoken` refused.
+fn decode_error(e: jsonwebtoken::errors::Error) -> ApiError {
+    use jsonwebtoken::errors::ErrorKind as K;
+    match e.kind() {
+        K::ExpiredSignature => ApiError::unauthenticated("token expired"),
+        K::ImmatureSignature => ApiError::unauthenticated("token not yet valid (nbf)"),
+        K::InvalidIssuer => ApiError::unauthenticated("token issuer is not accepted"),
+        K::InvalidAudience => ApiError::unauthenticated("token audience is not accepted"),
+        K::MissingRequiredClaim(c) => ApiError::unauthenticated(format!("token has no {c} claim")),
+        _ => ApiError::unauthenticated("invalid token"),
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The shared HS256 secret, for signing and verifying.
+struct Secret {
     encoding: EncodingKey,
     decoding: DecodingKey,
     validation: Validation,
+    fast: fast::FastVerifier,
+}
+
+/// Verifies tokens (with the shared secret, the identity provider's keys, or both) and signs
+/// them with the secret.
+#[derive(Clone)]
+pub struct TokenKeys {
+    max_ttl: u64,
+    secret: Option<Arc<Secret>>,
+    jwks: Option<Jwks>,
     verified: Arc<VerifiedTokens>,
-    fast: Arc<fast::FastVerifier>,
-}
-
-/// Tokens already verified, with who they name and when they expire. A client sends the same
-/// token with every request, and checking the signature (base64, JSON, HMAC-SHA256) is a
-/// visible share of a like's CPU cost; a hit only hashes the token and checks the expiry.
-/// Keyed by the whole token string, so only a byte-identical token can hit.
-type TokenShard = parking_lot::Mutex<std::collections::HashMap<Box<str>, (Caller, u64)>>;
-
-struct VerifiedTokens {
-    shards: Vec<TokenShard>,
-    per_shard: usize,
-    hasher: std::collections::hash_map::RandomState,
-}
-
-impl VerifiedTokens {
-    fn new(capacity: usize) -> Self {
-        const SHARDS: usize = 16;
-        VerifiedTokens {
-            shards: (0..SHARDS).map(|_| parking_lot::Mutex::new(std::collections::HashMap::new())).collect(),
-            per_shard: capacity.div_ceil(SHARDS).max(1),
-            hasher: std::collections::hash_map::RandomState::new(),
-        }
-    }
-
-    fn shard(&self, token: &str) -> &TokenShard {
-        use std::hash::BuildHasher;
-        &self.shards[(self.hasher.hash_one(token) as usize) % self.shards.len()]
-    }
-
-    fn get(&self, token: &str, now: u64) -> Option<Caller> {
-        let mut shard = self.shard(token).lock();
-        match shard.get(token) {
-            Some((c, exp)) if *exp >= now => Some(*c),
-            Some(_) => {
-                shard.remove(token);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn put(&self, token: &str, caller: Caller, exp: u64) {
-        let mut shard = self.shard(token).lock();
-        if shard.len() >= self.per_shard {
-            // Crude but bounded: a full shard starts over (verifying again is always right).
-            shard.clear();
-        }
-        shard.insert(token.into(), (caller, exp));
-    }
-
-    /// Entries, capacity and estimated bytes (tables plus each token's text).
-    fn usage(&self) -> Usage {
-        use likewise_service::cache::table_bytes;
-        let entry = std::mem::size_of::<(Box<str>, (Caller, u64))>();
-        let (mut entries, mut bytes) = (0, 0);
-        for s in &self.shards {
-            let s = s.lock();
-            entries += s.len();
-            bytes += table_bytes(s.capacity(), entry) + s.keys().map(|k| k.len()).sum::<usize>();
-        }
-        Usage { cache: "verified_tokens", entries, capacity: self.per_shard * self.shards.len(), bytes }
-    }
 }
 
 impl TokenKeys {
@@ -106,63 +109,131 @@ impl TokenKeys {
         self.verified.usage()
     }
 
-    /// Keys from the configured secret.
+    /// Keys from the configured secret, accepting lifetimes up to [`DEFAULT_MAX_TTL`].
     pub fn new(secret: &[u8]) -> Self {
-        let mut validation = Validation::new(Algorithm::HS256);
-        validation.leeway = 5;
-        validation.set_required_spec_claims(&["exp", "sub"]);
-        TokenKeys {
+        let s = Secret {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
-            fast: Arc::new(fast::FastVerifier::new(secret, validation.leeway)),
-            validation,
+            validation: validation(Algorithm::HS256),
+            fast: fast::FastVerifier::new(secret, LEEWAY_SECS),
+        };
+        TokenKeys { secret: Some(Arc::new(s)), ..Self::from_jwks_inner(None) }
+    }
+
+    /// Keys of an identity provider only: HS256 tokens are refused and none can be minted.
+    pub fn from_jwks(jwks: Jwks) -> Self {
+        Self::from_jwks_inner(Some(jwks))
+    }
+
+    fn from_jwks_inner(jwks: Option<Jwks>) -> Self {
+        TokenKeys {
+            max_ttl: DEFAULT_MAX_TTL.as_secs(),
+            secret: None,
+            jwks,
             verified: Arc::new(VerifiedTokens::new(100_000)),
         }
     }
 
+    /// Also accept tokens signed by the identity provider's keys.
+    pub fn with_jwks(mut self, jwks: Jwks) -> Self {
+        self.jwks = Some(jwks);
+        self
+    }
+
+    /// Refuse tokens whose `exp` lies more than `max_ttl` ahead (`auth.max_token_ttl`).
+    pub fn with_max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = max_ttl.as_secs();
+        self
+    }
+
+    /// The longest lifetime a token may have.
+    pub fn max_ttl(&self) -> Duration {
+        Duration::from_secs(self.max_ttl)
+    }
+
+    /// A token expiring past `now + max_ttl` (plus the leeway) lives too long.
+    fn check_lifetime(&self, claims: &Claims, now: u64) -> Result<(), ApiError> {
+        if claims.exp > now.saturating_add(self.max_ttl).saturating_add(LEEWAY_SECS) {
+            return Err(ApiError::unauthenticated(
+                "token lifetime exceeds the accepted maximum (auth.max_token_ttl)",
+            ));
+        }
+        Ok(())
+    }
+
     /// The caller a token names: from the verified-token cache, else verified (by the fast
     /// path for the tokens we mint, see `fast.rs`, else by `jsonwebtoken`) and cached until
-    /// its expiry (plus the validation leeway, as `verify` allows).
+    /// its expiry (plus the validation leeway, as `verify` allows), under the current
+    /// generation of the identity provider's keys.
     pub fn caller(&self, token: &str) -> Result<Caller, ApiError> {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-        if let Some(c) = self.verified.get(token, now) {
+        let now = unix_now();
+        let generation = self.jwks.as_ref().map_or(0, Jwks::generation);
+        if let Some(c) = self.verified.get(token, now, generation) {
             return Ok(c);
         }
-        let claims = match self.fast.accept(token, now) {
-            Some(claims) => claims,
-            None => {
-                let claims = self.verify(token)?;
-                self.fast.learn(token);
-                claims
-            }
+        let (claims, generation) = match self.secret.as_ref().and_then(|s| s.fast.accept(token, now)) {
+            Some(claims) => (claims, generation),
+            None => self.decode(token, generation)?,
         };
+        self.check_lifetime(&claims, now)?;
         let user =
             parse_id(&claims.sub).map_err(|_| ApiError::unauthenticated("token subject is not a user ID"))?;
-        let c = Caller { user: UserId(user), service: claims.role.as_deref() == Some("service") };
-        self.verified.put(token, c, claims.exp.saturating_add(self.validation.leeway));
+        let c = Caller {
+            user: UserId(user),
+            service: claims.role.as_deref() == Some("service"),
+            expires_at: claims.exp,
+        };
+        self.verified.put(token, c, claims.exp.saturating_add(LEEWAY_SECS), generation);
         Ok(c)
     }
 
-    /// Mint a token for `user`, valid for `ttl`.
+    /// Verify a token's signature and claims with the key its header calls for; the claims
+    /// and the key-set generation that verified them (`generation` for the secret).
+    fn decode(&self, token: &str, generation: u64) -> Result<(Claims, u64), ApiError> {
+        let header = decode_header(token).map_err(|_| ApiError::unauthenticated("invalid token"))?;
+        match (header.alg, &self.secret, &self.jwks) {
+            (Algorithm::HS256, Some(s), _) => {
+                let claims =
+                    decode::<Claims>(token, &s.decoding, &s.validation).map_err(decode_error)?.claims;
+                s.fast.learn(token);
+                Ok((claims, generation))
+            }
+            (Algorithm::HS256, None, _) => Err(ApiError::unauthenticated(
+                "HS256 tokens are not accepted here; use the identity provider's",
+            )),
+            (_, _, Some(jwks)) => jwks.verify(token, &header),
+            (_, _, None) => Err(ApiError::unauthenticated("invalid token")),
+        }
+    }
+
+    /// Mint a token for `user`, valid for `ttl` (at most the accepted maximum lifetime),
+    /// signed with the secret.
     pub fn mint(&self, user: UserId, service: bool, ttl: Duration) -> Result<String, String> {
+        let secret = self.secret.as_ref().ok_or_else(|| {
+            "no auth.secret to sign with: tokens come from the identity provider (auth.jwks_file)".to_string()
+        })?;
+        if ttl.as_secs() > self.max_ttl {
+            return Err(format!(
+                "a token may live at most {} s (auth.max_token_ttl); asked for {} s",
+                self.max_ttl,
+                ttl.as_secs()
+            ));
+        }
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_err(|e| e.to_string())?;
         let claims = Claims {
             sub: user.to_string(),
             exp: (now + ttl).as_secs(),
             role: service.then(|| "service".to_string()),
         };
-        encode(&Header::new(Algorithm::HS256), &claims, &self.encoding).map_err(|e| e.to_string())
+        encode(&Header::new(Algorithm::HS256), &claims, &secret.encoding).map_err(|e| e.to_string())
     }
 
-    /// Verify a token and return its claims.
+    /// Verify a token (signature, claims, lifetime) and return its claims.
     pub fn verify(&self, token: &str) -> Result<Claims, ApiError> {
-        decode::<Claims>(token, &self.decoding, &self.validation).map(|d| d.claims).map_err(|e| {
-            use jsonwebtoken::errors::ErrorKind as K;
-            match e.kind() {
-                K::ExpiredSignature => ApiError::unauthenticated("token expired"),
-                _ => ApiError::unauthenticated("invalid token"),
-            }
-        })
+        let generation = self.jwks.as_ref().map_or(0, Jwks::generation);
+        let (claims, _) = self.decode(token, generation)?;
+        self.check_lifetime(&claims, unix_now())?;
+        Ok(claims)
     }
 }
 
@@ -173,19 +244,31 @@ pub struct Caller {
     pub user: UserId,
     /// Carries `role: "service"`.
     pub service: bool,
+    /// The token's `exp` (seconds since the Unix epoch): an open stream ends then.
+    pub expires_at: u64,
+}
+
+/// The bearer token of a request: exactly one `Authorization` header, scheme `Bearer` in
+/// any case, then the token (surrounding spaces and tabs ignored).
+pub fn bearer_token(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let header =
+        values.next().ok_or_else(|| ApiError::unauthenticated("missing Authorization: Bearer token"))?;
+    if values.next().is_some() {
+        return Err(ApiError::invalid("more than one Authorization header"));
+    }
+    let value = header.to_str().map_err(|_| ApiError::unauthenticated("malformed Authorization header"))?;
+    let (scheme, token) =
+        value.split_once([' ', '\t']).ok_or_else(|| ApiError::unauthenticated("expected a Bearer token"))?;
+    let token = token.trim_matches([' ', '\t']);
+    if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
+        return Err(ApiError::unauthenticated("expected a Bearer token"));
+    }
+    Ok(token)
 }
 
 fn caller(parts: &Parts, state: &Arc<AppState>) -> Result<Caller, ApiError> {
-    let header = parts
-        .headers
-        .get(AUTHORIZATION)
-        .ok_or_else(|| ApiError::unauthenticated("missing Authorization: Bearer token"))?;
-    let value = header.to_str().map_err(|_| ApiError::unauthenticated("malformed Authorization header"))?;
-    let token = value
-        .strip_prefix("Bearer ")
-        .or_else(|| value.strip_prefix("bearer "))
-        .ok_or_else(|| ApiError::unauthenticated("expected a Bearer token"))?;
-    state.keys.caller(token.trim())
+    state.keys.caller(bearer_token(&parts.headers)?)
 }
 
 /// A user acting as themselves (any valid token).
@@ -218,6 +301,10 @@ impl FromRequestParts<Arc<AppState>> for Service {
 mod tests {
     use super::*;
 
+    fn encoding(keys: &TokenKeys) -> EncodingKey {
+        keys.secret.as_ref().expect("a secret").encoding.clone()
+    }
+
     #[test]
     fn minted_tokens_verify_and_others_do_not() {
         let keys = TokenKeys::new(b"secret-one");
@@ -242,15 +329,54 @@ mod tests {
         forged.push(if last == 'A' { 'B' } else { 'A' });
         assert_eq!(keys.caller(&forged).err().map(|e| e.status().as_u16()), Some(401));
         // A cached entry past its expiry is dropped and the token re-verified (and refused).
-        keys.verified.put("stale", Caller { user: UserId(1), service: true }, 10);
+        keys.verified.put("stale", Caller { user: UserId(1), service: true, expires_at: 5 }, 10, 0);
         assert_eq!(keys.caller("stale").err().map(|e| e.status().as_u16()), Some(401));
+    }
+
+    fn now() -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_secs()
+    }
+
+    #[test]
+    fn the_scheme_is_case_insensitive_and_the_header_must_be_single() {
+        let mut h = HeaderMap::new();
+        for v in ["Bearer t.k", "bearer t.k", "BEARER t.k", "bEaReR \t t.k "] {
+            h.insert(AUTHORIZATION, v.parse().expect("value"));
+            assert_eq!(bearer_token(&h).ok(), Some("t.k"), "{v:?}");
+        }
+        for v in ["Basic t.k", "Bearer", "Bearer  ", "Bearert.k", "t.k"] {
+            h.insert(AUTHORIZATION, v.parse().expect("value"));
+            assert_eq!(bearer_token(&h).err().map(|e| e.status().as_u16()), Some(401), "{v:?}");
+        }
+        h.insert(AUTHORIZATION, "Bearer a".parse().expect("value"));
+        h.append(AUTHORIZATION, "Bearer b".parse().expect("value"));
+        assert_eq!(bearer_token(&h).err().map(|e| e.status().as_u16()), Some(400));
+    }
+
+    #[test]
+    fn nbf_and_the_maximum_lifetime_are_enforced() {
+        let keys = TokenKeys::new(b"secret-one").with_max_ttl(Duration::from_secs(3600));
+        let sign = |c: serde_json::Value| {
+            encode(&Header::new(Algorithm::HS256), &c, &encoding(&keys)).expect("encode")
+        };
+        let t = now();
+        let early = sign(serde_json::json!({"sub": "1", "exp": t + 600, "nbf": t + 300}));
+        assert_eq!(keys.caller(&early).err().map(|e| e.status().as_u16()), Some(401));
+        let ripe = sign(serde_json::json!({"sub": "1", "exp": t + 600, "nbf": t - 1}));
+        assert_eq!(keys.caller(&ripe).expect("valid").expires_at, t + 600);
+        let long = sign(serde_json::json!({"sub": "1", "exp": t + 7200}));
+        assert_eq!(keys.caller(&long).err().map(|e| e.status().as_u16()), Some(401));
+        assert!(keys.verify(&long).is_err());
+        assert!(keys.mint(UserId(1), false, Duration::from_secs(7200)).is_err());
+        let minted = keys.mint(UserId(1), false, Duration::from_secs(3600)).expect("at the maximum");
+        assert!(keys.caller(&minted).is_ok());
     }
 
     #[test]
     fn expired_tokens_are_rejected() {
         let keys = TokenKeys::new(b"s");
         let claims = Claims { sub: "1".into(), exp: 1_000, role: None };
-        let t = encode(&Header::new(Algorithm::HS256), &claims, &keys.encoding).expect("encode");
+        let t = encode(&Header::new(Algorithm::HS256), &claims, &encoding(&keys)).expect("encode");
         assert!(keys.verify(&t).is_err());
     }
 }

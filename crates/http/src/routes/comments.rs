@@ -5,11 +5,12 @@ use crate::auth::Viewer;
 use crate::dto::{CommentCreate, CommentDto, CommentsPage, LikeResponse, rfc3339_ms};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, PathParams, QueryParams};
-use crate::routes::likes::parse_limit;
+use crate::paging::parse_limit;
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use likewise_core::comment::id::id_timestamp_ms;
+use likewise_core::comment::idempotency::IdempotencyKey;
 use likewise_core::ids::{CommentId, PostId};
 use likewise_core::like::LikeAction;
 use likewise_service::comments::{CommentPage, CommentView, Order, Reader};
@@ -68,7 +69,7 @@ async fn list_top(
 ) -> ApiResult<Json<CommentsPage>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let cursor = q.cursor.as_deref().map(|c| open_top(state, post, c)).transpose()?;
-    let page = state.svc.list_top(reader(viewer), post, cursor, limit).await?;
+    let page = state.svc.ranking.list_top(reader(viewer), post, cursor, limit).await?;
     Ok(Json(CommentsPage {
         items: page.items.into_iter().map(to_dto).collect(),
         next_cursor: page.next.map(|c| seal_top(state, post, c)),
@@ -132,22 +133,41 @@ fn page_dto(state: &AppState, kind: u8, scope: u64, order: u8, page: CommentPage
     }
 }
 
-/// Write a comment or a reply.
-#[utoipa::path(post, path = "/v1/posts/{post_id}/comments", tag = "comments",
-    params(("post_id" = String, Path)),
+/// Write a comment or a reply. Retries are safe with an `Idempotency-Key` header: a repeat
+/// with the same key and body answers the first call's status and body and creates nothing.
+#[utoipa::path(post, path = "/v1/posts/{post_id}/comments", operation_id = "create_comment", tag = "comments",
+    params(("post_id" = String, Path),
+        ("Idempotency-Key" = Option<String>, Header, description = "1 to 255 visible ASCII characters, \
+            scoped to the caller and kept at least 24 h: a repeat with the same key and body answers \
+            the first call's status and body and creates nothing; the same key with another body is a \
+            422; a repeat while the first call is still running is a 409.")),
     request_body = CommentCreate,
     responses((status = 201, body = CommentDto), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody)),
+        (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody),
+        (status = 422, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
     viewer: Viewer,
     PathParams(post): PathParams<PostId>,
+    headers: HeaderMap,
     JsonBody(body): JsonBody<CommentCreate>,
 ) -> ApiResult<(StatusCode, Json<CommentDto>)> {
-    let v = state.svc.create_comment(viewer.0.user, post, &body.text, body.parent_id).await?;
+    let key = idempotency_key(&headers)?;
+    let v = state.svc.comments.create(viewer.0.user, post, &body.text, body.parent_id, key).await?;
     Ok((StatusCode::CREATED, Json(to_dto(v))))
+}
+
+/// The request's `Idempotency-Key`, if it sent one: exactly one header of 1..=255 visible
+/// ASCII characters, else a 400.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(v) = values.next() else { return Ok(None) };
+    if values.next().is_some() {
+        return Err(ApiError::invalid("send one Idempotency-Key header, not several"));
+    }
+    IdempotencyKey::parse(v.as_bytes()).map(Some).map_err(|e| ApiError::invalid(e.to_string()))
 }
 
 /// `GET /v1/posts/{post_id}/comments` query.
@@ -164,7 +184,7 @@ pub struct CommentsQuery {
 }
 
 /// Top-level comments of a post.
-#[utoipa::path(get, path = "/v1/posts/{post_id}/comments", tag = "comments",
+#[utoipa::path(get, path = "/v1/posts/{post_id}/comments", operation_id = "list_comments", tag = "comments",
     params(("post_id" = String, Path), CommentsQuery),
     responses((status = 200, body = CommentsPage), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
@@ -185,7 +205,7 @@ pub async fn list(
     };
     let limit = parse_limit(q.limit.as_deref())?;
     let after = open(&state, COMMENTS_CURSOR, post.0, code, q.cursor.as_deref())?;
-    let page = state.svc.list_comments(reader(viewer), post, order, after, limit).await?;
+    let page = state.svc.comments.list(reader(viewer), post, order, after, limit).await?;
     Ok(Json(page_dto(&state, COMMENTS_CURSOR, post.0, code, page)))
 }
 
@@ -200,7 +220,7 @@ pub struct RepliesQuery {
 }
 
 /// Replies under a top-level comment, oldest first.
-#[utoipa::path(get, path = "/v1/comments/{comment_id}/replies", tag = "comments",
+#[utoipa::path(get, path = "/v1/comments/{comment_id}/replies", operation_id = "list_replies", tag = "comments",
     params(("comment_id" = String, Path), RepliesQuery),
     responses((status = 200, body = CommentsPage), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
@@ -213,12 +233,12 @@ pub async fn replies(
 ) -> ApiResult<Json<CommentsPage>> {
     let limit = parse_limit(q.limit.as_deref())?;
     let after = open(&state, REPLIES_CURSOR, parent.0, 0, q.cursor.as_deref())?;
-    let page = state.svc.list_replies(reader(viewer), parent, after, limit).await?;
+    let page = state.svc.comments.replies(reader(viewer), parent, after, limit).await?;
     Ok(Json(page_dto(&state, REPLIES_CURSOR, parent.0, 0, page)))
 }
 
 /// Delete a comment (its author or the post's author).
-#[utoipa::path(delete, path = "/v1/comments/{comment_id}", tag = "comments",
+#[utoipa::path(delete, path = "/v1/comments/{comment_id}", operation_id = "delete_comment", tag = "comments",
     params(("comment_id" = String, Path)),
     responses((status = 204), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
@@ -229,7 +249,7 @@ pub async fn delete(
     viewer: Viewer,
     PathParams(id): PathParams<CommentId>,
 ) -> ApiResult<StatusCode> {
-    state.svc.delete_comment(reader(viewer), id).await?;
+    state.svc.comments.delete(reader(viewer), id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -239,12 +259,12 @@ async fn set_like(
     id: CommentId,
     action: LikeAction,
 ) -> ApiResult<Json<LikeResponse>> {
-    let r = state.svc.set_comment_like(viewer.0.user, id, action).await?;
+    let r = state.svc.likes.set_comment_like(viewer.0.user, id, action).await?;
     Ok(Json(LikeResponse { liked: r.liked, changed: r.changed }))
 }
 
 /// Like a comment (idempotent).
-#[utoipa::path(put, path = "/v1/comments/{comment_id}/like", tag = "likes",
+#[utoipa::path(put, path = "/v1/comments/{comment_id}/like", operation_id = "like_comment", tag = "likes",
     params(("comment_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
@@ -259,7 +279,7 @@ pub async fn like(
 }
 
 /// Remove a like from a comment (idempotent).
-#[utoipa::path(delete, path = "/v1/comments/{comment_id}/like", tag = "likes",
+#[utoipa::path(delete, path = "/v1/comments/{comment_id}/like", operation_id = "unlike_comment", tag = "likes",
     params(("comment_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),

@@ -5,14 +5,13 @@ use crate::auth::Viewer;
 use crate::dto::{LikeResponse, LikerDto, LikersPage, rfc3339_ms};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{PathParams, QueryParams};
+use crate::paging::{PageQuery, parse_limit};
 use axum::Json;
 use axum::extract::State;
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::LikeAction;
 use likewise_core::ports::Liker;
-use serde::Deserialize;
 use std::sync::Arc;
-use utoipa::IntoParams;
 
 /// Cursor kind byte of the likers list.
 const LIKERS_CURSOR: u8 = 1;
@@ -23,12 +22,12 @@ async fn set(
     post: PostId,
     action: LikeAction,
 ) -> ApiResult<Json<LikeResponse>> {
-    let r = state.svc.set_post_like(viewer.0.user, post, action).await?;
+    let r = state.svc.likes.set_post_like(viewer.0.user, post, action).await?;
     Ok(Json(LikeResponse { liked: r.liked, changed: r.changed }))
 }
 
 /// Like a post (idempotent: a retry answers `changed: false`).
-#[utoipa::path(put, path = "/v1/posts/{post_id}/like", tag = "likes",
+#[utoipa::path(put, path = "/v1/posts/{post_id}/like", operation_id = "like_post", tag = "likes",
     params(("post_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
@@ -43,7 +42,7 @@ pub async fn like(
 }
 
 /// Remove a like (idempotent).
-#[utoipa::path(delete, path = "/v1/posts/{post_id}/like", tag = "likes",
+#[utoipa::path(delete, path = "/v1/posts/{post_id}/like", operation_id = "unlike_post", tag = "likes",
     params(("post_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
@@ -57,29 +56,8 @@ pub async fn unlike(
     set(&state, viewer, post, LikeAction::Unlike).await
 }
 
-/// Paging parameters shared by lists.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct PageQuery {
-    /// 1..=100, default 20.
-    pub limit: Option<String>,
-    /// Opaque cursor from a previous page.
-    pub cursor: Option<String>,
-}
-
-/// Parse `limit` (1..=100, default 20).
-pub fn parse_limit(raw: Option<&str>) -> Result<usize, ApiError> {
-    match raw {
-        None => Ok(20),
-        Some(s) => match s.parse::<usize>() {
-            Ok(n) if (1..=100).contains(&n) && s.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
-            _ => Err(ApiError::invalid("limit must be a whole number from 1 to 100")),
-        },
-    }
-}
-
 /// Likers of a post, newest first.
-#[utoipa::path(get, path = "/v1/posts/{post_id}/likers", tag = "likes",
+#[utoipa::path(get, path = "/v1/posts/{post_id}/likers", operation_id = "list_post_likers", tag = "likes",
     params(("post_id" = String, Path), PageQuery),
     responses((status = 200, body = LikersPage), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
@@ -102,7 +80,7 @@ pub async fn likers(
             Some(Liker { liked_at_ms: n(8), user: UserId(n(16)) })
         }
     };
-    let page = state.svc.post_likers(post, after, limit).await?;
+    let page = state.svc.likes.post_likers(post, after, limit).await?;
     let next_cursor = page.next.map(|l| {
         let mut p = Vec::with_capacity(24);
         p.extend_from_slice(&post.0.to_be_bytes());

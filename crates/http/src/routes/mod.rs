@@ -2,11 +2,13 @@
 //! service, and maps the result; errors go through [`crate::error::ApiError`].
 
 pub mod comments;
+pub mod events;
 pub mod likes;
 pub mod me;
 pub mod moderation;
 pub mod notifications;
 pub mod ops;
 pub mod posts;
+pub mod trending;
 pub mod upstream;
 pub mod views;

@@ -1,25 +1,93 @@
 //! The viewer's notifications: the inbox (cursor pages, newest first) and a live stream
 //! (Server-Sent Events) with keep-alives and `Last-Event-ID` resume.
+//!
+//! Streams are long-lived connections, so they are bounded: at most
+//! `max_streams_per_user` per user (one more is a 429), at most a total cap for everyone
+//! (one more is a 503, leaving connections for ordinary requests), and each one ends when
+//! the token that opened it expires (the client reconnects with a fresh token and resumes
+//! with `Last-Event-ID`).
 
 use crate::AppState;
 use crate::auth::Viewer;
 use crate::dto::{NotificationDto, NotificationsPage, rfc3339_ms};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::QueryParams;
-use crate::routes::likes::{PageQuery, parse_limit};
+use crate::paging::{PageQuery, parse_limit};
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream};
+use likewise_core::ids::UserId;
 use likewise_service::notifications::NotifView;
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::broadcast;
 
 const NOTIF_CURSOR: u8 = 6;
+
+/// Open streams, per user and in total; a [`StreamSlot`] holds one until dropped.
+pub struct StreamSlots {
+    open: parking_lot::Mutex<(HashMap<UserId, usize>, usize)>,
+    per_user: usize,
+    total: usize,
+}
+
+/// One open stream, released when the stream ends (or its client goes away).
+pub struct StreamSlot {
+    slots: Arc<AppState>,
+    user: UserId,
+}
+
+impl StreamSlots {
+    /// At most `per_user` streams per user and `total` in all.
+    pub fn new(per_user: usize, total: usize) -> Self {
+        StreamSlots { open: parking_lot::Mutex::new((HashMap::new(), 0)), per_user, total }
+    }
+
+    /// Streams open now: (for `user`, in total).
+    pub fn open(&self, user: UserId) -> (usize, usize) {
+        let open = self.open.lock();
+        (open.0.get(&user).copied().unwrap_or(0), open.1)
+    }
+
+    fn acquire(state: &Arc<AppState>, user: UserId) -> Result<StreamSlot, ApiError> {
+        let me = &state.streams;
+        let mut open = me.open.lock();
+        if open.1 >= me.total {
+            metrics::counter!("likewise_notification_streams_refused_total", "why" => "total").increment(1);
+            return Err(ApiError::unavailable("too many notification streams are open; retry later"));
+        }
+        let mine = open.0.entry(user).or_insert(0);
+        if *mine >= me.per_user {
+            metrics::counter!("likewise_notification_streams_refused_total", "why" => "per_user")
+                .increment(1);
+            return Err(ApiError::rate_limited(30)
+                .with_message("too many open notification streams for this user; close one first"));
+        }
+        *mine += 1;
+        open.1 += 1;
+        metrics::gauge!("likewise_notification_streams").set(open.1 as f64);
+        Ok(StreamSlot { slots: state.clone(), user })
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.slots.streams.open.lock();
+        if let Some(n) = open.0.get_mut(&self.user) {
+            *n -= 1;
+            if *n == 0 {
+                open.0.remove(&self.user);
+            }
+        }
+        open.1 = open.1.saturating_sub(1);
+        metrics::gauge!("likewise_notification_streams").set(open.1 as f64);
+    }
+}
 
 fn to_dto(v: &NotifView) -> NotificationDto {
     NotificationDto {
@@ -27,15 +95,17 @@ fn to_dto(v: &NotifView) -> NotificationDto {
         kind: v.kind.as_str().to_string(),
         post_id: v.post,
         comment_id: v.comment,
-        actors: v.actors.clone(),
+        // Names stored before usernames were checked may hold controls or bidi overrides:
+        // what is shown never does.
+        actors: v.actors.iter().map(|a| display_safe(a)).collect(),
         actor_count: v.actor_count,
-        text: v.text.clone(),
+        text: display_safe(&v.text),
         updated_at: rfc3339_ms(v.updated_ms),
     }
 }
 
 /// The viewer's notifications, most recently updated first.
-#[utoipa::path(get, path = "/v1/me/notifications", tag = "notifications", params(PageQuery),
+#[utoipa::path(get, path = "/v1/me/notifications", operation_id = "list_notifications", tag = "notifications", params(PageQuery),
     responses((status = 200, body = NotificationsPage), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
@@ -56,7 +126,7 @@ pub async fn inbox(
             Some((u(8), u(16)))
         }
     };
-    let (items, next) = state.svc.inbox(viewer.0.user, after, limit).await?;
+    let (items, next) = state.svc.notifications.inbox(viewer.0.user, after, limit).await?;
     let next_cursor = next.map(|(u, id)| {
         let mut p = viewer.0.user.0.to_be_bytes().to_vec();
         p.extend_from_slice(&u.to_be_bytes());
@@ -66,6 +136,20 @@ pub async fn inbox(
     Ok(Json(NotificationsPage { items: items.iter().map(to_dto).collect(), next_cursor }))
 }
 
+/// When a token expiring at `exp` (seconds since the Unix epoch) stops being valid, as a
+/// point on the runtime's clock.
+fn token_expiry(exp: u64) -> tokio::time::Instant {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let left = Duration::from_secs(exp).saturating_sub(now);
+    tokio::time::Instant::now() + left
+}
+
+/// `s` without control, format (bidi overrides, zero-width characters) or line and paragraph
+/// separator characters: safe to show in one line of a notification.
+pub fn display_safe(s: &str) -> String {
+    s.chars().filter(|c| !likewise_core::names::is_hidden_char(*c)).collect()
+}
+
 fn sse_event(v: &NotifView) -> Event {
     let data = serde_json::to_string(&to_dto(v)).unwrap_or_else(|_| "{}".into());
     Event::default().id(format!("{}.{}", v.updated_ms, v.id)).event("notification").data(data)
@@ -73,10 +157,12 @@ fn sse_event(v: &NotifView) -> Event {
 
 /// Live notifications as Server-Sent Events (event `notification`, data: a notification;
 /// an item whose `actor_count` is 0 was withdrawn). Reconnect with `Last-Event-ID` to
-/// receive what changed meanwhile.
-#[utoipa::path(get, path = "/v1/me/notifications/stream", tag = "notifications",
+/// receive what changed meanwhile. The stream ends when the token expires; at most
+/// `notifications.max_streams_per_user` are open per user (one more is a 429).
+#[utoipa::path(get, path = "/v1/me/notifications/stream", operation_id = "stream_notifications", tag = "notifications",
     responses((status = 200, description = "text/event-stream of notification events", content_type = "text/event-stream"),
-        (status = 401, body = crate::error::ErrorBody)),
+        (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
+        (status = 429, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn stream(
     State(state): State<Arc<AppState>>,
@@ -84,8 +170,10 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let me = viewer.0.user;
+    let slot = StreamSlots::acquire(&state, me)?;
+    let expiry = token_expiry(viewer.0.expires_at);
     // Subscribe first, then read the backlog: nothing can fall between the two.
-    let (rx, closing) = state.svc.subscribe_notifications();
+    let (rx, closing) = state.svc.notifications.subscribe();
     let mut backlog = VecDeque::new();
     if let Some(last) = headers.get("last-event-id").and_then(|h| h.to_str().ok()) {
         let since: u64 = last
@@ -93,14 +181,15 @@ pub async fn stream(
             .next()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| ApiError::invalid("bad Last-Event-ID"))?;
-        let (items, _) = state.svc.inbox(me, None, 100).await?;
+        let (items, _) = state.svc.notifications.inbox(me, None, 100).await?;
         backlog.extend(items.into_iter().filter(|i| i.updated_ms > since).rev());
     }
+    let expiry = Box::pin(tokio::time::sleep_until(expiry));
     let events = stream::unfold(
-        (backlog, rx, closing),
-        move |(mut backlog, mut rx, mut closing)| async move {
+        (backlog, rx, closing, expiry, slot),
+        move |(mut backlog, mut rx, mut closing, mut expiry, slot)| async move {
             if let Some(v) = backlog.pop_front() {
-                return Some((Ok(sse_event(&v)), (backlog, rx, closing)));
+                return Some((Ok(sse_event(&v)), (backlog, rx, closing, expiry, slot)));
             }
             loop {
                 if *closing.borrow() {
@@ -108,14 +197,30 @@ pub async fn stream(
                 }
                 tokio::select! {
                     msg = rx.recv() => match msg {
-                        Ok(v) if v.recipient == me => return Some((Ok(sse_event(&v)), (backlog, rx, closing))),
+                        Ok(v) if v.recipient == me => {
+                            return Some((Ok(sse_event(&v)), (backlog, rx, closing, expiry, slot)));
+                        }
                         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
                         Err(broadcast::error::RecvError::Closed) => return None,
                     },
                     _ = closing.changed() => return None,
+                    // The token expired: end the stream (dropping the slot with it).
+                    _ = &mut expiry => return None,
                 }
             }
         },
     );
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)).text("keep-alive")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::display_safe;
+
+    #[test]
+    fn shown_texts_lose_controls_and_format_characters() {
+        assert_eq!(display_safe("adm\u{202E}nimi liked your post"), "admnimi liked your post");
+        assert_eq!(display_safe("a\u{200B}b\u{2066}c\u{7}d\u{2028}e\u{E0041}"), "abcde");
+        assert_eq!(display_safe("zoé 👩 and 2 others"), "zoé 👩 and 2 others");
+    }
 }

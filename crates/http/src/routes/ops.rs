@@ -2,6 +2,7 @@
 
 use crate::AppState;
 use crate::dto::Health;
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -9,7 +10,7 @@ use axum::response::IntoResponse;
 use std::sync::Arc;
 
 /// Liveness and storage reachability.
-#[utoipa::path(get, path = "/healthz", tag = "operations",
+#[utoipa::path(get, path = "/healthz", operation_id = "get_health", tag = "operations",
     responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     match state.svc.ping().await {
@@ -22,24 +23,13 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
 }
 
 /// Prometheus metrics.
-#[utoipa::path(get, path = "/metrics", tag = "operations",
+#[utoipa::path(get, path = "/metrics", operation_id = "get_metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     // Sizes are read at scrape time: cheap, and always current.
     let mut usages = state.svc.cache_usage();
     usages.push(state.keys.cache_usage());
-    if let Some(d) = state.svc.stores().embedded.as_ref() {
-        let (entries, capacity, bytes) = d.event_tail_usage();
-        usages.push(likewise_service::cache::Usage { cache: "event_tail", entries, capacity, bytes });
-        metrics::gauge!("likewise_store_disk_bytes").set(d.disk_space() as f64);
-        let m = d.memory();
-        metrics::gauge!("likewise_store_block_cache_bytes").set(m.block_cache_bytes as f64);
-        metrics::gauge!("likewise_store_block_cache_capacity_bytes").set(m.block_cache_capacity_bytes as f64);
-        metrics::gauge!("likewise_store_write_buffer_bytes").set(m.write_buffer_bytes as f64);
-        metrics::gauge!("likewise_store_write_buffer_limit_bytes").set(m.write_buffer_limit_bytes as f64);
-        metrics::gauge!("likewise_store_pinned_bytes").set(m.pinned_bytes as f64);
-        metrics::gauge!("likewise_store_like_filter_bytes").set(m.like_filter_bytes as f64);
-    }
+    state.svc.stores().engine.publish_gauges();
     for u in usages {
         metrics::gauge!("likewise_cache_entries", "cache" => u.cache).set(u.entries as f64);
         metrics::gauge!("likewise_cache_capacity", "cache" => u.cache).set(u.capacity as f64);
@@ -49,9 +39,13 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
+/// The served OpenAPI document, built once with the router from the same route table.
+#[derive(Clone)]
+pub struct OpenApiDocument(pub Arc<serde_json::Value>);
+
 /// This document.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+#[utoipa::path(get, path = "/openapi.json", operation_id = "get_openapi", tag = "operations",
     responses((status = 200, description = "OpenAPI 3 document", content_type = "application/json")))]
-pub async fn openapi() -> impl IntoResponse {
-    Json(crate::openapi::document())
+pub async fn openapi(Extension(doc): Extension<OpenApiDocument>) -> impl IntoResponse {
+    Json(doc.0.as_ref().clone())
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 pub const MAX_USERNAME: usize = 64;
 
 /// Register or update a user's profile.
-#[utoipa::path(put, path = "/v1/users/{user_id}", tag = "upstream",
+#[utoipa::path(put, path = "/v1/users/{user_id}", operation_id = "put_user", tag = "upstream",
     params(("user_id" = String, Path, description = "User ID")),
     request_body = UserPut,
     responses((status = 200, body = UserRecord), (status = 400, body = crate::error::ErrorBody),
@@ -29,28 +29,44 @@ pub async fn put_user(
     PathParams(user): PathParams<UserId>,
     JsonBody(body): JsonBody<UserPut>,
 ) -> ApiResult<Json<UserRecord>> {
-    let Some(name) = valid_username(&body.username) else {
+    let name = check_username(&body.username)?;
+    let profile = UserProfile { username: name.clone(), verified: body.verified };
+    state.svc.upstream.put_user(user, profile).await?;
+    Ok(Json(UserRecord { user_id: user, username: name, verified: body.verified }))
+}
+
+/// The name to store, if `raw` is a valid username (see [`check_username`]).
+pub fn valid_username(raw: &str) -> Option<String> {
+    check_username(raw).ok()
+}
+
+/// The name to store for `raw`: at most [`MAX_USERNAME`] characters as sent (what the
+/// OpenAPI schema's maxLength says), then trimmed of surrounding whitespace, leaving at least
+/// one character and no control character (422 otherwise); no bidi control anywhere and at
+/// least one visible character (400 otherwise: these are the spoofing attempts, such as
+/// `adm\u{202E}nimi` or a name of zero-width spaces); stored in Unicode NFC, so one name
+/// has one spelling. The OpenAPI pattern states the same rule (`openapi.rs`, tested against
+/// this function).
+pub fn check_username(raw: &str) -> Result<String, ApiError> {
+    use likewise_core::names::{is_bidi_control, is_invisible};
+    use unicode_normalization::UnicodeNormalization;
+    let name = raw.trim();
+    if name.is_empty() || raw.chars().count() > MAX_USERNAME || name.chars().any(char::is_control) {
         return Err(ApiError::unprocessable(format!(
             "username must be 1 to {MAX_USERNAME} characters without control characters"
         )));
-    };
-    let profile = UserProfile { username: name.to_string(), verified: body.verified };
-    state.svc.put_user(user, profile).await?;
-    Ok(Json(UserRecord { user_id: user, username: name.to_string(), verified: body.verified }))
-}
-
-/// The name to store, if `raw` is a valid username: at most [`MAX_USERNAME`] characters as
-/// sent (what the OpenAPI schema's maxLength says), then trimmed of surrounding whitespace,
-/// leaving at least one character and no control character. The OpenAPI pattern states the
-/// same rule (`openapi.rs`, tested against this function).
-pub fn valid_username(raw: &str) -> Option<&str> {
-    let name = raw.trim();
-    let ok = !name.is_empty() && raw.chars().count() <= MAX_USERNAME && !name.chars().any(char::is_control);
-    ok.then_some(name)
+    }
+    if name.chars().any(is_bidi_control) {
+        return Err(ApiError::invalid("username must not contain text-direction controls"));
+    }
+    if name.chars().all(is_invisible) {
+        return Err(ApiError::invalid("username must contain a visible character"));
+    }
+    Ok(name.nfc().collect())
 }
 
 /// Register or update a post.
-#[utoipa::path(put, path = "/v1/posts/{post_id}", tag = "upstream",
+#[utoipa::path(put, path = "/v1/posts/{post_id}", operation_id = "put_post", tag = "upstream",
     params(("post_id" = String, Path, description = "Post ID")),
     request_body = PostPut,
     responses((status = 200, body = PostRecord), (status = 400, body = crate::error::ErrorBody),
@@ -69,7 +85,7 @@ pub async fn put_post(
         CommentsSetting::Off => CommentsPolicy::Off,
     };
     let meta = PostMeta { author: body.author_id, hide_like_count: body.hide_like_count, comments };
-    state.svc.put_post(post, meta).await?;
+    state.svc.upstream.put_post(post, meta).await?;
     Ok(Json(PostRecord {
         post_id: post,
         author_id: body.author_id,
@@ -79,7 +95,7 @@ pub async fn put_post(
 }
 
 /// `user_id` follows `other_id`.
-#[utoipa::path(put, path = "/v1/users/{user_id}/follows/{other_id}", tag = "upstream",
+#[utoipa::path(put, path = "/v1/users/{user_id}/follows/{other_id}", operation_id = "follow_user", tag = "upstream",
     params(("user_id" = String, Path), ("other_id" = String, Path)),
     responses((status = 204), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)),
@@ -89,12 +105,12 @@ pub async fn follow(
     _svc: Service,
     PathParams((user, other)): PathParams<(UserId, UserId)>,
 ) -> ApiResult<StatusCode> {
-    state.svc.set_follow(user, other, true).await?;
+    state.svc.upstream.set_follow(user, other, true).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// `user_id` stops following `other_id`.
-#[utoipa::path(delete, path = "/v1/users/{user_id}/follows/{other_id}", tag = "upstream",
+#[utoipa::path(delete, path = "/v1/users/{user_id}/follows/{other_id}", operation_id = "unfollow_user", tag = "upstream",
     params(("user_id" = String, Path), ("other_id" = String, Path)),
     responses((status = 204), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)),
@@ -104,6 +120,6 @@ pub async fn unfollow(
     _svc: Service,
     PathParams((user, other)): PathParams<(UserId, UserId)>,
 ) -> ApiResult<StatusCode> {
-    state.svc.set_follow(user, other, false).await?;
+    state.svc.upstream.set_follow(user, other, false).await?;
     Ok(StatusCode::NO_CONTENT)
 }

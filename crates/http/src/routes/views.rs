@@ -12,7 +12,7 @@ use likewise_core::ids::PostId;
 use std::sync::Arc;
 
 /// Count a view of the post by the caller (unique viewers are counted approximately).
-#[utoipa::path(post, path = "/v1/posts/{post_id}/views", tag = "views", params(("post_id" = String, Path)),
+#[utoipa::path(post, path = "/v1/posts/{post_id}/views", operation_id = "record_post_view", tag = "views", params(("post_id" = String, Path)),
     responses((status = 204), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
@@ -21,12 +21,12 @@ pub async fn view(
     viewer: Viewer,
     PathParams(post): PathParams<PostId>,
 ) -> ApiResult<StatusCode> {
-    state.svc.record_view(viewer.0.user, post).await?;
+    state.svc.views.record(viewer.0.user, post).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// The post's exact like count, comment count and unique viewers (its author only).
-#[utoipa::path(get, path = "/v1/posts/{post_id}/insights", tag = "views", params(("post_id" = String, Path)),
+#[utoipa::path(get, path = "/v1/posts/{post_id}/insights", operation_id = "get_post_insights", tag = "views", params(("post_id" = String, Path)),
     responses((status = 200, body = InsightsDto), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody)),
@@ -36,7 +36,7 @@ pub async fn insights(
     viewer: Viewer,
     PathParams(post): PathParams<PostId>,
 ) -> ApiResult<Json<InsightsDto>> {
-    let i = state.svc.insights(viewer.0.user, post).await?;
+    let i = state.svc.views.insights(viewer.0.user, post).await?;
     Ok(Json(InsightsDto {
         like_count: i.like_count,
         comment_count: i.comment_count,

@@ -155,7 +155,7 @@ async fn storm(
         tokio::spawn(async move {
             let mut u = first + w;
             while u < first + u64::from(count) {
-                if let Err(e) = svc.set_post_like(UserId(u), PostId(post), LikeAction::Like).await {
+                if let Err(e) = svc.likes.set_post_like(UserId(u), PostId(post), LikeAction::Like).await {
                     tracing::warn!(error = %e, "storm like failed");
                 }
                 u += WORKERS;

@@ -7,18 +7,22 @@
 //! | `replies`       | parent(8) id(8)  | post(8)        | replies under their top-level parent  |
 //! | `comment_posts` | id(8)            | post(8)        | find a comment's post from its ID     |
 //!
-//! Comment changes go through the same batch as likes (see `write.rs`); each touched comment
-//! is written once per batch with its final state, and every real change emits one event
-//! whose delta says how the visible counts move.
+//! Comment changes go through the same batch as likes (see `write.rs`). What an operation
+//! does is planned by `likewise_core::comment::transition` from the rows read here; each
+//! touched comment is then written once per batch with its final state, and the plan's
+//! events (one per real change and per reply whose thread opened or closed, each delta
+//! saying how the counts move) join the batch's events.
 
-use super::write::BatchState;
-use super::{EmbeddedStore, engine_err};
+use super::batch::Batch;
+use super::{EmbeddedStore, Inner, engine_err};
 use crate::keys::{be_u64, pair_key};
 use async_trait::async_trait;
 use fjall::Keyspace;
-use likewise_core::event::{Event, EventKind};
-use likewise_core::ids::{CommentId, PostId, UserId};
-use likewise_core::like::Target;
+use likewise_core::comment::status::CommentStatus;
+use likewise_core::comment::transition::{
+    Before, RowWrite, Thread, VisibleReply, create_parent, thread_reads, transition,
+};
+use likewise_core::ids::{CommentId, PostId};
 use likewise_core::ports::CommentReader;
 use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord};
 use likewise_core::{StoreError, StoreResult};
@@ -42,10 +46,6 @@ struct Touched {
 pub(super) struct CommentOverlay {
     touched: HashMap<u64, Touched, foldhash::fast::RandomState>,
     order: Vec<u64>,
-}
-
-fn visible(r: Option<&CommentRecord>) -> i8 {
-    i8::from(r.is_some_and(|r| r.status.counts_as_visible()))
 }
 
 fn decode(id: CommentId, v: &[u8]) -> StoreResult<CommentRecord> {
@@ -72,124 +72,157 @@ fn load(comment_posts: &Keyspace, comments: &Keyspace, id: CommentId) -> StoreRe
     }
 }
 
-impl BatchState<'_> {
-    fn current(&mut self, id: CommentId) -> StoreResult<Option<CommentRecord>> {
-        if let Some(t) = self.comments.touched.get(&id.0) {
+impl CommentOverlay {
+    /// Apply one comment operation: read what it involves, let
+    /// [`likewise_core::comment::transition`] plan it, write the plan into the overlay and
+    /// its events into the batch.
+    pub(super) fn apply(
+        &mut self,
+        b: &mut Batch<'_>,
+        op: &CommentOp,
+        now_ms: u64,
+    ) -> StoreResult<CommentOutcome> {
+        // The batch runs under the write lock, so what is read here (the overlay over the
+        // stored rows) is what the operation applies to: a reply and its parent's delete
+        // always see each other.
+        let before = match op.id() {
+            None => {
+                let parent = match create_parent(op) {
+                    Some(p) => self.current(b.s, p)?,
+                    None => None,
+                };
+                Before::New(b.s.id_gen.lock().next(now_ms), parent)
+            }
+            Some(id) => match self.current(b.s, id)? {
+                None => Before::Missing,
+                Some(c) => {
+                    let thread = self.thread(b.s, op, &c)?;
+                    Before::Stored(c, thread)
+                }
+            },
+        };
+        let plan = transition(op, before, now_ms);
+        for w in plan.writes {
+            self.write(w);
+        }
+        for e in plan.events {
+            b.event(e);
+        }
+        Ok(plan.outcome)
+    }
+
+    /// The comment as this batch left it, or as stored (then remembered as touched).
+    fn current(&mut self, s: &Inner, id: CommentId) -> StoreResult<Option<CommentRecord>> {
+        if let Some(t) = self.touched.get(&id.0) {
             return Ok(t.now.clone());
         }
-        let before = load(&self.s.comment_posts, &self.s.comments, id)?;
-        self.comments.order.push(id.0);
-        self.comments.touched.insert(id.0, Touched { before: before.clone(), now: before.clone() });
+        let before = load(&s.comment_posts, &s.comments, id)?;
+        self.order.push(id.0);
+        self.touched.insert(id.0, Touched { before: before.clone(), now: before.clone() });
         Ok(before)
     }
 
+    /// The facts of `c`'s thread that planning `op` needs ([`thread_reads`]), as this batch
+    /// left them.
+    fn thread(&mut self, s: &Inner, op: &CommentOp, c: &CommentRecord) -> StoreResult<Thread> {
+        let want = thread_reads(op, c);
+        let mut thread = Thread::default();
+        if want.has_replies {
+            thread.has_replies = self.has_replies(s, c.id, None)?;
+        }
+        if let Some(p) = c.parent {
+            if want.parent {
+                thread.parent = self.current(s, p)?;
+            }
+            if want.siblings {
+                thread.has_siblings = self.has_replies(s, p, Some(c.id))?;
+            }
+        }
+        if want.visible_replies {
+            thread.visible_replies = self.visible_replies(s, c.id)?;
+        }
+        Ok(thread)
+    }
+
+    /// The replies in status visible under `id` once this batch's earlier changes are
+    /// counted in, in ID order.
+    fn visible_replies(&self, s: &Inner, id: CommentId) -> StoreResult<Vec<VisibleReply>> {
+        let mut all: Vec<CommentRecord> = Vec::new();
+        for g in s.replies.prefix(id.0.to_be_bytes()) {
+            let reply = CommentId(be_u64(&g.key().map_err(engine_err)?, 8));
+            match self.touched.get(&reply.0) {
+                Some(t) => all.extend(t.now.clone()),
+                None => all.extend(load(&s.comment_posts, &s.comments, reply)?),
+            }
+        }
+        let created = self.touched.values().filter(|t| t.before.is_none());
+        all.extend(created.filter_map(|t| t.now.clone()).filter(|r| r.parent == Some(id)));
+        all.sort_unstable_by_key(|r| r.id);
+        Ok(all
+            .into_iter()
+            .filter(|r| r.status == CommentStatus::Visible)
+            .map(|r| VisibleReply { id: r.id, author: r.author })
+            .collect())
+    }
+
+    /// Are replies (other than `except`) stored under `id` once this batch's earlier changes
+    /// are counted in: the stored ones it did not remove, and the ones it created?
+    fn has_replies(&self, s: &Inner, id: CommentId, except: Option<CommentId>) -> StoreResult<bool> {
+        let other = |reply: u64| except.is_none_or(|e| e.0 != reply);
+        for g in s.replies.prefix(id.0.to_be_bytes()) {
+            let reply = be_u64(&g.key().map_err(engine_err)?, 8);
+            if other(reply) && self.touched.get(&reply).is_none_or(|t| t.now.is_some()) {
+                return Ok(true);
+            }
+        }
+        Ok(self.touched.iter().any(|(reply, t)| {
+            other(*reply) && t.before.is_none() && t.now.as_ref().is_some_and(|r| r.parent == Some(id))
+        }))
+    }
+
+    /// Record a planned row write as the comment's state after this operation.
+    fn write(&mut self, w: RowWrite) {
+        match w {
+            RowWrite::Insert(r) => {
+                self.order.push(r.id.0);
+                self.touched.insert(r.id.0, Touched { before: None, now: Some(r) });
+            }
+            RowWrite::Update(r) => self.set(r.id, Some(r)),
+            RowWrite::Remove(r) => self.set(r.id, None),
+        }
+    }
+
     fn set(&mut self, id: CommentId, now: Option<CommentRecord>) {
-        if let Some(t) = self.comments.touched.get_mut(&id.0) {
+        if let Some(t) = self.touched.get_mut(&id.0) {
             t.now = now;
         }
     }
 
-    fn comment_event(&mut self, kind: EventKind, r: &CommentRecord, actor: UserId, delta: i8, ts: u64) {
-        self.event(Event {
-            seq: 0,
-            kind,
-            target: Target::comment(r.id.0),
-            target_author: r.post_author,
-            actor,
-            ts_ms: ts,
-            post: r.post.0,
-            parent: r.parent.map_or(0, |p| p.0),
-            delta,
-        });
-    }
-
-    fn has_replies(&self, id: CommentId) -> StoreResult<bool> {
-        let stored = match self.s.replies.prefix(id.0.to_be_bytes()).next() {
-            Some(g) => {
-                g.key().map_err(engine_err)?;
-                true
-            }
-            None => false,
-        };
-        let in_batch = self
-            .comments
-            .touched
-            .values()
-            .any(|t| t.before.is_none() && t.now.as_ref().is_some_and(|r| r.parent == Some(id)));
-        Ok(stored || in_batch)
-    }
-
-    /// Apply one comment operation.
-    pub(super) fn comment(&mut self, op: &CommentOp, now_ms: u64) -> StoreResult<CommentOutcome> {
-        match op {
-            CommentOp::Create(rec) => {
-                let id = self.s.id_gen.lock().next(now_ms);
-                let mut r = rec.clone();
-                r.id = id;
-                self.comments.order.push(id.0);
-                self.comments.touched.insert(id.0, Touched { before: None, now: Some(r.clone()) });
-                self.comment_event(EventKind::CommentCreated, &r, r.author, visible(Some(&r)), now_ms);
-                Ok(CommentOutcome::Done(Some(r)))
-            }
-            // The event's actor is the comment's author, whoever decided (see docs/events.md).
-            CommentOp::SetStatus { id, status, actor: _ } => {
-                let Some(old) = self.current(*id)? else { return Ok(CommentOutcome::NotFound) };
-                if old.status == *status || old.status.is_deleted() {
-                    return Ok(CommentOutcome::Done(Some(old)));
-                }
-                let mut r = old.clone();
-                r.status = *status;
-                let delta = visible(Some(&r)) - visible(Some(&old));
-                self.set(*id, Some(r.clone()));
-                self.comment_event(EventKind::CommentStatusChanged, &r, r.author, delta, now_ms);
-                Ok(CommentOutcome::Done(Some(r)))
-            }
-            CommentOp::Delete { id, actor: _ } => {
-                let Some(old) = self.current(*id)? else { return Ok(CommentOutcome::NotFound) };
-                if old.status.is_deleted() {
-                    return Ok(CommentOutcome::Done(Some(old)));
-                }
-                let placeholder = old.parent.is_none() && self.has_replies(*id)?;
-                let now = placeholder.then(|| CommentRecord {
-                    status: old.status.deleted_from(),
-                    text: String::new(),
-                    ..old.clone()
-                });
-                let delta = -visible(Some(&old));
-                self.set(*id, now.clone());
-                self.comment_event(EventKind::CommentDeleted, &old, old.author, delta, now_ms);
-                Ok(CommentOutcome::Done(now))
-            }
-        }
-    }
-
     /// Write each touched comment once with its final state, with its index rows.
-    pub(super) fn flush_comments(&mut self) {
-        let s = self.s;
-        for id in &self.comments.order {
-            let t = &self.comments.touched[id];
+    pub(super) fn flush(&self, b: &mut Batch<'_>) {
+        let s = b.s;
+        for id in &self.order {
+            let t = &self.touched[id];
             if t.before == t.now {
                 continue;
             }
             match (&t.before, &t.now) {
                 (_, Some(r)) => {
-                    self.batch.insert(&s.comments, pair_key(r.post.0, *id), r.encode());
+                    b.batch.insert(&s.comments, pair_key(r.post.0, *id), r.encode());
                     if t.before.is_none() {
-                        self.batch.insert(&s.comment_posts, id.to_be_bytes(), r.post.0.to_be_bytes());
+                        b.batch.insert(&s.comment_posts, id.to_be_bytes(), r.post.0.to_be_bytes());
                         match r.parent {
-                            None => self.batch.insert(&s.top_comments, pair_key(r.post.0, *id), []),
-                            Some(p) => {
-                                self.batch.insert(&s.replies, pair_key(p.0, *id), r.post.0.to_be_bytes())
-                            }
+                            None => b.batch.insert(&s.top_comments, pair_key(r.post.0, *id), []),
+                            Some(p) => b.batch.insert(&s.replies, pair_key(p.0, *id), r.post.0.to_be_bytes()),
                         }
                     }
                 }
                 (Some(r), None) => {
-                    self.batch.remove(&s.comments, pair_key(r.post.0, *id));
-                    self.batch.remove(&s.comment_posts, id.to_be_bytes());
+                    b.batch.remove(&s.comments, pair_key(r.post.0, *id));
+                    b.batch.remove(&s.comment_posts, id.to_be_bytes());
                     match r.parent {
-                        None => self.batch.remove(&s.top_comments, pair_key(r.post.0, *id)),
-                        Some(p) => self.batch.remove(&s.replies, pair_key(p.0, *id)),
+                        None => b.batch.remove(&s.top_comments, pair_key(r.post.0, *id)),
+                        Some(p) => b.batch.remove(&s.replies, pair_key(p.0, *id)),
                     }
                 }
                 (None, None) => {}

@@ -4,12 +4,15 @@ use super::{EmbeddedStore, engine_err};
 use crate::keys::{be_u64, counter_key, num_value, parse_num, target_prefix};
 use async_trait::async_trait;
 use fjall::{Keyspace, Readable};
+use likewise_core::comment::thread::tally;
 use likewise_core::counter::{CounterField, CounterKey, Counts};
 use likewise_core::event::Event;
-use likewise_core::ids::PostId;
+use likewise_core::ids::{CommentId, PostId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::ports::{CounterStore, EventLog, Recount};
+use likewise_core::write::CommentRecord;
 use likewise_core::{StoreError, StoreResult};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 // The `events` keyspace holds packed rows: each write batch's events back to back under
@@ -155,23 +158,52 @@ impl EmbeddedStore {
         rows: i64,
         concerns: impl Fn(&Event) -> bool,
     ) -> StoreResult<Recount> {
+        let mut out = self.finish_recounts(snap, consumer, &[(key, rows)], |e| concerns(e).then_some(key))?;
+        Ok(out.pop().unwrap_or(Recount { rows, counter: 0, pending: 0 }))
+    }
+
+    /// [`EmbeddedStore::finish_recount`] for several counters at once, in order: each
+    /// pending event counts for the counter `key_of` names (if it is one of `rows`).
+    fn finish_recounts(
+        &self,
+        snap: &fjall::Snapshot,
+        consumer: &str,
+        rows: &[(CounterKey, i64)],
+        key_of: impl Fn(&Event) -> Option<CounterKey>,
+    ) -> StoreResult<Vec<Recount>> {
         let s = &*self.inner;
-        let counter = match snap.get(&s.counters, counter_key(key)).map_err(engine_err)? {
-            Some(v) => parse_counter(&v)?,
-            None => 0,
-        };
         let offset = match snap.get(&s.offsets, consumer.as_bytes()).map_err(engine_err)? {
             Some(v) => parse_num("offsets", &v)?,
             None => 0,
         };
-        let mut pending = 0i64;
+        let mut pending: HashMap<CounterKey, i64> = rows.iter().map(|(k, _)| (*k, 0)).collect();
         scan_events(snap, &s.events, offset, |e| {
-            if concerns(&e) {
-                pending += e.delta();
+            if let Some(p) = key_of(&e).and_then(|k| pending.get_mut(&k)) {
+                *p += e.delta();
             }
             true
         })?;
-        Ok(Recount { rows, counter, pending })
+        rows.iter()
+            .map(|(key, rows)| {
+                let counter = match snap.get(&s.counters, counter_key(*key)).map_err(engine_err)? {
+                    Some(v) => parse_counter(&v)?,
+                    None => 0,
+                };
+                Ok(Recount { rows: *rows, counter, pending: pending[key] })
+            })
+            .collect()
+    }
+
+    /// A post's stored comments, read in `snap`.
+    fn post_comments(&self, snap: &fjall::Snapshot, post: PostId) -> StoreResult<Vec<CommentRecord>> {
+        let s = &*self.inner;
+        snap.prefix(&s.comments, post.0.to_be_bytes())
+            .map(|g| {
+                let (k, v) = g.into_inner().map_err(engine_err)?;
+                CommentRecord::decode(CommentId(be_u64(&k, 8)), &v)
+                    .map_err(|e| StoreError::Corrupt { keyspace: "comments", detail: e.to_string() })
+            })
+            .collect()
     }
 }
 
@@ -243,20 +275,24 @@ impl CounterStore for EmbeddedStore {
     }
 
     async fn recount_comments(&self, consumer: &str, post: PostId) -> StoreResult<Recount> {
-        let s = &*self.inner;
-        let snap = s.db.snapshot();
-        let mut rows = 0i64;
-        for g in snap.prefix(&s.comments, post.0.to_be_bytes()) {
-            let (k, v) = g.into_inner().map_err(engine_err)?;
-            let rec =
-                likewise_core::write::CommentRecord::decode(likewise_core::ids::CommentId(be_u64(&k, 8)), &v)
-                    .map_err(|e| StoreError::Corrupt { keyspace: "comments", detail: e.to_string() })?;
-            if rec.status.counts_as_visible() {
-                rows += 1;
-            }
-        }
+        let snap = self.inner.db.snapshot();
+        let rows = tally(&self.post_comments(&snap, post)?).comments;
         let key = CounterKey { target: Target::post(post.0), field: CounterField::Comments };
         self.finish_recount(&snap, consumer, key, rows, |e| !e.kind.is_like() && e.post == post.0)
+    }
+
+    async fn recount_replies(&self, consumer: &str, post: PostId) -> StoreResult<Vec<(CommentId, Recount)>> {
+        let snap = self.inner.db.snapshot();
+        let key = |parent: u64| CounterKey { target: Target::comment(parent), field: CounterField::Replies };
+        let rows: Vec<(CounterKey, i64)> = tally(&self.post_comments(&snap, post)?)
+            .replies
+            .into_iter()
+            .map(|(p, n)| (key(p.0), n))
+            .collect();
+        let recounts = self.finish_recounts(&snap, consumer, &rows, |e| {
+            (!e.kind.is_like() && e.post == post.0 && e.parent != 0).then(|| key(e.parent))
+        })?;
+        Ok(rows.iter().map(|(k, _)| CommentId(k.target.id)).zip(recounts).collect())
     }
 
     async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>> {

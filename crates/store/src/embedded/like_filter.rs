@@ -5,7 +5,7 @@
 //! what a like changes. Most likes are first likes, and with real (scattered) liker IDs each
 //! existence read is a cache-missing descent through every memtable of `user_likes`. Skipping
 //! those reads entirely measured +27-47% likes/s on the single writer thread
-//! (docs/benchmarks.md, session 9); a filter probe costs a few cache misses instead.
+//! (docs/benchmarks.md, "What we tried"); a filter probe costs a few cache misses instead.
 //!
 //! Exactness: a "no" must never be wrong, a "maybe" just costs the read. Rows are only ever
 //! created by the write path (one thread at a time, under the store's write lock), and it

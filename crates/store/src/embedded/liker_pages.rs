@@ -3,7 +3,7 @@
 //!
 //! Why: a like wrote two memtable rows, `user_likes` and a likers row. Each row is a descent
 //! of fjall's memtable skiplist on the single writer thread, then flush and compaction work;
-//! leaving the likers row out measured +29-36% likes/s (`docs/benchmarks.md`, session 11).
+//! leaving the likers row out measured +29-36% likes/s (`docs/benchmarks.md`, "What we tried").
 //! A hot post's batch of a thousand likes now writes one likers row.
 //!
 //! Layout: key kind(1) target(8) ts_max(8) page(8), value v1 then (ts(8) user(8)) entries

@@ -14,8 +14,8 @@
 //! before that hold the same likes in the two remaining rows, and `open` removes the old
 //! keyspace.
 
+use super::batch::Batch;
 use super::liker_pages;
-use super::write::BatchState;
 use super::{EmbeddedStore, engine_err};
 use crate::keys::{be_u64, num_value, parse_num, target_prefix, user_kind_prefix, user_like_key};
 use async_trait::async_trait;
@@ -40,7 +40,7 @@ struct Touched {
 }
 
 /// Like keys (`user_likes` keys) touched by the current batch, in first-touch order until
-/// `flush_likes` sorts them.
+/// `flush` sorts them.
 #[derive(Default)]
 pub(super) struct LikeOverlay {
     touched: HashMap<[u8; 17], Touched, foldhash::fast::RandomState>,
@@ -49,11 +49,11 @@ pub(super) struct LikeOverlay {
     pub(super) reads_skipped: u64,
 }
 
-impl BatchState<'_> {
+impl LikeOverlay {
     /// Resolve one like/unlike against the stored row (or this batch's earlier state of it).
-    pub(super) fn like(&mut self, op: &LikeOp) -> StoreResult<LikeOutcome> {
+    pub(super) fn like(&mut self, b: &mut Batch<'_>, op: &LikeOp) -> StoreResult<LikeOutcome> {
         let key = user_like_key(op.user, op.target.kind, op.target.id);
-        let entry = match self.likes.touched.entry(key) {
+        let entry = match self.touched.entry(key) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(v) => {
                 // The user-keyed row is the one row per (target, user) that says whether and
@@ -62,19 +62,19 @@ impl BatchState<'_> {
                 // A like stores the key unless it exists: into the filter now, in the same
                 // atomic operation as the probe (`like_filter.rs`).
                 let filtered = match op.action {
-                    LikeAction::Like => self.s.like_filter.check_and_insert(&key),
-                    LikeAction::Unlike => self.s.like_filter.may_contain(&key),
+                    LikeAction::Like => b.s.like_filter.check_and_insert(&key),
+                    LikeAction::Unlike => b.s.like_filter.may_contain(&key),
                 };
                 let before = if !filtered {
-                    self.likes.reads_skipped += 1;
+                    self.reads_skipped += 1;
                     None
                 } else {
-                    match self.s.user_likes.get(key).map_err(engine_err)? {
+                    match b.s.user_likes.get(key).map_err(engine_err)? {
                         Some(v) => Some(parse_num("user_likes", &v)?),
                         None => None,
                     }
                 };
-                self.likes.order.push(key);
+                self.order.push(key);
                 let in_filter = op.action == LikeAction::Like;
                 v.insert(Touched { target: op.target, user: op.user, before, now: before, in_filter })
             }
@@ -84,26 +84,26 @@ impl BatchState<'_> {
         if changed {
             entry.now = liked.then_some(op.ts_ms);
             let e = Event::like(0, liked, op.target, op.target_author, op.user, op.ts_ms, op.post);
-            event_seq = Some(self.event(e));
+            event_seq = Some(b.event(e));
         }
         Ok(LikeOutcome { liked, changed, event_seq })
     }
 
     /// Write each touched key once, with its final state: fjall gives every item of a batch
     /// the same sequence number, so two writes of one key in a batch would be ambiguous.
-    /// Per-key arrival order was already resolved by `like`.
+    /// Per-key arrival order was already resolved by [`LikeOverlay::like`].
     ///
     /// In key order: real likers of a hot post have scattered user IDs, and each insert is a
     /// descent through a large memtable skiplist; sorted, consecutive descents share most of
     /// their path in the CPU cache (2-11% more likes/s with `--scattered-users`, within
     /// noise with consecutive IDs; docs/benchmarks.md).
-    pub(super) fn flush_likes(&mut self) -> StoreResult<()> {
-        let s = self.s;
-        self.likes.order.sort_unstable();
+    pub(super) fn flush(&mut self, b: &mut Batch<'_>) -> StoreResult<()> {
+        let s = b.s;
+        self.order.sort_unstable();
         let mut added: Vec<([u8; 9], u64, u64)> = Vec::new();
         let mut removed: Vec<(Target, u64, UserId)> = Vec::new();
-        for key in &self.likes.order {
-            let t = &self.likes.touched[key];
+        for key in &self.order {
+            let t = &self.touched[key];
             if t.before == t.now {
                 continue;
             }
@@ -119,70 +119,70 @@ impl BatchState<'_> {
                     if !t.in_filter {
                         s.like_filter.insert(key);
                     }
-                    self.batch.insert(&s.user_likes, *key, num_value(ts));
+                    b.batch.insert(&s.user_likes, *key, num_value(ts));
                     added.push((target_prefix(t.target), ts, t.user.0));
                 }
                 None => {
-                    self.batch.remove(&s.user_likes, *key);
+                    b.batch.remove(&s.user_likes, *key);
                 }
             }
         }
-        self.write_liker_pages(added, removed)
+        write_liker_pages(b, added, removed)
     }
+}
 
-    /// The batch's changes to likers pages (`liker_pages.rs`): removed likers leave the page
-    /// that holds them (each page read and rewritten once), added likers go into new pages
-    /// of this batch, one per target and 16 ms window.
-    fn write_liker_pages(
-        &mut self,
-        mut added: Vec<([u8; 9], u64, u64)>,
-        removed: Vec<(Target, u64, UserId)>,
-    ) -> StoreResult<()> {
-        let s = self.s;
-        let mut changed: HashMap<[u8; 25], liker_pages::Entries> = HashMap::new();
-        for (target, ts, user) in removed {
-            let prefix = target_prefix(target);
-            let entry = (ts, user.0);
-            let held = changed
-                .iter_mut()
-                .find(|(k, e)| k[0..9] == prefix && e.binary_search(&entry).is_ok())
-                .map(|(_, e)| e);
-            let entries = match held {
-                Some(e) => e,
-                None => match liker_pages::find(&s.likers, target, ts, user)? {
-                    Some((k, e)) if !changed.contains_key(&k) => changed.entry(k).or_insert(e),
-                    _ => {
-                        // `user_likes` said liked, yet no page holds the liker: nothing to
-                        // remove. Counted, since it means the two disagreed.
-                        tracing::warn!(user = user.0, ts, "an unliked liker was in no likers page");
-                        metrics::counter!("likewise_store_liker_page_misses_total").increment(1);
-                        continue;
-                    }
-                },
-            };
-            if let Ok(i) = entries.binary_search(&entry) {
-                entries.remove(i);
-            }
+/// The batch's changes to likers pages (`liker_pages.rs`): removed likers leave the page
+/// that holds them (each page read and rewritten once), added likers go into new pages
+/// of this batch, one per target and 16 ms window.
+fn write_liker_pages(
+    b: &mut Batch<'_>,
+    mut added: Vec<([u8; 9], u64, u64)>,
+    removed: Vec<(Target, u64, UserId)>,
+) -> StoreResult<()> {
+    let s = b.s;
+    let mut changed: HashMap<[u8; 25], liker_pages::Entries> = HashMap::new();
+    for (target, ts, user) in removed {
+        let prefix = target_prefix(target);
+        let entry = (ts, user.0);
+        let held = changed
+            .iter_mut()
+            .find(|(k, e)| k[0..9] == prefix && e.binary_search(&entry).is_ok())
+            .map(|(_, e)| e);
+        let entries = match held {
+            Some(e) => e,
+            None => match liker_pages::find(&s.likers, target, ts, user)? {
+                Some((k, e)) if !changed.contains_key(&k) => changed.entry(k).or_insert(e),
+                _ => {
+                    // `user_likes` said liked, yet no page holds the liker: nothing to
+                    // remove. Counted, since it means the two disagreed.
+                    tracing::warn!(user = user.0, ts, "an unliked liker was in no likers page");
+                    metrics::counter!("likewise_store_liker_page_misses_total").increment(1);
+                    continue;
+                }
+            },
+        };
+        if let Ok(i) = entries.binary_search(&entry) {
+            entries.remove(i);
         }
-        for (key, entries) in changed {
-            if entries.is_empty() {
-                self.batch.remove(&s.likers, key);
-            } else {
-                self.batch.insert(&s.likers, key, liker_pages::encode(&entries));
-            }
-        }
-        added.sort_unstable();
-        for group in added.chunk_by(|a, b| a.0 == b.0) {
-            let prefix = group[0].0;
-            let entries: liker_pages::Entries = group.iter().map(|(_, ts, user)| (*ts, *user)).collect();
-            for run in liker_pages::split(&entries) {
-                let Some(newest) = run.last() else { continue };
-                let key = liker_pages::page_key_at(prefix, newest.0, self.first_seq);
-                self.batch.insert(&s.likers, key, liker_pages::encode(run));
-            }
-        }
-        Ok(())
     }
+    for (key, entries) in changed {
+        if entries.is_empty() {
+            b.batch.remove(&s.likers, key);
+        } else {
+            b.batch.insert(&s.likers, key, liker_pages::encode(&entries));
+        }
+    }
+    added.sort_unstable();
+    for group in added.chunk_by(|a, b| a.0 == b.0) {
+        let prefix = group[0].0;
+        let entries: liker_pages::Entries = group.iter().map(|(_, ts, user)| (*ts, *user)).collect();
+        for run in liker_pages::split(&entries) {
+            let Some(newest) = run.last() else { continue };
+            let key = liker_pages::page_key_at(prefix, newest.0, b.first_seq);
+            b.batch.insert(&s.likers, key, liker_pages::encode(run));
+        }
+    }
+    Ok(())
 }
 
 #[async_trait]

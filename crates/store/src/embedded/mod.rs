@@ -3,10 +3,13 @@
 //! One fjall `Database` holds all keyspaces and a single journal, so a write batch spanning
 //! keyspaces (like row + reverse-index row + event) is atomic, and one fsync of the journal
 //! makes every earlier batch durable, in order. See [`crate::keys`] for the layouts; the
-//! comment and moderation keyspaces are tabled in `comments.rs` and `moderation.rs`.
+//! comment, moderation and idempotency-key keyspaces are tabled in `comments.rs`,
+//! `moderation.rs` and `idempotency.rs`.
 
+mod batch;
 mod comments;
 mod counters;
+mod idempotency;
 mod journal_sync;
 mod like_filter;
 mod liker_pages;
@@ -14,6 +17,7 @@ mod likes;
 mod meta;
 mod moderation;
 mod notifications;
+mod snapshots;
 mod tail;
 mod views;
 mod write;
@@ -46,7 +50,7 @@ pub struct EmbeddedOptions {
     /// re-queues every compaction request (leaving compactions to the others) and takes it
     /// straight back while they are busy, spinning on a core. One thread measured 7-12% less
     /// CPU per like and 4-7% more likes/s at 10-30M likes, with no write stall
-    /// (docs/benchmarks.md, session 12).
+    /// (docs/benchmarks.md, "What we tried").
     pub engine_threads: usize,
 }
 
@@ -122,7 +126,16 @@ struct Inner {
     reports: Keyspace,
     report_counts: Keyspace,
     mod_queue: Keyspace,
+    holds: Keyspace,
+    appeals: Keyspace,
     fingerprints: Keyspace,
+    /// Consumers' saved state, by name (`snapshots.rs`).
+    snapshots: Keyspace,
+    /// `Idempotency-Key`s of comment creates and their expiry index (`idempotency.rs`).
+    comment_keys: Keyspace,
+    comment_key_times: Keyspace,
+    /// How many keys `comment_keys` holds.
+    key_count: AtomicU64,
     /// Comment IDs: seeded from the highest stored ID, so unique across restarts.
     id_gen: Mutex<likewise_core::comment::id::CommentIdGen>,
     /// Next event sequence; only the write path (one thread at a time) advances it.
@@ -131,8 +144,11 @@ struct Inner {
     write_lock: Mutex<()>,
     /// The newest events, decoded, for the consumers that follow the head (`tail.rs`).
     tail: Mutex<tail::EventTail>,
-    /// Serialises `add_report`'s read-modify-write of a comment's report count.
+    /// Serialises `add_report`'s read-modify-write of a comment's report count, and
+    /// `add_appeal`'s check-then-insert.
     report_lock: Mutex<()>,
+    /// Serialises `change_pin`'s read-modify-write of a post's pin list.
+    pin_lock: Mutex<()>,
     /// Budget of the active memtables (see [`EmbeddedOptions::write_buffer_bytes`]).
     write_buffer_limit: u64,
     /// Every keyspace handle, for memory accounting.
@@ -190,20 +206,39 @@ fn drop_retired_keyspaces(db: &Database) -> StoreResult<()> {
     Ok(())
 }
 
-pub(crate) fn engine_err(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Engine(e.to_string())
+pub(crate) fn engine_err(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> StoreError {
+    StoreError::backend("fjall", e)
 }
 
 impl EmbeddedStore {
     /// Open (or create) the store in `dir`, replaying the journal if the last run crashed.
     pub fn open(dir: &Path, opts: &EmbeddedOptions) -> StoreResult<Self> {
         let started = Instant::now();
-        let db = Database::builder(dir)
-            .cache_size(opts.cache_bytes)
-            .max_journaling_size(opts.max_journal_bytes)
-            .worker_threads(opts.engine_threads.max(1))
-            .open()
-            .map_err(engine_err)?;
+        // The lock file may still be held for a moment by a store of this process that was
+        // just dropped (its background threads let go of it last): wait a little before
+        // deciding that another process holds it.
+        let locked_until = Instant::now() + std::time::Duration::from_secs(3);
+        let db = loop {
+            let opened = Database::builder(dir)
+                .cache_size(opts.cache_bytes)
+                .max_journaling_size(opts.max_journal_bytes)
+                .worker_threads(opts.engine_threads.max(1))
+                .open();
+            match opened {
+                Ok(db) => break db,
+                Err(fjall::Error::Locked) if Instant::now() < locked_until => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                // The lock file is held: say by whom and what to do, not the library's name.
+                Err(fjall::Error::Locked) => {
+                    return Err(StoreError::Engine(format!(
+                        "another likewise process holds {}: stop it, or give this one another data directory",
+                        dir.display()
+                    )));
+                }
+                Err(e) => return Err(engine_err(e)),
+            }
+        };
         drop_retired_keyspaces(&db)?;
         let big = opts.memtable_bytes.max(1 << 20);
         let small = (big / 8).max(1 << 20);
@@ -252,12 +287,19 @@ impl EmbeddedStore {
             reports: ks("reports", small)?,
             report_counts: ks("report_counts", small)?,
             mod_queue: ks("mod_queue", small)?,
+            holds: ks("holds", small)?,
+            appeals: ks("appeals", small)?,
             fingerprints: ks("fingerprints", small)?,
+            snapshots: ks("snapshots", small)?,
+            comment_keys: ks("comment_keys", small)?,
+            comment_key_times: ks_with("comment_key_times", small, false)?,
+            key_count: AtomicU64::new(0),
             id_gen: Mutex::new(likewise_core::comment::id::CommentIdGen::new(None)),
             next_seq: AtomicU64::new(0),
             write_lock: Mutex::new(()),
             tail: Mutex::new(tail::EventTail::new(EVENT_TAIL_EVENTS)),
             report_lock: Mutex::new(()),
+            pin_lock: Mutex::new(()),
             write_buffer_limit: limit.get().min(opts.write_buffer_bytes.max(1 << 20)),
             all: all.take(),
             journal_sync: journal_sync::JournalSync::new(dir),
@@ -269,6 +311,9 @@ impl EmbeddedStore {
         *inner.id_gen.lock() =
             likewise_core::comment::id::CommentIdGen::new(comments::highest_id(&inner.comment_posts)?);
         inner.next_seq.store(head + 1, std::sync::atomic::Ordering::SeqCst);
+        inner
+            .key_count
+            .store(idempotency::count_keys(&inner.comment_key_times)?, std::sync::atomic::Ordering::SeqCst);
         let inner = Arc::new(inner);
         spawn_write_buffer_governor(Arc::downgrade(&inner));
         like_filter::spawn_build(Arc::downgrade(&inner));
@@ -332,6 +377,32 @@ impl EmbeddedStore {
         tokio::task::spawn_blocking(move || inner.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err))
             .await
             .map_err(|e| StoreError::Engine(format!("fsync task failed: {e}")))?
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::open::Engine for EmbeddedStore {
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn persist(&self) -> StoreResult<()> {
+        EmbeddedStore::persist(self)
+    }
+
+    fn publish_gauges(&self) {
+        let (entries, capacity, bytes) = self.event_tail_usage();
+        metrics::gauge!("likewise_cache_entries", "cache" => "event_tail").set(entries as f64);
+        metrics::gauge!("likewise_cache_capacity", "cache" => "event_tail").set(capacity as f64);
+        metrics::gauge!("likewise_cache_bytes", "cache" => "event_tail").set(bytes as f64);
+        metrics::gauge!("likewise_store_disk_bytes").set(self.disk_space() as f64);
+        let m = self.memory();
+        metrics::gauge!("likewise_store_block_cache_bytes").set(m.block_cache_bytes as f64);
+        metrics::gauge!("likewise_store_block_cache_capacity_bytes").set(m.block_cache_capacity_bytes as f64);
+        metrics::gauge!("likewise_store_write_buffer_bytes").set(m.write_buffer_bytes as f64);
+        metrics::gauge!("likewise_store_write_buffer_limit_bytes").set(m.write_buffer_limit_bytes as f64);
+        metrics::gauge!("likewise_store_pinned_bytes").set(m.pinned_bytes as f64);
+        metrics::gauge!("likewise_store_like_filter_bytes").set(m.like_filter_bytes as f64);
     }
 }
 

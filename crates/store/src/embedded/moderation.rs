@@ -10,17 +10,22 @@
 //! | `reports`       | comment(8) reporter(8) | v1 reason(1)            | one report per reporter           |
 //! | `report_counts` | comment(8)             | v1 count(8)             | O(1) count, no scan of `reports`  |
 //! | `mod_queue`     | comment(8)             | (empty)                 | IDs are time-sortable: FIFO pages |
+//! | `holds`         | comment(8)             | v1 held_by code(1)      | why the queue holds it            |
+//! | `appeals`       | comment(8)             | v1 message (UTF-8)      | one appeal per comment, ever      |
 //! | `fingerprints`  | user(8) comment(8)     | simhash(8)              | newest-first reverse prefix scan  |
 //!
 //! Every write is made durable before it returns (`persist`): these are rare, user-facing
 //! changes (a block, a report) that must not silently vanish in a crash. A write touching two
 //! keyspaces (a report row and its count) is one atomic batch, so the count always equals the
-//! number of report rows.
+//! number of report rows; whether a report counts is `likewise_core::comment::report`'s rule.
 
 use super::{EmbeddedStore, engine_err};
 use crate::keys::{V1, be_u64, num_value, pair_key, parse_num};
 use async_trait::async_trait;
 use fjall::Keyspace;
+use likewise_core::comment::appeal::{HeldBy, QueueNote};
+use likewise_core::comment::pins::{PinChange, change_pins};
+use likewise_core::comment::report::report;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::{ModerationStore, ReportReason};
 use likewise_core::{StoreError, StoreResult};
@@ -91,6 +96,24 @@ fn parse_count(v: &[u8]) -> StoreResult<u32> {
     Ok(u32::try_from(parse_num("report_counts", v)?).unwrap_or(u32::MAX))
 }
 
+/// Decode a `holds` value: the version byte, then a [`HeldBy`] code.
+fn decode_hold(v: &[u8]) -> StoreResult<HeldBy> {
+    match v {
+        [V1, code] => HeldBy::from_code(*code),
+        _ => None,
+    }
+    .ok_or_else(|| StoreError::Corrupt { keyspace: "holds", detail: format!("bad hold record {v:?}") })
+}
+
+/// Decode an `appeals` value: the version byte, then the message.
+fn decode_appeal(v: &[u8]) -> StoreResult<String> {
+    let corrupt = |detail: String| StoreError::Corrupt { keyspace: "appeals", detail };
+    match v.split_first() {
+        Some((&V1, body)) => std::str::from_utf8(body).map(str::to_owned).map_err(|e| corrupt(e.to_string())),
+        _ => Err(corrupt(format!("bad appeal record of {} bytes", v.len()))),
+    }
+}
+
 #[async_trait]
 impl ModerationStore for EmbeddedStore {
     async fn set_block(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()> {
@@ -152,6 +175,30 @@ impl ModerationStore for EmbeddedStore {
         }
     }
 
+    async fn change_pin(&self, post: PostId, comment: CommentId, pin: bool) -> StoreResult<PinChange> {
+        let change = {
+            // Read-modify-write of the post's list: without the lock two concurrent pins would
+            // both read the same list and the second write would drop the first's pin. No
+            // `.await` while it is held.
+            let _guard = self.inner.pin_lock.lock();
+            let ks = &self.inner.pins;
+            let key = post.0.to_be_bytes();
+            let current = match ks.get(key).map_err(engine_err)? {
+                Some(v) => decode_pins(&v)?,
+                None => Vec::new(),
+            };
+            let change = change_pins(&current, comment, pin);
+            if let PinChange::Changed(pins) = &change {
+                if pins.is_empty() { ks.remove(key) } else { ks.insert(key, encode_pins(pins)) }
+                    .map_err(engine_err)?;
+            }
+            change
+        };
+        // Also when unchanged: the list read may be a concurrent caller's write not yet synced.
+        self.persist_async().await?;
+        Ok(change)
+    }
+
     async fn add_report(
         &self,
         comment: CommentId,
@@ -169,18 +216,14 @@ impl ModerationStore for EmbeddedStore {
                 Some(v) => parse_count(&v)?,
                 None => 0,
             };
-            if s.reports.contains_key(row).map_err(engine_err)? {
-                // A repeated report (a retry, or a second reason) counts once; the first
-                // reason stands, so nothing is written.
-                current
-            } else {
-                let next = current.saturating_add(1);
+            let outcome = report(s.reports.contains_key(row).map_err(engine_err)?, current);
+            if outcome.counted {
                 let mut batch = s.db.batch();
                 batch.insert(&s.reports, row, [V1, reason.code()]);
-                batch.insert(&s.report_counts, count_key, num_value(u64::from(next)));
+                batch.insert(&s.report_counts, count_key, num_value(u64::from(outcome.count)));
                 batch.commit().map_err(engine_err)?;
-                next
             }
+            outcome.count
         };
         // Outside the lock: one fsync covers every batch committed before it, so concurrent
         // reporters need not queue behind each other's fsync. Also on the repeat path, since
@@ -217,6 +260,56 @@ impl ModerationStore for EmbeddedStore {
             .range::<[u8; 8], _>((lo, Bound::Unbounded))
             .take(limit)
             .map(|g| g.key().map(|k| CommentId(be_u64(&k, 0))).map_err(engine_err))
+            .collect()
+    }
+
+    async fn set_held_by(&self, comment: CommentId, held_by: Option<HeldBy>) -> StoreResult<()> {
+        let ks = &self.inner.holds;
+        let key = comment.0.to_be_bytes();
+        match held_by {
+            Some(h) => ks.insert(key, [V1, h.code()]),
+            None => ks.remove(key),
+        }
+        .map_err(engine_err)?;
+        self.persist_async().await
+    }
+
+    async fn add_appeal(&self, comment: CommentId, message: &str) -> StoreResult<bool> {
+        let s = &*self.inner;
+        let key = comment.0.to_be_bytes();
+        let added = {
+            // Check-then-insert: without the lock two concurrent appeals would both be first.
+            let _guard = s.report_lock.lock();
+            if s.appeals.contains_key(key).map_err(engine_err)? {
+                false
+            } else {
+                let mut v = Vec::with_capacity(1 + message.len());
+                v.push(V1);
+                v.extend_from_slice(message.as_bytes());
+                s.appeals.insert(key, v).map_err(engine_err)?;
+                true
+            }
+        };
+        self.persist_async().await?;
+        Ok(added)
+    }
+
+    async fn queue_notes(&self, comments: &[CommentId]) -> StoreResult<Vec<QueueNote>> {
+        let s = &*self.inner;
+        comments
+            .iter()
+            .map(|c| {
+                let key = c.0.to_be_bytes();
+                let held_by = match s.holds.get(key).map_err(engine_err)? {
+                    Some(v) => Some(decode_hold(&v)?),
+                    None => None,
+                };
+                let appeal = match s.appeals.get(key).map_err(engine_err)? {
+                    Some(v) => Some(decode_appeal(&v)?),
+                    None => None,
+                };
+                Ok(QueueNote { held_by, appeal })
+            })
             .collect()
     }
 
@@ -262,6 +355,18 @@ mod tests {
         assert!(decode_words(&[]).is_err());
         assert!(decode_words(&[9, b'a']).is_err());
         assert!(decode_words(&[V1, 0xff]).is_err());
+    }
+
+    #[test]
+    fn holds_and_appeals_decode_and_reject_garbage() {
+        assert_eq!(decode_hold(&[V1, HeldBy::Reports.code()]).ok(), Some(HeldBy::Reports));
+        assert!(decode_hold(&[V1, 0]).is_err());
+        assert!(decode_hold(&[2, 1]).is_err());
+        assert!(decode_hold(&[V1]).is_err());
+        assert_eq!(decode_appeal(&[V1, b'h', b'i']).ok().as_deref(), Some("hi"));
+        assert_eq!(decode_appeal(&[V1]).ok().as_deref(), Some(""));
+        assert!(decode_appeal(&[]).is_err());
+        assert!(decode_appeal(&[V1, 0xff]).is_err());
     }
 
     #[test]

@@ -4,19 +4,22 @@
 //! |----------------|--------------------------------------|------------------|
 //! | `notif_items`  | recipient(8) id(8)                   | item record v1   |
 //! | `notif_keys`   | recipient(8) post(8) kind(1)         | id(8)            |
-//! | `notif_actors` | id(8) actor(8)                       | (empty)          |
+//! | `notif_actors` | id(8) actor(8)                       | added ms(8)      |
 //! | `notif_time`   | recipient(8) !updated(8) id(8)       | (empty)          |
 //!
 //! `notif_actors` is the exact distinct set behind `actor_count`, which makes adds and
-//! removes idempotent (a redelivered event changes nothing). `notif_time` orders an inbox
+//! removes idempotent (a redelivered event changes nothing). Each actor's time lets an item
+//! whose named actors were removed name the newest remaining ones instead (rows written
+//! before the time was kept hold no value and count as oldest). `notif_time` orders an inbox
 //! newest first (the timestamp is stored inverted).
 
 use super::{EmbeddedStore, engine_err};
 use crate::keys::{be_u64, num_value, pair_key, parse_num};
 use async_trait::async_trait;
 use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::notify::NotifItem;
 use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind};
-use likewise_core::ports::{NotifItem, NotificationStore};
+use likewise_core::ports::NotificationStore;
 use likewise_core::{StoreError, StoreResult};
 use std::collections::HashMap;
 
@@ -99,6 +102,20 @@ fn load_item(s: &super::Inner, key: NotifKey, next_id: &mut u64) -> StoreResult<
 struct Work {
     up: ItemUpdate,
     old_updated: Option<u64>,
+    /// When each actor this batch added acted.
+    added_ms: HashMap<UserId, u64>,
+}
+
+/// The item's stored actors, newest first (for [`ItemUpdate::refill`]).
+fn newest_actors(s: &super::Inner, item: u64) -> StoreResult<Vec<UserId>> {
+    let mut all: Vec<(u64, UserId)> = Vec::new();
+    for g in s.notif_actors.prefix(item.to_be_bytes()) {
+        let (k, v) = g.into_inner().map_err(engine_err)?;
+        let at = if v.len() == 8 { be_u64(&v, 0) } else { 0 };
+        all.push((at, UserId(be_u64(&k, 8))));
+    }
+    all.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(all.into_iter().map(|(_, u)| u).collect())
 }
 
 #[async_trait]
@@ -123,7 +140,7 @@ impl NotificationStore for EmbeddedStore {
             };
             if let std::collections::hash_map::Entry::Vacant(slot) = work.entry(key) {
                 let (item, old_updated) = load_item(s, key, &mut next_id)?;
-                slot.insert(Work { up: ItemUpdate::new(item), old_updated });
+                slot.insert(Work { up: ItemUpdate::new(item), old_updated, added_ms: HashMap::new() });
                 order.push(key);
             }
             let Some(w) = work.get_mut(&key) else { continue };
@@ -132,15 +149,22 @@ impl NotificationStore for EmbeddedStore {
                 || s.notif_actors.contains_key(pair_key(w.up.item.id, actor.0)).map_err(engine_err)?;
             let member = w.up.is_member(actor, stored);
             w.up.apply(ch, member);
+            if let Change::Add { ts_ms, .. } = ch {
+                w.added_ms.insert(actor, *ts_ms);
+            }
         }
         let mut batch = s.db.batch();
         let mut out = Vec::with_capacity(order.len());
         for key in order {
-            let Some(w) = work.remove(&key) else { continue };
+            let Some(mut w) = work.remove(&key) else { continue };
+            if w.old_updated.is_some() && w.up.needs_refill() {
+                w.up.refill(newest_actors(s, w.up.item.id)?);
+            }
             let it = w.up.item;
             let r = it.key.recipient.0;
             for a in &w.up.added {
-                batch.insert(&s.notif_actors, pair_key(it.id, a.0), []);
+                let at = w.added_ms.get(a).copied().unwrap_or(it.updated_ms);
+                batch.insert(&s.notif_actors, pair_key(it.id, a.0), at.to_be_bytes());
             }
             for a in &w.up.removed {
                 batch.remove(&s.notif_actors, pair_key(it.id, a.0));

@@ -1,44 +1,24 @@
 //! The embedded engine's write path: one fjall batch per group-commit batch, holding likes and
-//! comment changes in arrival order. Each module contributes its ops (`likes.rs`,
-//! `comments.rs`); this file owns the batch, the event sequence and the commit.
+//! comment changes in arrival order. Each module resolves its ops against its own overlay
+//! (`likes.rs`, `comments.rs`) into the shared [`Batch`] (`batch.rs`); this file drives them
+//! and owns the commit.
 
-use super::{EmbeddedStore, Inner, engine_err};
+use super::batch::Batch;
+use super::comments::CommentOverlay;
+use super::idempotency::KeyOverlay;
+use super::likes::LikeOverlay;
+use super::{EmbeddedStore, engine_err};
 use likewise_core::StoreResult;
-use likewise_core::event::Event;
 use likewise_core::ports::WriteEngine;
 use likewise_core::write::{WriteOp, WriteOutcome};
 use std::sync::atomic::Ordering;
-
-/// Everything a batch accumulates before its single commit.
-pub(super) struct BatchState<'a> {
-    pub(super) s: &'a Inner,
-    pub(super) batch: fjall::OwnedWriteBatch,
-    pub(super) seq: u64,
-    /// The batch's first event sequence number: names the likers pages it writes.
-    pub(super) first_seq: u64,
-    pub(super) likes: super::likes::LikeOverlay,
-    pub(super) comments: super::comments::CommentOverlay,
-    /// This batch's events, decoded, for the in-memory tail once the batch is committed.
-    pub(super) events: Vec<Event>,
-}
-
-impl<'a> BatchState<'a> {
-    /// Append an event with the next sequence number; returns it. The batch's events are
-    /// written together, as one packed row, by `apply`.
-    pub(super) fn event(&mut self, mut e: Event) -> u64 {
-        e.seq = self.seq;
-        self.events.push(e);
-        self.seq += 1;
-        e.seq
-    }
-}
 
 impl WriteEngine for EmbeddedStore {
     fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
         let s = &*self.inner;
         let _serial = s.write_lock.lock();
         let first_seq = s.next_seq.load(Ordering::SeqCst);
-        let mut st = BatchState {
+        let mut st = Batch {
             s,
             // Sized up front (a like writes at most three rows, a comment change about as many,
             // plus the batch's one event row): growing it by doubling showed in profiles as
@@ -46,20 +26,24 @@ impl WriteEngine for EmbeddedStore {
             batch: fjall::OwnedWriteBatch::with_capacity(s.db.clone(), ops.len() * 3 + 1).durability(None),
             seq: first_seq,
             first_seq,
-            likes: Default::default(),
-            comments: Default::default(),
             events: Vec::with_capacity(ops.len()),
         };
+        let mut likes = LikeOverlay::default();
+        let mut comments = CommentOverlay::default();
+        let mut keys = KeyOverlay::default();
         let now = crate::now_ms();
         let mut out = Vec::with_capacity(ops.len());
         for op in ops {
             out.push(match op {
-                WriteOp::Like(l) => WriteOutcome::Like(st.like(l)?),
-                WriteOp::Comment(c) => WriteOutcome::Comment(st.comment(c, now)?),
+                WriteOp::Like(l) => WriteOutcome::Like(likes.like(&mut st, l)?),
+                WriteOp::Comment(c) => WriteOutcome::Comment(comments.apply(&mut st, c, now)?),
+                WriteOp::KeyedComment(rec, keyed) => {
+                    WriteOutcome::Comment(keys.apply(&mut st, &mut comments, rec, keyed, now)?)
+                }
             });
         }
-        st.flush_likes()?;
-        st.flush_comments();
+        likes.flush(&mut st)?;
+        comments.flush(&mut st);
         // The whole batch's events as ONE row, keyed by the first one's sequence: an event
         // row per like cost the writer a quarter of its likes per second (docs/benchmarks.md).
         if let Some(first) = st.events.first() {
@@ -71,8 +55,9 @@ impl WriteEngine for EmbeddedStore {
         // never misses an event that a reader could already find in the keyspace.
         s.tail.lock().extend(&st.events);
         s.next_seq.store(seq, Ordering::SeqCst);
-        if st.likes.reads_skipped > 0 {
-            metrics::counter!("likewise_store_like_reads_skipped_total").increment(st.likes.reads_skipped);
+        s.key_count.fetch_add(keys.len() as u64, Ordering::SeqCst);
+        if likes.reads_skipped > 0 {
+            metrics::counter!("likewise_store_like_reads_skipped_total").increment(likes.reads_skipped);
         }
         Ok(out)
     }

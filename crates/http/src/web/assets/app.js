@@ -34,8 +34,8 @@ class ApiError extends Error {
   }
 }
 
-async function api(method, path, body) {
-  const headers = { Authorization: `Bearer ${state.token}` };
+async function api(method, path, body, extra = {}) {
+  const headers = { Authorization: `Bearer ${state.token}`, ...extra };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const raw = res.status === 204 ? '' : await res.text();
@@ -43,6 +43,12 @@ async function api(method, path, body) {
   try { data = raw ? JSON.parse(raw) : null; } catch { data = null; }
   if (!res.ok) throw new ApiError(res.status, data);
   return data;
+}
+
+// A fresh Idempotency-Key (visible ASCII, as the API asks).
+function newKey() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  return Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
 // The server's rounding rule (likewise_core::display::count_text), for optimistic counts.
@@ -486,9 +492,14 @@ function initSheet() {
     if (!text) return;
     const body = { text };
     if (sheet.replyTo) body.parent_id = sheet.replyTo.parent;
+    // One Idempotency-Key per draft: sending the same draft again after a failure (a lost
+    // answer, a timeout) reuses it, so the server creates the comment at most once.
+    const draft = `${sheet.post}|${body.parent_id || ''}|${text}`;
+    if (!sheet.draftKey || sheet.draftKey.draft !== draft) sheet.draftKey = { draft, key: newKey() };
     input.disabled = true;
     try {
-      const c = await api('POST', `/v1/posts/${sheet.post}/comments`, body);
+      const c = await api('POST', `/v1/posts/${sheet.post}/comments`, body, { 'Idempotency-Key': sheet.draftKey.key });
+      sheet.draftKey = null;
       input.value = '';
       const list = $('#comments');
       list.querySelector('.empty')?.remove();

@@ -1,0 +1,112 @@
+//! `likewise bench`: measured, not asserted. Each benchmark prints its rates and latency
+//! percentiles and fails only when the service's own invariant does not hold (a final count
+//! that is not the number of distinct likers, a cold read that loaded storage twice, ...).
+//!
+//! - `hot_post`: `hot-post`'s options and a run's IDs on a running server. Many distinct
+//!   users like ONE post, in process (`in_process`, through the service API, no HTTP) or
+//!   over HTTP against a running server (`http` with the built-in client, `wrk` with wrk).
+//! - `comments`: `comments`, comment page latency at depth 0 and deep, ranker throughput.
+//! - `cold_read`: `cold-post`, concurrent reads of one cold post cause one storage load.
+//! - `soak`: `soak`, the realistic mix over HTTP for a long time, watching memory.
+//! - `fresh`: a fresh service on a temporary store, where `comments` and `cold-post` start.
+//! - `client`: the one HTTP client of every benchmark that drives a running server.
+//! - `stats`: latency percentiles and the progress bar.
+//! - `proc`: what /proc says about a process (resident memory, CPU time).
+
+mod client;
+mod cold_read;
+mod comments;
+mod fresh;
+mod hot_post;
+mod http;
+mod in_process;
+mod proc;
+mod soak;
+mod stats;
+mod wrk;
+
+pub use cold_read::ColdPostArgs;
+pub use comments::CommentsArgs;
+pub use hot_post::{Client, HotPostArgs};
+pub use soak::SoakArgs;
+
+use clap::Subcommand;
+use likewise_app::runtime::{init_logging, runtime};
+
+/// Benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Many distinct users like ONE post.
+    HotPost(HotPostArgs),
+    /// Comment page latency at depth 0 and 100,000, and ranker throughput.
+    Comments(CommentsArgs),
+    /// 10,000 concurrent reads of one cold post: one storage load (single-flight).
+    ColdPost(ColdPostArgs),
+    /// The realistic read/write mix over HTTP for a long time, watching RSS (see --help).
+    Soak(SoakArgs),
+}
+
+/// Run a benchmark.
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    init_logging("warn");
+    match cmd {
+        BenchCommand::ColdPost(a) => runtime()?.block_on(cold_read::run(&a)),
+        BenchCommand::Comments(a) => runtime()?.block_on(comments::run(&a)),
+        BenchCommand::Soak(a) => runtime()?.block_on(soak::run(&a)),
+        BenchCommand::HotPost(a) => {
+            anyhow::ensure!(
+                a.client == Client::Builtin || a.url.is_some(),
+                "--client wrk drives a running server: give its --url"
+            );
+            let rt = runtime()?;
+            match (&a.url, a.client) {
+                (Some(url), Client::Builtin) => rt.block_on(http::hot_post(url, &a)),
+                (Some(url), Client::Wrk) => rt.block_on(wrk::hot_post(url, &a)),
+                (None, _) => rt.block_on(in_process::hot_post(&a)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        bench: BenchCommand,
+    }
+
+    #[test]
+    fn wrk_needs_a_running_server() {
+        let cli =
+            Cli::try_parse_from(["bench", "hot-post", "--in-process", "--client", "wrk"]).expect("parses");
+        let err = run(cli.bench).expect_err("refused");
+        assert!(err.to_string().contains("--url"), "{err}");
+        assert!(Cli::try_parse_from(["bench", "hot-post", "--client", "curl"]).is_err());
+    }
+
+    #[test]
+    fn scattered_users_is_an_in_process_option() {
+        assert!(Cli::try_parse_from(["bench", "hot-post", "--scattered-users"]).is_ok());
+        assert!(Cli::try_parse_from(["bench", "hot-post", "--in-process", "--scattered-users"]).is_ok());
+        let over_http = Cli::try_parse_from(["bench", "hot-post", "--url", "http://x", "--scattered-users"]);
+        assert!(over_http.is_err(), "the HTTP likers are not scattered");
+    }
+
+    /// The likes land with no worker running; the count reaches the exact number only
+    /// because the workers start afterwards and drain the backlog (the bench fails otherwise).
+    #[test]
+    fn workers_after_drains_the_backlog_to_the_exact_count() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().to_str().expect("utf-8 path");
+        let args = ["bench", "hot-post", "--in-process", "--likers", "3000", "--concurrency", "64"];
+        let cli =
+            Cli::try_parse_from(args.iter().chain(&["--workers-after", "--data-dir", path])).expect("parses");
+        run(cli.bench).expect("the count converges once the workers start");
+        let over_http = Cli::try_parse_from(["bench", "hot-post", "--url", "http://x", "--workers-after"]);
+        assert!(over_http.is_err(), "a remote server runs its own workers");
+    }
+}

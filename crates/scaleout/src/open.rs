@@ -1,0 +1,89 @@
+//! Connects the scale-out engines and bundles their ports: the PostgreSQL shards behind the
+//! core ports, Redis in front of the counters, the own-likes record and the comment rate
+//! limit, and the NATS event stream.
+
+use crate::postgres::{PgOptions, PgStore};
+use crate::shared_cache::{CachedCounters, CachedLikes, Redis, RedisOptions, RedisRateLimiter};
+use crate::stream::bus::NatsBus;
+use crate::stream::{JetStream, NoDirectLog, StreamOptions};
+use async_trait::async_trait;
+use likewise_core::StoreResult;
+use likewise_core::ports::EventLog;
+use likewise_store::group_commit::{GroupCommitOptions, MAX_BATCH};
+use likewise_store::{Engine, Stores};
+use std::sync::Arc;
+
+const _: () =
+    assert!(crate::postgres::outbox::MAX_EVENTS_PER_ROW >= MAX_BATCH, "a batch must fit an outbox row");
+
+/// Everything a scaled-out process connects to.
+#[derive(Debug, Clone)]
+pub struct ScaleOutOptions {
+    /// The shards.
+    pub postgres: PgOptions,
+    /// Redis.
+    pub redis: RedisOptions,
+    /// NATS JetStream.
+    pub stream: StreamOptions,
+    /// Write-path batching (lanes run in parallel here).
+    pub group_commit: GroupCommitOptions,
+}
+
+/// The connected engines of a scaled-out process.
+#[derive(Clone)]
+pub struct Deployment {
+    /// Every port, with Redis in front of the PostgreSQL ones.
+    pub stores: Stores,
+    /// The shards.
+    pub pg: PgStore,
+    /// The event stream.
+    pub stream: JetStream,
+    /// This process's end of the cluster bus (on the stream's NATS connection).
+    pub bus: Arc<NatsBus>,
+}
+
+/// Connect PostgreSQL, check its schema, connect Redis and NATS, and bundle the ports.
+pub async fn connect(opts: &ScaleOutOptions) -> StoreResult<Deployment> {
+    let pg = PgStore::connect(&opts.postgres)?;
+    pg.check_schema().await?;
+    let redis = Redis::connect(&opts.redis).await?;
+    let stream = JetStream::connect(&opts.stream).await?;
+    // A random node ID: the bus skips a node's own messages by it.
+    let bus = Arc::new(NatsBus::new(stream.client.clone(), stream.prefix.clone(), rand::random()));
+    let stores = with_shared_cache(from_postgres(pg.clone(), opts.group_commit.clone()), redis);
+    Ok(Deployment { stores, pg, stream, bus })
+}
+
+/// Every port of a PostgreSQL store behind a group committer. Its `events` port reads the
+/// outbox directly when there is one shard (tests, tools); with several, events are read
+/// from the stream.
+pub fn from_postgres(store: PgStore, gc: GroupCommitOptions) -> Stores {
+    let events: Arc<dyn EventLog> = if store.shard_count() == 1 {
+        Arc::new(crate::postgres::outbox::OutboxLog::new(store.clone(), 0))
+    } else {
+        Arc::new(NoDirectLog)
+    };
+    Stores::from_engine(Arc::new(store), events, gc)
+}
+
+/// Put Redis in front of the counters and the viewer-likes lookups, and share the comment
+/// rate limit between nodes.
+pub fn with_shared_cache(mut stores: Stores, redis: Redis) -> Stores {
+    stores.counters = Arc::new(CachedCounters::new(stores.counters.clone(), redis.clone()));
+    let likes = Arc::new(CachedLikes::new(stores.likes.clone(), redis.clone()));
+    stores.likes = likes.clone();
+    stores.own_likes = Some(likes);
+    stores.rate_limiter = Some(Arc::new(RedisRateLimiter::new(redis)));
+    stores
+}
+
+#[async_trait]
+impl Engine for PgStore {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn settle(&self) -> StoreResult<()> {
+        PgStore::settle(self).await
+    }
+}

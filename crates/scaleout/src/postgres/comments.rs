@@ -1,0 +1,383 @@
+//! Comments on PostgreSQL.
+//!
+//! - Reads: keyset pages on the post's shard, so page 5,000 costs what page 1 costs.
+//! - Writes: the comment operations of a shard's write transaction (`write.rs`). Each reads
+//!   the rows it involves (the comment locked `FOR UPDATE`), lets
+//!   `likewise_core::comment::transition` plan it, and writes the plan's rows; the plan's
+//!   events go into the outbox with the transaction's other events.
+
+use super::tx::TxError;
+use super::{PgStore, i, pg_err};
+use async_trait::async_trait;
+use likewise_core::comment::id::{EPOCH_UNIX_MS, SEQUENCE_BITS};
+use likewise_core::comment::status::CommentStatus;
+use likewise_core::comment::transition::{
+    Before, RowWrite, Thread, VisibleReply, create_parent, thread_reads, transition,
+};
+use likewise_core::event::Event;
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::ports::CommentReader;
+use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord};
+use likewise_core::{StoreError, StoreResult};
+use std::collections::HashMap;
+use tokio_postgres::Transaction;
+
+/// The select list for comment rows.
+const COMMENT_COLS: &str = "id, post_id, author, post_author, parent, reply_to_user, status, body, simhash";
+
+/// Decode a `comments` row selected with [`COMMENT_COLS`].
+fn comment_row(r: &tokio_postgres::Row) -> StoreResult<CommentRecord> {
+    let status: i16 = r.get(6);
+    Ok(CommentRecord {
+        id: CommentId(r.get::<_, i64>(0) as u64),
+        post: PostId(r.get::<_, i64>(1) as u64),
+        author: UserId(r.get::<_, i64>(2) as u64),
+        post_author: UserId(r.get::<_, i64>(3) as u64),
+        parent: r.get::<_, Option<i64>>(4).map(|v| CommentId(v as u64)),
+        reply_to_user: r.get::<_, Option<i64>>(5).map(|v| UserId(v as u64)),
+        status: CommentStatus::from_code(status as u8).ok_or_else(|| StoreError::Corrupt {
+            keyspace: "comments",
+            detail: format!("status {status}"),
+        })?,
+        text: r.get(7),
+        simhash: r.get::<_, i64>(8) as u64,
+    })
+}
+
+/// Apply one comment operation inside a shard's write transaction; returns its outcome and
+/// the events it made (for the outbox).
+pub(super) async fn comment_op(
+    tx: &Transaction<'_>,
+    shard: usize,
+    op: &CommentOp,
+    now: u64,
+) -> Result<(CommentOutcome, Vec<Event>), TxError> {
+    // Row locks serialize a reply with its parent's delete across API nodes: a create holds
+    // its parent FOR SHARE, a delete holds the comment (and a reply's parent) FOR UPDATE.
+    // Whichever commits second then reads the first's result: READ COMMITTED re-reads a
+    // locked row, and each later statement sees what committed before it.
+    let before = match op.id() {
+        None => {
+            let parent = match create_parent(op) {
+                Some(p) => load_locked(tx, p, "FOR SHARE").await?,
+                None => None,
+            };
+            Before::New(new_comment_id(tx, shard, now).await?, parent)
+        }
+        Some(id) => match load_locked(tx, id, "FOR UPDATE").await? {
+            None => Before::Missing,
+            Some(c) => {
+                let thread = thread(tx, op, &c).await?;
+                Before::Stored(c, thread)
+            }
+        },
+    };
+    let plan = transition(op, before, now);
+    for w in &plan.writes {
+        write_row(tx, w).await?;
+    }
+    Ok((plan.outcome, plan.events))
+}
+
+/// The facts of `c`'s thread that planning `op` needs ([`thread_reads`]).
+///
+/// Threads follow their parent, so the parent's row serializes them too: a reply's status
+/// change holds its parent FOR SHARE (a delete, FOR UPDATE), and a parent's status change
+/// holds the parent FOR UPDATE before it reads its visible replies. Either the reply's
+/// change commits first and the parent's read sees it, or the reply's change waits and then
+/// reads the parent as changed; both orders count each reply once.
+async fn thread(tx: &Transaction<'_>, op: &CommentOp, c: &CommentRecord) -> Result<Thread, TxError> {
+    let want = thread_reads(op, c);
+    let mut thread = Thread::default();
+    if want.has_replies {
+        thread.has_replies = has_replies(tx, c.id, None).await?;
+    }
+    if let Some(p) = c.parent {
+        if want.parent {
+            let lock = if matches!(op, CommentOp::Delete { .. }) { "FOR UPDATE" } else { "FOR SHARE" };
+            thread.parent = load_locked(tx, p, lock).await?;
+        }
+        if want.siblings {
+            thread.has_siblings = has_replies(tx, p, Some(c.id)).await?;
+        }
+    }
+    if want.visible_replies {
+        thread.visible_replies = visible_replies(tx, c.id).await?;
+    }
+    Ok(thread)
+}
+
+/// The replies in status visible under `id`, this transaction's changes included, in ID
+/// order.
+async fn visible_replies(tx: &Transaction<'_>, id: CommentId) -> Result<Vec<VisibleReply>, TxError> {
+    let visible = i16::from(CommentStatus::Visible.code());
+    let q = "SELECT id, author FROM comments WHERE parent = $1 AND status = $2 ORDER BY id";
+    let rows = tx.query(q, &[&i(id.0), &visible]).await?;
+    Ok(rows
+        .iter()
+        .map(|r| VisibleReply {
+            id: CommentId(r.get::<_, i64>(0) as u64),
+            author: UserId(r.get::<_, i64>(1) as u64),
+        })
+        .collect())
+}
+
+/// A new comment ID: milliseconds since the comment epoch, then 16 bits of the shard's
+/// sequence (unique across API nodes), then the shard in the low 6 bits.
+async fn new_comment_id(tx: &Transaction<'_>, shard: usize, now_ms: u64) -> Result<CommentId, TxError> {
+    let n: i64 = tx.query_one("SELECT nextval('comment_id_seq')", &[]).await?.get(0);
+    let ms = now_ms.saturating_sub(EPOCH_UNIX_MS) & ((1 << 41) - 1);
+    let low = ((n as u64 & 0xFFFF) << 6) | shard as u64;
+    Ok(CommentId((ms << SEQUENCE_BITS) | low))
+}
+
+/// A comment, locked `FOR UPDATE` or `FOR SHARE` (`lock`) to the end of the transaction.
+async fn load_locked(
+    tx: &Transaction<'_>,
+    id: CommentId,
+    lock: &'static str,
+) -> Result<Option<CommentRecord>, TxError> {
+    let q = format!("SELECT {COMMENT_COLS} FROM comments WHERE id = $1 {lock}");
+    match tx.query_opt(&q, &[&i(id.0)]).await? {
+        Some(r) => Ok(Some(comment_row(&r)?)),
+        None => Ok(None),
+    }
+}
+
+/// Does any reply (of any status, other than `except`) stand under `id`, this transaction's
+/// changes included?
+async fn has_replies(
+    tx: &Transaction<'_>,
+    id: CommentId,
+    except: Option<CommentId>,
+) -> Result<bool, TxError> {
+    let q = "SELECT EXISTS (SELECT 1 FROM comments WHERE parent = $1 AND id <> $2)";
+    Ok(tx.query_one(q, &[&i(id.0), &except.map_or(0, |e| i(e.0))]).await?.get(0))
+}
+
+/// Write one row of a plan.
+async fn write_row(tx: &Transaction<'_>, w: &RowWrite) -> Result<(), TxError> {
+    match w {
+        RowWrite::Insert(r) => {
+            tx.execute(
+                "INSERT INTO comments (id, post_id, author, post_author, parent, reply_to_user, status, body, simhash)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                &[
+                    &i(r.id.0),
+                    &i(r.post.0),
+                    &i(r.author.0),
+                    &i(r.post_author.0),
+                    &r.parent.map(|p| i(p.0)),
+                    &r.reply_to_user.map(|u| i(u.0)),
+                    &i16::from(r.status.code()),
+                    &r.text,
+                    &i(r.simhash),
+                ],
+            )
+            .await?
+        }
+        RowWrite::Update(r) => {
+            tx.execute(
+                "UPDATE comments SET status = $2, body = $3 WHERE id = $1",
+                &[&i(r.id.0), &i16::from(r.status.code()), &r.text],
+            )
+            .await?
+        }
+        RowWrite::Remove(r) => tx.execute("DELETE FROM comments WHERE id = $1", &[&i(r.id.0)]).await?,
+    };
+    Ok(())
+}
+
+#[async_trait]
+impl CommentReader for PgStore {
+    async fn comments(&self, ids: &[CommentId]) -> StoreResult<Vec<Option<CommentRecord>>> {
+        let mut found: HashMap<u64, CommentRecord> = HashMap::new();
+        for (shard, idx) in self.group(ids, |id| self.shard_of_comment(*id)) {
+            let c = self.conn(shard).await?;
+            let want: Vec<i64> = idx.iter().map(|k| i(ids[*k].0)).collect();
+            let q = format!("SELECT {} FROM comments WHERE id = ANY($1)", COMMENT_COLS);
+            for r in c.query(&q, &[&want]).await.map_err(pg_err)? {
+                let rec = comment_row(&r)?;
+                found.insert(rec.id.0, rec);
+            }
+        }
+        Ok(ids.iter().map(|id| found.get(&id.0).cloned()).collect())
+    }
+
+    async fn top_level(
+        &self,
+        post: PostId,
+        newest_first: bool,
+        after: Option<CommentId>,
+        limit: usize,
+    ) -> StoreResult<Vec<CommentRecord>> {
+        let c = self.conn(self.shard_of_post(post)).await?;
+        let q = if newest_first {
+            format!(
+                "SELECT {} FROM comments WHERE post_id = $1 AND parent IS NULL AND id < $2
+                 ORDER BY id DESC LIMIT $3",
+                COMMENT_COLS
+            )
+        } else {
+            format!(
+                "SELECT {} FROM comments WHERE post_id = $1 AND parent IS NULL AND id > $2
+                 ORDER BY id ASC LIMIT $3",
+                COMMENT_COLS
+            )
+        };
+        let bound = match (after, newest_first) {
+            (Some(a), _) => i(a.0),
+            (None, true) => i64::MAX,
+            (None, false) => i64::MIN,
+        };
+        let rows = c.query(&q, &[&i(post.0), &bound, &(limit as i64)]).await.map_err(pg_err)?;
+        rows.iter().map(comment_row).collect()
+    }
+
+    async fn replies(
+        &self,
+        parent: CommentId,
+        after: Option<CommentId>,
+        limit: usize,
+    ) -> StoreResult<Vec<CommentRecord>> {
+        let c = self.conn(self.shard_of_comment(parent)).await?;
+        let q = format!(
+            "SELECT {} FROM comments WHERE parent = $1 AND id > $2 ORDER BY id ASC LIMIT $3",
+            COMMENT_COLS
+        );
+        let rows = c
+            .query(&q, &[&i(parent.0), &after.map_or(i64::MIN, |a| i(a.0)), &(limit as i64)])
+            .await
+            .map_err(pg_err)?;
+        rows.iter().map(comment_row).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::postgres::testing::TestShards;
+    use likewise_core::write::{WriteOp, WriteOutcome};
+    use std::sync::Arc;
+    use tokio::sync::Barrier;
+
+    fn create(parent: Option<CommentId>, author: u64) -> WriteOp {
+        WriteOp::Comment(CommentOp::Create(CommentRecord {
+            id: CommentId(0),
+            post: PostId(9),
+            author: UserId(author),
+            post_author: UserId(7),
+            parent,
+            reply_to_user: None,
+            status: CommentStatus::Visible,
+            text: format!("from {author}"),
+            simhash: author,
+        }))
+    }
+
+    fn outcome(out: Vec<WriteOutcome>) -> CommentOutcome {
+        match out.into_iter().next() {
+            Some(WriteOutcome::Comment(c)) => c,
+            other => panic!("a comment op answered {other:?}"),
+        }
+    }
+
+    /// Two API nodes: one replies to a comment while the other deletes it, released together
+    /// by a barrier, many times over. Either the reply is refused or the parent stays as a
+    /// placeholder above it; no reply is ever left under a removed parent.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_reply_racing_its_parents_delete_on_another_node_never_leaves_an_orphan() {
+        let t = TestShards::create(1).await;
+        let (a, b) = (Arc::new(t.store()), Arc::new(t.store()));
+        let (mut refused, mut kept) = (0, 0);
+        for trial in 0..60u64 {
+            let parent = match outcome(a.apply_async(&[create(None, 1000 + trial)]).await.expect("parent")) {
+                CommentOutcome::Done(Some(r)) => r.id,
+                other => panic!("create answered {other:?}"),
+            };
+            let barrier = Arc::new(Barrier::new(2));
+            let delete = {
+                let (a, barrier) = (a.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let op = WriteOp::Comment(CommentOp::Delete { id: parent, actor: UserId(1) });
+                    a.apply_async(&[op]).await.expect("delete")
+                })
+            };
+            let reply = {
+                let b = b.clone();
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    b.apply_async(&[create(Some(parent), 2)]).await.expect("reply")
+                })
+            };
+            let (_, reply) = (delete.await.expect("join"), outcome(reply.await.expect("join")));
+            let stored = a.comments(&[parent]).await.expect("read").pop().flatten();
+            let replies = a.replies(parent, None, 10).await.expect("replies");
+            match reply {
+                CommentOutcome::NotFound => {
+                    refused += 1;
+                    assert_eq!(stored, None, "trial {trial}: a refused reply, a removed parent");
+                    assert!(replies.is_empty(), "trial {trial}: orphan");
+                }
+                CommentOutcome::Done(Some(r)) => {
+                    kept += 1;
+                    assert_eq!(stored.map(|p| p.status), Some(CommentStatus::Deleted), "trial {trial}");
+                    assert_eq!(replies.iter().map(|x| x.id).collect::<Vec<_>>(), vec![r.id], "trial {trial}");
+                }
+                other => panic!("trial {trial}: reply answered {other:?}"),
+            }
+        }
+        eprintln!("replies refused {refused}, parents kept as placeholders {kept}");
+    }
+
+    fn set(id: CommentId, status: CommentStatus) -> WriteOp {
+        WriteOp::Comment(CommentOp::SetStatus { id, status, actor: UserId(7) })
+    }
+
+    /// Two API nodes: one holds a parent (or approves it again) while the other creates a
+    /// reply under it and changes another reply's status (in two transactions), released
+    /// together by a barrier, many times over. However they interleave, the events sum to what a recount finds:
+    /// the parent's row serializes them, so each reply is counted by the parent as it is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn replies_racing_their_parents_change_on_another_node_count_exactly() {
+        use likewise_core::ports::CounterStore;
+        let t = TestShards::create(1).await;
+        let (a, b) = (Arc::new(t.store()), Arc::new(t.store()));
+        let created = |out: Vec<WriteOutcome>| match outcome(out) {
+            CommentOutcome::Done(Some(r)) => r.id,
+            other => panic!("create answered {other:?}"),
+        };
+        for trial in 0..40u64 {
+            let parent = created(a.apply_async(&[create(None, 1000 + trial)]).await.expect("parent"));
+            let reply = created(b.apply_async(&[create(Some(parent), 2)]).await.expect("reply"));
+            if trial % 2 == 1 {
+                a.apply_async(&[set(parent, CommentStatus::Pending)]).await.expect("hold");
+            }
+            let to = if trial % 2 == 1 { CommentStatus::Visible } else { CommentStatus::Pending };
+            let status = if trial % 3 == 0 { CommentStatus::HiddenByFilter } else { CommentStatus::Visible };
+            let barrier = Arc::new(Barrier::new(3));
+            let tasks = [
+                (a.clone(), set(parent, to)),
+                (b.clone(), set(reply, status)),
+                (b.clone(), create(Some(parent), 3)),
+            ]
+            .map(|(node, op)| {
+                let barrier = barrier.clone();
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    node.apply_async(&[op]).await.expect("write")
+                })
+            });
+            for task in tasks {
+                task.await.expect("join");
+            }
+            let post = PostId(9);
+            let c = a.recount_comments("none", post).await.expect("recount");
+            assert_eq!(c.drift(), 0, "trial {trial}: comment_count {c:?}");
+            for (p, r) in a.recount_replies("none", post).await.expect("recount") {
+                assert_eq!(r.drift(), 0, "trial {trial}: reply_count of {p:?} {r:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The PostgreSQL engine: every port on N PostgreSQL databases (shards), for when one machine
+//! is not enough.
+//!
+//! Routing (see `migrations/`): post-keyed rows (likes, comments, counters, outbox, post
+//! metadata, pins, reports, views) live on `shard_of_post`; user-keyed rows (the reverse index,
+//! profiles, follows, settings, blocks, restricts, hidden words, fingerprints, inboxes) on
+//! `shard_of_user`. A comment's ID carries its shard in its low bits.
+//!
+//! Writes go through the same group committer as the embedded engine: each batch is split by
+//! shard and each shard's part is ONE transaction of multi-row statements (`write.rs`), so a
+//! hot post costs one round trip per batch, not one per like. The like row and its outbox row
+//! commit together; `INSERT ... ON CONFLICT DO NOTHING RETURNING` makes the state transition,
+//! not the request, produce the event. The outbox relay (`likewise-workers`) publishes events to NATS
+//! JetStream; consumers (counters, reverse index, notifications, ranker) read them there.
+//!
+//! Modules:
+//! - `migrate`: versioned SQL migrations applied to every shard.
+//! - `write`: the write engine: each shard's part of a batch as one transaction (likes, and
+//!   the comment operations `comments` applies); `tx`: that transaction's retry-or-fail errors.
+//! - `likes`, `counters`, `comments`: the hot read ports.
+//! - `meta`, `moderation`, `views`, `notifications`: the remaining ports.
+//! - `outbox`: the outbox as an event log (one shard; tests and `settle`) and the reverse-index
+//!   writes.
+//! - `cluster`: the deployment ports on PostgreSQL: leases (advisory locks), the outbox as the
+//!   relay reads it, the reverse index as its writer fills it.
+//! - `tls`: TLS to the shards (libpq's `sslmode` and `sslrootcert`, with rustls).
+//! - `testing`: throwaway databases for tests.
+
+/// `INSERT INTO liker_pages` of one page per (target, window) group of the like rows in `$src`
+/// (a table or CTE name and an optional filter): the like insert's pages and the repair's
+/// rebuild must group the same way. The window, `liked_at / 16`, is `likes::WINDOW_MS`.
+macro_rules! insert_liker_pages_from {
+    ($src:literal) => {
+        concat!(
+            "INSERT INTO liker_pages (kind, target, win, page, users, times)
+             SELECT kind, target, liked_at / 16, nextval('liker_page_seq'),
+                    array_agg(user_id ORDER BY liked_at, user_id),
+                    array_agg(liked_at ORDER BY liked_at, user_id)
+             FROM ",
+            $src,
+            " GROUP BY kind, target, liked_at / 16"
+        )
+    };
+}
+
+mod cluster;
+mod comments;
+mod counters;
+mod idempotency;
+mod likes;
+mod meta;
+pub mod migrate;
+mod moderation;
+mod notifications;
+pub mod outbox;
+mod snapshots;
+pub mod testing;
+pub mod tls;
+mod tx;
+mod views;
+mod write;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::{StoreError, StoreResult};
+use std::sync::Arc;
+
+/// Most shards: a comment ID keeps the shard in its low 6 bits.
+pub const MAX_SHARDS: usize = 64;
+
+/// How to reach the shards.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// One connection URL per shard, in shard order (the order is part of the data layout).
+    pub shards: Vec<String>,
+    /// Connections per shard pool.
+    pub pool_size: usize,
+    /// Consumers' offsets count JetStream stream sequences (the production setup, where the
+    /// relay records each outbox row's stream sequence) rather than outbox sequences (one
+    /// shard read directly: tests and tools).
+    pub stream_positions: bool,
+}
+
+/// The PostgreSQL store. Cheap to clone.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pools: Vec<Pool>,
+    /// The runtime the group-commit thread drives its async statements on.
+    rt: tokio::runtime::Handle,
+    stream_positions: bool,
+}
+
+/// Map a driver or pool error to a store error.
+pub(crate) fn pg_err(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> StoreError {
+    StoreError::backend("postgres", e)
+}
+
+impl PgStore {
+    /// Connect to every shard (lazily: connections open on first use). Must be called inside
+    /// a Tokio runtime.
+    pub fn connect(opts: &PgOptions) -> StoreResult<Self> {
+        if opts.shards.is_empty() || opts.shards.len() > MAX_SHARDS {
+            return Err(StoreError::Engine(format!(
+                "store.postgres_shards must list 1 to {MAX_SHARDS} databases (got {})",
+                opts.shards.len()
+            )));
+        }
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|_| StoreError::Engine("the PostgreSQL store needs a Tokio runtime".into()))?;
+        let mut pools = Vec::with_capacity(opts.shards.len());
+        for url in &opts.shards {
+            // TLS as the URL's `sslmode` and `sslrootcert` say (`tls.rs`); errors never show
+            // the password.
+            let tls::Connect { config: mut cfg, tls, .. } = tls::connect(url).map_err(StoreError::Engine)?;
+            // Hot statements are prepared once per connection (`prepare_cached`: no parse and
+            // no extra round trip per batch), but still planned per execution: a generic plan
+            // made while a table is small (a new shard) would keep a hash join over the
+            // whole table as the table grows.
+            let options = match cfg.get_options() {
+                Some(o) if !o.is_empty() => format!("{o} -c plan_cache_mode=force_custom_plan"),
+                _ => "-c plan_cache_mode=force_custom_plan".to_string(),
+            };
+            cfg.options(&options);
+            let mgr =
+                Manager::from_config(cfg, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+            let pool = Pool::builder(mgr)
+                .max_size(opts.pool_size.max(2))
+                .runtime(deadpool_postgres::Runtime::Tokio1)
+                .wait_timeout(Some(std::time::Duration::from_secs(10)))
+                .create_timeout(Some(std::time::Duration::from_secs(5)))
+                .build()
+                .map_err(pg_err)?;
+            pools.push(pool);
+        }
+        Ok(PgStore { inner: Arc::new(Inner { pools, rt, stream_positions: opts.stream_positions }) })
+    }
+
+    /// Whether consumer offsets are stream sequences (see [`PgOptions::stream_positions`]).
+    pub fn stream_positions(&self) -> bool {
+        self.inner.stream_positions
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.inner.pools.len()
+    }
+
+    /// The shard holding a post's rows.
+    pub fn shard_of_post(&self, post: PostId) -> usize {
+        (post.0 % self.inner.pools.len() as u64) as usize
+    }
+
+    /// The shard holding a user's rows.
+    pub fn shard_of_user(&self, user: UserId) -> usize {
+        (user.0 % self.inner.pools.len() as u64) as usize
+    }
+
+    /// The shard a comment was created on (its low 6 bits).
+    pub fn shard_of_comment(&self, id: CommentId) -> usize {
+        ((id.0 % MAX_SHARDS as u64) as usize) % self.inner.pools.len()
+    }
+
+    /// A pooled connection to a shard.
+    pub(crate) async fn conn(&self, shard: usize) -> StoreResult<deadpool_postgres::Object> {
+        self.inner.pools[shard].get().await.map_err(|e| match e {
+            // Every connection stayed busy for the pool's whole wait: overload, not a fault.
+            deadpool_postgres::PoolError::Timeout(_) => {
+                metrics::counter!("likewise_pg_pool_timeouts_total").increment(1);
+                StoreError::Overloaded { engine: "postgres", source: e.into() }
+            }
+            e => pg_err(e),
+        })
+    }
+
+    /// Run `f` on the runtime from a non-runtime thread (the group-commit writer).
+    pub(crate) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.inner.rt.block_on(f)
+    }
+
+    /// Group `items` by shard: (shard, indices into `items`), shards ascending.
+    pub(crate) fn group<T>(&self, items: &[T], shard: impl Fn(&T) -> usize) -> Vec<(usize, Vec<usize>)> {
+        let mut by: Vec<Vec<usize>> = vec![Vec::new(); self.shard_count()];
+        for (i, it) in items.iter().enumerate() {
+            by[shard(it)].push(i);
+        }
+        by.into_iter().enumerate().filter(|(_, v)| !v.is_empty()).collect()
+    }
+
+    /// Apply the migrations every shard is missing.
+    pub async fn migrate(&self) -> StoreResult<Vec<(usize, Vec<i32>)>> {
+        let mut out = Vec::new();
+        for shard in 0..self.shard_count() {
+            let mut c = self.conn(shard).await?;
+            out.push((shard, migrate::apply(&mut c).await?));
+        }
+        Ok(out)
+    }
+
+    /// Fail unless every shard has every migration (a node never runs on an old schema).
+    pub async fn check_schema(&self) -> StoreResult<()> {
+        for shard in 0..self.shard_count() {
+            let c = self.conn(shard).await?;
+            let missing = migrate::missing(&c).await?;
+            if !missing.is_empty() {
+                return Err(StoreError::Engine(format!(
+                    "shard {shard} lacks migrations {missing:?}: run `likewise migrate`"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Decode an i64 column into a u64 ID.
+pub(crate) fn u(v: i64) -> u64 {
+    v as u64
+}
+
+/// Encode a u64 ID as an i64 column (IDs are stored bit-for-bit).
+pub(crate) fn i(v: u64) -> i64 {
+    v as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::TestShards;
+
+    // One shard: the suite reads the event log, and only one shard's outbox is a total order
+    // (multi-shard routing is covered by the scale-out tests).
+    async fn open() -> (likewise_store::Stores, TestShards) {
+        let t = TestShards::create(1).await;
+        let stores = t.stores().await;
+        (stores, t)
+    }
+
+    likewise_store::conformance_suite!(open().await);
+
+    /// Statements are prepared once per connection; their plans must still follow the tables'
+    /// sizes (see `connect`).
+    #[tokio::test]
+    async fn connections_plan_every_execution() {
+        let t = TestShards::create(1).await;
+        let c = t.store().conn(0).await.expect("conn");
+        let mode: String = c.query_one("SHOW plan_cache_mode", &[]).await.expect("show").get(0);
+        assert_eq!(mode, "force_custom_plan");
+    }
+}

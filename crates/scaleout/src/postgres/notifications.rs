@@ -1,0 +1,515 @@
+//! Notification inboxes on PostgreSQL: `notif_items` (one row per (recipient, post, kind)) and
+//! `notif_actors` (the exact distinct actor set behind `actor_count`, with when each joined,
+//! so an item thinned by removals names its newest remaining actors), both on the
+//! recipient's shard.
+//!
+//! `apply_notifications` groups the changes by recipient shard and applies each shard's part
+//! in ONE transaction, serialized per shard by an advisory lock (the embedded engine's single
+//! writer). The consumer offset (`consumer_offsets` on [`PgStore::offset_shard`], shard 0 for
+//! the notifier) is written last, in that shard's transaction, so a single-shard deployment is
+//! exactly as atomic as the embedded engine.
+//! With several shards, a crash between shard transactions leaves the offset behind changes
+//! already applied: the consumer replays them, which is harmless, because changes are
+//! idempotent (an Add of a member or a Remove of a non-member changes no count; replaying a
+//! shard's changes in order rebuilds the same `recent` list and `updated_ms` is a maximum).
+//!
+//! Item IDs are unique across shards: `nextval(notif_item_seq) * 64 + shard`, so the item's
+//! shard is read from its ID ([`PgStore::shard_of_item`]).
+
+use super::moderation::lim;
+use super::{MAX_SHARDS, PgStore, i, pg_err, u};
+use async_trait::async_trait;
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::notify::NotifItem;
+use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind, RECENT_ACTORS};
+use likewise_core::ports::NotificationStore;
+use likewise_core::{StoreError, StoreResult};
+use std::collections::{HashMap, HashSet};
+use tokio_postgres::{Row, Transaction};
+
+/// Advisory lock serializing notification writers on a shard (any constant unique to it).
+const WRITER_LOCK: i64 = 0x4c_696b_6e6f_7469;
+/// The columns [`item_of`] decodes, in order.
+const ITEM_COLS: &str = "id, recipient, post_id, kind, comment_id, actor_count, recent, updated_ms";
+
+impl PgStore {
+    /// The shard an inbox item lives on (its ID's low 6 bits).
+    fn shard_of_item(&self, item: u64) -> usize {
+        ((item % MAX_SHARDS as u64) as usize) % self.shard_count()
+    }
+}
+
+fn item_of(r: &Row) -> StoreResult<NotifItem> {
+    let code: i16 = r.get(3);
+    let kind = u8::try_from(code)
+        .ok()
+        .and_then(NotifKind::from_code)
+        .ok_or_else(|| StoreError::Corrupt { keyspace: "notif_items", detail: format!("bad kind {code}") })?;
+    let comment: Option<i64> = r.get(4);
+    let recent: Vec<i64> = r.get(6);
+    Ok(NotifItem {
+        id: u(r.get(0)),
+        key: NotifKey { recipient: UserId(u(r.get(1))), post: PostId(u(r.get(2))), kind },
+        // Comment 0 means none, as in the embedded record.
+        comment: comment.map(u).filter(|c| *c != 0).map(CommentId),
+        actor_count: u(r.get(5)),
+        recent: recent.into_iter().map(|a| UserId(u(a))).collect(),
+        updated_ms: u(r.get(7)),
+    })
+}
+
+/// An item being changed: `id` is 0 for an item not stored yet (allocated at write time).
+struct Work {
+    up: ItemUpdate,
+    existed: bool,
+    /// `actor_count` as stored before the batch (0 for a new item).
+    count_before: u64,
+}
+
+fn parts(ch: &Change) -> (NotifKey, UserId) {
+    match ch {
+        Change::Add { key, actor, .. } | Change::Remove { key, actor } => (*key, *actor),
+    }
+}
+
+/// Apply one shard's changes (in order) inside `tx`; returns the touched items that exist
+/// after them or existed before (the embedded engine's output rule), by key.
+async fn apply_shard(
+    tx: &Transaction<'_>,
+    shard: usize,
+    changes: &[&Change],
+) -> StoreResult<Vec<(NotifKey, NotifItem)>> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITER_LOCK]).await.map_err(pg_err)?;
+
+    // 1. The stored items of every key, locked.
+    let mut keys: Vec<NotifKey> = Vec::new();
+    let mut seen: HashSet<NotifKey> = HashSet::new();
+    for ch in changes {
+        let (key, _) = parts(ch);
+        if seen.insert(key) {
+            keys.push(key);
+        }
+    }
+    let recipients: Vec<i64> = keys.iter().map(|k| i(k.recipient.0)).collect();
+    let posts: Vec<i64> = keys.iter().map(|k| i(k.post.0)).collect();
+    let kinds: Vec<i16> = keys.iter().map(|k| i16::from(k.kind.code())).collect();
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {ITEM_COLS} FROM notif_items
+                 WHERE (recipient, post_id, kind) IN
+                       (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::smallint[]))
+                 FOR UPDATE"
+            ),
+            &[&recipients, &posts, &kinds],
+        )
+        .await
+        .map_err(pg_err)?;
+    let mut stored: HashMap<NotifKey, NotifItem> = HashMap::new();
+    for r in &rows {
+        let it = item_of(r)?;
+        stored.insert(it.key, it);
+    }
+
+    // 2. The state machine, change by change, without reading which actors are members:
+    //    only `actor_count` depends on that, and the actor writes below report it. `recent`
+    //    only ever holds members, so "in `recent`" answers membership exactly wherever the
+    //    answer changes `recent`. Each (item, actor) ends as its last change says: a member
+    //    after an Add, not after a Remove.
+    let mut work: HashMap<NotifKey, Work> = HashMap::new();
+    let mut last: HashMap<(NotifKey, UserId), bool> = HashMap::new();
+    let mut added_ms: HashMap<(NotifKey, UserId), u64> = HashMap::new();
+    let mut pairs: Vec<(NotifKey, UserId)> = Vec::new();
+    for ch in changes {
+        let (key, actor) = parts(ch);
+        let w = work.entry(key).or_insert_with(|| match stored.remove(&key) {
+            Some(item) => Work { count_before: item.actor_count, up: ItemUpdate::new(item), existed: true },
+            None => Work {
+                up: ItemUpdate::new(NotifItem {
+                    id: 0,
+                    key,
+                    comment: None,
+                    actor_count: 0,
+                    recent: Vec::new(),
+                    updated_ms: 0,
+                }),
+                existed: false,
+                count_before: 0,
+            },
+        });
+        let member = w.up.is_member(actor, w.up.item.recent.contains(&actor));
+        w.up.apply(ch, member);
+        if let Change::Add { ts_ms, .. } = ch {
+            added_ms.insert((key, actor), *ts_ms);
+        }
+        if last.insert((key, actor), matches!(ch, Change::Add { .. })).is_none() {
+            pairs.push((key, actor));
+        }
+    }
+
+    // 3. IDs for the new items that gain a member (a new item has none before the batch).
+    let gaining: HashSet<NotifKey> = pairs.iter().filter(|p| last[*p]).map(|p| p.0).collect();
+    let fresh: Vec<NotifKey> = keys
+        .iter()
+        .filter(|k| gaining.contains(*k) && work.get(*k).is_some_and(|w| !w.existed))
+        .copied()
+        .collect();
+    if !fresh.is_empty() {
+        let rows = tx
+            .query(
+                "SELECT nextval('notif_item_seq') * $2::bigint + $3::bigint FROM generate_series(1, $1::bigint)",
+                &[&(fresh.len() as i64), &(MAX_SHARDS as i64), &(shard as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        if rows.len() != fresh.len() {
+            return Err(pg_err("notification IDs ran short"));
+        }
+        for (k, r) in fresh.iter().zip(&rows) {
+            if let Some(w) = work.get_mut(k) {
+                w.up.item.id = u(r.get(0));
+            }
+        }
+    }
+
+    // 4. Actor rows: insert the final members, delete the final non-members (of stored items:
+    //    a new item has no rows). What the statements report changed is the exact change of
+    //    each item's count, also when the batch is a redelivery.
+    let (mut add_items, mut add_actors, mut del_items, mut del_actors) = (vec![], vec![], vec![], vec![]);
+    let mut add_ms: Vec<i64> = Vec::new();
+    for p in &pairs {
+        let w = &work[&p.0];
+        if last[p] {
+            add_items.push(i(w.up.item.id));
+            add_actors.push(i(p.1.0));
+            add_ms.push(i(added_ms.get(p).copied().unwrap_or(w.up.item.updated_ms)));
+        } else if w.existed {
+            del_items.push(i(w.up.item.id));
+            del_actors.push(i(p.1.0));
+        }
+    }
+    let mut delta: HashMap<u64, i64> = HashMap::new();
+    if !add_items.is_empty() {
+        let rows = tx
+            .query(
+                // Not `ON CONFLICT`: its speculative insertion costs about twice a plain row,
+                // and the writer lock means no other transaction adds actor rows meanwhile,
+                // so the probe sees every row that exists ((item, actor) pairs are distinct).
+                // The probe is a LATERAL ... LIMIT 1 so it stays one lookup per row (never a
+                // hash join over the table), and the primary key is the table's only index:
+                // do not add another, or the planner may probe through it (see `write.rs`).
+                "INSERT INTO notif_actors (item, actor, added_ms)
+                 SELECT n.item, n.actor, n.added_ms
+                 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS n(item, actor, added_ms)
+                 LEFT JOIN LATERAL (SELECT true AS hit FROM notif_actors a
+                                    WHERE a.item = n.item AND a.actor = n.actor LIMIT 1) x ON true
+                 WHERE x.hit IS NULL
+                 RETURNING item",
+                &[&add_items, &add_actors, &add_ms],
+            )
+            .await
+            .map_err(pg_err)?;
+        for r in &rows {
+            *delta.entry(u(r.get(0))).or_default() += 1;
+        }
+    }
+    if !del_items.is_empty() {
+        let rows = tx
+            .query(
+                "DELETE FROM notif_actors
+                 WHERE (item, actor) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))
+                 RETURNING item",
+                &[&del_items, &del_actors],
+            )
+            .await
+            .map_err(pg_err)?;
+        for r in &rows {
+            *delta.entry(u(r.get(0))).or_default() -= 1;
+        }
+    }
+
+    // 5. Items: upsert the live ones, delete the emptied ones.
+    let mut gone: Vec<i64> = Vec::new();
+    let mut live: Vec<&NotifItem> = Vec::new();
+    let mut out = Vec::with_capacity(keys.len());
+    for k in &keys {
+        let Some(w) = work.get_mut(k) else { continue };
+        let d = if w.up.item.id == 0 { 0 } else { delta.get(&w.up.item.id).copied().unwrap_or(0) };
+        w.up.item.actor_count = w.count_before.saturating_add_signed(d);
+        // Removals took named actors out of `recent`: name the newest remaining ones.
+        if w.existed && w.up.needs_refill() {
+            let named: Vec<i64> = w.up.item.recent.iter().map(|a| i(a.0)).collect();
+            let rows = tx
+                .query(
+                    "SELECT actor FROM notif_actors WHERE item = $1 AND actor <> ALL($2)
+                     ORDER BY added_ms DESC, actor DESC LIMIT $3",
+                    &[&i(w.up.item.id), &named, &(RECENT_ACTORS as i64)],
+                )
+                .await
+                .map_err(pg_err)?;
+            w.up.refill(rows.iter().map(|r| UserId(u(r.get(0)))));
+        }
+    }
+    for k in &keys {
+        let Some(w) = work.get(k) else { continue };
+        if w.up.item.actor_count == 0 {
+            if w.existed {
+                gone.push(i(w.up.item.id));
+                out.push((*k, w.up.item.clone()));
+            }
+            continue;
+        }
+        live.push(&w.up.item);
+        out.push((*k, w.up.item.clone()));
+    }
+    if !gone.is_empty() {
+        tx.execute("DELETE FROM notif_actors WHERE item = ANY($1)", &[&gone]).await.map_err(pg_err)?;
+        tx.execute("DELETE FROM notif_items WHERE id = ANY($1)", &[&gone]).await.map_err(pg_err)?;
+    }
+    if !live.is_empty() {
+        let ids: Vec<i64> = live.iter().map(|it| i(it.id)).collect();
+        let recipients: Vec<i64> = live.iter().map(|it| i(it.key.recipient.0)).collect();
+        let posts: Vec<i64> = live.iter().map(|it| i(it.key.post.0)).collect();
+        let kinds: Vec<i16> = live.iter().map(|it| i16::from(it.key.kind.code())).collect();
+        let comments: Vec<Option<i64>> = live.iter().map(|it| it.comment.map(|c| i(c.0))).collect();
+        let counts: Vec<i64> = live.iter().map(|it| i(it.actor_count)).collect();
+        // Per-row arrays travel as array literals (`{1,2}`): unnest cannot yield ragged arrays.
+        let recent: Vec<String> = live
+            .iter()
+            .map(|it| {
+                let ids: Vec<String> = it.recent.iter().map(|a| i(a.0).to_string()).collect();
+                format!("{{{}}}", ids.join(","))
+            })
+            .collect();
+        let updated: Vec<i64> = live.iter().map(|it| i(it.updated_ms)).collect();
+        tx.execute(
+            "INSERT INTO notif_items
+                 (id, recipient, post_id, kind, comment_id, actor_count, recent, updated_ms)
+             SELECT id, recipient, post_id, kind, comment_id, actor_count, recent::bigint[], updated_ms
+             FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::smallint[], $5::bigint[],
+                         $6::bigint[], $7::text[], $8::bigint[])
+                  AS v(id, recipient, post_id, kind, comment_id, actor_count, recent, updated_ms)
+             ON CONFLICT (id) DO UPDATE SET
+                 comment_id = EXCLUDED.comment_id, actor_count = EXCLUDED.actor_count,
+                 recent = EXCLUDED.recent, updated_ms = EXCLUDED.updated_ms",
+            &[&ids, &recipients, &posts, &kinds, &comments, &counts, &recent, &updated],
+        )
+        .await
+        .map_err(pg_err)?;
+    }
+    Ok(out)
+}
+
+/// Move `consumer`'s offset to `offset` (exactly, as the embedded engine: a consumer may
+/// rewind to replay).
+async fn put_offset(tx: &Transaction<'_>, consumer: &str, offset: u64) -> StoreResult<()> {
+    tx.execute(
+        "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
+         ON CONFLICT (consumer) DO UPDATE SET upto = EXCLUDED.upto",
+        &[&consumer, &i(offset)],
+    )
+    .await
+    .map_err(pg_err)?;
+    Ok(())
+}
+
+#[async_trait]
+impl NotificationStore for PgStore {
+    async fn apply_notifications(
+        &self,
+        consumer: &str,
+        offset: u64,
+        changes: &[Change],
+    ) -> StoreResult<Vec<NotifItem>> {
+        // The offset lives where `CounterStore::offset` reads it (shard 0 unless `name@N`).
+        let home = self.offset_shard(consumer)?;
+        let mut groups = self.group(changes, |ch| self.shard_of_user(parts(ch).0.recipient));
+        // The offset's shard last, and always: its transaction also carries the offset.
+        groups.sort_by_key(|(shard, _)| *shard == home);
+        if groups.last().is_none_or(|(shard, _)| *shard != home) {
+            groups.push((home, Vec::new()));
+        }
+        let mut touched: HashMap<NotifKey, NotifItem> = HashMap::new();
+        for (shard, idx) in &groups {
+            let part: Vec<&Change> = idx.iter().map(|k| &changes[*k]).collect();
+            let mut c = self.conn(*shard).await?;
+            let tx = c.transaction().await.map_err(pg_err)?;
+            if !part.is_empty() {
+                touched.extend(apply_shard(&tx, *shard, &part).await?);
+            }
+            if *shard == home {
+                put_offset(&tx, consumer, offset).await?;
+            }
+            tx.commit().await.map_err(pg_err)?;
+        }
+        // In the order each item was first touched, as the embedded engine returns them.
+        let mut out = Vec::with_capacity(touched.len());
+        for ch in changes {
+            if let Some(it) = touched.remove(&parts(ch).0) {
+                out.push(it);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn notif_members(&self, item: u64, users: &[UserId]) -> StoreResult<Vec<bool>> {
+        if users.is_empty() {
+            return Ok(Vec::new());
+        }
+        let c = self.conn(self.shard_of_item(item)).await?;
+        let actors: Vec<i64> = users.iter().map(|a| i(a.0)).collect();
+        let rows = c
+            .query("SELECT actor FROM notif_actors WHERE item = $1 AND actor = ANY($2)", &[&i(item), &actors])
+            .await
+            .map_err(pg_err)?;
+        let found: HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
+        Ok(actors.iter().map(|a| found.contains(a)).collect())
+    }
+
+    async fn inbox(
+        &self,
+        recipient: UserId,
+        after: Option<(u64, u64)>,
+        limit: usize,
+    ) -> StoreResult<Vec<NotifItem>> {
+        let c = self.conn(self.shard_of_user(recipient)).await?;
+        let limit = lim(limit);
+        // Most recently updated first, ties by ascending ID (the embedded key order).
+        let rows = match after {
+            Some((updated, id)) => {
+                // Stored times and IDs are below 2^63; a larger cursor is past every item in
+                // its dimension, which these clamped bounds express exactly.
+                let (updated, id) = match i64::try_from(updated) {
+                    Ok(t) => (t, i64::try_from(id).unwrap_or(i64::MAX)),
+                    Err(_) => (i64::MAX, -1),
+                };
+                c.query(
+                    &format!(
+                        "SELECT {ITEM_COLS} FROM notif_items
+                         WHERE recipient = $1 AND updated_ms <= $2 AND (updated_ms < $2 OR id > $3)
+                         ORDER BY updated_ms DESC, id LIMIT $4"
+                    ),
+                    &[&i(recipient.0), &updated, &id, &limit],
+                )
+                .await
+            }
+            None => {
+                c.query(
+                    &format!(
+                        "SELECT {ITEM_COLS} FROM notif_items WHERE recipient = $1
+                         ORDER BY updated_ms DESC, id LIMIT $2"
+                    ),
+                    &[&i(recipient.0), &limit],
+                )
+                .await
+            }
+        }
+        .map_err(pg_err)?;
+        rows.iter().map(item_of).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::postgres::testing::TestShards;
+    use likewise_core::ports::CounterStore;
+    use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
+
+    /// An item without its ID (IDs differ between engines).
+    fn shape(it: &NotifItem) -> NotifItem {
+        NotifItem { id: 0, ..it.clone() }
+    }
+
+    /// A recipient's whole inbox, paged two at a time through the keyset cursor.
+    async fn paged(s: &dyn NotificationStore, r: UserId) -> Vec<NotifItem> {
+        let mut out: Vec<NotifItem> = Vec::new();
+        loop {
+            let after = out.last().map(|it| (it.updated_ms, it.id));
+            let page = s.inbox(r, after, 2).await.expect("inbox");
+            if page.is_empty() {
+                return out;
+            }
+            out.extend(page);
+        }
+    }
+
+    /// The same batches of changes, applied to the embedded engine and to two PostgreSQL
+    /// shards, give the same returned items, inboxes, pages and actor sets.
+    #[tokio::test]
+    async fn matches_the_embedded_engine() {
+        let t = TestShards::create(2).await;
+        let pg = t.store();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = EmbeddedOptions {
+            cache_bytes: 8 << 20,
+            memtable_bytes: 4 << 20,
+            max_journal_bytes: 64 << 20,
+            ..Default::default()
+        };
+        let emb = EmbeddedStore::open(dir.path(), &opts).expect("embedded");
+        let kinds = [NotifKind::PostLiked, NotifKind::Commented];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        let mut ts = 1_000u64;
+        let mut batches: Vec<Vec<Change>> = Vec::new();
+        for _ in 0..40 {
+            let mut batch = Vec::new();
+            for _ in 0..next(12) {
+                let key = NotifKey {
+                    recipient: UserId(1 + next(4)),
+                    post: PostId(1 + next(2)),
+                    kind: kinds[next(2) as usize],
+                };
+                let actor = UserId(10 + next(4));
+                ts += 1;
+                batch.push(if next(5) < 2 {
+                    Change::Remove { key, actor }
+                } else {
+                    let comment = (next(2) == 0).then(|| CommentId(100 + next(50)));
+                    Change::Add { key, actor, comment, ts_ms: ts }
+                });
+            }
+            batches.push(batch);
+        }
+        // Redeliveries: a batch applied again changes nothing but is still reported.
+        batches.push(batches[3].clone());
+        batches.push(batches[39].clone());
+        let mut emptied = 0;
+        for (n, batch) in batches.iter().enumerate() {
+            let a = emb.apply_notifications("notifier", n as u64, batch).await.expect("embedded");
+            let b = pg.apply_notifications("notifier", n as u64, batch).await.expect("postgres");
+            assert_eq!(
+                a.iter().map(shape).collect::<Vec<_>>(),
+                b.iter().map(shape).collect::<Vec<_>>(),
+                "{n}"
+            );
+            for it in &b {
+                assert_eq!(pg.shard_of_item(it.id), pg.shard_of_user(it.key.recipient), "{it:?}");
+            }
+            emptied += b.iter().filter(|it| it.actor_count == 0).count();
+        }
+        assert!(emptied > 0, "the script should empty some items");
+        let actors: Vec<UserId> = (10..22).map(UserId).collect();
+        for r in 1..=4 {
+            let a = emb.inbox(UserId(r), None, 100).await.expect("embedded");
+            let b = pg.inbox(UserId(r), None, 100).await.expect("postgres");
+            assert!(!b.is_empty());
+            assert_eq!(a.iter().map(shape).collect::<Vec<_>>(), b.iter().map(shape).collect::<Vec<_>>());
+            assert_eq!(paged(&pg, UserId(r)).await, b, "keyset pages");
+            for (x, y) in a.iter().zip(&b) {
+                let ma = emb.notif_members(x.id, &actors).await.expect("embedded");
+                let mb = pg.notif_members(y.id, &actors).await.expect("postgres");
+                assert_eq!(ma, mb);
+                assert_eq!(mb.iter().filter(|m| **m).count() as u64, y.actor_count);
+            }
+        }
+        // The offset lands where `CounterStore::offset` reads it, and may rewind.
+        assert_eq!(pg.offset("notifier").await.expect("offset"), batches.len() as u64 - 1);
+        assert!(pg.apply_notifications("notifier", 0, &[]).await.expect("rewind").is_empty());
+        assert_eq!(pg.offset("notifier").await.expect("offset"), 0);
+    }
+}

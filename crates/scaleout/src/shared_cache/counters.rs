@@ -1,0 +1,234 @@
+//! Counters through Redis (see the module docs of `shared_cache`).
+
+use super::{Redis, redis_err};
+use async_trait::async_trait;
+use likewise_core::StoreResult;
+use likewise_core::counter::{CounterField, CounterKey, Counts};
+use likewise_core::ids::{CommentId, PostId};
+use likewise_core::like::Target;
+use likewise_core::ports::{CounterStore, Recount};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Hash fields of a counter entry.
+const FIELDS: [&str; 3] = ["l", "c", "r"];
+
+fn field_name(f: CounterField) -> &'static str {
+    match f {
+        CounterField::Likes => "l",
+        CounterField::Comments => "c",
+        CounterField::Replies => "r",
+    }
+}
+
+/// Lease length: how long one node may take to fill a missing key before others load too.
+const LEASE_MS: u64 = 2_000;
+/// How long a node that lost the lease waits for the winner's fill before loading itself.
+const LEASE_WAIT: Duration = Duration::from_millis(150);
+
+/// Release a lease only if it is still ours.
+const RELEASE: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+/// A [`CounterStore`] whose reads go through Redis and whose commits write Redis after the
+/// inner (PostgreSQL) commit.
+pub struct CachedCounters {
+    inner: Arc<dyn CounterStore>,
+    redis: Redis,
+    /// Values committed to PostgreSQL whose Redis write failed: retried with the next commit
+    /// (a newer value for the same key replaces them).
+    unsynced: Mutex<HashMap<CounterKey, i64>>,
+}
+
+impl CachedCounters {
+    /// Wrap `inner`.
+    pub fn new(inner: Arc<dyn CounterStore>, redis: Redis) -> Self {
+        CachedCounters { inner, redis, unsynced: Mutex::new(HashMap::new()) }
+    }
+
+    fn key(&self, t: Target, replica: u32) -> String {
+        self.redis.key(&format!("c:{}:{}#r{replica}", t.kind.code(), t.id))
+    }
+
+    fn replica(&self) -> u32 {
+        rand::random_range(0..self.redis.opts.replicas.max(1))
+    }
+
+    /// Read one replica of each target; `None` where any field is missing.
+    async fn read(&self, targets: &[Target]) -> StoreResult<Vec<Option<Counts>>> {
+        let r = self.replica();
+        let mut pipe = redis::pipe();
+        for t in targets {
+            pipe.cmd("HMGET").arg(self.key(*t, r)).arg(&FIELDS[..]);
+        }
+        let mut conn = self.redis.conn.clone();
+        let rows: Vec<Vec<Option<i64>>> = pipe.query_async(&mut conn).await.map_err(redis_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|v| match v.as_slice() {
+                [Some(l), Some(c), Some(r)] => Some(Counts { likes: *l, comments: *c, replies: *r }),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Fill every replica of each target with HSETNX (never overwriting a fresher value).
+    async fn fill(&self, values: &[(Target, Counts)]) -> StoreResult<()> {
+        let mut pipe = redis::pipe();
+        let ttl = self.redis.opts.counter_ttl.as_secs().max(1) as i64;
+        for (t, c) in values {
+            for r in 0..self.redis.opts.replicas.max(1) {
+                let k = self.key(*t, r);
+                pipe.cmd("HSETNX").arg(&k).arg("l").arg(c.likes).ignore();
+                pipe.cmd("HSETNX").arg(&k).arg("c").arg(c.comments).ignore();
+                pipe.cmd("HSETNX").arg(&k).arg("r").arg(c.replies).ignore();
+                pipe.cmd("EXPIRE").arg(&k).arg(ttl).ignore();
+            }
+        }
+        let mut conn = self.redis.conn.clone();
+        pipe.query_async::<()>(&mut conn).await.map_err(redis_err)
+    }
+
+    /// Load misses from the inner store, one node per key at a time (lease), and fill Redis.
+    async fn load_misses(&self, targets: &[Target]) -> StoreResult<Vec<Counts>> {
+        let token: u64 = rand::random();
+        let mut pipe = redis::pipe();
+        for t in targets {
+            pipe.cmd("SET").arg(self.key(*t, 0) + ":lease").arg(token).arg("NX").arg("PX").arg(LEASE_MS);
+        }
+        let mut conn = self.redis.conn.clone();
+        let won: Vec<Option<String>> = pipe.query_async(&mut conn).await.map_err(redis_err)?;
+        let mut out: Vec<Option<Counts>> = vec![None; targets.len()];
+        let mine: Vec<usize> =
+            (0..targets.len()).filter(|i| won.get(*i).is_some_and(Option::is_some)).collect();
+        if !mine.is_empty() {
+            let want: Vec<Target> = mine.iter().map(|i| targets[*i]).collect();
+            let loaded = self.inner.counts(&want).await?;
+            metrics::counter!("likewise_shared_cache_fills_total").increment(want.len() as u64);
+            let values: Vec<(Target, Counts)> = want.iter().copied().zip(loaded.iter().copied()).collect();
+            self.fill(&values).await?;
+            let mut release = redis::pipe();
+            for t in &want {
+                release.cmd("EVAL").arg(RELEASE).arg(1).arg(self.key(*t, 0) + ":lease").arg(token).ignore();
+            }
+            let _ = release.query_async::<()>(&mut conn).await;
+            for (i, c) in mine.iter().zip(loaded) {
+                out[*i] = Some(c);
+            }
+        }
+        // Others: wait for the lease holder's fill, then load directly (correctness first).
+        let mut waiting: Vec<usize> = (0..targets.len()).filter(|i| out[*i].is_none()).collect();
+        let deadline = tokio::time::Instant::now() + LEASE_WAIT;
+        while !waiting.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let want: Vec<Target> = waiting.iter().map(|i| targets[*i]).collect();
+            for (i, c) in waiting.iter().zip(self.read(&want).await?) {
+                out[*i] = c;
+            }
+            waiting.retain(|i| out[*i].is_none());
+        }
+        if !waiting.is_empty() {
+            let want: Vec<Target> = waiting.iter().map(|i| targets[*i]).collect();
+            for (i, c) in waiting.iter().zip(self.inner.counts(&want).await?) {
+                out[*i] = Some(c);
+            }
+        }
+        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+    }
+
+    /// Write new absolute values to every replica (after the inner commit).
+    async fn publish(&self, values: &[(CounterKey, i64)]) -> StoreResult<()> {
+        let mut pipe = redis::pipe();
+        let ttl = self.redis.opts.counter_ttl.as_secs().max(1) as i64;
+        for (k, v) in values {
+            for r in 0..self.redis.opts.replicas.max(1) {
+                let key = self.key(k.target, r);
+                pipe.cmd("HSET").arg(&key).arg(field_name(k.field)).arg(*v).ignore();
+                pipe.cmd("EXPIRE").arg(&key).arg(ttl).ignore();
+            }
+        }
+        let mut conn = self.redis.conn.clone();
+        pipe.query_async::<()>(&mut conn).await.map_err(redis_err)
+    }
+}
+
+#[async_trait]
+impl CounterStore for CachedCounters {
+    async fn counts(&self, targets: &[Target]) -> StoreResult<Vec<Counts>> {
+        let cached = match self.read(targets).await {
+            Ok(c) => c,
+            Err(e) => {
+                // Redis down: serve from PostgreSQL (slower, still right).
+                tracing::warn!(error = %e, "shared cache read failed; reading the store");
+                metrics::counter!("likewise_shared_cache_errors_total").increment(1);
+                return self.inner.counts(targets).await;
+            }
+        };
+        let missing: Vec<usize> = (0..targets.len()).filter(|i| cached[*i].is_none()).collect();
+        metrics::counter!("likewise_shared_cache_lookups_total", "result" => "hit")
+            .increment((targets.len() - missing.len()) as u64);
+        if missing.is_empty() {
+            return Ok(cached.into_iter().map(Option::unwrap_or_default).collect());
+        }
+        metrics::counter!("likewise_shared_cache_lookups_total", "result" => "miss")
+            .increment(missing.len() as u64);
+        let want: Vec<Target> = missing.iter().map(|i| targets[*i]).collect();
+        let loaded = match self.load_misses(&want).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "shared cache fill failed; reading the store");
+                self.inner.counts(&want).await?
+            }
+        };
+        let mut out: Vec<Counts> = cached.into_iter().map(Option::unwrap_or_default).collect();
+        for (i, c) in missing.into_iter().zip(loaded) {
+            out[i] = c;
+        }
+        Ok(out)
+    }
+
+    async fn apply_deltas(
+        &self,
+        consumer: &str,
+        upto: u64,
+        deltas: &[(CounterKey, i64)],
+    ) -> StoreResult<Vec<(CounterKey, i64)>> {
+        let values = self.inner.apply_deltas(consumer, upto, deltas).await?;
+        let mut all: HashMap<CounterKey, i64> = std::mem::take(&mut *self.unsynced.lock());
+        all.extend(values.iter().copied());
+        let all: Vec<(CounterKey, i64)> = all.into_iter().collect();
+        if !all.is_empty()
+            && let Err(e) = self.publish(&all).await
+        {
+            tracing::warn!(error = %e, counters = all.len(), "writing counters to Redis failed; retrying next commit");
+            metrics::counter!("likewise_shared_cache_errors_total").increment(1);
+            let mut un = self.unsynced.lock();
+            for (k, v) in all {
+                un.entry(k).or_insert(v);
+            }
+        }
+        Ok(values)
+    }
+
+    async fn offset(&self, consumer: &str) -> StoreResult<u64> {
+        self.inner.offset(consumer).await
+    }
+
+    async fn recount_likes(&self, consumer: &str, target: Target) -> StoreResult<Recount> {
+        self.inner.recount_likes(consumer, target).await
+    }
+
+    async fn recount_comments(&self, consumer: &str, post: PostId) -> StoreResult<Recount> {
+        self.inner.recount_comments(consumer, post).await
+    }
+
+    async fn recount_replies(&self, consumer: &str, post: PostId) -> StoreResult<Vec<(CommentId, Recount)>> {
+        self.inner.recount_replies(consumer, post).await
+    }
+
+    async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>> {
+        self.inner.counted_posts(after, limit).await
+    }
+}

@@ -1,0 +1,580 @@
+//! Viewer likes through Redis (see the module docs of `shared_cache`).
+//!
+//! A viewer's own changes are kept for read-your-writes until the reverse index has them. They
+//! are stored in **time buckets**, not one hash per viewer: the bucket of width `own_likes_ttl`
+//! that the write falls in, split into `own_likes_shards` hashes by viewer
+//! (`<prefix>:ol:{<shard>}:<bucket>`, field `<user>:<kind>:<id>`).
+//!
+//! Why: a hash per viewer costs every like a new key, an `HSET` and an `EXPIRE` of its own; in
+//! a like storm that was 7 us of the machine's CPU per like, a third of the whole hot path on
+//! this machine (`docs/benchmarks.md`). Buckets turn a pipeline of thousands of records into
+//! one script call per shard. A viewer's fields stay on one key per bucket, so a read is one
+//! `HMGET` per bucket looked at; a shard's buckets share a cluster slot (the `{<shard>}` hash
+//! tag), so one script sees them all.
+//!
+//! **Commit order, not arrival order.** A record is the position of the commit that made the
+//! change (the event's outbox position on its shard, increasing per key in commit order)
+//! followed by `1` (liked) or `0`, in decimal. Two API nodes can commit a user's like and
+//! unlike in one order and write their records in the other; the write script ([`RECORD`])
+//! therefore keeps, per field, the record of the later position over the buckets readers look
+//! at: a record older than one there is dropped, and a newer one replaces it (written into
+//! the writer's bucket, deleted from the other). A reader takes the record with the highest
+//! position among the buckets it reads; with none, it asks the reverse index.
+//!
+//! Rules (the clocks of API nodes may differ by up to `skew`, an eighth of the bucket width
+//! and at most 5 s):
+//! - a read looks at its bucket and the one before, and also at the next one in the last
+//!   `skew` of its bucket (a node whose clock runs ahead may have written there). A write
+//!   compares with the same buckets, and stays visible for at least one bucket width (less
+//!   the skew);
+//! - bucket `b`'s keys expire at `(b + 2) * width + 3 * skew`; a node that writes between
+//!   `2 * skew` and `3 * skew` into bucket `b + 2` first `UNLINK`s them, so Redis frees a big
+//!   hash in the background instead of blocking on its expiry. No reader needs them then.
+
+use super::Redis;
+use async_trait::async_trait;
+use likewise_core::ids::UserId;
+use likewise_core::like::{Target, TargetKind};
+use likewise_core::ports::{LikeReader, Liker, OwnLikes};
+use likewise_core::{StoreError, StoreResult};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
+
+/// Milliseconds since the Unix epoch (a field so tests can run several clocks).
+type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// A [`LikeReader`] that answers from the viewer's own recent writes first, and records them.
+pub struct CachedLikes {
+    inner: Arc<dyn LikeReader>,
+    redis: Redis,
+    layout: Layout,
+    clock: Clock,
+    writes: mpsc::UnboundedSender<OwnWrite>,
+}
+
+impl CachedLikes {
+    /// Wrap `inner` (starts the own-likes writer task: call inside a Tokio runtime).
+    pub fn new(inner: Arc<dyn LikeReader>, redis: Redis) -> Self {
+        Self::with_clock(inner, redis, Arc::new(likewise_store::now_ms))
+    }
+
+    fn with_clock(inner: Arc<dyn LikeReader>, redis: Redis, clock: Clock) -> Self {
+        let layout = Layout::new(&redis);
+        let (writes, rx) = mpsc::unbounded_channel();
+        tokio::spawn(write_loop(redis.clone(), layout.clone(), clock.clone(), rx));
+        CachedLikes { inner, redis, layout, clock, writes }
+    }
+}
+
+/// Where own writes live: bucket and shard keys, and the clock rules of the module docs.
+#[derive(Clone)]
+struct Layout {
+    prefix: String,
+    width: u64,
+    skew: u64,
+    shards: u64,
+}
+
+impl Layout {
+    fn new(redis: &Redis) -> Self {
+        let width = (redis.opts.own_likes_ttl.as_millis() as u64).max(8);
+        Layout {
+            prefix: redis.key("ol"),
+            width,
+            skew: (width / 8).min(5_000),
+            shards: redis.opts.own_likes_shards.max(1),
+        }
+    }
+
+    fn bucket(&self, now: u64) -> u64 {
+        now / self.width
+    }
+
+    /// Near the end of its bucket: a clock up to `skew` ahead is already in the next one.
+    fn near_end(&self, now: u64) -> bool {
+        now + self.skew >= (self.bucket(now) + 1) * self.width
+    }
+
+    fn shard(&self, user: UserId) -> u64 {
+        // Multiplicative hash: IDs that share their low bits still spread.
+        (user.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % self.shards
+    }
+
+    fn key(&self, bucket: u64, shard: u64) -> String {
+        format!("{}:{{{shard}}}:{bucket}", self.prefix)
+    }
+
+    fn expires_at(&self, bucket: u64) -> u64 {
+        (bucket + 2) * self.width + 3 * self.skew
+    }
+
+    /// The buckets a read at `now` looks in, newest first.
+    fn read_buckets(&self, now: u64) -> Vec<u64> {
+        let b = self.bucket(now);
+        let mut out = Vec::with_capacity(3);
+        if self.near_end(now) {
+            out.push(b + 1);
+        }
+        out.push(b);
+        if b > 0 {
+            out.push(b - 1);
+        }
+        out
+    }
+
+    /// The bucket whose keys a write at `now` unlinks, if any.
+    fn unlinkable(&self, now: u64) -> Option<u64> {
+        let b = self.bucket(now);
+        let into = now - b * self.width;
+        (b >= 2 && into >= 2 * self.skew && into < 3 * self.skew).then(|| b - 2)
+    }
+}
+
+fn field(user: UserId, target: Target) -> String {
+    format!("{}:{}:{}", user.0, target.kind.code(), target.id)
+}
+
+/// A record: the position, then `1` (liked) or `0`.
+fn record(liked: bool, position: u64) -> String {
+    format!("{position}{}", u8::from(liked))
+}
+
+/// `a` is a record of a later commit than `b` (decimal strings without leading zeros: the
+/// longer is larger, else the comparison of the digits; exact for any `u64`, unlike Lua's
+/// doubles).
+fn later(a: &str, b: &str) -> bool {
+    a.len() > b.len() || a.len() == b.len() && a > b
+}
+
+/// The state the newest of `records` says, if there is one.
+fn newest<'a>(records: impl Iterator<Item = &'a str>) -> Option<bool> {
+    records.reduce(|a, b| if later(b, a) { b } else { a }).map(|r| r.ends_with('1'))
+}
+
+/// The write: see the module docs. KEYS[1]: the bucket written; KEYS[2..]: the other buckets
+/// readers look at. ARGV[1]: when KEYS[1] expires (Unix ms); then field, record pairs (one
+/// per field). Returns the records written.
+const RECORD: &str = r"
+local function later(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+-- In slices: Lua passes at most a few thousand values to one call.
+local function sliced(cmd, key, list)
+  for s = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, s, math.min(s + 999, #list)))
+  end
+end
+local fields = {}
+for i = 2, #ARGV, 2 do fields[#fields + 1] = ARGV[i] end
+local old = {}
+for k = 1, #KEYS do
+  old[k] = {}
+  for s = 1, #fields, 1000 do
+    local got = redis.call('HMGET', KEYS[k], unpack(fields, s, math.min(s + 999, #fields)))
+    for j = 1, #got do old[k][s + j - 1] = got[j] end
+  end
+end
+local set, drop = {}, {}
+for k = 2, #KEYS do drop[k] = {} end
+for j = 1, #fields do
+  local rec = ARGV[2 * j + 1]
+  local newest = true
+  for k = 1, #KEYS do
+    if old[k][j] and not later(rec, old[k][j]) then newest = false end
+  end
+  if newest then
+    set[#set + 1] = fields[j]
+    set[#set + 1] = rec
+    for k = 2, #KEYS do
+      if old[k][j] then drop[k][#drop[k] + 1] = fields[j] end
+    end
+  end
+end
+sliced('HSET', KEYS[1], set)
+for k = 2, #KEYS do sliced('HDEL', KEYS[k], drop[k]) end
+redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+return #set / 2
+";
+
+#[async_trait]
+impl LikeReader for CachedLikes {
+    async fn liked_among(&self, user: UserId, kind: TargetKind, ids: &[u64]) -> StoreResult<Vec<bool>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let fields: Vec<String> = ids.iter().map(|id| field(user, Target { kind, id: *id })).collect();
+        let shard = self.layout.shard(user);
+        let mut pipe = redis::pipe();
+        for b in self.layout.read_buckets((self.clock)()) {
+            pipe.cmd("HMGET").arg(self.layout.key(b, shard)).arg(&fields);
+        }
+        let mut conn = self.redis.conn.clone();
+        let per_bucket: Vec<Vec<Option<String>>> = match pipe.query_async(&mut conn).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "own-likes read failed; asking the reverse index");
+                metrics::counter!("likewise_shared_cache_errors_total").increment(1);
+                Vec::new()
+            }
+        };
+        // The record of the latest commit, whichever bucket holds it.
+        let own: Vec<Option<bool>> =
+            (0..ids.len()).map(|i| newest(per_bucket.iter().filter_map(|b| b.get(i)?.as_deref()))).collect();
+        let ask: Vec<u64> = ids.iter().zip(&own).filter(|(_, o)| o.is_none()).map(|(id, _)| *id).collect();
+        let looked =
+            if ask.is_empty() { Vec::new() } else { self.inner.liked_among(user, kind, &ask).await? };
+        let mut looked = looked.into_iter();
+        Ok(own.into_iter().map(|o| o.unwrap_or_else(|| looked.next().unwrap_or(false))).collect())
+    }
+
+    async fn liked_ids(&self, user: UserId, kind: TargetKind, limit: usize) -> StoreResult<Vec<u64>> {
+        self.inner.liked_ids(user, kind, limit).await
+    }
+
+    async fn likers(&self, target: Target, after: Option<Liker>, limit: usize) -> StoreResult<Vec<Liker>> {
+        self.inner.likers(target, after, limit).await
+    }
+}
+
+#[async_trait]
+impl OwnLikes for CachedLikes {
+    async fn record(&self, user: UserId, target: Target, liked: bool, position: u64) -> StoreResult<()> {
+        let (reply, done) = oneshot::channel();
+        self.writes
+            .send(OwnWrite { user, target, liked, position, reply })
+            .map_err(|_| StoreError::Closed)?;
+        done.await.map_err(|_| StoreError::Closed)?
+    }
+}
+
+/// One viewer's change waiting for the next pipeline.
+struct OwnWrite {
+    user: UserId,
+    target: Target,
+    liked: bool,
+    /// Of the commit that made the change.
+    position: u64,
+    reply: oneshot::Sender<StoreResult<()>>,
+}
+
+/// Most writes per pipeline.
+const MAX_PIPELINE: usize = 4_096;
+
+/// Write every queued own-like record in ONE pipeline (per shard of the current bucket: one
+/// call of [`RECORD`]), then answer each caller.
+async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::UnboundedReceiver<OwnWrite>) {
+    let script = redis::Script::new(RECORD);
+    let mut unlinked = None;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_PIPELINE {
+            match rx.try_recv() {
+                Ok(w) => batch.push(w),
+                Err(_) => break,
+            }
+        }
+        let now = clock();
+        let mut pipe = redis::pipe();
+        let bucket = layout.bucket(now);
+        for (shard, records) in by_shard(&layout, &batch) {
+            let mut keys = vec![layout.key(bucket, shard)];
+            let others = layout.read_buckets(now).into_iter().filter(|b| *b != bucket);
+            keys.extend(others.map(|b| layout.key(b, shard)));
+            let mut call = redis::cmd("EVALSHA");
+            call.arg(script.get_hash()).arg(keys.len()).arg(&keys).arg(layout.expires_at(bucket));
+            for (f, r) in &records {
+                call.arg(f).arg(r);
+            }
+            pipe.add_command(call).ignore();
+        }
+        if let Some(old) = layout.unlinkable(now).filter(|old| unlinked != Some(*old)) {
+            // One key per command: keys of one bucket live on different cluster slots.
+            for shard in 0..layout.shards {
+                pipe.cmd("UNLINK").arg(layout.key(old, shard)).ignore();
+            }
+            unlinked = Some(old);
+        }
+        let mut conn = redis.conn.clone();
+        let mut result = pipe.query_async::<()>(&mut conn).await;
+        if result.as_ref().is_err_and(|e| e.kind() == redis::ErrorKind::NoScriptError) {
+            // A restarted or flushed Redis: load the script and send the pipeline again (it
+            // is idempotent: a record never replaces an equal one).
+            result = match script.prepare_invoke().load_async(&mut conn).await {
+                Ok(_) => pipe.query_async::<()>(&mut conn).await,
+                Err(e) => Err(e),
+            };
+        }
+        let result = result.map_err(|e| e.to_string());
+        metrics::histogram!("likewise_own_likes_pipeline_size").record(batch.len() as f64);
+        for w in batch {
+            let _ = w.reply.send(result.clone().map_err(|e| StoreError::Engine(format!("redis: {e}"))));
+        }
+    }
+}
+
+/// The batch's records by shard, as (field, record) pairs: one per field, the latest commit's.
+fn by_shard(layout: &Layout, batch: &[OwnWrite]) -> HashMap<u64, Vec<(String, String)>> {
+    let mut latest: HashMap<(UserId, Target), &OwnWrite> = HashMap::with_capacity(batch.len());
+    for w in batch {
+        let e = latest.entry((w.user, w.target)).or_insert(w);
+        if w.position > e.position {
+            *e = w;
+        }
+    }
+    let mut out: HashMap<u64, Vec<(String, String)>> = HashMap::new();
+    for w in latest.into_values() {
+        out.entry(layout.shard(w.user))
+            .or_default()
+            .push((field(w.user, w.target), record(w.liked, w.position)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against the Redis at 127.0.0.1:6379 (fails, never skips, when it is down); each test
+    //! has its own key prefix and deletes its keys. Clocks run a few buckets in the future, so
+    //! Redis never expires a key during a test.
+    use super::*;
+    use crate::shared_cache::RedisOptions;
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    const WIDTH: u64 = 8_000;
+    const SKEW: u64 = 1_000;
+
+    /// The reverse index: a fixed set of (user, post) likes.
+    struct Index(Mutex<HashSet<(u64, u64)>>);
+
+    #[async_trait]
+    impl LikeReader for Index {
+        async fn liked_among(&self, user: UserId, _: TargetKind, ids: &[u64]) -> StoreResult<Vec<bool>> {
+            let set = self.0.lock().expect("lock");
+            Ok(ids.iter().map(|id| set.contains(&(user.0, *id))).collect())
+        }
+        async fn liked_ids(&self, _: UserId, _: TargetKind, _: usize) -> StoreResult<Vec<u64>> {
+            Ok(Vec::new())
+        }
+        async fn likers(&self, _: Target, _: Option<Liker>, _: usize) -> StoreResult<Vec<Liker>> {
+            Ok(Vec::new())
+        }
+    }
+
+    struct Fixture {
+        redis: Redis,
+        index: Arc<Index>,
+        /// First bucket of the test, a few buckets after the real time.
+        b0: u64,
+    }
+
+    impl Fixture {
+        async fn new(shards: u64) -> Self {
+            let opts = RedisOptions {
+                prefix: format!("lwtest:own:{}", rand::random::<u64>()),
+                own_likes_ttl: Duration::from_millis(WIDTH),
+                own_likes_shards: shards,
+                ..Default::default()
+            };
+            let redis = Redis::connect(&opts).await.expect("Redis must be up at 127.0.0.1:6379");
+            let b0 = likewise_store::now_ms() / WIDTH + 4;
+            Fixture { redis, index: Arc::new(Index(Mutex::new(HashSet::new()))), b0 }
+        }
+
+        /// A node whose clock reads what the returned cell holds.
+        fn node(&self) -> (CachedLikes, Arc<AtomicU64>) {
+            let now = Arc::new(AtomicU64::new(self.at(0, 0)));
+            let n = now.clone();
+            let node = CachedLikes::with_clock(
+                self.index.clone(),
+                self.redis.clone(),
+                Arc::new(move || n.load(Ordering::SeqCst)),
+            );
+            (node, now)
+        }
+
+        /// `offset` ms into the test's bucket `i`.
+        fn at(&self, i: u64, offset: u64) -> u64 {
+            (self.b0 + i) * WIDTH + offset
+        }
+
+        async fn keys(&self) -> Vec<String> {
+            let mut conn = self.redis.conn.clone();
+            redis::cmd("KEYS")
+                .arg(format!("{}*", self.redis.opts.prefix))
+                .query_async(&mut conn)
+                .await
+                .expect("redis")
+        }
+
+        async fn cleanup(self) {
+            let keys = self.keys().await;
+            if !keys.is_empty() {
+                let mut conn = self.redis.conn.clone();
+                let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.expect("redis");
+            }
+        }
+    }
+
+    async fn liked(node: &CachedLikes, user: u64, ids: &[u64]) -> Vec<bool> {
+        node.liked_among(UserId(user), TargetKind::Post, ids).await.expect("own likes")
+    }
+
+    async fn set(node: &CachedLikes, user: u64, post: u64, on: bool, position: u64) {
+        node.record(UserId(user), Target::post(post), on, position).await.expect("own likes");
+    }
+
+    #[test]
+    fn the_layout_follows_the_clock_rules() {
+        let l = Layout { prefix: "p:ol".into(), width: WIDTH, skew: SKEW, shards: 4 };
+        assert_eq!(l.read_buckets(10 * WIDTH + 10), vec![10, 9]);
+        assert_eq!(l.read_buckets(11 * WIDTH - SKEW), vec![11, 10, 9]);
+        assert_eq!(l.read_buckets(11 * WIDTH - SKEW - 1), vec![10, 9]);
+        assert_eq!(l.unlinkable(10 * WIDTH + 2 * SKEW - 1), None);
+        assert_eq!(l.unlinkable(10 * WIDTH + 2 * SKEW), Some(8));
+        assert_eq!(l.unlinkable(10 * WIDTH + 3 * SKEW), None);
+        // Bucket 8 is read until 10 * WIDTH (by clocks up to SKEW behind: + SKEW), unlinked from
+        // + 2 * SKEW (by clocks up to SKEW ahead: + SKEW), and expires after both.
+        assert!(l.expires_at(8) >= 10 * WIDTH + 3 * SKEW);
+        assert_eq!(l.key(3, 2), "p:ol:{2}:3");
+        let spread: HashSet<u64> = (0..64).map(|u| l.shard(UserId(u << 8))).collect();
+        assert_eq!(spread.len(), 4, "IDs with equal low bits still spread over the shards");
+    }
+
+    #[test]
+    fn the_record_of_the_highest_position_wins() {
+        assert_eq!(record(true, 42), "421");
+        assert!(
+            later("10000", "9991") && !later("9991", "10000") && later("9992", "9991") && !later("51", "51")
+        );
+        assert_eq!(newest(["71", "120", "90"].into_iter()), Some(false));
+        assert_eq!(newest(["71", "9"].into_iter()), Some(true));
+        assert_eq!(newest([].into_iter()), None);
+        let big = record(false, u64::MAX);
+        assert!(later(&big, &record(true, u64::MAX - 1)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn own_writes_answer_first_and_the_latest_commit_wins() {
+        let f = Fixture::new(8).await;
+        f.index.0.lock().expect("lock").extend([(1, 20), (1, 30)]);
+        let (node, clock) = f.node();
+        clock.store(f.at(0, 100), Ordering::SeqCst);
+        set(&node, 1, 10, true, 5).await;
+        set(&node, 1, 30, false, 6).await;
+        // Own writes first; the index for the rest.
+        assert_eq!(liked(&node, 1, &[10, 20, 30, 40]).await, [true, true, false, false]);
+        assert_eq!(liked(&node, 2, &[10]).await, [false], "another viewer's writes are not mine");
+        clock.store(f.at(1, 100), Ordering::SeqCst);
+        assert_eq!(liked(&node, 1, &[10, 30]).await, [true, false], "the previous bucket is read");
+        set(&node, 1, 10, false, 9).await;
+        assert_eq!(liked(&node, 1, &[10]).await, [false], "the later commit wins");
+        clock.store(f.at(2, 100), Ordering::SeqCst);
+        assert_eq!(liked(&node, 1, &[10, 30]).await, [false, true], "bucket 1 read; bucket 0 not");
+        clock.store(f.at(3, 100), Ordering::SeqCst);
+        assert_eq!(liked(&node, 1, &[10, 20, 30]).await, [false, true, true], "all from the index");
+        f.cleanup().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn clocks_apart_by_less_than_the_skew_keep_the_last_commit() {
+        let f = Fixture::new(8).await;
+        let ((ahead, ahead_at), (behind, behind_at)) = (f.node(), f.node());
+        // The like lands on a node already in bucket 1; the unlike, committed later, on one
+        // still in 0.
+        ahead_at.store(f.at(1, 200), Ordering::SeqCst);
+        behind_at.store(f.at(1, 0) - 300, Ordering::SeqCst);
+        set(&ahead, 5, 77, true, 100).await;
+        assert_eq!(liked(&behind, 5, &[77]).await, [true], "a reader behind sees the next bucket");
+        set(&behind, 5, 77, false, 101).await;
+        assert_eq!(liked(&behind, 5, &[77]).await, [false]);
+        assert_eq!(liked(&ahead, 5, &[77]).await, [false], "the older record in bucket 1 was deleted");
+        // Later, when bucket 0 is no longer read, nothing older shadows the index.
+        ahead_at.store(f.at(2, 100), Ordering::SeqCst);
+        assert_eq!(liked(&ahead, 5, &[77]).await, [false]);
+        f.cleanup().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_never_replaces_one_from_a_later_commit() {
+        let f = Fixture::new(8).await;
+        let ((a, a_at), (b, b_at)) = (f.node(), f.node());
+        a_at.store(f.at(0, 100), Ordering::SeqCst);
+        b_at.store(f.at(0, 100), Ordering::SeqCst);
+        // Node B committed the unlike after node A's like, but its record lands first.
+        set(&b, 3, 42, false, 7 << 16).await;
+        set(&a, 3, 42, true, 6 << 16 | 9).await;
+        assert_eq!(liked(&a, 3, &[42]).await, [false]);
+        assert_eq!(liked(&b, 3, &[42]).await, [false]);
+        // A stale record a bucket later still loses to the later one in the bucket before...
+        a_at.store(f.at(1, 100), Ordering::SeqCst);
+        set(&a, 3, 42, true, 6 << 16).await;
+        assert_eq!(liked(&a, 3, &[42]).await, [false]);
+        // ...and was not written: once bucket 0 is no longer read, the index answers.
+        a_at.store(f.at(2, 100), Ordering::SeqCst);
+        f.index.0.lock().expect("lock").insert((3, 42));
+        assert_eq!(liked(&a, 3, &[42]).await, [true], "no record: the index answers");
+        // Positions past 2^53 compare exactly (Lua's numbers are doubles).
+        set(&a, 3, 43, true, (1 << 60) + 1).await;
+        set(&a, 3, 43, false, 1 << 60).await;
+        assert_eq!(liked(&a, 3, &[43]).await, [true]);
+        f.cleanup().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_racing_from_two_nodes_keep_each_keys_latest_commit() {
+        let f = Fixture::new(4).await;
+        let ((a, a_at), (b, b_at)) = (f.node(), f.node());
+        a_at.store(f.at(0, 100), Ordering::SeqCst);
+        b_at.store(f.at(0, 100), Ordering::SeqCst);
+        let (a, b) = (Arc::new(a), Arc::new(b));
+        // 300 users, 8 changes each, alternately liked and unliked, all sent at once to the
+        // two nodes in an order unrelated to their positions.
+        let mut writes = Vec::new();
+        for u in 0..300u64 {
+            for k in 0..8u64 {
+                let position = (u * 8 + (k * 5) % 8) + 1;
+                let node = if (u + k) % 2 == 0 { a.clone() } else { b.clone() };
+                writes.push(async move { set(&node, u, 1, position % 2 == 0, position).await });
+            }
+        }
+        futures::future::join_all(writes).await;
+        for u in 0..300u64 {
+            // The highest position of user u is u * 8 + 8: even, so liked.
+            assert_eq!(liked(&a, u, &[1]).await, [true], "user {u} on a");
+            assert_eq!(liked(&b, u, &[1]).await, [true], "user {u} on b");
+        }
+        f.cleanup().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_storm_takes_one_key_per_shard_and_old_buckets_are_unlinked() {
+        let f = Fixture::new(8).await;
+        let (node, clock) = f.node();
+        let node = Arc::new(node);
+        clock.store(f.at(0, 10), Ordering::SeqCst);
+        let writes = (0..2_000u64).map(|u| {
+            let node = node.clone();
+            async move { set(&node, 1_000 + u, 9, true, u + 1).await }
+        });
+        futures::future::join_all(writes).await;
+        let keys = f.keys().await;
+        assert_eq!(keys.len(), 8, "2,000 viewers, one key per shard: {keys:?}");
+        let mut conn = f.redis.conn.clone();
+        for k in &keys {
+            let ttl: i64 = redis::cmd("PTTL").arg(k).query_async(&mut conn).await.expect("redis");
+            assert!(ttl > 0, "{k} has no expiry");
+        }
+        assert_eq!(liked(&node, 1_500, &[9, 8]).await, [true, false]);
+        // Into bucket 2, past 2 * skew: the first write unlinks bucket 0.
+        clock.store(f.at(2, 2 * SKEW + 5), Ordering::SeqCst);
+        set(&node, 1, 9, true, 5_000).await;
+        let keys = f.keys().await;
+        assert_eq!(keys.len(), 1, "only bucket 2's one key is left: {keys:?}");
+        assert!(keys[0].ends_with(&format!(":{{{}}}:{}", node.layout.shard(UserId(1)), f.b0 + 2)));
+        f.cleanup().await;
+    }
+}

@@ -1,0 +1,106 @@
+//! Redis, the shared cache of a scaled-out deployment. Nothing in it is the truth: losing all
+//! of it (FLUSHALL, a restart) loses no like, and every entry is refilled from PostgreSQL.
+//!
+//! Wrappers around the PostgreSQL ports, so the service code is the same on every engine:
+//! - [`CachedCounters`]: counter reads hit Redis first. The aggregator writes each new absolute
+//!   value after its PostgreSQL commit (HSET, overwriting); a reader that misses takes a
+//!   short *lease* (SET NX PX) so only one node per key loads PostgreSQL and fills Redis with
+//!   HSETNX (never overwriting a newer value the aggregator wrote meanwhile); the others wait
+//!   briefly for the fill. A hot post's counters are replicated over `replicas` keys
+//!   (`<prefix>:c:1:42#r3`), each read at random, so one viral post does not pin one Redis
+//!   shard's CPU.
+//! - [`CachedLikes`]: "has this viewer liked these?" reads the viewer's own recent writes
+//!   (written synchronously by the API node that took the write, into time-bucketed hashes
+//!   sharded by viewer) and asks the reverse index only for the rest.
+//! - [`RedisRateLimiter`]: per-user limits shared by every API node (GCRA in a Lua script).
+//!
+//! `connect` opens the connection: plaintext or TLS (`rediss://`), with an ACL user.
+
+mod connect;
+mod counters;
+mod likes;
+mod rate;
+
+pub use counters::CachedCounters;
+pub use likes::CachedLikes;
+pub use rate::RedisRateLimiter;
+
+use likewise_core::{StoreError, StoreResult};
+use redis::aio::ConnectionManager;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Redis settings.
+#[derive(Clone)]
+pub struct RedisOptions {
+    /// `redis://host:port/db`, or `rediss://user:password@host:port/db` for TLS with an ACL user.
+    pub url: String,
+    /// The CA (PEM) a `rediss://` server's certificate must chain to; `None`: the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// Key prefix (tests isolate runs with it).
+    pub prefix: String,
+    /// Replicas of each counter key.
+    pub replicas: u32,
+    /// TTL of counter entries.
+    pub counter_ttl: Duration,
+    /// How long a viewer's own writes are kept at least (the width of an own-likes bucket).
+    pub own_likes_ttl: Duration,
+    /// Hashes per own-likes bucket (viewers are spread over them by ID).
+    pub own_likes_shards: u64,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            url: "redis://127.0.0.1:6379/0".into(),
+            ca_file: None,
+            prefix: "likewise".into(),
+            replicas: 4,
+            counter_ttl: Duration::from_secs(3600),
+            own_likes_ttl: Duration::from_secs(600),
+            own_likes_shards: 64,
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("url", &crate::postgres::tls::redact(&self.url))
+            .field("ca_file", &self.ca_file)
+            .field("prefix", &self.prefix)
+            .field("replicas", &self.replicas)
+            .field("counter_ttl", &self.counter_ttl)
+            .field("own_likes_ttl", &self.own_likes_ttl)
+            .field("own_likes_shards", &self.own_likes_shards)
+            .finish()
+    }
+}
+
+/// Map a Redis error to a store error.
+pub(crate) fn redis_err(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> StoreError {
+    StoreError::backend("redis", e)
+}
+
+/// A managed connection (reconnects by itself) plus the options.
+#[derive(Clone)]
+pub struct Redis {
+    /// The connection.
+    pub conn: ConnectionManager,
+    /// Options.
+    pub opts: RedisOptions,
+}
+
+impl Redis {
+    /// Connect (fails when Redis is unreachable, refuses the credentials or is not trusted: a
+    /// node should not start half-configured).
+    pub async fn connect(opts: &RedisOptions) -> StoreResult<Self> {
+        let conn = connect::open(opts).await?;
+        Ok(Redis { conn, opts: opts.clone() })
+    }
+
+    /// `<prefix>:<rest>`.
+    pub fn key(&self, rest: &str) -> String {
+        format!("{}:{rest}", self.opts.prefix)
+    }
+}

@@ -1,0 +1,328 @@
+//! The cluster bus on NATS core (the `Bus` port): cache invalidations, aggregator commits
+//! (new counts, ranking events) and live notifications between the nodes of a deployment.
+//!
+//! Messages are `[node id: 8 bytes][payload]` on `<prefix>.cluster.<what>`, fire and forget,
+//! published in the order they were sent (one publisher task), so a node never applies an
+//! older counter value after a newer one from the same aggregator. A node ignores its own
+//! messages. The wire forms below are this adapter's: nothing else reads them.
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use likewise_core::StoreResult;
+use likewise_core::counter::{CounterField, CounterKey};
+use likewise_core::event::{EVENT_V2_LEN, Event};
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::like::{Target, TargetKind};
+use likewise_core::notify::{NotifItem, NotifKey, NotifKind};
+use likewise_core::ports::cluster::{Broadcast, Bus, BusInbox, BusMessage, Invalidation};
+
+/// Wire form of an invalidation, e.g. `post 42`.
+/// Wire form, e.g. `post 42`.
+pub fn encode_invalidation(inv: &Invalidation) -> String {
+    match inv {
+        Invalidation::Post(p) => format!("post {}", p.0),
+        Invalidation::User(u) => format!("user {}", u.0),
+        Invalidation::Follows(u) => format!("follows {}", u.0),
+        Invalidation::Settings(u) => format!("settings {}", u.0),
+        Invalidation::Blocks(u) => format!("blocks {}", u.0),
+        Invalidation::Restrict(a, b) => format!("restrict {} {}", a.0, b.0),
+        Invalidation::HiddenWords(u) => format!("hidden {}", u.0),
+        Invalidation::Top(p) => format!("top {}", p.0),
+        Invalidation::Comment(c) => format!("comment {}", c.0),
+    }
+}
+
+/// Parse the wire form.
+pub fn decode_invalidation(s: &str) -> Option<Invalidation> {
+    let mut it = s.split(' ');
+    let kind = it.next()?;
+    let a: u64 = it.next()?.parse().ok()?;
+    let inv = match kind {
+        "post" => Invalidation::Post(PostId(a)),
+        "user" => Invalidation::User(UserId(a)),
+        "follows" => Invalidation::Follows(UserId(a)),
+        "settings" => Invalidation::Settings(UserId(a)),
+        "blocks" => Invalidation::Blocks(UserId(a)),
+        "restrict" => Invalidation::Restrict(UserId(a), UserId(it.next()?.parse().ok()?)),
+        "hidden" => Invalidation::HiddenWords(UserId(a)),
+        "top" => Invalidation::Top(PostId(a)),
+        "comment" => Invalidation::Comment(CommentId(a)),
+        _ => return None,
+    };
+    it.next().is_none().then_some(inv)
+}
+
+/// Wire form of an inbox item: space-separated numbers, recent actors comma-separated.
+pub fn encode_item(it: &NotifItem) -> String {
+    let recent: Vec<String> = it.recent.iter().map(|u| u.0.to_string()).collect();
+    format!(
+        "{} {} {} {} {} {} {} {}",
+        it.id,
+        it.key.recipient.0,
+        it.key.post.0,
+        it.key.kind.code(),
+        it.comment.map_or(0, |c| c.0),
+        it.actor_count,
+        it.updated_ms,
+        recent.join(",")
+    )
+}
+
+/// Parse [`encode_item`]'s form.
+pub fn decode_item(s: &str) -> Option<NotifItem> {
+    let f: Vec<&str> = s.split(' ').collect();
+    if f.len() != 8 {
+        return None;
+    }
+    let n = |i: usize| f[i].parse::<u64>().ok();
+    let recent = if f[7].is_empty() {
+        Vec::new()
+    } else {
+        f[7].split(',').map(|u| u.parse().ok().map(UserId)).collect::<Option<Vec<_>>>()?
+    };
+    Some(NotifItem {
+        id: n(0)?,
+        key: NotifKey {
+            recipient: UserId(n(1)?),
+            post: PostId(n(2)?),
+            kind: NotifKind::from_code(u8::try_from(n(3)?).ok()?)?,
+        },
+        comment: n(4).filter(|c| *c != 0).map(CommentId),
+        actor_count: n(5)?,
+        recent,
+        updated_ms: n(6)?,
+    })
+}
+
+/// Most counter values per bus message (keeps messages far below NATS's 1 MiB).
+pub const COUNTERS_PER_MESSAGE: usize = 4_096;
+
+/// Wire form of an aggregator commit: the log position, new absolute counter values and the
+/// events that matter to rankings (comment events and comment likes).
+pub fn encode_counters(epoch: u64, values: &[(CounterKey, i64)], events: &[Event]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(16 + values.len() * 18 + events.len() * (8 + EVENT_V2_LEN));
+    b.extend_from_slice(&epoch.to_be_bytes());
+    b.extend_from_slice(&(values.len() as u32).to_be_bytes());
+    for (k, v) in values {
+        b.push(k.target.kind.code());
+        b.extend_from_slice(&k.target.id.to_be_bytes());
+        b.push(k.field.code());
+        b.extend_from_slice(&v.to_be_bytes());
+    }
+    b.extend_from_slice(&(events.len() as u32).to_be_bytes());
+    for e in events {
+        b.extend_from_slice(&e.seq.to_be_bytes());
+        b.extend_from_slice(&e.encode());
+    }
+    b
+}
+
+/// A decoded aggregator commit.
+pub type CounterUpdate = (u64, Vec<(CounterKey, i64)>, Vec<Event>);
+
+/// Parse [`encode_counters`]'s form.
+pub fn decode_counters(b: &[u8]) -> Option<CounterUpdate> {
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let s = b.get(at..at + n)?;
+        at += n;
+        Some(s)
+    };
+    let u64_of = |s: &[u8]| s.try_into().ok().map(u64::from_be_bytes);
+    let epoch = u64_of(take(8)?)?;
+    let n = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+    let mut values = Vec::with_capacity(n.min(COUNTERS_PER_MESSAGE));
+    for _ in 0..n {
+        let kind = TargetKind::from_code(take(1)?[0])?;
+        let id = u64_of(take(8)?)?;
+        let field = CounterField::from_code(take(1)?[0])?;
+        let v = i64::from_be_bytes(take(8)?.try_into().ok()?);
+        values.push((CounterKey { target: Target { kind, id }, field }, v));
+    }
+    let m = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+    let mut events = Vec::with_capacity(m.min(COUNTERS_PER_MESSAGE));
+    for _ in 0..m {
+        let seq = u64_of(take(8)?)?;
+        events.push(Event::decode(seq, take(EVENT_V2_LEN)?).ok()?);
+    }
+    (at == b.len()).then_some((epoch, values, events))
+}
+
+/// Subjects of the cluster bus.
+fn bus_subject(prefix: &str, what: &str) -> String {
+    format!("{prefix}.cluster.{what}")
+}
+
+/// One node's end of the cluster bus.
+pub struct NatsBus {
+    client: async_nats::Client,
+    tx: tokio::sync::mpsc::UnboundedSender<(String, Vec<u8>)>,
+    prefix: String,
+    node: u64,
+}
+
+impl NatsBus {
+    /// A bus on `client`, under `prefix`, for a node with the random ID `node`.
+    pub fn new(client: async_nats::Client, prefix: String, node: u64) -> Self {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Vec<u8>)>();
+        let publisher = client.clone();
+        tokio::spawn(async move {
+            while let Some((subject, msg)) = rx.recv().await {
+                if let Err(e) = publisher.publish(subject, msg.into()).await {
+                    tracing::warn!(error = %e, "cluster bus publish failed");
+                }
+            }
+        });
+        NatsBus { client, tx, prefix, node }
+    }
+
+    /// Publish `[node id: 8 bytes][payload]` on `<prefix>.cluster.<what>`.
+    fn send(&self, what: &str, payload: &[u8]) {
+        let mut msg = Vec::with_capacity(8 + payload.len());
+        msg.extend_from_slice(&self.node.to_be_bytes());
+        msg.extend_from_slice(payload);
+        let _ = self.tx.send((bus_subject(&self.prefix, what), msg));
+    }
+}
+
+impl Broadcast for NatsBus {
+    fn invalidate(&self, inv: Invalidation) {
+        self.send("inval", encode_invalidation(&inv).as_bytes());
+    }
+
+    fn counters(&self, epoch: u64, values: &[(CounterKey, i64)], events: &[Event]) {
+        let mut chunks = values.chunks(COUNTERS_PER_MESSAGE);
+        // The events ride with the last chunk, after every value they may depend on.
+        let last = chunks.next_back().unwrap_or(&[]);
+        for c in chunks {
+            self.send("counts", &encode_counters(epoch, c, &[]));
+        }
+        for (i, ev) in events.chunks(COUNTERS_PER_MESSAGE).enumerate() {
+            self.send("counts", &encode_counters(epoch, if i == 0 { last } else { &[] }, ev));
+        }
+        if events.is_empty() && !last.is_empty() {
+            self.send("counts", &encode_counters(epoch, last, &[]));
+        }
+    }
+
+    fn notifications(&self, items: &[NotifItem]) {
+        if items.is_empty() {
+            return;
+        }
+        let lines: Vec<String> = items.iter().map(encode_item).collect();
+        self.send("live", lines.join("\n").as_bytes());
+    }
+}
+
+#[async_trait]
+impl Bus for NatsBus {
+    async fn subscribe(&self) -> StoreResult<Box<dyn BusInbox>> {
+        let sub = self
+            .client
+            .subscribe(bus_subject(&self.prefix, "*"))
+            .await
+            .map_err(|e| super::nats_err(format!("subscribing to the cluster bus: {e}")))?;
+        Ok(Box::new(NatsInbox {
+            sub,
+            node: self.node,
+            inval: bus_subject(&self.prefix, "inval"),
+            counts: bus_subject(&self.prefix, "counts"),
+        }))
+    }
+}
+
+/// A node's subscription to the bus.
+struct NatsInbox {
+    sub: async_nats::Subscriber,
+    node: u64,
+    inval: String,
+    counts: String,
+}
+
+#[async_trait]
+impl BusInbox for NatsInbox {
+    async fn recv(&mut self) -> Option<BusMessage> {
+        loop {
+            let msg = self.sub.next().await?;
+            let Some((from, body)) = msg.payload.split_first_chunk::<8>() else { continue };
+            if u64::from_be_bytes(*from) == self.node {
+                continue;
+            }
+            if msg.subject.as_str() == self.counts {
+                match decode_counters(body) {
+                    Some((epoch, values, events)) => {
+                        return Some(BusMessage::Counters { epoch, values, events });
+                    }
+                    None => {
+                        tracing::warn!("undecodable counter update on the cluster bus");
+                        continue;
+                    }
+                }
+            }
+            let Ok(text) = std::str::from_utf8(body) else { continue };
+            if msg.subject.as_str() == self.inval {
+                if let Some(inv) = decode_invalidation(text) {
+                    return Some(BusMessage::Invalidate(inv));
+                }
+            } else {
+                return Some(BusMessage::Notifications(text.lines().filter_map(decode_item).collect()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalidations_round_trip() {
+        for inv in [
+            Invalidation::Post(PostId(42)),
+            Invalidation::User(UserId(7)),
+            Invalidation::Follows(UserId(1)),
+            Invalidation::Settings(UserId(2)),
+            Invalidation::Blocks(UserId(3)),
+            Invalidation::Restrict(UserId(4), UserId(5)),
+            Invalidation::HiddenWords(UserId(6)),
+            Invalidation::Top(PostId(9)),
+            Invalidation::Comment(CommentId(10)),
+        ] {
+            assert_eq!(decode_invalidation(&encode_invalidation(&inv)), Some(inv));
+        }
+        assert_eq!(decode_invalidation("post"), None);
+        assert_eq!(decode_invalidation("post 1 2"), None);
+        assert_eq!(decode_invalidation("nope 1"), None);
+    }
+
+    #[test]
+    fn items_round_trip() {
+        let it = NotifItem {
+            id: 130,
+            key: NotifKey { recipient: UserId(7), post: PostId(42), kind: NotifKind::Replied },
+            comment: Some(CommentId(99)),
+            actor_count: 3,
+            recent: vec![UserId(1), UserId(2)],
+            updated_ms: 1_700_000_000_000,
+        };
+        assert_eq!(decode_item(&encode_item(&it)), Some(it.clone()));
+        let none = NotifItem { comment: None, recent: Vec::new(), ..it };
+        assert_eq!(decode_item(&encode_item(&none)), Some(none));
+        assert_eq!(decode_item("1 2 3"), None);
+    }
+
+    #[test]
+    fn counter_updates_round_trip() {
+        let values = vec![
+            (CounterKey { target: Target::post(42), field: CounterField::Likes }, 500),
+            (CounterKey { target: Target::comment(7), field: CounterField::Replies }, -1),
+        ];
+        let events = vec![Event::like(9, true, Target::comment(7), UserId(1), UserId(2), 1_000, 42)];
+        let b = encode_counters(77, &values, &events);
+        assert_eq!(decode_counters(&b), Some((77, values, events)));
+        assert_eq!(decode_counters(&b[..b.len() - 1]), None);
+        let mut longer = b.clone();
+        longer.push(0);
+        assert_eq!(decode_counters(&longer), None);
+    }
+}

@@ -1,0 +1,269 @@
+//! A durable JetStream pull consumer seen as an [`EventLog`].
+//!
+//! `read_after(after, n)` returns the delivered-but-uncommitted messages past `after`, then
+//! fetches more without waiting, with the stream sequence as each event's `seq`. A consumer
+//! calls `committed(upto)` once its effects are stored; only then are the messages
+//! acknowledged (cumulatively: `AckPolicy::All`) and forgotten, so a failed commit re-reads
+//! the same events from the same position.
+//!
+//! The authoritative position of a consumer is the offset it commits together with its
+//! effects (in PostgreSQL). On start the durable consumer is re-created at that offset + 1, so
+//! messages delivered but not applied before a crash come again, in order, and nothing is
+//! skipped or applied twice. Acks keep the server's view (pending counts, redelivery timers)
+//! in step for operators.
+
+use super::{JetStream, name_part, nats_err};
+use crate::postgres::outbox::unpack;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_trait::async_trait;
+use futures::StreamExt;
+use likewise_core::event::Event;
+use likewise_core::ports::EventLog;
+use likewise_core::{StoreError, StoreResult};
+use std::time::Duration;
+use tokio::sync::Mutex;
+
+/// The longest one fetch may take (a no-wait fetch answers in milliseconds).
+const FETCH_BOUND: Duration = Duration::from_secs(1);
+
+/// A consumer's view of the stream.
+pub struct StreamLog {
+    stream: JetStream,
+    durable: String,
+    filter: String,
+    state: Mutex<State>,
+}
+
+struct State {
+    consumer: PullConsumer,
+    /// Delivered messages not acknowledged yet, by stream sequence (ascending).
+    delivered: Vec<(u64, async_nats::jetstream::Message)>,
+    /// Consumer sequence of the last delivery seen (0: none since the consumer was created).
+    last_delivery: u64,
+}
+
+impl StreamLog {
+    /// A durable consumer `name` of the events matching `filter`, positioned after `offset`.
+    pub async fn durable(stream: &JetStream, name: &str, filter: String, offset: u64) -> StoreResult<Self> {
+        let durable = format!("{}_{}", name_part(&stream.prefix), name_part(name));
+        let consumer = position(stream, &durable, &filter, offset).await?;
+        Ok(StreamLog {
+            stream: stream.clone(),
+            durable,
+            filter,
+            state: Mutex::new(State { consumer, delivered: Vec::new(), last_delivery: 0 }),
+        })
+    }
+}
+
+/// (Re-)create the durable consumer so that its next delivery is the first message after
+/// `offset` (see the module docs). Deleting a consumer that does not exist yet is fine.
+async fn position(stream: &JetStream, durable: &str, filter: &str, offset: u64) -> StoreResult<PullConsumer> {
+    let s = stream.js.get_stream(&stream.stream_name).await.map_err(nats_err)?;
+    let _ = s.delete_consumer(durable).await;
+    s.create_consumer(pull::Config {
+        durable_name: Some(durable.to_string()),
+        filter_subject: filter.to_string(),
+        deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: offset + 1 },
+        ack_policy: AckPolicy::All,
+        ack_wait: Duration::from_secs(60),
+        max_ack_pending: 1_000_000,
+        ..Default::default()
+    })
+    .await
+    .map_err(nats_err)
+}
+
+/// What one fetch brought.
+enum Fetched {
+    Events(Vec<Event>),
+    /// A delivery this consumer never saw (its consumer sequence skipped one).
+    Gap {
+        expected: u64,
+        got: u64,
+    },
+}
+
+impl StreamLog {
+    async fn fetch_after(&self, st: &mut State, after: u64, max: usize) -> StoreResult<Fetched> {
+        // Delivered but not committed yet: served again (a failed commit retries from `after`).
+        let mut out = Vec::new();
+        for (seq, m) in st.delivered.iter().filter(|(s, _)| *s > after) {
+            if out.len() >= max {
+                break;
+            }
+            out.extend(unpack(&m.payload, |_| *seq)?);
+        }
+        if out.len() < max {
+            // Messages hold many events: ask for few; the caller loops while it gets some.
+            let msgs = (max - out.len()).div_ceil(64).clamp(1, 256);
+            // A no-wait fetch has no client-side expiry: when the server's answer is lost (seen
+            // after a worker failover) it would wait for the next message to be published, and
+            // a consumer with nothing new would hang. Bounded here; what the batch delivered
+            // after the bound is a gap the next read repositions over.
+            let deadline = tokio::time::Instant::now() + FETCH_BOUND;
+            let fetch = st.consumer.fetch().max_messages(msgs).messages();
+            let Ok(batch) = tokio::time::timeout_at(deadline, fetch).await else {
+                metrics::counter!("likewise_stream_fetch_timeouts_total").increment(1);
+                return Ok(Fetched::Events(out));
+            };
+            let mut batch = batch.map_err(nats_err)?;
+            loop {
+                let m = match tokio::time::timeout_at(deadline, batch.next()).await {
+                    Ok(Some(m)) => m,
+                    Ok(None) => break,
+                    Err(_) => {
+                        metrics::counter!("likewise_stream_fetch_timeouts_total").increment(1);
+                        break;
+                    }
+                };
+                let m = m.map_err(nats_err)?;
+                let info = m.info().map_err(nats_err)?;
+                let (seq, delivery) = (info.stream_sequence, info.consumer_sequence);
+                // Every delivery, redeliveries included, takes the next consumer sequence.
+                if delivery != st.last_delivery + 1 {
+                    return Ok(Fetched::Gap { expected: st.last_delivery + 1, got: delivery });
+                }
+                st.last_delivery = delivery;
+                if st.delivered.last().is_some_and(|(s, _)| *s >= seq) {
+                    continue; // a redelivery of something still buffered
+                }
+                if seq > after {
+                    out.extend(unpack(&m.payload, |_| seq)?);
+                }
+                st.delivered.push((seq, m));
+            }
+        }
+        if st.delivered.len() > 1_000_000 {
+            tracing::warn!(buffered = st.delivered.len(), "stream consumer holds many uncommitted events");
+        }
+        Ok(Fetched::Events(out))
+    }
+}
+
+#[async_trait]
+impl EventLog for StreamLog {
+    async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
+        let max = max.clamp(1, 10_000);
+        let mut st = self.state.lock().await;
+        match self.fetch_after(&mut st, after, max).await? {
+            Fetched::Events(out) => Ok(out),
+            Fetched::Gap { expected, got } => {
+                // A delivery went missing on the way (a fetch dropped mid-flight, say). With
+                // cumulative acks, acknowledging anything after it would acknowledge it too and
+                // its events would never be applied; waiting for its redelivery would cost
+                // `ack_wait`. So: start again right after the committed position, as on start.
+                tracing::warn!(consumer = %self.durable, expected, got, "stream delivery lost; repositioning");
+                metrics::counter!("likewise_stream_repositions_total").increment(1);
+                st.consumer = position(&self.stream, &self.durable, &self.filter, after).await?;
+                st.delivered.clear();
+                st.last_delivery = 0;
+                match self.fetch_after(&mut st, after, max).await? {
+                    Fetched::Events(out) => Ok(out),
+                    Fetched::Gap { .. } => {
+                        Err(StoreError::Engine("stream deliveries lost twice in a row".into()))
+                    }
+                }
+            }
+        }
+    }
+
+    async fn committed(&self, upto: u64) -> StoreResult<()> {
+        let mut st = self.state.lock().await;
+        if let Some(pos) = st.delivered.iter().rposition(|(seq, _)| *seq <= upto) {
+            // AckPolicy::All: acknowledging the last one acknowledges everything before it.
+            st.delivered[pos].1.ack().await.map_err(nats_err)?;
+            st.delivered.drain(..=pos);
+        }
+        Ok(())
+    }
+
+    async fn head(&self) -> StoreResult<u64> {
+        self.stream.head().await
+    }
+
+    async fn truncate(&self, _upto: u64) -> StoreResult<u64> {
+        // The stream's max_age bounds retention.
+        Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against the real NATS server on 127.0.0.1:4222 (`.ci/run` starts it); fails, never
+    //! skips, when it is unreachable. Each test has its own stream, deleted at the end.
+    use super::*;
+    use crate::stream::StreamOptions;
+    use likewise_core::ids::UserId;
+    use likewise_core::like::Target;
+
+    async fn stream() -> JetStream {
+        let prefix = format!("lwtest_log_{}_{}", std::process::id(), rand::random::<u32>());
+        JetStream::connect(&StreamOptions { prefix, ..Default::default() })
+            .await
+            .expect("NATS at 127.0.0.1:4222")
+    }
+
+    /// Publish `n` messages of 3 packed events each on partition 0 of shard 0; returns the
+    /// first event's actor of each message, in order.
+    async fn publish(s: &JetStream, n: u64) {
+        for m in 0..n {
+            let events: Vec<Event> = (0..3)
+                .map(|i| Event::like(0, true, Target::post(1), UserId(9), UserId(m * 3 + i), 0, 1))
+                .collect();
+            s.js.publish(s.partition_subject(0, 0), likewise_core::event::pack(&events).into())
+                .await
+                .expect("publish")
+                .await
+                .expect("ack");
+        }
+    }
+
+    /// A delivery the log never sees (here: taken by another client of the same durable
+    /// consumer, as a fetch dropped mid-flight would lose it) must not be skipped: cumulative
+    /// acks would otherwise acknowledge it with the next commit and its events would never be
+    /// applied. Every event must come through exactly once, in order.
+    #[tokio::test]
+    async fn a_lost_delivery_is_fetched_again_not_skipped() {
+        let s = stream().await;
+        let seen = tokio::time::timeout(Duration::from_secs(30), read_with_a_theft(&s)).await;
+        s.delete().await.expect("delete stream");
+        let (seen, stolen) = seen.expect("reads finish in time").expect("reads");
+        assert!(stolen, "the other client got a delivery");
+        assert_eq!(seen, (0..30).collect::<Vec<u64>>(), "every event once, in order");
+    }
+
+    async fn read_with_a_theft(s: &JetStream) -> StoreResult<(Vec<u64>, bool)> {
+        publish(s, 10).await;
+        let log = StreamLog::durable(s, "agg", s.shard_filter(0), 0).await?;
+        let mut seen: Vec<u64> = Vec::new();
+        let mut applied = 0;
+        let mut stolen = false;
+        for round in 0..40 {
+            if round == 2 {
+                // Someone else takes the next delivery of the same durable consumer and never
+                // acknowledges it.
+                let thief: PullConsumer =
+                    s.js.get_stream(&s.stream_name)
+                        .await
+                        .map_err(nats_err)?
+                        .get_consumer(&log.durable)
+                        .await
+                        .map_err(nats_err)?;
+                let mut batch = thief.fetch().max_messages(1).messages().await.map_err(nats_err)?;
+                stolen = batch.next().await.is_some();
+            }
+            // One message (three events) per read.
+            let got = log.read_after(applied, 3).await?;
+            if got.is_empty() && round > 2 {
+                break;
+            }
+            seen.extend(got.iter().map(|e| e.actor.0));
+            if let Some(e) = got.last() {
+                applied = e.seq;
+                log.committed(applied).await?;
+            }
+        }
+        Ok((seen, stolen))
+    }
+}

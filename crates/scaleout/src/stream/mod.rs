@@ -1,0 +1,199 @@
+//! The event stream on NATS JetStream (scale-out deployments).
+//!
+//! - One stream per deployment, `<PREFIX>_EVENTS`, subjects `<prefix>.events.<shard>.<part>`
+//!   where `part = post % PARTITIONS`: all of a post's events travel on one subject, in
+//!   outbox order, and each PostgreSQL shard's events can be consumed on their own.
+//! - [`JetStream`] is the `EventStream` port: the relay (`likewise-workers`) publishes each
+//!   shard's outbox rows through it in order, the row's `<shard>-<seq>` as the JetStream
+//!   message ID (the server drops a re-publish inside the duplicate window), and records the
+//!   acknowledged stream sequence on the row.
+//! - A message carries the events of one outbox row, packed; every event of a message has the
+//!   message's stream sequence as its position (consumers commit whole messages).
+//! - [`log`]: a durable pull consumer with explicit (cumulative) acks, seen through the
+//!   [`EventLog`] port, so the same workers (aggregator, notifier, ranker) run on the
+//!   embedded log and on the stream. Positions are stream sequences.
+//! - [`bus`]: the cluster bus on NATS core (the `Bus` port).
+//! - [`connect`]: URLs, TLS and credentials (user and password, token, creds file).
+
+pub mod bus;
+pub mod connect;
+pub mod log;
+
+use async_nats::jetstream;
+use async_nats::jetstream::context::Publish;
+use async_trait::async_trait;
+use likewise_core::event::Event;
+use likewise_core::ports::EventLog;
+use likewise_core::ports::cluster::{EventStream, OutboxRow, Scope};
+use likewise_core::{StoreError, StoreResult};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Subjects per shard: a post's events go to `post % PARTITIONS`.
+pub const PARTITIONS: u64 = 64;
+
+/// Map a NATS error to a store error.
+pub(crate) fn nats_err(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> StoreError {
+    StoreError::backend("nats", e)
+}
+
+/// Connection to the deployment's event stream.
+#[derive(Clone)]
+pub struct JetStream {
+    /// The core NATS client (also used for live fan-out between nodes).
+    pub client: async_nats::Client,
+    /// The JetStream context.
+    pub js: jetstream::Context,
+    /// Subject prefix (`likewise` by default).
+    pub prefix: String,
+    /// The stream's name.
+    pub stream_name: String,
+}
+
+/// Stream settings.
+#[derive(Clone)]
+pub struct StreamOptions {
+    /// NATS server URL(s): `nats://host:4222`, or `tls://user:password@host:4222` (or
+    /// `tls://token@host:4222`) for TLS with credentials; comma-separated for a cluster.
+    pub url: String,
+    /// The CA (PEM) the server's certificate must chain to; requires TLS. `None`: the
+    /// system's roots (for `tls://` URLs).
+    pub ca_file: Option<PathBuf>,
+    /// An NKEY/JWT credentials file (`.creds`), instead of credentials in the URL.
+    pub creds_file: Option<PathBuf>,
+    /// Prefix of subjects, stream and consumer names (tests isolate runs with it).
+    pub prefix: String,
+    /// How long events are kept in the stream.
+    pub max_age: Duration,
+    /// Window in which a re-published message ID is dropped as a duplicate.
+    pub duplicate_window: Duration,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            url: "nats://127.0.0.1:4222".into(),
+            ca_file: None,
+            creds_file: None,
+            prefix: "likewise".into(),
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            duplicate_window: Duration::from_secs(120),
+        }
+    }
+}
+
+impl std::fmt::Debug for StreamOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamOptions")
+            .field("url", &connect::redact(&self.url))
+            .field("ca_file", &self.ca_file)
+            .field("creds_file", &self.creds_file)
+            .field("prefix", &self.prefix)
+            .field("max_age", &self.max_age)
+            .field("duplicate_window", &self.duplicate_window)
+            .finish()
+    }
+}
+
+/// Stream and consumer names allow letters, digits, `-` and `_` only.
+pub fn name_part(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+}
+
+impl JetStream {
+    /// Connect (see [`connect`]) and make sure the stream exists.
+    pub async fn connect(opts: &StreamOptions) -> StoreResult<Self> {
+        let client = connect::open(opts).await?;
+        let js = jetstream::new(client.clone());
+        let prefix = opts.prefix.clone();
+        let stream_name = format!("{}_EVENTS", name_part(&prefix).to_uppercase());
+        js.get_or_create_stream(jetstream::stream::Config {
+            name: stream_name.clone(),
+            subjects: vec![format!("{prefix}.events.>")],
+            max_age: opts.max_age,
+            duplicate_window: opts.duplicate_window,
+            storage: jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .map_err(nats_err)?;
+        Ok(JetStream { client, js, prefix, stream_name })
+    }
+
+    /// The subject of one partition of a shard's events.
+    pub fn partition_subject(&self, shard: usize, part: u64) -> String {
+        format!("{}.events.{shard}.{part}", self.prefix)
+    }
+
+    /// Every event of one shard.
+    pub fn shard_filter(&self, shard: usize) -> String {
+        format!("{}.events.{shard}.*", self.prefix)
+    }
+
+    /// Every event.
+    pub fn all_filter(&self) -> String {
+        format!("{}.events.>", self.prefix)
+    }
+
+    /// The last stream sequence (0 when empty).
+    pub async fn head(&self) -> StoreResult<u64> {
+        let mut s = self.js.get_stream(&self.stream_name).await.map_err(nats_err)?;
+        Ok(s.info().await.map_err(nats_err)?.state.last_sequence)
+    }
+
+    /// Delete the stream and everything in it (tests clean up with it).
+    pub async fn delete(&self) -> StoreResult<()> {
+        self.js.delete_stream(&self.stream_name).await.map_err(nats_err)?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl EventStream for JetStream {
+    async fn publish(&self, shard: usize, rows: &[OutboxRow]) -> StoreResult<Vec<u64>> {
+        // Pipelined: every publish, then every acknowledgement.
+        let mut acks = Vec::with_capacity(rows.len());
+        for r in rows {
+            let ack = self
+                .js
+                .send_publish(
+                    self.partition_subject(shard, u64::from(r.part)),
+                    Publish::build().message_id(format!("{shard}-{}", r.seq)).payload(r.body.clone().into()),
+                )
+                .await
+                .map_err(nats_err)?;
+            acks.push(ack);
+        }
+        let mut seqs = Vec::with_capacity(acks.len());
+        for ack in acks {
+            seqs.push(ack.await.map_err(nats_err)?.sequence);
+        }
+        Ok(seqs)
+    }
+
+    async fn consumer(&self, name: &str, scope: Scope, offset: u64) -> StoreResult<Arc<dyn EventLog>> {
+        let filter = match scope {
+            Scope::Shard(s) => self.shard_filter(s),
+            Scope::All => self.all_filter(),
+        };
+        Ok(Arc::new(log::StreamLog::durable(self, name, filter, offset).await?))
+    }
+}
+
+/// The `events` port of a multi-shard PostgreSQL store: there is no single ordered log to
+/// read directly; consumers read the stream ([`log::StreamLog`]).
+pub struct NoDirectLog;
+
+#[async_trait]
+impl EventLog for NoDirectLog {
+    async fn read_after(&self, _after: u64, _max: usize) -> StoreResult<Vec<Event>> {
+        Err(StoreError::Engine("a sharded PostgreSQL store is read through the event stream".into()))
+    }
+    async fn head(&self) -> StoreResult<u64> {
+        Err(StoreError::Engine("a sharded PostgreSQL store is read through the event stream".into()))
+    }
+    async fn truncate(&self, _upto: u64) -> StoreResult<u64> {
+        Ok(0)
+    }
+}

@@ -1,0 +1,40 @@
+//! The listening half of the cluster bus: what other nodes announce, applied to this node's
+//! caches and live streams.
+
+use likewise_core::StoreResult;
+use likewise_core::ports::cluster::{Bus, BusMessage};
+use likewise_service::Engagement;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Join the cluster bus: announce this node's changes through `bus` from now on, and apply
+/// the other nodes' until shutdown.
+pub async fn join(
+    svc: &Arc<Engagement>,
+    bus: Arc<dyn Bus>,
+    shutdown: &watch::Receiver<bool>,
+) -> StoreResult<JoinHandle<()>> {
+    let mut inbox = bus.subscribe().await?;
+    svc.set_broadcast(bus);
+    let (svc, mut shutdown) = (svc.clone(), shutdown.clone());
+    Ok(tokio::spawn(async move {
+        loop {
+            let msg = tokio::select! {
+                m = inbox.recv() => match m { Some(m) => m, None => return },
+                _ = shutdown.changed() => return,
+            };
+            match msg {
+                BusMessage::Counters { epoch, values, events } => {
+                    svc.shared.apply_remote_counters(epoch, &values, &events)
+                }
+                BusMessage::Invalidate(inv) => svc.apply_invalidation(inv),
+                BusMessage::Notifications(items) => {
+                    if let Err(e) = svc.notifications.push_live(items).await {
+                        tracing::warn!(error = %e, "pushing remote notifications failed");
+                    }
+                }
+            }
+        }
+    }))
+}

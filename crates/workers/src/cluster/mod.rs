@@ -1,0 +1,183 @@
+//! Supervision of a scaled-out deployment's background work.
+//!
+//! - Worker role: per shard, under that shard's lease ([`lease`]; a second worker process is
+//!   a hot standby, never a second writer), the outbox relay, the counter aggregator and the
+//!   reverse-index writer ([`shard`]); under one more lease, the notifier.
+//! - API role: the top-comments refresher, fed by the aggregators' commits on the bus.
+//! - Every role: the cluster bus listener ([`bus`]).
+//!
+//! Everything here sees the engines through the ports of `likewise_core::ports::cluster`
+//! ([`ClusterPorts`]), wired by the binary from the scale-out engines.
+
+pub mod bus;
+pub mod lease;
+pub mod shard;
+
+use crate::AggregatorOptions;
+use crate::notifier::NotifierOptions;
+use likewise_core::ports::EventLog;
+use likewise_core::ports::cluster::{Bus, EventStream, LeaseName, Leases, Outbox, ReverseIndex, Scope};
+use likewise_service::Engagement;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use shard::counters_consumer;
+
+/// The deployment's coordination ports.
+#[derive(Clone)]
+pub struct ClusterPorts {
+    /// Who runs each shard's workers and the notifier.
+    pub leases: Arc<dyn Leases>,
+    /// The shards' outboxes.
+    pub outbox: Arc<dyn Outbox>,
+    /// The event stream.
+    pub stream: Arc<dyn EventStream>,
+    /// The user-keyed like index.
+    pub reverse: Arc<dyn ReverseIndex>,
+    /// The bus between nodes.
+    pub bus: Arc<dyn Bus>,
+}
+
+/// Options of the worker role.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The counter aggregators (each gets its shard's consumer name).
+    pub aggregator: AggregatorOptions,
+    /// The notifier.
+    pub notifier: NotifierOptions,
+    /// The event export, when a destination is configured.
+    pub export: Option<crate::export::Export>,
+    /// How long comment creates' `Idempotency-Key`s are kept ([`crate::key_expiry`]).
+    pub key_retention: Duration,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        WorkerOptions {
+            aggregator: AggregatorOptions::default(),
+            notifier: NotifierOptions::default(),
+            export: None,
+            key_retention: crate::key_expiry::DEFAULT_RETENTION,
+        }
+    }
+}
+
+/// Start the worker role's tasks: every shard's workers and the notifier, each under its
+/// lease.
+pub fn spawn_workers(
+    svc: &Arc<Engagement>,
+    ports: &ClusterPorts,
+    opts: &WorkerOptions,
+    shutdown: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for shard in 0..ports.outbox.shard_count() {
+        let (svc, p, agg) = (svc.clone(), ports.clone(), opts.aggregator.clone());
+        tasks.push(tokio::spawn(lease::leased(
+            ports.leases.clone(),
+            LeaseName::Shard(shard),
+            shutdown.clone(),
+            move |stop| shard::shard_workers(svc.clone(), p.clone(), agg.clone(), shard, stop),
+        )));
+    }
+    if let Some(export) = &opts.export {
+        let (svc, p, export) = (svc.clone(), ports.clone(), export.clone());
+        tasks.push(tokio::spawn(lease::leased(
+            ports.leases.clone(),
+            LeaseName::Export,
+            shutdown.clone(),
+            move |stop| {
+                let (svc, p, export) = (svc.clone(), p.clone(), export.clone());
+                async move {
+                    let counters = svc.stores().counters.clone();
+                    let log = async {
+                        let offset = counters.offset(crate::export::EXPORT).await?;
+                        p.stream.consumer(crate::export::EXPORT, Scope::All, offset).await
+                    }
+                    .await;
+                    match log {
+                        Ok(log) => crate::export::run(log, counters, export.sink, export.opts, stop).await,
+                        Err(e) => {
+                            tracing::error!(error = %e, "export not started");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                    }
+                }
+            },
+        )));
+    }
+    let (svc2, p2) = (svc.clone(), ports.clone());
+    tasks.push(tokio::spawn(lease::leased(
+        ports.leases.clone(),
+        LeaseName::Trending,
+        shutdown.clone(),
+        move |stop| {
+            let (svc, p) = (svc2.clone(), p2.clone());
+            async move {
+                let snapshots = svc.stores().snapshots.clone();
+                let started = async {
+                    let (offset, state) = crate::trending::load(&*snapshots).await?;
+                    let log =
+                        p.stream.consumer(likewise_service::trending::TRENDING, Scope::All, offset).await?;
+                    Ok::<_, likewise_core::StoreError>((log, (offset, state)))
+                }
+                .await;
+                match started {
+                    Ok((log, start)) => {
+                        crate::trending::run(log, snapshots, start, Default::default(), stop).await
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "trending not started");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        },
+    )));
+    // Every worker process expires keys: deleting what is already gone costs nothing, and a
+    // standby then needs no lease of its own for it.
+    tasks.push(tokio::spawn(crate::key_expiry::run(
+        svc.stores().idempotency.clone(),
+        opts.key_retention,
+        shutdown.clone(),
+    )));
+    let (svc, p, notifier) = (svc.clone(), ports.clone(), opts.notifier.clone());
+    tasks.push(tokio::spawn(lease::leased(
+        ports.leases.clone(),
+        LeaseName::Notifier,
+        shutdown.clone(),
+        move |stop| {
+            let (svc, p, opts) = (svc.clone(), p.clone(), notifier.clone());
+            async move {
+                let log = async {
+                    let offset = crate::notifier::Notifier::stored_offset(&svc).await?;
+                    p.stream.consumer("notifications", Scope::All, offset).await
+                }
+                .await;
+                match log {
+                    Ok(log) => crate::notifier::run_with(svc, opts, log, stop).await,
+                    Err(e) => {
+                        tracing::error!(error = %e, "notifier not started");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        },
+    )));
+    tasks
+}
+
+/// Start the API role's own consumer: the top-comments refresher, fed by the aggregators'
+/// commits on the cluster bus (after the counts they change, so re-ranking sees them).
+pub fn spawn_api(svc: &Arc<Engagement>, shutdown: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+    let log: Arc<dyn EventLog> = svc.shared.remote_events();
+    vec![tokio::spawn(crate::ranker::run_with(
+        svc.clone(),
+        crate::ranker::RankerOptions::default(),
+        log,
+        false,
+        shutdown.clone(),
+    ))]
+}

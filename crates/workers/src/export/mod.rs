@@ -1,0 +1,273 @@
+//! The export: publishes every event of the log, as the public JSON contract
+//! (`likewise_core::public_event`), to a destination other teams consume (Kafka).
+//!
+//! It is a consumer like the others, with its own offset (`export`). Each round reads a batch
+//! after the offset, hands it to the [`Sink`], and only once the sink reports every message
+//! acknowledged commits the offset (then tells the log, so a stream consumer may ack). A
+//! failure leaves the offset where it was, and the same events are sent again: delivery is at
+//! least once, and exactly once for a consumer that dedupes by `event_id`, which is stable
+//! across redelivery. Messages are keyed by `post_id`, so one post's events stay in order on
+//! one partition.
+//!
+//! On the embedded engine the aggregator does not truncate the log past the export's offset
+//! (see `AggregatorOptions::hold_for`), so a broker outage of any length loses nothing. On the
+//! scale-out engine the stream's retention bounds how long an outage may last.
+
+#[cfg(feature = "kafka")]
+pub mod kafka;
+
+use async_trait::async_trait;
+use likewise_core::ports::{CounterStore, EventLog};
+use likewise_core::public_event::{PublicEvent, public_events};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Consumer (offset) name of the export.
+pub const EXPORT: &str = "export";
+
+/// One message for the destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The partitioning key: the post ID, decimal.
+    pub key: String,
+    /// The event as JSON.
+    pub value: Vec<u8>,
+}
+
+/// Why a batch was not (wholly) acknowledged.
+#[derive(Debug, thiserror::Error)]
+#[error("export destination: {0}")]
+pub struct SinkError(pub String);
+
+/// An export destination.
+#[async_trait]
+pub trait Sink: Send + Sync {
+    /// Send `batch` in order; Ok only once the destination acknowledged every message. On an
+    /// error some messages may have been delivered: the caller sends the whole batch again.
+    async fn send(&self, batch: &[Message]) -> Result<(), SinkError>;
+    /// A name for logs and metrics.
+    fn name(&self) -> &'static str;
+}
+
+/// Export tuning.
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    /// Most events per batch.
+    pub batch: usize,
+    /// Pause when there was nothing to send.
+    pub idle: Duration,
+    /// First pause after a failure (doubles up to `max_backoff`).
+    pub backoff: Duration,
+    /// Longest pause after failures.
+    pub max_backoff: Duration,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        ExportOptions {
+            batch: 5_000,
+            idle: Duration::from_millis(20),
+            backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A configured destination and its tuning: what the embedded process or a worker role runs.
+#[derive(Clone)]
+pub struct Export {
+    /// Where events go.
+    pub sink: Arc<dyn Sink>,
+    /// Tuning.
+    pub opts: ExportOptions,
+}
+
+impl std::fmt::Debug for Export {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Export").field("sink", &self.sink.name()).field("opts", &self.opts).finish()
+    }
+}
+
+/// The messages for a run of events (whole messages of the log, in order).
+pub fn messages(events: &[likewise_core::event::Event]) -> Vec<Message> {
+    public_events(events).iter().map(message).collect()
+}
+
+fn message(e: &PublicEvent) -> Message {
+    Message {
+        key: e.post_id.clone(),
+        value: serde_json::to_vec(e).expect("a public event always serializes"),
+    }
+}
+
+/// One round: read after `offset`, send, commit. Returns how many events were exported.
+pub async fn export_once(
+    log: &dyn EventLog,
+    offsets: &dyn CounterStore,
+    sink: &dyn Sink,
+    offset: &mut u64,
+    batch: usize,
+) -> Result<usize, SinkError> {
+    let events =
+        log.read_after(*offset, batch).await.map_err(|e| SinkError(format!("reading the log: {e}")))?;
+    let Some(last) = events.last() else {
+        publish_lag(log, *offset, None).await;
+        return Ok(0);
+    };
+    let (upto, oldest_ms) = (last.seq, events[0].ts_ms);
+    sink.send(&messages(&events)).await?;
+    offsets
+        .apply_deltas(EXPORT, upto, &[])
+        .await
+        .map_err(|e| SinkError(format!("committing the export offset: {e}")))?;
+    log.committed(upto).await.map_err(|e| SinkError(format!("acknowledging the log: {e}")))?;
+    *offset = upto;
+    metrics::counter!("likewise_export_events_total").increment(events.len() as u64);
+    publish_lag(log, upto, Some(oldest_ms)).await;
+    Ok(events.len())
+}
+
+/// `likewise_export_lag_events`: log positions not exported yet (on the scale-out engine a
+/// position is a stream message, which may hold several events); `likewise_export_lag_seconds`:
+/// the age of the oldest event of the last batch sent while a backlog remained, else 0.
+async fn publish_lag(log: &dyn EventLog, offset: u64, oldest_ms: Option<u64>) {
+    let head = log.head().await.unwrap_or(offset);
+    let behind = head.saturating_sub(offset);
+    metrics::gauge!("likewise_export_lag_events").set(behind as f64);
+    let age = match oldest_ms {
+        Some(ms) => likewise_service::now_ms().saturating_sub(ms) as f64 / 1000.0,
+        None => 0.0,
+    };
+    metrics::gauge!("likewise_export_lag_seconds").set(age);
+}
+
+/// Export until `shutdown`, resuming from the stored offset. A failed round is retried with
+/// a growing pause; nothing is skipped.
+pub async fn run(
+    log: Arc<dyn EventLog>,
+    offsets: Arc<dyn CounterStore>,
+    sink: Arc<dyn Sink>,
+    opts: ExportOptions,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut offset = match offsets.offset(EXPORT).await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!(error = %e, "export cannot read its offset; not started");
+            return;
+        }
+    };
+    tracing::info!(offset, sink = sink.name(), "export started");
+    let mut backoff = opts.backoff;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let pause = match export_once(&*log, &*offsets, &*sink, &mut offset, opts.batch).await {
+            Ok(n) if n > 0 => {
+                backoff = opts.backoff;
+                continue;
+            }
+            Ok(_) => opts.idle,
+            Err(e) => {
+                tracing::warn!(error = %e, offset, "export round failed; retrying the same events");
+                metrics::counter!("likewise_export_failures_total").increment(1);
+                let p = backoff;
+                backoff = (backoff * 2).min(opts.max_backoff);
+                p
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use likewise_core::StoreResult;
+    use likewise_core::event::Event;
+    use likewise_core::ids::UserId;
+    use likewise_core::like::Target;
+    use likewise_store::testing;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A log over a fixed list of events.
+    struct VecLog(Vec<Event>);
+    #[async_trait]
+    impl EventLog for VecLog {
+        async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
+            Ok(self.0.iter().filter(|e| e.seq > after).take(max).copied().collect())
+        }
+        async fn head(&self) -> StoreResult<u64> {
+            Ok(self.0.last().map_or(0, |e| e.seq))
+        }
+        async fn truncate(&self, _: u64) -> StoreResult<u64> {
+            Ok(0)
+        }
+    }
+
+    /// A sink that fails every `fail_every`-th call after delivering half the batch.
+    struct Flaky {
+        got: Mutex<Vec<Message>>,
+        calls: AtomicUsize,
+        fail_every: usize,
+    }
+    #[async_trait]
+    impl Sink for Flaky {
+        async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut got = self.got.lock().expect("lock");
+            if n.is_multiple_of(self.fail_every) {
+                got.extend_from_slice(&batch[..batch.len() / 2]);
+                return Err(SinkError("broker went away".into()));
+            }
+            got.extend_from_slice(batch);
+            Ok(())
+        }
+        fn name(&self) -> &'static str {
+            "flaky"
+        }
+    }
+
+    #[tokio::test]
+    async fn every_event_arrives_and_failures_only_duplicate() {
+        let dir = testing::scratch_dir();
+        let store = testing::open_small(dir.path());
+        let events: Vec<Event> = (1..=1_000u64)
+            .map(|s| Event::like(s, s % 3 != 0, Target::post(s % 7), UserId(1), UserId(s), 1_000 + s, s % 7))
+            .collect();
+        let log = VecLog(events.clone());
+        let sink = Flaky { got: Mutex::new(Vec::new()), calls: AtomicUsize::new(0), fail_every: 3 };
+        let mut offset = 0;
+        let mut rounds = 0;
+        while offset < 1_000 {
+            let _ = export_once(&log, &*store.counters, &sink, &mut offset, 64).await;
+            rounds += 1;
+            assert!(rounds < 1_000, "no progress");
+        }
+        assert_eq!(store.counters.offset(EXPORT).await.expect("offset"), 1_000);
+        let got = sink.got.lock().expect("lock").clone();
+        assert!(got.len() > 1_000, "the failures must have re-sent something");
+        // After dedupe by event_id: each event exactly once, and per post in log order.
+        let mut seen = std::collections::HashSet::new();
+        let mut per_post: std::collections::HashMap<String, Vec<u64>> = Default::default();
+        for m in &got {
+            let v: serde_json::Value = serde_json::from_slice(&m.value).expect("json");
+            let id = v["event_id"].as_str().expect("id").to_string();
+            assert_eq!(v["post_id"].as_str(), Some(m.key.as_str()), "keyed by post");
+            if seen.insert(id.clone()) {
+                let seq: u64 = id.split('.').next().expect("seq").parse().expect("num");
+                per_post.entry(m.key.clone()).or_default().push(seq);
+            }
+        }
+        assert_eq!(seen.len(), 1_000);
+        for seqs in per_post.values() {
+            assert!(seqs.windows(2).all(|w| w[0] < w[1]), "a post's events out of order");
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Supervision of the single-node deployment's background work: everything `likewise serve`
+//! runs beside its HTTP server on the embedded store, started together and joined on stop.
+//!
+//! - the counter aggregator (it also applies reconciliation repairs);
+//! - the notifier;
+//! - the trending consumer (starting from its saved snapshot);
+//! - the event export, when a destination is configured;
+//! - the top-comments ranker;
+//! - the expiry of comment creates' `Idempotency-Key`s ([`crate::key_expiry`]);
+//! - the [`flusher`]: deferred live pushes and unique-view sketches, once a second.
+//!
+//! Every task ends when the shutdown channel flips; [`Tasks::join`] waits for each in turn
+//! and logs the ones that failed, so a graceful stop drains them all before the store is
+//! persisted. The scaled-out roles are supervised by [`crate::cluster`] and share the
+//! [`flusher`].
+
+use crate::Aggregator;
+use crate::cluster::WorkerOptions;
+use crate::ranker::RankerOptions;
+use likewise_service::Engagement;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Named background tasks, joined in start order.
+#[derive(Default)]
+pub struct Tasks(Vec<(&'static str, JoinHandle<()>)>);
+
+impl Tasks {
+    /// Add a task under a name (the name is what a failure is logged with).
+    pub fn push(&mut self, name: &'static str, task: JoinHandle<()>) {
+        self.0.push((name, task));
+    }
+
+    /// Add unnamed tasks (a role's tasks, logged as `name`).
+    pub fn extend(&mut self, name: &'static str, tasks: impl IntoIterator<Item = JoinHandle<()>>) {
+        self.0.extend(tasks.into_iter().map(|t| (name, t)));
+    }
+
+    /// Wait for every task; a task that panicked is logged, not propagated, so the others
+    /// still drain.
+    pub async fn join(self) {
+        for (name, task) in self.0 {
+            if let Err(e) = task.await {
+                tracing::error!(error = %e, task = name, "background task failed");
+            }
+        }
+    }
+}
+
+/// Start everything the single-node service runs beside its HTTP server.
+pub fn spawn(
+    svc: &Arc<Engagement>,
+    aggregator: Aggregator,
+    opts: WorkerOptions,
+    shutdown: &watch::Receiver<bool>,
+) -> Tasks {
+    let mut tasks = Tasks::default();
+    tasks.push("aggregator", tokio::spawn(aggregator.run(shutdown.clone())));
+    tasks.push("notifier", tokio::spawn(crate::notifier::run(svc.clone(), opts.notifier, shutdown.clone())));
+    tasks.push("trending", trending(svc, shutdown.clone()));
+    if let Some(export) = opts.export {
+        let stores = svc.stores();
+        tasks.push(
+            "export",
+            tokio::spawn(crate::export::run(
+                stores.events.clone(),
+                stores.counters.clone(),
+                export.sink,
+                export.opts,
+                shutdown.clone(),
+            )),
+        );
+    }
+    tasks.push(
+        "ranker",
+        tokio::spawn(crate::ranker::run(svc.clone(), RankerOptions::default(), shutdown.clone())),
+    );
+    let keys = svc.stores().idempotency.clone();
+    tasks
+        .push("key_expiry", tokio::spawn(crate::key_expiry::run(keys, opts.key_retention, shutdown.clone())));
+    tasks.push("flusher", flusher(svc, shutdown.clone()));
+    tasks
+}
+
+/// The trending consumer, from its saved state.
+fn trending(svc: &Arc<Engagement>, stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    let stores = svc.stores();
+    let (log, snapshots) = (stores.events.clone(), stores.snapshots.clone());
+    tokio::spawn(async move {
+        match crate::trending::load(&*snapshots).await {
+            Ok(start) => crate::trending::run(log, snapshots, start, Default::default(), stop).await,
+            Err(e) => tracing::error!(error = %e, "trending not started"),
+        }
+    })
+}
+
+/// Once a second: send the live pushes deferred by the per-recipient limit, and write the
+/// unique-view sketches. Ends on shutdown; the caller makes the final view flush after the
+/// HTTP server drained (views recorded meanwhile would otherwise be lost).
+pub fn flusher(svc: &Arc<Engagement>, stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    let svc = svc.clone();
+    let mut ticker = crate::Ticker::new(Duration::from_secs(1), stop);
+    tokio::spawn(async move {
+        while ticker.next().await {
+            svc.notifications.flush_deferred_pushes();
+            if let Err(e) = svc.views.flush().await {
+                tracing::warn!(error = %e, "flushing view sketches failed");
+            }
+        }
+    })
+}

@@ -1,0 +1,99 @@
+//! The trending consumer: folds like and comment events into per-post one-minute windows
+//! (`likewise_core::trending`) and saves them, with both rankings, as one snapshot together
+//! with its offset (`SnapshotStore`), every `save_every`.
+//!
+//! It survives restarts (it resumes from the snapshot and its offset), and it is replayable:
+//! delete the `trending` snapshot and it rebuilds from the start of the log's retention.
+//! Replaying an event it already folded is impossible: state and offset move in one write.
+
+use likewise_core::StoreResult;
+use likewise_core::ports::{EventLog, SnapshotStore};
+use likewise_core::trending::Trending;
+use likewise_service::trending::TRENDING;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Trending tuning.
+#[derive(Debug, Clone)]
+pub struct TrendingOptions {
+    /// How often new events are folded in and the snapshot saved.
+    pub save_every: Duration,
+    /// Events read per log call.
+    pub read_chunk: usize,
+}
+
+impl Default for TrendingOptions {
+    fn default() -> Self {
+        TrendingOptions { save_every: Duration::from_secs(1), read_chunk: 16_384 }
+    }
+}
+
+/// The saved state and its offset (empty at 0 when none was saved, or it cannot be read).
+pub async fn load(snapshots: &dyn SnapshotStore) -> StoreResult<(u64, Trending)> {
+    Ok(match snapshots.load_snapshot(TRENDING).await? {
+        Some((offset, body)) => match Trending::decode(&body) {
+            Some(t) => (offset, t),
+            None => {
+                tracing::warn!("trending snapshot unreadable; rebuilding from the log");
+                (0, Trending::default())
+            }
+        },
+        None => (0, Trending::default()),
+    })
+}
+
+/// One round: fold in everything new, prune, save. Returns the events folded in.
+pub async fn round(
+    log: &dyn EventLog,
+    snapshots: &dyn SnapshotStore,
+    state: &mut Trending,
+    offset: &mut u64,
+    read_chunk: usize,
+) -> StoreResult<usize> {
+    let mut n = 0;
+    let mut upto = *offset;
+    loop {
+        let events = log.read_after(upto, read_chunk).await?;
+        for e in &events {
+            state.apply(e);
+        }
+        n += events.len();
+        match events.last() {
+            Some(last) => upto = last.seq,
+            None => break,
+        }
+        if events.len() < read_chunk || n >= 1_000_000 {
+            break;
+        }
+    }
+    let now = likewise_service::now_ms();
+    state.prune(now);
+    snapshots.save_snapshot(TRENDING, upto, &state.encode(now)).await?;
+    *offset = upto;
+    log.committed(upto).await?;
+    metrics::counter!("likewise_trending_events_total").increment(n as u64);
+    metrics::gauge!("likewise_trending_posts").set(state.len() as f64);
+    Ok(n)
+}
+
+/// Run from `(offset, state)` (see [`load`]) until shutdown.
+pub async fn run(
+    log: Arc<dyn EventLog>,
+    snapshots: Arc<dyn SnapshotStore>,
+    (mut offset, mut state): (u64, Trending),
+    opts: TrendingOptions,
+    shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = crate::Ticker::new(opts.save_every, shutdown);
+    while ticker.next().await {
+        if let Err(e) = round(&*log, &*snapshots, &mut state, &mut offset, opts.read_chunk).await {
+            tracing::warn!(error = %e, "trending round failed; retrying");
+            // The state may hold events past the saved offset: start again from the snapshot.
+            match load(&*snapshots).await {
+                Ok((o, t)) => (offset, state) = (o, t),
+                Err(e) => tracing::warn!(error = %e, "reloading the trending snapshot failed"),
+            }
+        }
+    }
+}
