@@ -296,7 +296,7 @@ impl Default for CacheConfig {
             redis_ca_file: None,
             redis_prefix: "likewise".into(),
             hot_replicas: 4,
-            own_likes_shards: 64,
+            own_likes_shards: 16,
             cluster_count_refresh_ms: 250,
         }
     }
@@ -708,7 +708,7 @@ mod tests {
     #[test]
     fn own_likes_shards_are_checked() {
         let mut c = Config::default();
-        assert_eq!(c.cache.own_likes_shards, 64);
+        assert_eq!(c.cache.own_likes_shards, 16);
         for bad in [0, 65_537] {
             c.cache.own_likes_shards = bad;
             let e = c.validate().expect_err("out of range");

@@ -471,3 +471,50 @@ async fn held_notifications_are_released_after_a_failover_without_later_traffic(
         d.cleanup().await;
     }
 }
+
+/// Each API node keeps its own sketch of a post's viewers; the store merges the flushed
+/// sketches and insights fold the merged one in, so either node counts every node's viewers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_viewers_over_two_api_nodes_are_counted_from_either_node() {
+    let d = Deployment::new().await;
+    let _worker = d.start("worker");
+    let (a, b) = (d.start("api"), d.start("api"));
+    let bases = Arc::new(vec![a.base.clone(), b.base.clone()]);
+    let c = Client::new();
+    put_post(&c, &a.base, 44, 7).await;
+    const VIEWERS: u64 = 2_000;
+    let mut tasks = Vec::new();
+    for w in 0..8u64 {
+        let (c, bases) = (c.clone(), bases.clone());
+        tasks.push(tokio::spawn(async move {
+            for user in (20_000 + w..20_000 + VIEWERS).step_by(8) {
+                // Each viewer on one node (by parity), and once more on it: a repeat view.
+                let base = &bases[(user % 2) as usize];
+                for _ in 0..2 {
+                    let (st, v) = c
+                        .call(base, Method::POST, "/v1/posts/44/views", user, false, "")
+                        .await
+                        .expect("view");
+                    assert_eq!(st, 204, "{v}");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("join");
+    }
+    for base in bases.iter() {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (st, v) =
+                c.call(base, Method::GET, "/v1/posts/44/insights", 7, false, "").await.expect("insights");
+            assert_eq!(st, 200, "{v}");
+            let uniques = v["unique_viewers"].as_u64().expect("unique_viewers") as f64;
+            if (uniques - VIEWERS as f64).abs() / VIEWERS as f64 <= 0.03 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{base}: unique_viewers {uniques}, want {VIEWERS} within 3%");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}

@@ -24,6 +24,7 @@ use likewise_core::comment::spam::{SpamSignals, spam_score};
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -219,22 +220,51 @@ impl Ranking {
         list: &TopList,
     ) -> ServiceResult<(Vec<CommentId>, Vec<CommentId>)> {
         let pins = self.review.pins(post).await?;
-        // At most three pins: found among the candidates by a scan; pins outside them (older
-        // than the ranked window) are read through the record cache.
-        let candidate = |p: &CommentId| list.ranked.iter().find(|c| c.id == *p);
-        let outside: Vec<CommentId> = pins.iter().copied().filter(|p| candidate(p).is_none()).collect();
-        let outside_recs = self.upstream.comment_records(&outside).await?;
-        let outside_seen: Vec<CommentId> = outside
-            .iter()
-            .zip(&outside_recs)
-            .filter(|(_, r)| r.as_ref().is_some_and(|r| as_seen_by(reader, r).is_some()))
-            .map(|(id, _)| *id)
-            .collect();
-        let seen = |c: &Candidate| seen_by(reader, c.author, list.post_author, c.status);
+        let outside_seen = self.pins_seen_outside(reader, &[(list, &pins)]).await?;
         let followees = self.upstream.followees(reader.user).await?;
+        self.order_for(reader, list, pins, &outside_seen, &followees).await
+    }
+
+    /// Of the pins that are not among their post's candidates (older than the ranked window),
+    /// those the viewer may see: one batched record read for every post given.
+    async fn pins_seen_outside(
+        &self,
+        reader: Reader,
+        posts: &[(&TopList, &Vec<CommentId>)],
+    ) -> ServiceResult<HashSet<CommentId>> {
+        let outside: Vec<CommentId> = posts
+            .iter()
+            .flat_map(|(list, pins)| pins.iter().filter(|p| !list.ranked.iter().any(|c| c.id == **p)))
+            .copied()
+            .collect();
+        if outside.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let recs = self.upstream.comment_records(&outside).await?;
+        Ok(outside
+            .into_iter()
+            .zip(recs)
+            .filter(|(_, r)| r.as_ref().is_some_and(|r| as_seen_by(reader, r).is_some()))
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// [`Ranking::viewer_order`] once pins, their visibility and the followees are known.
+    async fn order_for(
+        &self,
+        reader: Reader,
+        list: &TopList,
+        pins: Vec<CommentId>,
+        outside_seen: &HashSet<CommentId>,
+        followees: &HashSet<UserId>,
+    ) -> ServiceResult<(Vec<CommentId>, Vec<CommentId>)> {
+        // At most three pins: found among the candidates by a scan.
+        let candidate = |p: &CommentId| list.ranked.iter().find(|c| c.id == *p);
+        let seen = |c: &Candidate| seen_by(reader, c.author, list.post_author, c.status);
         let mut scored: Vec<(CommentId, f64)> = Vec::with_capacity(list.ranked.len());
         for c in list.ranked.iter().filter(|c| seen(c)) {
             if c.status.is_deleted() {
+                // Rare: a deleted comment shown as a placeholder while it has visible replies.
                 let r = self.upstream.comment_records(&[c.id]).await?.pop().flatten();
                 let Some(r) = r else { continue };
                 if !self.comments.placeholder_shown(reader, &r).await? {
@@ -329,37 +359,62 @@ impl Ranking {
 
     /// The top two comments of each post for the viewer (feed previews). Only the best ten
     /// ranked candidates and the pins are considered, to keep a feed page cheap.
+    ///
+    /// Batched over the whole page: one read of every post's pins, one record read of the
+    /// pins outside the candidates, one of the previews, and one decoration (counts, the
+    /// viewer's likes, names) for all of them. Rankings come from the cache; a post whose
+    /// ranking is not cached costs its computation (the ranker keeps read posts cached).
     pub async fn previews(
         &self,
         reader: Reader,
         posts: &[(PostId, i64)],
     ) -> ServiceResult<Vec<Vec<CommentView>>> {
-        let mut out = Vec::with_capacity(posts.len());
-        for (post, comment_count) in posts {
-            if *comment_count <= 0 {
-                out.push(Vec::new());
-                continue;
-            }
-            let list = self.top_list(*post).await?;
-            let short = TopList {
+        let with: Vec<PostId> = posts.iter().filter(|(_, n)| *n > 0).map(|(p, _)| *p).collect();
+        let mut out: Vec<Vec<CommentView>> = vec![Vec::new(); posts.len()];
+        if with.is_empty() {
+            return Ok(out);
+        }
+        let lists = futures::future::try_join_all(with.iter().map(|p| self.top_list(*p))).await?;
+        let shorts: Vec<TopList> = lists
+            .iter()
+            .map(|list| TopList {
                 post_author: list.post_author,
                 ranked: list.ranked.iter().take(10).copied().collect(),
                 floor: list.floor,
                 more: list.more,
-            };
-            let (order, pins) = self.viewer_order(reader, *post, &short).await?;
-            let ids: Vec<CommentId> = order.into_iter().take(2).collect();
-            let recs = self
-                .upstream
-                .comment_records(&ids)
-                .await?
-                .into_iter()
-                .flatten()
-                .filter_map(|r| as_seen_by(reader, &r))
-                .collect();
-            let mut views = self.comments.decorate(reader, recs).await?;
-            Self::mark_pins(&pins, &mut views);
-            out.push(views);
+            })
+            .collect();
+        let (pins, followees) =
+            tokio::join!(self.shared.stores.moderation.pins_of(&with), self.upstream.followees(reader.user));
+        let (pins, followees) = (pins?, followees?);
+        let pairs: Vec<(&TopList, &Vec<CommentId>)> = shorts.iter().zip(&pins).collect();
+        let outside_seen = self.pins_seen_outside(reader, &pairs).await?;
+        let mut chosen: Vec<(PostId, Vec<CommentId>, Vec<CommentId>)> = Vec::with_capacity(with.len());
+        for ((post, short), pins) in with.iter().zip(&shorts).zip(pins) {
+            let (order, pins) = self.order_for(reader, short, pins, &outside_seen, &followees).await?;
+            chosen.push((*post, order.into_iter().take(2).collect(), pins));
+        }
+        let ids: Vec<CommentId> = chosen.iter().flat_map(|(_, ids, _)| ids.iter().copied()).collect();
+        let recs: Vec<_> = self
+            .upstream
+            .comment_records(&ids)
+            .await?
+            .into_iter()
+            .flatten()
+            .filter_map(|r| as_seen_by(reader, &r))
+            .collect();
+        let mut views: HashMap<CommentId, CommentView> =
+            self.comments.decorate(reader, recs).await?.into_iter().map(|v| (v.record.id, v)).collect();
+        let mut previews: HashMap<PostId, Vec<CommentView>> = HashMap::with_capacity(chosen.len());
+        for (post, ids, pins) in chosen {
+            let mut list: Vec<CommentView> = ids.iter().filter_map(|id| views.remove(id)).collect();
+            Self::mark_pins(&pins, &mut list);
+            previews.insert(post, list);
+        }
+        for (slot, (post, _)) in out.iter_mut().zip(posts) {
+            if let Some(list) = previews.remove(post) {
+                *slot = list;
+            }
         }
         Ok(out)
     }

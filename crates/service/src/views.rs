@@ -148,7 +148,20 @@ impl Views {
             return Err(ServiceError::Forbidden("insights are for the post's author only".into()));
         }
         self.load_sketch(post).await?;
-        let unique_viewers = self.sketches.lock().get(&post).map_or(0, |s| s.hll.count() as u64);
+        // Other API nodes flush their own sketches of this post, which the store merges: fold
+        // the stored union into ours so every node answers with all nodes' viewers (the union
+        // is idempotent, so merging our own flushed registers back changes nothing).
+        let stored = self.shared.stores.views.load_views(post).await?.and_then(restore);
+        let unique_viewers = {
+            let mut map = self.sketches.lock();
+            let s = map.entry(post).or_insert_with(|| Sketch { hll: empty(), dirty: false });
+            if let Some(stored) = &stored
+                && s.hll.union(stored).is_err()
+            {
+                tracing::warn!(post = post.0, "stored view sketch of another size; not merged");
+            }
+            s.hll.count() as u64
+        };
         // Straight from the counters, not the display cache: the author gets the exact value.
         let c = self.shared.stores.counters.counts(&[Target::post(post.0)]).await?[0];
         Ok(Insights { like_count: c.likes.max(0), comment_count: c.comments.max(0), unique_viewers })

@@ -394,6 +394,11 @@ pub async fn pins_keep_their_order(s: &Stores) {
     m.set_pins(PostId(1), &pins).await.expect("pin");
     assert_eq!(m.pins(PostId(1)).await.expect("pins"), pins.to_vec());
     assert!(m.pins(PostId(2)).await.expect("other post").is_empty());
+    m.set_pins(PostId(3), &[CommentId(5)]).await.expect("pin another post");
+    // One batched read, in the order asked (repeats and posts without pins included).
+    let many = m.pins_of(&[PostId(3), PostId(2), PostId(1), PostId(3)]).await.expect("pins_of");
+    assert_eq!(many, vec![vec![CommentId(5)], vec![], pins.to_vec(), vec![CommentId(5)]]);
+    assert!(m.pins_of(&[]).await.expect("none").is_empty());
     m.set_pins(PostId(1), &[CommentId(10)]).await.expect("replace");
     assert_eq!(m.pins(PostId(1)).await.expect("pins"), vec![CommentId(10)]);
     m.set_pins(PostId(1), &[]).await.expect("clear");

@@ -241,6 +241,9 @@ pub trait ModerationStore: Send + Sync {
     async fn set_pins(&self, post: PostId, pins: &[CommentId]) -> StoreResult<()>;
     /// A post's pinned comments, in pin order.
     async fn pins(&self, post: PostId) -> StoreResult<Vec<CommentId>>;
+    /// The pinned comments of each post, in `posts` order: one batched read (a feed page's
+    /// previews need every post's pins).
+    async fn pins_of(&self, posts: &[PostId]) -> StoreResult<Vec<Vec<CommentId>>>;
     /// Pin (or unpin) one comment: the post's pins are read, changed by
     /// [`crate::comment::pins::change_pins`] and written as one atomic step, so concurrent
     /// changes of one post's pins apply one after the other. Returns what the rule decided.

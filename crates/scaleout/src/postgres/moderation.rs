@@ -163,6 +163,30 @@ impl ModerationStore for PgStore {
         Ok(ids.into_iter().map(|v| CommentId(u(v))).collect())
     }
 
+    async fn pins_of(&self, posts: &[PostId]) -> StoreResult<Vec<Vec<CommentId>>> {
+        // One query per shard that holds any of the posts, all shards at once.
+        let mut by_shard: HashMap<usize, Vec<i64>> = HashMap::new();
+        for post in posts {
+            by_shard.entry(self.shard_of_post(*post)).or_default().push(i(post.0));
+        }
+        let found = try_join_all(by_shard.into_iter().map(|(shard, ids)| async move {
+            let c = self.conn(shard).await?;
+            let rows = c
+                .query("SELECT post_id, comments FROM pins WHERE post_id = ANY($1)", &[&ids])
+                .await
+                .map_err(pg_err)?;
+            Ok::<_, StoreError>(rows.into_iter().map(|r| (u(r.get(0)), r.get::<_, Vec<i64>>(1))))
+        }))
+        .await?;
+        let pins: HashMap<u64, Vec<i64>> = found.into_iter().flatten().collect();
+        Ok(posts
+            .iter()
+            .map(|p| {
+                pins.get(&p.0).map(|ids| ids.iter().map(|v| CommentId(u(*v))).collect()).unwrap_or_default()
+            })
+            .collect())
+    }
+
     async fn change_pin(&self, post: PostId, comment: CommentId, pin: bool) -> StoreResult<PinChange> {
         let mut c = self.conn(self.shard_of_post(post)).await?;
         let tx = c.transaction().await.map_err(pg_err)?;

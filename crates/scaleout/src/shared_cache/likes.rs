@@ -160,40 +160,53 @@ local function later(a, b)
   if #a ~= #b then return #a > #b end
   return a > b
 end
--- In slices: Lua passes at most a few thousand values to one call.
+-- Lua passes at most a few thousand values to one call: long lists go in slices (a
+-- pipeline's share of one shard is usually a few dozen fields, one call).
 local function sliced(cmd, key, list)
+  local out = {}
   for s = 1, #list, 1000 do
-    redis.call(cmd, key, unpack(list, s, math.min(s + 999, #list)))
+    local got = redis.call(cmd, key, unpack(list, s, math.min(s + 999, #list)))
+    if type(got) == 'table' then
+      for j = 1, #got do out[s + j - 1] = got[j] end
+    end
   end
+  return out
 end
+local n = (#ARGV - 1) / 2
 local fields = {}
-for i = 2, #ARGV, 2 do fields[#fields + 1] = ARGV[i] end
+for j = 1, n do fields[j] = ARGV[2 * j] end
 local old = {}
 for k = 1, #KEYS do
-  old[k] = {}
-  for s = 1, #fields, 1000 do
-    local got = redis.call('HMGET', KEYS[k], unpack(fields, s, math.min(s + 999, #fields)))
-    for j = 1, #got do old[k][s + j - 1] = got[j] end
+  if n <= 1000 then
+    old[k] = redis.call('HMGET', KEYS[k], unpack(fields))
+  else
+    old[k] = sliced('HMGET', KEYS[k], fields)
   end
 end
 local set, drop = {}, {}
-for k = 2, #KEYS do drop[k] = {} end
-for j = 1, #fields do
+for j = 1, n do
   local rec = ARGV[2 * j + 1]
   local newest = true
   for k = 1, #KEYS do
-    if old[k][j] and not later(rec, old[k][j]) then newest = false end
+    local o = old[k][j]
+    if o and not later(rec, o) then
+      newest = false
+      break
+    end
   end
   if newest then
     set[#set + 1] = fields[j]
     set[#set + 1] = rec
     for k = 2, #KEYS do
-      if old[k][j] then drop[k][#drop[k] + 1] = fields[j] end
+      if old[k][j] then
+        drop[k] = drop[k] or {}
+        drop[k][#drop[k] + 1] = fields[j]
+      end
     end
   end
 end
-sliced('HSET', KEYS[1], set)
-for k = 2, #KEYS do sliced('HDEL', KEYS[k], drop[k]) end
+if #set > 0 then sliced('HSET', KEYS[1], set) end
+for k, list in pairs(drop) do sliced('HDEL', KEYS[k], list) end
 redis.call('PEXPIREAT', KEYS[1], ARGV[1])
 return #set / 2
 ";

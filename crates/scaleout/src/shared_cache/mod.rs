@@ -58,7 +58,7 @@ impl Default for RedisOptions {
             replicas: 4,
             counter_ttl: Duration::from_secs(3600),
             own_likes_ttl: Duration::from_secs(600),
-            own_likes_shards: 64,
+            own_likes_shards: 16,
         }
     }
 }

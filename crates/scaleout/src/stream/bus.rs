@@ -167,9 +167,18 @@ impl NatsBus {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Vec<u8>)>();
         let publisher = client.clone();
         tokio::spawn(async move {
-            while let Some((subject, msg)) = rx.recv().await {
-                if let Err(e) = publisher.publish(subject, msg.into()).await {
-                    tracing::warn!(error = %e, "cluster bus publish failed");
+            while let Some(first) = rx.recv().await {
+                // Everything queued, then one flush: the client's own flushing can hold a
+                // quiet connection's last messages back, and an invalidation must not wait.
+                let mut next = Some(first);
+                while let Some((subject, msg)) = next {
+                    if let Err(e) = publisher.publish(subject, msg.into()).await {
+                        tracing::warn!(error = %e, "cluster bus publish failed");
+                    }
+                    next = rx.try_recv().ok();
+                }
+                if let Err(e) = publisher.flush().await {
+                    tracing::warn!(error = %e, "cluster bus flush failed");
                 }
             }
         });

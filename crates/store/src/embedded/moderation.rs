@@ -175,6 +175,17 @@ impl ModerationStore for EmbeddedStore {
         }
     }
 
+    async fn pins_of(&self, posts: &[PostId]) -> StoreResult<Vec<Vec<CommentId>>> {
+        let mut out = Vec::with_capacity(posts.len());
+        for post in posts {
+            out.push(match self.inner.pins.get(post.0.to_be_bytes()).map_err(engine_err)? {
+                Some(v) => decode_pins(&v)?,
+                None => Vec::new(),
+            });
+        }
+        Ok(out)
+    }
+
     async fn change_pin(&self, post: PostId, comment: CommentId, pin: bool) -> StoreResult<PinChange> {
         let change = {
             // Read-modify-write of the post's list: without the lock two concurrent pins would
