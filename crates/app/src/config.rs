@@ -573,7 +573,6 @@ impl Config {
             // The log's other consumers in this process: their unread events stay.
             hold_for: [
                 likewise_workers::notifier::NOTIFIER,
-                likewise_workers::ranker::RANKER,
                 likewise_service::trending::TRENDING,
             ]
             .into_iter()

@@ -30,6 +30,7 @@ pub mod moderation;
 pub mod notifications;
 pub mod posts;
 pub mod ranking;
+pub mod rank_index;
 pub mod rate;
 pub mod review;
 pub mod shared;
@@ -133,7 +134,8 @@ impl Engagement {
         let shared = Arc::new(Shared::new(stores, opts));
         let upstream = Arc::new(Upstream::new(shared.clone()));
         let moderation = Arc::new(Moderation::new(shared.clone()));
-        let comments = Arc::new(Comments::new(shared.clone(), upstream.clone(), moderation.clone()));
+        let indexer = Arc::new(rank_index::RankIndexer::new(shared.clone(), upstream.clone()));
+        let comments = Arc::new(Comments::new(shared.clone(), upstream.clone(), moderation.clone(), indexer));
         let review =
             Arc::new(Review::new(shared.clone(), upstream.clone(), moderation.clone(), comments.clone()));
         let ranking =

@@ -1,36 +1,53 @@
-//! Top comments (design 9.2): a precomputed top-K per post, re-ranked per viewer at read time.
+//! Top comments (design 9.2): a rank index per post, walked per viewer at read time.
 //!
-//! The base ranking of a post's newest `TOP_K` top-level comments (score: engagement with
-//! time decay, the post author's likes and replies, verified authors, an integrity penalty;
-//! see `likewise_core::comment::rank`) is kept in [`TopCache`]. The ranker worker recomputes it
-//! when comment or comment-like events touch the post; a miss computes it on read. Per viewer:
-//! comments the viewer may not see are dropped, authors the viewer follows are boosted, and up
-//! to three pinned comments come first.
+//! Every top-level comment that others can see (and the placeholder of a deleted one whose
+//! replies are still shown) has an entry in the store's rank index (`RankIndex`), scored by
+//! `likewise_core::comment::rank::base_score`: engagement, the post author's likes and
+//! replies, verified authors and an integrity penalty, plus its creation time as the time
+//! decay. That score only moves when an event touches its comment, so the aggregator keeps the
+//! index from events (`rank_index.rs`, written before the counts it read are
+//! committed): nothing rescans a post, and a post's millionth comment ranks like its first.
+//! Held, hidden and removed comments have no entry, so they take no place in anyone's order.
 //!
-//! Paging: the first page freezes the viewer's ranked list in a short-lived snapshot; the
-//! cursor walks it, then continues newest-first strictly below the oldest ranked candidate,
-//! skipping pinned comments, so nothing repeats. If a snapshot expired (10 minutes), the walk
-//! resumes at the chronological part.
+//! Per viewer: comments the viewer may not see are dropped, authors the viewer follows are
+//! boosted (`viewer_score`: a constant added to the score), and up to three pinned comments
+//! come first on the first page.
+//!
+//! Paging is stateless, so any node continues any cursor, after restarts too: the cursor is
+//! the last comment's viewer score and ID, and the time of the first page. The next page is
+//! the viewer's order strictly below that point, read from the index: an entry's viewer score
+//! is its score or its score plus the boost, so the walk reads the index from the cursor down
+//! until no entry further down can beat the page's last one. Comments written after the first
+//! page are left out, so the walk is over the comments of that moment; a comment whose score
+//! crosses the cursor while someone pages can be missed or seen twice, as in any order that
+//! changes while it is read.
+//!
+//! Feed previews come from [`TopCache`]: the best `TOP_K` entries of a post with the authors
+//! and statuses a viewer's filter needs, recomputed by the ranker when events touch the post.
 
 use crate::cache::ttl::TtlMap;
-use crate::comments::{CommentView, Comments, Order, Reader, as_seen_by, seen_by};
+use crate::comments::{CommentView, Comments, Reader, as_seen_by, seen_by};
 use crate::review::Review;
 use crate::shared::Shared;
 use crate::upstream::Upstream;
 use crate::{ServiceResult, now_ms};
-use likewise_core::comment::id::id_timestamp_ms;
-use likewise_core::comment::rank::{RankInput, base_score, order_top, viewer_score};
-use likewise_core::comment::spam::{SpamSignals, spam_score};
+use likewise_core::comment::id::first_id_at;
+use likewise_core::comment::rank::{FOLLOW_BOOST, order_top, viewer_score};
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
-use likewise_core::like::{Target, TargetKind};
+use likewise_core::ports::RankEntry;
+use likewise_core::write::CommentRecord;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// How many of a post's newest top-level comments are ranked.
+/// How many of a post's best entries the cache keeps for previews.
 pub const TOP_K: usize = 200;
+
+/// Most index entries one page reads before it stops looking further down (a post whose
+/// best entries the viewer mostly cannot see gets a shorter page, never a slow one).
+const MAX_WALK: usize = 5_000;
 
 /// A ranked comment, with what deciding its visibility to a viewer needs: re-ranking per
 /// viewer must not load every candidate's record from the store on every request (the soak
@@ -55,36 +72,25 @@ impl crate::cache::Weigh for TopList {
     }
 }
 
-/// A post's base ranking.
+/// The head of a post's ranking.
 #[derive(Debug, Clone)]
 pub struct TopList {
     /// The post's author (every candidate's `post_author`).
     pub post_author: UserId,
     /// Candidates, best first.
     pub ranked: Vec<Candidate>,
-    /// The oldest candidate (the chronological continuation starts below it).
-    pub floor: Option<CommentId>,
-    /// True when the post may have comments older than the candidates.
-    pub more: bool,
 }
 
-/// Precomputed rankings and viewers' frozen snapshots.
+/// The heads of posts' rankings (feed previews).
 pub struct TopCache {
     lists: TtlMap<PostId, Arc<TopList>>,
-    snapshots: TtlMap<u64, Arc<Vec<CommentId>>>,
-    next_snapshot: AtomicU64,
     computed: AtomicU64,
 }
 
 impl TopCache {
     /// A cache for about `capacity` posts.
     pub fn new(capacity: usize) -> Self {
-        TopCache {
-            lists: TtlMap::new("top_comments", Duration::from_secs(60), capacity),
-            snapshots: TtlMap::new("top_snapshots", Duration::from_secs(600), capacity),
-            next_snapshot: AtomicU64::new(now_ms().wrapping_mul(0x9E37_79B9_7F4A_7C15)),
-            computed: AtomicU64::new(0),
-        }
+        TopCache { lists: TtlMap::new("top_comments", Duration::from_secs(60), capacity), computed: AtomicU64::new(0) }
     }
 
     /// Forget a post's ranking (pins or a ranked comment's status changed).
@@ -97,9 +103,9 @@ impl TopCache {
         self.lists.get(&post).is_some()
     }
 
-    /// Usage of the rankings and snapshots maps (for `/metrics`).
-    pub fn usage(&self) -> [crate::cache::Usage; 2] {
-        [self.lists.usage(), self.snapshots.usage()]
+    /// Usage of the rankings map (for `/metrics`).
+    pub fn usage(&self) -> [crate::cache::Usage; 1] {
+        [self.lists.usage()]
     }
 
     /// How many rankings have been computed (benchmarks, tests).
@@ -108,23 +114,15 @@ impl TopCache {
     }
 }
 
-/// Where a top-comments page starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TopCursor {
-    /// Inside a frozen ranked snapshot.
-    Ranked {
-        /// The snapshot.
-        snapshot: u64,
-        /// Position of the next item.
-        pos: u32,
-        /// The oldest ranked candidate.
-        floor: u64,
-    },
-    /// In the chronological continuation, strictly below this ID.
-    Chrono {
-        /// Last ID scanned.
-        after: u64,
-    },
+/// Where a top-comments page continues: strictly below this point of the viewer's order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TopCursor {
+    /// The last comment's viewer score.
+    pub score: f64,
+    /// The last comment.
+    pub id: CommentId,
+    /// Comments with this ID or higher (written after the first page) are left out.
+    pub bound: u64,
 }
 
 /// A page of top comments.
@@ -144,6 +142,23 @@ pub struct Ranking {
     review: Arc<Review>,
 }
 
+/// Where a walk of the viewer's order runs.
+#[derive(Debug, Clone, Copy)]
+struct Walk {
+    reader: Reader,
+    post: PostId,
+    post_author: UserId,
+    /// Strictly below this (viewer score, ID); `None`: from the top.
+    after: Option<(f64, CommentId)>,
+    /// Comments with this ID or higher are left out.
+    bound: u64,
+}
+
+/// `(score, id)` after `(cursor score, cursor id)` in best-first order?
+fn below(score: f64, id: CommentId, c: (f64, CommentId)) -> bool {
+    score < c.0 || score == c.0 && id < c.1
+}
+
 impl Ranking {
     /// The ranking service (its cache of rankings is [`Shared::top`]).
     pub fn new(
@@ -155,50 +170,25 @@ impl Ranking {
         Ranking { shared, upstream, comments, review }
     }
 
-    /// Compute a post's base ranking from storage and the counters.
+    /// Compute the head of a post's ranking from the index (and cache it).
     pub async fn compute(&self, post: PostId) -> ServiceResult<Arc<TopList>> {
         let meta = self.upstream.require_post(post).await?;
-        let recs = self.shared.stores.comments.top_level(post, true, None, TOP_K + 1).await?;
-        let more = recs.len() > TOP_K;
-        // Placeholders stay candidates: a deleted parent keeps its replies reachable from
-        // every order while they are visible (each viewer's order checks that).
-        let recs: Vec<_> = recs.into_iter().take(TOP_K).collect();
-        let floor = recs.last().map(|r| r.id);
-        let targets: Vec<Target> = recs.iter().map(|r| Target::comment(r.id.0)).collect();
-        let ids: Vec<u64> = recs.iter().map(|r| r.id.0).collect();
-        let authors: Vec<UserId> = recs.iter().map(|r| r.author).collect();
-        let (counts, author_liked, profiles) = tokio::join!(
-            self.shared.counts.get_many(&targets),
-            self.shared.stores.likes.liked_among(meta.author, TargetKind::Comment, &ids),
-            self.shared.stores.meta.users(&authors),
-        );
-        let (counts, author_liked, profiles) = (counts?, author_liked?, profiles?);
-        let now = now_ms();
-        let mut ranked = Vec::with_capacity(recs.len());
-        for (((r, c), liked), profile) in recs.iter().zip(&counts).zip(author_liked).zip(profiles) {
-            let replied_by_author = c.counts.replies > 0
-                && self
-                    .shared
-                    .stores
-                    .comments
-                    .replies(r.id, None, 50)
-                    .await?
-                    .iter()
-                    .any(|x| x.author == meta.author);
-            let input = RankInput {
-                likes: c.counts.likes,
-                replies: c.counts.replies,
-                age_secs: now.saturating_sub(id_timestamp_ms(r.id)) / 1000,
-                liked_by_post_author: liked,
-                replied_by_post_author: replied_by_author,
-                by_post_author: r.author == meta.author,
-                author_verified: profile.is_some_and(|p| p.verified),
-                integrity: spam_score(&SpamSignals::of(&r.text), 0),
-            };
-            ranked.push(Candidate { id: r.id, author: r.author, base: base_score(&input), status: r.status });
+        let mut entries = self.shared.stores.ranks.ranked(post, None, TOP_K).await?;
+        if entries.is_empty() {
+            self.comments.indexer.backfill(post).await?;
+            entries = self.shared.stores.ranks.ranked(post, None, TOP_K).await?;
         }
-        ranked.sort_by(|a, b| b.base.total_cmp(&a.base).then(b.id.cmp(&a.id)));
-        let list = Arc::new(TopList { post_author: meta.author, ranked, floor, more });
+        let ids: Vec<CommentId> = entries.iter().map(|e| e.comment).collect();
+        let recs = self.upstream.comment_records(&ids).await?;
+        let ranked = entries
+            .iter()
+            .zip(recs)
+            .filter_map(|(e, r)| {
+                let r = r?;
+                Some(Candidate { id: r.id, author: r.author, base: e.score, status: r.status })
+            })
+            .collect();
+        let list = Arc::new(TopList { post_author: meta.author, ranked });
         self.shared.top.lists.put(post, list.clone());
         self.shared.top.computed.fetch_add(1, Ordering::Relaxed);
         Ok(list)
@@ -209,20 +199,6 @@ impl Ranking {
             Some(l) => Ok(l),
             None => self.compute(post).await,
         }
-    }
-
-    /// The viewer's ordering of a post's ranked comments (pins first), without paging, and the
-    /// pins the viewer may see.
-    async fn viewer_order(
-        &self,
-        reader: Reader,
-        post: PostId,
-        list: &TopList,
-    ) -> ServiceResult<(Vec<CommentId>, Vec<CommentId>)> {
-        let pins = self.review.pins(post).await?;
-        let outside_seen = self.pins_seen_outside(reader, &[(list, &pins)]).await?;
-        let followees = self.upstream.followees(reader.user).await?;
-        self.order_for(reader, list, pins, &outside_seen, &followees).await
     }
 
     /// Of the pins that are not among their post's candidates (older than the ranked window),
@@ -249,7 +225,8 @@ impl Ranking {
             .collect())
     }
 
-    /// [`Ranking::viewer_order`] once pins, their visibility and the followees are known.
+    /// The viewer's order of a ranking head (pins first) once pins, their visibility and the
+    /// followees are known, and the pins the viewer may see.
     async fn order_for(
         &self,
         reader: Reader,
@@ -278,7 +255,7 @@ impl Ranking {
         Ok((order_top(&pins, &scored), pins))
     }
 
-    /// A page of top comments for the viewer.
+    /// A page of top comments for the viewer (see the module documentation for paging).
     pub async fn list_top(
         &self,
         reader: Reader,
@@ -286,68 +263,129 @@ impl Ranking {
         cursor: Option<TopCursor>,
         limit: usize,
     ) -> ServiceResult<TopPage> {
-        self.upstream.require_post(post).await?;
-        // The first page reads the pins while ordering; later pages read them once here.
-        let (order, pins, pos, floor, snapshot) = match cursor {
-            None => {
-                let list = self.top_list(post).await?;
-                let (order, pins) = self.viewer_order(reader, post, &list).await?;
-                let order = Arc::new(order);
-                let snap = self.shared.top.next_snapshot.fetch_add(1, Ordering::Relaxed);
-                self.shared.top.snapshots.put(snap, order.clone());
-                let floor = if list.more { list.floor.map_or(0, |f| f.0) } else { 0 };
-                (Some(order), pins, 0usize, floor, snap)
+        let meta = self.upstream.require_post(post).await?;
+        let (pins, followees) = tokio::join!(self.review.pins(post), self.upstream.followees(reader.user));
+        let (pins, followees) = (pins?, followees?);
+        let (after, bound) = match cursor {
+            Some(c) => (Some((c.score, c.id)), c.bound),
+            None => (None, first_id_at(now_ms() + 1)),
+        };
+        let mut recs: Vec<CommentRecord> = Vec::with_capacity(limit);
+        if after.is_none() {
+            // The first page leads with the pins the viewer may see, in pin order.
+            if self.shared.stores.ranks.ranked(post, None, 1).await?.is_empty() {
+                self.comments.indexer.backfill(post).await?;
             }
-            Some(TopCursor::Ranked { snapshot, pos, floor }) => (
-                self.shared.top.snapshots.get(&snapshot),
-                self.review.pins(post).await?,
-                pos as usize,
-                floor,
-                snapshot,
-            ),
-            Some(TopCursor::Chrono { after }) => return self.top_chrono(reader, post, after, limit).await,
+            for r in self.upstream.comment_records(&pins).await?.into_iter().flatten() {
+                if let Some(seen) = as_seen_by(reader, &r)
+                    && (!seen.status.is_deleted() || self.comments.placeholder_shown(reader, &seen).await?)
+                    && recs.len() < limit.min(likewise_core::comment::rank::MAX_PINS)
+                {
+                    recs.push(seen);
+                }
+            }
+        }
+        let want = limit - recs.len();
+        let (walked, more) = if want == 0 {
+            // A page of pins only: the next one starts at the top of the walk.
+            (Vec::new(), true)
+        } else {
+            let walk = Walk { reader, post, post_author: meta.author, after, bound };
+            self.walk(&walk, &pins, &followees, want).await?
         };
-        let Some(order) = order else {
-            // The snapshot expired: resume with the chronological part.
-            return if floor == 0 {
-                Ok(TopPage { items: Vec::new(), next: None })
-            } else {
-                self.top_chrono(reader, post, floor, limit).await
-            };
+        let next = match (more, walked.last()) {
+            (true, Some((score, r))) => Some(TopCursor { score: *score, id: r.id, bound }),
+            (true, None) => Some(TopCursor { score: f64::INFINITY, id: CommentId(u64::MAX), bound }),
+            (false, _) => None,
         };
-        let slice: Vec<CommentId> = order.iter().skip(pos).take(limit).copied().collect();
-        let recs: Vec<_> = self
-            .upstream
-            .comment_records(&slice)
-            .await?
-            .into_iter()
-            .flatten()
-            .filter_map(|r| as_seen_by(reader, &r))
-            .collect();
+        recs.extend(walked.into_iter().map(|(_, r)| r));
         let mut items = self.comments.decorate(reader, recs).await?;
         Self::mark_pins(&pins, &mut items);
-        let end = pos + slice.len();
-        let next = if end < order.len() {
-            Some(TopCursor::Ranked { snapshot, pos: end as u32, floor })
-        } else if floor != 0 {
-            Some(TopCursor::Chrono { after: floor })
-        } else {
-            None
-        };
         Ok(TopPage { items, next })
     }
 
-    async fn top_chrono(
+    /// Up to `want` comments of the viewer's order strictly below `after`, with their viewer
+    /// scores, and whether more may follow.
+    async fn walk(
+        &self,
+        w: &Walk,
+        pins: &[CommentId],
+        followees: &HashSet<UserId>,
+        want: usize,
+    ) -> ServiceResult<(Vec<(f64, CommentRecord)>, bool)> {
+        let Walk { reader, post, post_author, after, bound } = *w;
+        let mut found: Vec<(f64, CommentRecord)> = Vec::new();
+        // Unlisted entries (held, hidden) this viewer may see: their own, or all of them for
+        // the post's author and moderators. Few, and all read at once.
+        let everyone = reader.moderator || reader.user == post_author;
+        let held = self
+            .shared
+            .stores
+            .ranks
+            .held_ranks(post, (!everyone).then_some(reader.user), MAX_WALK)
+            .await?;
+        self.take_seen(reader, &held, after, bound, pins, followees, &mut found).await?;
+        // No entry further down the index can beat the page's last one by more than this.
+        let reach = if followees.is_empty() { 0.0 } else { FOLLOW_BOOST.log10() };
+        let chunk = (want * 2).clamp(32, 500);
+        // The index keyset starts at the cursor: entries above it are above it for the viewer
+        // too (a boost only raises).
+        let mut index_after = after;
+        let mut read = 0usize;
+        let exhausted = loop {
+            let entries = self.shared.stores.ranks.ranked(post, index_after, chunk).await?;
+            read += entries.len();
+            let end = entries.len() < chunk;
+            let Some(last) = entries.last() else { break true };
+            index_after = Some((last.score, last.comment));
+            let next_max = last.score + reach;
+            self.take_seen(reader, &entries, after, bound, pins, followees, &mut found).await?;
+            found.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.id.cmp(&a.1.id)));
+            if end {
+                break true;
+            }
+            if found.len() >= want && found[want.saturating_sub(1)].0 > next_max || read >= MAX_WALK {
+                break false;
+            }
+        };
+        found.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.id.cmp(&a.1.id)));
+        let more = !exhausted || found.len() > want;
+        found.truncate(want);
+        Ok((found, more && want > 0))
+    }
+
+    /// Of `entries`, those the viewer may see and that belong on a page after `after`: pushed
+    /// to `found` with their viewer scores.
+    #[allow(clippy::too_many_arguments)]
+    async fn take_seen(
         &self,
         reader: Reader,
-        post: PostId,
-        after: u64,
-        limit: usize,
-    ) -> ServiceResult<TopPage> {
-        let pins = self.review.pins(post).await?;
-        let page = self.comments.list(reader, post, Order::Newest, Some(CommentId(after)), limit).await?;
-        let items = page.items.into_iter().filter(|v| !pins.contains(&v.record.id)).collect();
-        Ok(TopPage { items, next: page.next_after.map(|a| TopCursor::Chrono { after: a.0 }) })
+        entries: &[RankEntry],
+        after: Option<(f64, CommentId)>,
+        bound: u64,
+        pins: &[CommentId],
+        followees: &HashSet<UserId>,
+        found: &mut Vec<(f64, CommentRecord)>,
+    ) -> ServiceResult<()> {
+        let wanted: Vec<&RankEntry> =
+            entries.iter().filter(|e| e.comment.0 < bound && !pins.contains(&e.comment)).collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<CommentId> = wanted.iter().map(|e| e.comment).collect();
+        let recs = self.upstream.comment_records(&ids).await?;
+        for (e, r) in wanted.into_iter().zip(recs) {
+            let Some(seen) = r.as_ref().and_then(|r| as_seen_by(reader, r)) else { continue };
+            if seen.status.is_deleted() && !self.comments.placeholder_shown(reader, &seen).await? {
+                continue;
+            }
+            let score = viewer_score(e.score, followees.contains(&seen.author));
+            if after.is_some_and(|c| !below(score, seen.id, c)) {
+                continue; // above the cursor (boosted past it): an earlier page had it
+            }
+            found.push((score, seen));
+        }
+        Ok(())
     }
 
     /// Set `pinned` on views of pinned comments.
@@ -380,8 +418,6 @@ impl Ranking {
             .map(|list| TopList {
                 post_author: list.post_author,
                 ranked: list.ranked.iter().take(10).copied().collect(),
-                floor: list.floor,
-                more: list.more,
             })
             .collect();
         let (pins, followees) =

@@ -71,6 +71,7 @@ impl Review {
         {
             CommentOutcome::Done(Some(r)) => {
                 self.shared.comment_changed(&r);
+                self.comments.indexer.reindex(&crate::comments::touched(&r)).await;
                 Ok(r)
             }
             _ => Err(ServiceError::NotFound("comment")),

@@ -82,10 +82,11 @@ impl Shared {
     /// send them to the other nodes with the ranking-relevant events.
     pub fn counters_committed(&self, epoch: u64, values: &[(CounterKey, i64)], events: &[Event]) {
         self.counts.publish(epoch, values, events);
+        let ranking: Vec<Event> = events.iter().filter(|e| matters_to_ranking(e)).copied().collect();
+        // This node's own ranker reads them (the bus skips our own messages): after the
+        // counts and the rank index they changed, so re-ranking sees both.
+        self.remote_events.push(&ranking);
         if let Some(b) = self.broadcast.get() {
-            let ranking: Vec<Event> = events.iter().filter(|e| matters_to_ranking(e)).copied().collect();
-            // This node's own ranker (role `all`) reads them too: the bus skips our own messages.
-            self.remote_events.push(&ranking);
             b.counters(epoch, values, &ranking);
         }
     }

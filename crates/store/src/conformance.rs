@@ -19,7 +19,7 @@ use likewise_core::event::EventKind;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{LikeAction, LikeOp, Target, TargetKind};
 use likewise_core::model::{CommentsPolicy, PostMeta, UserProfile, ViewerSettings};
-use likewise_core::ports::{Liker, ReportReason};
+use likewise_core::ports::{Liker, RankChange, RankEntry, ReportReason};
 use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, WriteOp, WriteOutcome};
 
 fn op(target: Target, user: u64, action: LikeAction, ts: u64) -> LikeOp {
@@ -585,6 +585,76 @@ pub async fn snapshots_move_with_their_offset(s: &Stores) {
     assert_eq!(s.snapshots.load_snapshot("other").await.expect("load"), Some((7, b"x".to_vec())));
 }
 
+/// The rank index walks a post's entries best first (equal scores: higher ID first), pages by
+/// keyset, moves an entry when its score changes, removes it, and keeps posts apart.
+pub async fn rank_index_orders_moves_and_removes(s: &Stores) {
+    let r = &s.ranks;
+    let e = |post: u64, comment: u64, score: f64| {
+        RankChange::Put(RankEntry {
+            post: PostId(post),
+            comment: CommentId(comment),
+            author: UserId(comment % 3),
+            score,
+            author_replied: false,
+            listed: true,
+        })
+    };
+    r.change_ranks(&[e(1, 10, 2.5), e(1, 11, 7.0), e(1, 12, 2.5), e(1, 13, -1.0), e(2, 20, 100.0)])
+        .await
+        .expect("put");
+    let ids = |v: Vec<RankEntry>| v.into_iter().map(|e| e.comment.0).collect::<Vec<_>>();
+    assert_eq!(ids(r.ranked(PostId(1), None, 10).await.expect("ranked")), [11, 12, 10, 13]);
+    let first = r.ranked(PostId(1), None, 2).await.expect("page");
+    let last = first.last().expect("entries");
+    assert_eq!((last.comment, last.score), (CommentId(12), 2.5));
+    let rest = r.ranked(PostId(1), Some((last.score, last.comment)), 10).await.expect("next page");
+    assert_eq!(ids(rest), [10, 13], "strictly after the cursor");
+    // A moved entry leaves no trace of its old place; two changes in one batch compose.
+    r.change_ranks(&[e(1, 13, 9.0), e(1, 10, 8.0), e(1, 10, 0.5)]).await.expect("move");
+    r.change_ranks(&[RankChange::Put(RankEntry {
+        post: PostId(1),
+        comment: CommentId(12),
+        author: UserId(0),
+        score: 3.0,
+        author_replied: true,
+        listed: true,
+    })])
+    .await
+    .expect("flag");
+    let all = r.ranked(PostId(1), None, 10).await.expect("ranked");
+    assert_eq!(ids(all.clone()), [13, 11, 12, 10]);
+    assert!(all[2].author_replied && !all[0].author_replied);
+    r.change_ranks(&[RankChange::Remove { post: PostId(1), comment: CommentId(11) }]).await.expect("remove");
+    assert_eq!(ids(r.ranked(PostId(1), None, 10).await.expect("ranked")), [13, 12, 10]);
+    let of = r.ranks_of(PostId(1), &[CommentId(12), CommentId(11), CommentId(99)]).await.expect("of");
+    assert_eq!(of[0].map(|e| (e.score, e.author_replied)), Some((3.0, true)));
+    assert_eq!((of[1], of[2]), (None, None));
+    assert_eq!(ids(r.ranked(PostId(2), None, 10).await.expect("other post")), [20]);
+    // Held: out of the order, found by author; listed again, back in it.
+    let held = |comment: u64, author: u64, listed: bool| {
+        RankChange::Put(RankEntry {
+            post: PostId(1),
+            comment: CommentId(comment),
+            author: UserId(author),
+            score: 50.0,
+            author_replied: false,
+            listed,
+        })
+    };
+    r.change_ranks(&[held(13, 5, false), held(14, 6, false), held(15, 5, false)]).await.expect("hold");
+    assert_eq!(ids(r.ranked(PostId(1), None, 10).await.expect("ranked")), [12, 10]);
+    assert_eq!(ids(r.held_ranks(PostId(1), Some(UserId(5)), 10).await.expect("held")), [13, 15]);
+    assert_eq!(ids(r.held_ranks(PostId(1), Some(UserId(7)), 10).await.expect("none")), Vec::<u64>::new());
+    let mut all = ids(r.held_ranks(PostId(1), None, 10).await.expect("all held"));
+    all.sort_unstable();
+    assert_eq!(all, [13, 14, 15]);
+    r.change_ranks(&[held(13, 5, true)]).await.expect("approve");
+    assert_eq!(ids(r.ranked(PostId(1), None, 10).await.expect("ranked")), [13, 12, 10]);
+    assert_eq!(ids(r.held_ranks(PostId(1), Some(UserId(5)), 10).await.expect("held")), [15]);
+    assert!(r.held_ranks(PostId(2), None, 10).await.expect("other post").is_empty());
+    assert!(r.ranked(PostId(3), None, 10).await.expect("empty").is_empty());
+}
+
 #[macro_export]
 macro_rules! conformance_suite {
     ($open:expr) => {
@@ -616,7 +686,8 @@ macro_rules! conformance_suite {
             snapshots_move_with_their_offset,
             a_key_makes_one_comment_whatever_the_batch,
             a_key_is_stored_only_with_its_comment,
-            expired_keys_are_removed
+            expired_keys_are_removed,
+            rank_index_orders_moves_and_removes
         );
     };
     (@tests $open:expr; $($name:ident),*) => {

@@ -7,7 +7,7 @@ use crate::group_commit::{GroupCommitOptions, GroupCommitter};
 use async_trait::async_trait;
 use likewise_core::ports::{
     CommentReader, CounterStore, EventLog, IdempotencyStore, LikeReader, MetaStore, ModerationStore,
-    NotificationStore, OwnLikes, SharedRateLimiter, SnapshotStore, ViewStore, WriteEngine,
+    NotificationStore, OwnLikes, RankIndex, SharedRateLimiter, SnapshotStore, ViewStore, WriteEngine,
 };
 use likewise_core::{StoreError, StoreResult};
 use std::path::PathBuf;
@@ -70,6 +70,8 @@ pub struct Stores {
     pub snapshots: Arc<dyn SnapshotStore>,
     /// `Idempotency-Key`s of comment creates.
     pub idempotency: Arc<dyn IdempotencyStore>,
+    /// The rank index of the "top" comment order.
+    pub ranks: Arc<dyn RankIndex>,
     /// The engine itself: stop, settle, gauges.
     pub engine: Arc<dyn Engine>,
     /// Where API nodes record each viewer's own like writes for the other nodes (a shared
@@ -93,6 +95,7 @@ impl Stores {
             + ModerationStore
             + SnapshotStore
             + IdempotencyStore
+            + RankIndex
             + Engine
             + 'static,
     {
@@ -109,6 +112,7 @@ impl Stores {
             moderation: engine.clone(),
             snapshots: engine.clone(),
             idempotency: engine.clone(),
+            ranks: engine.clone(),
             engine,
             own_likes: None,
             rate_limiter: None,

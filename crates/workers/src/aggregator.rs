@@ -19,6 +19,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
+/// A service error as the store error the aggregator's step returns (it is one).
+fn service_err(e: likewise_service::ServiceError) -> likewise_core::StoreError {
+    match e {
+        likewise_service::ServiceError::Store(e) => e,
+        other => likewise_core::StoreError::Engine(other.to_string()),
+    }
+}
+
 /// Aggregator tuning.
 #[derive(Debug, Clone)]
 pub struct AggregatorOptions {
@@ -150,6 +158,13 @@ impl Aggregator {
         let n_events = batch.event_count();
         let oldest_ts = events.first().map(|e| e.ts_ms);
         let deltas = batch.into_deltas();
+        // The rank index first, scored with the counts this commit will store: a crash
+        // before the commit replays the batch and recomputes the same entries.
+        let ranks = self.svc.comments.indexer.changes(&events, &deltas).await.map_err(service_err)?;
+        if !ranks.is_empty() {
+            stores.ranks.change_ranks(&ranks).await?;
+            metrics::counter!("likewise_rank_index_changes_total").increment(ranks.len() as u64);
+        }
         let values = stores.counters.apply_deltas(&self.opts.consumer, upto, &deltas).await?;
         self.svc.shared.counters_committed(upto, &values, &events);
         self.offset = upto;

@@ -1,10 +1,12 @@
-//! The comment ranker: keeps each cached post's top-K ranking fresh.
+//! The comment ranker: keeps each cached post's ranking head fresh (feed previews).
 //!
-//! It reads the event log with its own offset; comment events and comment-like events mark
-//! their post dirty, and once per `interval` the rankings of dirty posts that are cached are
-//! recomputed (posts nobody is reading are computed on their next read instead). The offset is
-//! stored after each round, so a restart resumes where it stopped; rankings are derived data,
-//! so a replayed event only costs one extra recompute.
+//! It reads the events that matter to rankings as the aggregators commit them (the service's
+//! local log, fed after the counts and the rank index of each commit are stored, and on an
+//! API node also by other nodes' aggregators over the cluster bus): comment events and
+//! comment-like events mark their post dirty, and once per `interval` the ranking heads of
+//! dirty posts that are cached are read again from the rank index (posts nobody is reading
+//! are computed on their next read instead). Rankings are a cache: nothing to resume after a
+//! restart. (`round` with `persist` reads a store's own log and keeps an offset, for tools.)
 
 use likewise_core::ids::PostId;
 use likewise_core::like::TargetKind;

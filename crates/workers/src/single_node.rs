@@ -75,7 +75,15 @@ pub fn spawn(
     }
     tasks.push(
         "ranker",
-        tokio::spawn(crate::ranker::run(svc.clone(), RankerOptions::default(), shutdown.clone())),
+        // Fed by the aggregator's commits (after the counts and the rank index it wrote), like
+        // an API node's: the rankings it refreshes are a cache, with no offset to keep.
+        tokio::spawn(crate::ranker::run_with(
+            svc.clone(),
+            RankerOptions::default(),
+            svc.shared.remote_events(),
+            false,
+            shutdown.clone(),
+        )),
     );
     let keys = svc.stores().idempotency.clone();
     tasks

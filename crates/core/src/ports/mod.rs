@@ -280,6 +280,59 @@ pub trait ModerationStore: Send + Sync {
     ) -> StoreResult<Vec<(CommentId, u64)>>;
 }
 
+/// A top-level comment's place in its post's "top" order (`comment::rank`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RankEntry {
+    /// The post.
+    pub post: PostId,
+    /// The comment.
+    pub comment: CommentId,
+    /// Its author.
+    pub author: UserId,
+    /// Its base score (higher first; equal scores: higher ID first).
+    pub score: f64,
+    /// The post's author has replied to it (a ranking signal only events reveal, kept here).
+    pub author_replied: bool,
+    /// In everyone's order (visible, or the placeholder of a deleted comment with replies);
+    /// `false`: held or hidden, shown only to those who may see it (its author, the post's
+    /// author, moderators), so it takes no place in the order others walk.
+    pub listed: bool,
+}
+
+/// A change of the rank index.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RankChange {
+    /// Insert or move an entry.
+    Put(RankEntry),
+    /// Take a comment out (held, hidden, deleted without visible replies).
+    Remove {
+        /// Its post.
+        post: PostId,
+        /// The comment.
+        comment: CommentId,
+    },
+}
+
+/// Every post's ranked top-level comments, best first: the index behind `order=top`,
+/// maintained from events by the aggregator (never rebuilt by scanning a post's comments).
+#[async_trait]
+pub trait RankIndex: Send + Sync {
+    /// Apply changes in order, as one atomic write.
+    async fn change_ranks(&self, changes: &[RankChange]) -> StoreResult<()>;
+    /// The stored entries of these comments (on `post`'s shard), in order.
+    async fn ranks_of(&self, post: PostId, comments: &[CommentId]) -> StoreResult<Vec<Option<RankEntry>>>;
+    /// Up to `limit` unlisted entries of a post: `author`'s, or everyone's with `None`.
+    async fn held_ranks(&self, post: PostId, author: Option<UserId>, limit: usize) -> StoreResult<Vec<RankEntry>>;
+    /// Up to `limit` of a post's listed entries best first, strictly after `after` (a score and
+    /// ID of an earlier page).
+    async fn ranked(
+        &self,
+        post: PostId,
+        after: Option<(f64, CommentId)>,
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>>;
+}
+
 /// Unique-viewer sketches (HyperLogLog registers) per post.
 #[async_trait]
 pub trait ViewStore: Send + Sync {

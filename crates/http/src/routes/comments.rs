@@ -25,40 +25,31 @@ const REPLIES_CURSOR: u8 = 3;
 const TOP_CURSOR: u8 = 5;
 
 fn seal_top(state: &AppState, post: PostId, c: TopCursor) -> String {
-    let mut p = Vec::with_capacity(29);
+    let mut p = Vec::with_capacity(33);
     p.extend_from_slice(&post.0.to_be_bytes());
-    match c {
-        TopCursor::Ranked { snapshot, pos, floor } => {
-            p.push(1);
-            p.extend_from_slice(&snapshot.to_be_bytes());
-            p.extend_from_slice(&pos.to_be_bytes());
-            p.extend_from_slice(&floor.to_be_bytes());
-        }
-        TopCursor::Chrono { after } => {
-            p.push(2);
-            p.extend_from_slice(&after.to_be_bytes());
-        }
-    }
+    p.push(3);
+    p.extend_from_slice(&c.score.to_bits().to_be_bytes());
+    p.extend_from_slice(&c.id.0.to_be_bytes());
+    p.extend_from_slice(&c.bound.to_be_bytes());
     state.cursors.seal(TOP_CURSOR, &p)
 }
 
+/// A sealed top cursor: `post | 3 | viewer score | comment | bound` (kinds 1 and 2 were the
+/// per-node snapshot cursors of earlier versions, refused as invalid).
 fn open_top(state: &AppState, post: PostId, cursor: &str) -> Result<TopCursor, ApiError> {
     let bad = || ApiError::invalid("invalid cursor");
     let p = state.cursors.open(TOP_CURSOR, cursor)?;
-    if p.len() < 9 || p[..8] != post.0.to_be_bytes() {
+    if p.len() != 33 || p[..8] != post.0.to_be_bytes() || p[8] != 3 {
         return Err(bad());
     }
     let u = |at: usize| -> Result<u64, ApiError> {
         p.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes).ok_or_else(bad)
     };
-    match (p[8], p.len()) {
-        (1, 29) => {
-            let pos: [u8; 4] = p[17..21].try_into().map_err(|_| bad())?;
-            Ok(TopCursor::Ranked { snapshot: u(9)?, pos: u32::from_be_bytes(pos), floor: u(21)? })
-        }
-        (2, 17) => Ok(TopCursor::Chrono { after: u(9)? }),
-        _ => Err(bad()),
+    let score = f64::from_bits(u(9)?);
+    if score.is_nan() {
+        return Err(bad());
     }
+    Ok(TopCursor { score, id: CommentId(u(17)?), bound: u(25)? })
 }
 
 async fn list_top(

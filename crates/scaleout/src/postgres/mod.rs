@@ -53,6 +53,7 @@ pub mod migrate;
 mod moderation;
 mod notifications;
 pub mod outbox;
+mod ranks;
 mod snapshots;
 pub mod testing;
 pub mod tls;

@@ -11,6 +11,7 @@
 mod read;
 mod retries;
 mod write;
+pub(crate) use write::touched;
 
 use crate::ServiceResult;
 use crate::moderation::Moderation;
@@ -148,12 +149,19 @@ pub struct Comments {
     upstream: Arc<Upstream>,
     moderation: Arc<Moderation>,
     in_flight: retries::InFlight,
+    /// Writes the rank index (also for the aggregator).
+    pub indexer: Arc<crate::rank_index::RankIndexer>,
 }
 
 impl Comments {
     /// The comment service.
-    pub fn new(shared: Arc<Shared>, upstream: Arc<Upstream>, moderation: Arc<Moderation>) -> Self {
-        Comments { shared, upstream, moderation, in_flight: retries::InFlight::default() }
+    pub fn new(
+        shared: Arc<Shared>,
+        upstream: Arc<Upstream>,
+        moderation: Arc<Moderation>,
+        indexer: Arc<crate::rank_index::RankIndexer>,
+    ) -> Self {
+        Comments { shared, upstream, moderation, in_flight: retries::InFlight::default(), indexer }
     }
 }
 

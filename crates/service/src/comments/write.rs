@@ -100,6 +100,7 @@ impl Comments {
         };
         metrics::counter!("likewise_comments_total", "kind" => if stored.parent.is_some() { "reply" } else { "top" })
             .increment(1);
+        self.indexer.reindex(&touched(&stored)).await;
         self.shared.stores.moderation.add_fingerprint(viewer, stored.id, simhash).await?;
         if let Some(layer) = held_by.filter(|_| status != CommentStatus::Visible) {
             metrics::counter!("likewise_comments_held_total", "layer" => layer.as_str()).increment(1);
@@ -177,8 +178,14 @@ impl Comments {
         }
         self.shared.stores.writer.submit_comment(CommentOp::Delete { id, actor: reader.user }).await?;
         self.shared.comment_changed(&r);
+        self.indexer.reindex(&touched(&r)).await;
         // Nothing is left to decide about a deleted comment.
         self.shared.stores.moderation.set_queued(id, false).await?;
         Ok(())
     }
+}
+
+/// The top-level comments a write of `r` moves in the rank index: itself, or its parent.
+pub(crate) fn touched(r: &CommentRecord) -> Vec<(CommentId, likewise_core::ids::PostId)> {
+    std::iter::once(r.id).chain(r.parent).map(|c| (c, r.post)).collect()
 }

@@ -17,6 +17,7 @@ mod likes;
 mod meta;
 mod moderation;
 mod notifications;
+mod ranks;
 mod snapshots;
 mod tail;
 mod views;
@@ -131,6 +132,12 @@ struct Inner {
     fingerprints: Keyspace,
     /// Consumers' saved state, by name (`snapshots.rs`).
     snapshots: Keyspace,
+    /// The rank index of the "top" order and where each entry is (`ranks.rs`).
+    rank_order: Keyspace,
+    rank_held: Keyspace,
+    rank_of: Keyspace,
+    /// Serialises `change_ranks`' read-modify-write.
+    rank_lock: Mutex<()>,
     /// `Idempotency-Key`s of comment creates and their expiry index (`idempotency.rs`).
     comment_keys: Keyspace,
     comment_key_times: Keyspace,
@@ -291,6 +298,10 @@ impl EmbeddedStore {
             appeals: ks("appeals", small)?,
             fingerprints: ks("fingerprints", small)?,
             snapshots: ks("snapshots", small)?,
+            rank_order: ks_with("rank_order", small, false)?,
+            rank_held: ks_with("rank_held", small, false)?,
+            rank_of: ks("rank_of", small)?,
+            rank_lock: Mutex::new(()),
             comment_keys: ks("comment_keys", small)?,
             comment_key_times: ks_with("comment_key_times", small, false)?,
             key_count: AtomicU64::new(0),
