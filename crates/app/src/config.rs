@@ -571,14 +571,11 @@ impl Config {
             reconcile_hot: a.reconcile_hot,
             retain_events: a.retain_events,
             // The log's other consumers in this process: their unread events stay.
-            hold_for: [
-                likewise_workers::notifier::NOTIFIER,
-                likewise_service::trending::TRENDING,
-            ]
-            .into_iter()
-            .chain(self.export.kafka_brokers.is_some().then_some(likewise_workers::export::EXPORT))
-            .map(String::from)
-            .collect(),
+            hold_for: [likewise_workers::notifier::NOTIFIER, likewise_service::trending::TRENDING]
+                .into_iter()
+                .chain(self.export.kafka_brokers.is_some().then_some(likewise_workers::export::EXPORT))
+                .map(String::from)
+                .collect(),
             ..likewise_workers::AggregatorOptions::default()
         }
     }

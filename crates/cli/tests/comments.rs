@@ -355,3 +355,181 @@ async fn a_reply_under_a_restricted_comment_counts_once_the_post_author_approves
     counts_settle_at(&app, 9, 1, 3).await;
     app.stop().await;
 }
+
+/// Every page of `order=top` for `viewer` (limit `limit`), in order.
+async fn top_walk(app: &TestApp, post: u64, viewer: u64, limit: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let path = format!("/v1/posts/{post}/comments?order=top&limit={limit}{cursor}");
+        let (st, v) = app.call(Method::GET, &path, Some(&app.user(viewer)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        out.extend(v["items"].as_array().expect("items").iter().cloned());
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => return out,
+        }
+    }
+}
+
+/// Every comment ID of `order=newest` for `viewer`.
+async fn newest_ids(app: &TestApp, post: u64, viewer: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let path = format!("/v1/posts/{post}/comments?order=newest&limit=100{cursor}");
+        let (st, v) = app.call(Method::GET, &path, Some(&app.user(viewer)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        out.extend(ids(&v));
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => return out,
+        }
+    }
+}
+
+fn id_of(c: &Value) -> u64 {
+    c["comment_id"].as_str().and_then(|s| s.parse().ok()).expect("comment_id")
+}
+
+/// Ordinary text, different for each `i` (one author each, so no duplicate filter applies).
+fn prose(i: u64) -> String {
+    const A: [&str; 8] = ["morning", "garden", "river", "window", "kitchen", "harbor", "meadow", "library"];
+    const B: [&str; 7] = ["quiet", "bright", "early", "lovely", "simple", "gentle", "useful"];
+    const C: [&str; 5] = ["walk", "chat", "photo", "story", "visit"];
+    format!("{} {} {} number {i}", B[(i % 7) as usize], A[(i / 7 % 8) as usize], C[(i / 56 % 5) as usize])
+}
+
+async fn comments_concurrently(
+    app: &Arc<TestApp>,
+    post: u64,
+    users: std::ops::Range<u64>,
+    text: fn(u64) -> String,
+) {
+    let users: Vec<u64> = users.collect();
+    let mut tasks = Vec::new();
+    for chunk in users.chunks(users.len().div_ceil(16).max(1)) {
+        let (app, chunk) = (app.clone(), chunk.to_vec());
+        tasks.push(tokio::spawn(async move {
+            for u in chunk {
+                comment(&app, u, post, &text(u), None).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("join");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_ranks_the_whole_post_and_held_comments_take_no_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = Arc::new(TestApp::start(dir.path()).await);
+    app.post(70, 7, false).await;
+    let (st, v) = app
+        .call(Method::PUT, "/v1/me/hidden-words", Some(&app.user(7)), Some(r#"{"words":["quagmire"]}"#))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    // The oldest comment, then 5,000 newer ones, then 1,000 the author's filter holds.
+    let old = id_of(&comment(&app, 60_000, 70, "the first comment here, on a fine day", None).await);
+    comments_concurrently(&app, 70, 100_000..105_000, prose).await;
+    comments_concurrently(&app, 70, 200_000..201_000, |u| format!("{} quagmire", prose(u))).await;
+    for u in 300_000..300_300u64 {
+        let (st, v) =
+            app.call(Method::PUT, &format!("/v1/comments/{old}/like"), Some(&app.user(u)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+    // Hundreds of likes carry the oldest comment past 6,000 newer ones (once aggregated).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let first = loop {
+        let (st, v) =
+            app.call(Method::GET, "/v1/posts/70/comments?order=top&limit=20", Some(&app.user(9)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        if v["items"][0]["comment_id"] == json!(old.to_string()) && v["items"][0]["like_count"] == 300 {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "the liked comment never led: {}", v["items"][0]);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let page = first["items"].as_array().expect("items");
+    assert_eq!(page.len(), 20, "a full first page");
+    assert!(
+        page.iter().all(|c| !c["text"].as_str().unwrap_or("").contains("quagmire")),
+        "held ones take no place"
+    );
+    // The whole walk: every comment others can see, once; the same set as newest-first.
+    let walk = top_walk(&app, 70, 9, 100).await;
+    let got: Vec<u64> = walk.iter().map(id_of).collect();
+    let unique: HashSet<u64> = got.iter().copied().collect();
+    assert_eq!(unique.len(), got.len(), "no comment twice");
+    let mut newest = newest_ids(&app, 70, 9).await;
+    newest.sort_unstable();
+    let mut sorted = got.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, newest, "top walks exactly the comments newest lists");
+    assert!(got.len() >= 5_000, "the 5,001 ordinary comments (a rare classifier hold aside): {}", got.len());
+    assert!(walk.iter().all(|c| !c["text"].as_str().unwrap_or("").contains("quagmire")));
+    // A held comment's author still finds it in their own top order (shadow).
+    let own = top_walk(&app, 70, 200_500, 100).await;
+    assert!(own.iter().any(|c| c["author_id"] == json!("200500")), "the author sees their held comment");
+    Arc::try_unwrap(app).ok().expect("sole owner").stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_pages_hold_across_a_restart_with_comments_arriving() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut app = Arc::new(TestApp::start(dir.path()).await);
+    app.post(71, 7, false).await;
+    comments_concurrently(&app, 71, 400_000..400_300, prose).await;
+    // Some likes, so the order is not simply newest first.
+    let snapshot = newest_ids(&app, 71, 9).await;
+    assert_eq!(snapshot.len(), 300);
+    let mut total = 0;
+    for (k, c) in snapshot.iter().enumerate().filter(|(k, _)| k % 10 == 3) {
+        for u in 0..(k % 7 + 1) as u64 {
+            let (st, _) = app
+                .call(Method::PUT, &format!("/v1/comments/{c}/like"), Some(&app.user(500_000 + u)), None)
+                .await;
+            assert_eq!(st, StatusCode::OK);
+            total += 1;
+        }
+    }
+    // Every like ranked before the walk: a score that moves while someone pages may cross
+    // their cursor (the documented limit of a stateless order).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while top_walk(&app, 71, 9, 100).await.iter().map(|c| c["like_count"].as_i64().unwrap_or(0)).sum::<i64>()
+        != total
+    {
+        assert!(std::time::Instant::now() < deadline, "likes never all counted");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Walk 25 at a time, restarting the server and adding 20 comments before each of the
+    // first three later pages.
+    let mut seen: Vec<u64> = Vec::new();
+    let mut cursor = String::new();
+    let mut newer = 600_000u64;
+    for page in 0.. {
+        let path = format!("/v1/posts/71/comments?order=top&limit=25{cursor}");
+        let (st, v) = app.call(Method::GET, &path, Some(&app.user(9)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        seen.extend(ids(&v));
+        let Some(next) = v["next_cursor"].as_str() else { break };
+        cursor = format!("&cursor={next}");
+        if page < 3 {
+            Arc::try_unwrap(app).ok().expect("sole owner").stop_for_restart().await;
+            app = Arc::new(TestApp::start(dir.path()).await);
+            comments_concurrently(&app, 71, newer..newer + 20, prose).await;
+            newer += 20;
+        }
+    }
+    let unique: HashSet<u64> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "no comment twice");
+    let want: HashSet<u64> = snapshot.iter().copied().collect();
+    let missing: Vec<&u64> = want.difference(&unique).collect();
+    let extra: Vec<&u64> = unique.difference(&want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, written after the first page {extra:?}"
+    );
+    Arc::try_unwrap(app).ok().expect("sole owner").stop().await;
+}

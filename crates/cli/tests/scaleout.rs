@@ -518,3 +518,77 @@ async fn unique_viewers_over_two_api_nodes_are_counted_from_either_node() {
         }
     }
 }
+
+/// `order=top` pages continue on any API node: the cursor holds the walk's position, not a
+/// node's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_pages_alternate_between_api_nodes_while_comments_arrive() {
+    let d = Deployment::new().await;
+    let _worker = d.start("worker");
+    let (a, b) = (d.start("api"), d.start("api"));
+    let bases = [a.base.clone(), b.base.clone()];
+    let c = Client::new();
+    put_post(&c, &a.base, 46, 7).await;
+    let write = |user: u64| {
+        let (c, base) = (c.clone(), bases[(user % 2) as usize].clone());
+        async move {
+            let body = format!(r#"{{"text": "a comment from {user} about the harbor"}}"#);
+            let (st, v) = c
+                .call(&base, Method::POST, "/v1/posts/46/comments", user, false, &body)
+                .await
+                .expect("comment");
+            assert_eq!(st, 201, "{v}");
+            v["comment_id"].as_str().expect("id").to_string()
+        }
+    };
+    let mut snapshot = std::collections::HashSet::new();
+    for u in 10_000..10_150u64 {
+        let id = write(u).await;
+        if u % 9 == 0 {
+            let (st, _) = c
+                .call(&bases[1], Method::PUT, &format!("/v1/comments/{id}/like"), 3, false, "")
+                .await
+                .expect("like");
+            assert_eq!(st, 200);
+        }
+        snapshot.insert(id);
+    }
+    // The 16 likes ranked (the aggregator's index) before the walk starts.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, v) = c
+            .call(&bases[0], Method::GET, "/v1/posts/46/comments?order=top&limit=16", 9, false, "")
+            .await
+            .expect("top");
+        if v["items"].as_array().is_some_and(|i| i.len() == 16 && i.iter().all(|x| x["like_count"] == 1)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "likes never ranked: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (mut seen, mut cursor, mut newer) = (Vec::new(), String::new(), 20_000u64);
+    for page in 0.. {
+        let base = &bases[page % 2];
+        let path = format!("/v1/posts/46/comments?order=top&limit=20{cursor}");
+        let (st, v) = c.call(base, Method::GET, &path, 9, false, "").await.expect("page");
+        assert_eq!(st, 200, "{v}");
+        seen.extend(
+            v["items"]
+                .as_array()
+                .expect("items")
+                .iter()
+                .map(|i| i["comment_id"].as_str().expect("id").to_string()),
+        );
+        let Some(next) = v["next_cursor"].as_str() else { break };
+        cursor = format!("&cursor={next}");
+        if page < 3 {
+            for u in newer..newer + 20 {
+                write(u).await;
+            }
+            newer += 20;
+        }
+    }
+    let unique: std::collections::HashSet<String> = seen.iter().cloned().collect();
+    assert_eq!(unique.len(), seen.len(), "no comment twice");
+    assert_eq!(unique, snapshot, "every comment of the first page's moment, and none written after it");
+}

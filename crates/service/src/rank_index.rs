@@ -4,9 +4,9 @@
 //! its author's top order on the next read). Every write is a full recomputation, never an
 //! increment, so the two writers and any replay converge on the same entry.
 
+use crate::ServiceResult;
 use crate::shared::Shared;
 use crate::upstream::Upstream;
-use crate::ServiceResult;
 use likewise_core::comment::id::id_timestamp_ms;
 use likewise_core::comment::rank::{RankInput, base_score};
 use likewise_core::comment::spam::{SpamSignals, spam_score};
@@ -127,8 +127,10 @@ impl RankIndexer {
         }
         let targets: Vec<Target> = ranked.iter().map(|r| Target::comment(r.id.0)).collect();
         let authors: Vec<UserId> = ranked.iter().map(|r| r.author).collect();
-        let (counts, profiles) =
-            tokio::join!(self.shared.stores.counters.counts(&targets), self.shared.stores.meta.users(&authors));
+        let (counts, profiles) = tokio::join!(
+            self.shared.stores.counters.counts(&targets),
+            self.shared.stores.meta.users(&authors)
+        );
         let (counts, profiles) = (counts?, profiles?);
         // Per post (usually one): what its author liked, and what the index already knows.
         let mut by_post: BTreeMap<PostId, Vec<usize>> = BTreeMap::new();
@@ -194,16 +196,20 @@ impl RankIndexer {
             after = Some(last.id);
             let n = recs.len();
             let recs = self.upstream.with_current_authors(recs.into_iter().map(Some).collect()).await?;
-            let changes = self.entries_for(recs.into_iter().flatten().collect(), &HashMap::new(), &[]).await?;
+            let changes =
+                self.entries_for(recs.into_iter().flatten().collect(), &HashMap::new(), &[]).await?;
             indexed += changes.iter().filter(|c| matches!(c, RankChange::Put(_))).count();
             self.shared.stores.ranks.change_ranks(&changes).await?;
             if n < 1_000 {
                 break;
             }
         }
-        tracing::info!(post = post.0, indexed, "indexed the comments of a post written before the rank index");
+        tracing::info!(
+            post = post.0,
+            indexed,
+            "indexed the comments of a post written before the rank index"
+        );
         metrics::counter!("likewise_rank_backfills_total").increment(1);
         Ok(())
     }
-
 }

@@ -90,7 +90,10 @@ pub struct TopCache {
 impl TopCache {
     /// A cache for about `capacity` posts.
     pub fn new(capacity: usize) -> Self {
-        TopCache { lists: TtlMap::new("top_comments", Duration::from_secs(60), capacity), computed: AtomicU64::new(0) }
+        TopCache {
+            lists: TtlMap::new("top_comments", Duration::from_secs(60), capacity),
+            computed: AtomicU64::new(0),
+        }
     }
 
     /// Forget a post's ranking (pins or a ranked comment's status changed).
@@ -318,12 +321,8 @@ impl Ranking {
         // Unlisted entries (held, hidden) this viewer may see: their own, or all of them for
         // the post's author and moderators. Few, and all read at once.
         let everyone = reader.moderator || reader.user == post_author;
-        let held = self
-            .shared
-            .stores
-            .ranks
-            .held_ranks(post, (!everyone).then_some(reader.user), MAX_WALK)
-            .await?;
+        let held =
+            self.shared.stores.ranks.held_ranks(post, (!everyone).then_some(reader.user), MAX_WALK).await?;
         self.take_seen(reader, &held, after, bound, pins, followees, &mut found).await?;
         // No entry further down the index can beat the page's last one by more than this.
         let reach = if followees.is_empty() { 0.0 } else { FOLLOW_BOOST.log10() };

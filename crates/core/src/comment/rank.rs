@@ -158,7 +158,10 @@ mod tests {
     fn a_followed_author_is_boosted_as_if_the_comment_had_twice_the_weight() {
         let base = base_score(&fresh(2));
         let (followed, other) = (viewer_score(base, true), viewer_score(base_score(&fresh(3)), false));
-        assert!((followed - base_score(&RankInput { likes: 5, ..fresh(0) })).abs() < 1e-9, "3 points x 2 = 6");
+        assert!(
+            (followed - base_score(&RankInput { likes: 5, ..fresh(0) })).abs() < 1e-9,
+            "3 points x 2 = 6"
+        );
         assert_eq!(viewer_score(base, false), base);
         assert!(followed > other);
     }
@@ -210,7 +213,13 @@ mod tests {
 
     #[test]
     fn the_formula_matches_its_documentation() {
-        let r = RankInput { likes: 4, replies: 2, created_ms: 90_000_000, integrity: 0.5, ..RankInput::default() };
+        let r = RankInput {
+            likes: 4,
+            replies: 2,
+            created_ms: 90_000_000,
+            integrity: 0.5,
+            ..RankInput::default()
+        };
         // log10((1 + 4 + 4) · 0.25) + 90,000 / 45,000
         assert!((base_score(&r) - (2.25f64.log10() + 2.0)).abs() < 1e-12);
         assert_eq!(base_score(&RankInput { likes: -5, ..RankInput::default() }), 0.0);

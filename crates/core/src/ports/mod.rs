@@ -322,7 +322,12 @@ pub trait RankIndex: Send + Sync {
     /// The stored entries of these comments (on `post`'s shard), in order.
     async fn ranks_of(&self, post: PostId, comments: &[CommentId]) -> StoreResult<Vec<Option<RankEntry>>>;
     /// Up to `limit` unlisted entries of a post: `author`'s, or everyone's with `None`.
-    async fn held_ranks(&self, post: PostId, author: Option<UserId>, limit: usize) -> StoreResult<Vec<RankEntry>>;
+    async fn held_ranks(
+        &self,
+        post: PostId,
+        author: Option<UserId>,
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>>;
     /// Up to `limit` of a post's listed entries best first, strictly after `after` (a score and
     /// ID of an earlier page).
     async fn ranked(

@@ -119,7 +119,12 @@ impl RankIndex for PgStore {
         Ok(comments.iter().map(|c| found.get(&c.0).copied()).collect())
     }
 
-    async fn held_ranks(&self, post: PostId, author: Option<UserId>, limit: usize) -> StoreResult<Vec<RankEntry>> {
+    async fn held_ranks(
+        &self,
+        post: PostId,
+        author: Option<UserId>,
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>> {
         let c = self.conn(self.shard_of_post(post)).await?;
         let limit = limit.min(i64::MAX as usize) as i64;
         let rows = match author {
@@ -152,17 +157,18 @@ impl RankIndex for PgStore {
         let c = self.conn(self.shard_of_post(post)).await?;
         let limit = limit.min(i64::MAX as usize) as i64;
         let rows = match after {
-            None => c
-                .query(
+            None => {
+                c.query(
                     &format!(
                         "SELECT {COLUMNS} FROM comment_ranks WHERE post_id = $1 AND listed
                          ORDER BY score DESC, comment_id DESC LIMIT $2"
                     ),
                     &[&i(post.0), &limit],
                 )
-                .await,
-            Some((score, id)) => c
-                .query(
+                .await
+            }
+            Some((score, id)) => {
+                c.query(
                     &format!(
                         "SELECT {COLUMNS} FROM comment_ranks
                          WHERE post_id = $1 AND listed AND (score, comment_id) < ($2, $3)
@@ -170,7 +176,8 @@ impl RankIndex for PgStore {
                     ),
                     &[&i(post.0), &score, &i(id.0), &limit],
                 )
-                .await,
+                .await
+            }
         }
         .map_err(pg_err)?;
         Ok(rows.iter().map(|r| entry(post, r)).collect())

@@ -132,7 +132,12 @@ impl RankIndex for EmbeddedStore {
         comments.iter().map(|c| self.rank_entry(post, *c)).collect()
     }
 
-    async fn held_ranks(&self, post: PostId, author: Option<UserId>, limit: usize) -> StoreResult<Vec<RankEntry>> {
+    async fn held_ranks(
+        &self,
+        post: PostId,
+        author: Option<UserId>,
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>> {
         let s = &*self.inner;
         let mut lo = post.0.to_be_bytes().to_vec();
         let mut hi = [0xffu8; 24].to_vec();
@@ -184,7 +189,10 @@ impl RankIndex for EmbeddedStore {
                 // Written in one batch with its order key: never apart.
                 None => return Err(corrupt("rank_of", format!("no entry for comment {}", comment.0))),
             }
-            debug_assert_eq!(out.last().map(|e| e.score.to_bits()), Some(unordered(!be_u64(&k, 8)).to_bits()));
+            debug_assert_eq!(
+                out.last().map(|e| e.score.to_bits()),
+                Some(unordered(!be_u64(&k, 8)).to_bits())
+            );
         }
         Ok(out)
     }
