@@ -243,6 +243,9 @@ pub struct AggregatorConfig {
     pub reconcile_every_s: u64,
     pub reconcile_hot: usize,
     pub retain_events: u64,
+    /// Keep the rank index of the top comment order (off only to measure what it costs: the
+    /// top order then misses every change the aggregator would have ranked).
+    pub rank_index: bool,
 }
 
 impl Default for AggregatorConfig {
@@ -252,6 +255,7 @@ impl Default for AggregatorConfig {
             reconcile_every_s: 60,
             reconcile_hot: 10,
             retain_events: 10_000_000,
+            rank_index: true,
         }
     }
 }
@@ -570,6 +574,7 @@ impl Config {
             reconcile_every: Duration::from_secs(a.reconcile_every_s.max(1)),
             reconcile_hot: a.reconcile_hot,
             retain_events: a.retain_events,
+            rank_index: a.rank_index,
             // The log's other consumers in this process: their unread events stay.
             hold_for: [likewise_workers::notifier::NOTIFIER, likewise_service::trending::TRENDING]
                 .into_iter()

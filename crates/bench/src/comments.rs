@@ -36,6 +36,13 @@ pub struct CommentsArgs {
     /// Rounds of each kind, alternating.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
+    /// Measure the top order over HTTP on a post with this many top-level comments
+    /// receiving comment likes, with the rank index kept and without (0: skip it).
+    #[arg(long, default_value_t = 0)]
+    pub top: u64,
+    /// Seconds of the comment-like storm of each `--top` run.
+    #[arg(long, default_value_t = 10)]
+    pub like_seconds: u64,
 }
 
 async fn time_pages(
@@ -57,6 +64,13 @@ async fn time_pages(
 
 /// Run `bench comments`.
 pub async fn run(a: &CommentsArgs) -> anyhow::Result<()> {
+    if a.top > 0 {
+        // The rank index kept, then not kept (what it costs comment likes), then kept again.
+        for rank_index in [true, false, true] {
+            top_over_http(a.top, a.like_seconds, rank_index).await?;
+        }
+        return Ok(());
+    }
     anyhow::ensure!(a.depth + 20 <= a.comments, "--depth must leave a full page");
     let Fresh { svc, stores, .. } = &fresh().await?;
     write_comments(stores, a.comments).await?;
@@ -145,8 +159,9 @@ async fn keyed_against_unkeyed(svc: &Arc<Engagement>, n: u64, rounds: u32) -> an
     Ok(())
 }
 
-/// `n` comments on post 1 from 5,000 authors, through the write path, 256 at a time.
-async fn write_comments(stores: &Stores, n: u64) -> anyhow::Result<()> {
+/// `n` comments on post 1 from 5,000 authors, through the write path, 256 at a time; their
+/// IDs.
+async fn write_comments(stores: &Stores, n: u64) -> anyhow::Result<Vec<CommentId>> {
     println!("writing {n} comments on one post...");
     let bar = progress(n);
     let next = Arc::new(AtomicU64::new(0));
@@ -155,10 +170,11 @@ async fn write_comments(stores: &Stores, n: u64) -> anyhow::Result<()> {
     for _ in 0..256 {
         let (stores, next, bar) = (stores.clone(), next.clone(), bar.clone());
         tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= n {
-                    return Ok::<_, anyhow::Error>(());
+                    return Ok::<_, anyhow::Error>(ids);
                 }
                 let rec = CommentRecord {
                     id: CommentId(0),
@@ -172,7 +188,7 @@ async fn write_comments(stores: &Stores, n: u64) -> anyhow::Result<()> {
                     simhash: i,
                 };
                 match stores.writer.submit_comment(CommentOp::Create(rec)).await?.outcome {
-                    CommentOutcome::Done(Some(_)) => {}
+                    CommentOutcome::Done(Some(r)) => ids.push(r.id),
                     other => anyhow::bail!("comment not written: {other:?}"),
                 }
                 if i % 1024 == 0 {
@@ -181,10 +197,98 @@ async fn write_comments(stores: &Stores, n: u64) -> anyhow::Result<()> {
             }
         }));
     }
+    let mut ids = Vec::with_capacity(n as usize);
     for t in tasks {
-        t.await??;
+        ids.extend(t.await??);
     }
     bar.finish_and_clear();
     println!("durable comments/s: {:.0}", n as f64 / started.elapsed().as_secs_f64());
+    Ok(ids)
+}
+
+/// One `--top` run: a whole service on a fresh store, serving HTTP on a local port, with `n`
+/// top-level comments on post 1 (written through the write path, then ranked and counted by
+/// its own aggregator). For `like_seconds`, 64 tasks like random comments through the service
+/// (distinct users, like rate limit off) while one client reads the first `order=top` page
+/// over HTTP, one request at a time; then the same reads with the storm over.
+async fn top_over_http(n: u64, like_seconds: u64, rank_index: bool) -> anyhow::Result<()> {
+    use likewise_core::like::{LikeAction, Target};
+    let tmp = tempfile::tempdir()?;
+    let mut cfg = likewise_app::config::Config::load(
+        None,
+        &likewise_app::config::Overrides {
+            listen: Some("127.0.0.1:0".into()),
+            role: None,
+            data_dir: Some(tmp.path().to_path_buf()),
+        },
+    )?;
+    cfg.auth.secret = Some("bench-secret-bench-secret-bench-secret".into());
+    cfg.limits.likes_per_minute = 0;
+    cfg.aggregator.rank_index = rank_index;
+    let app = likewise_app::startup::Application::build(&cfg).await?;
+    let (svc, keys) = (app.service(), app.keys());
+    let client = crate::client::HttpClient::new(&format!("http://{}", app.local_addr()), 4);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    let meta = likewise_core::model::PostMeta {
+        author: UserId(1),
+        hide_like_count: false,
+        comments: likewise_core::model::CommentsPolicy::Everyone,
+    };
+    svc.upstream.put_post(PostId(1), meta).await?;
+    println!("--top {n}, rank index {}", if rank_index { "kept" } else { "NOT kept (cost measurement)" });
+    let ids = Arc::new(write_comments(svc.stores(), n).await?);
+    let started = Instant::now();
+    loop {
+        let c = svc.stores().counters.counts(&[Target::post(1)]).await?[0];
+        if c.comments >= n as i64 {
+            break;
+        }
+        anyhow::ensure!(started.elapsed().as_secs() < 600, "the aggregator did not catch up");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    println!("aggregated {n} comments in {:.1} s", started.elapsed().as_secs_f64());
+    let token = keys.mint(UserId(3), false, std::time::Duration::from_secs(3600)).map_err(anyhow::Error::msg)?;
+    let url = client.url("/v1/posts/1/comments?order=top&limit=20");
+    let read = |client: crate::client::HttpClient, url: String, token: String, until: Instant| async move {
+        let mut lat = Vec::new();
+        while Instant::now() < until {
+            let t0 = Instant::now();
+            let (st, body) = client.send(hyper::Method::GET, &url, Some(&token), None).await?;
+            anyhow::ensure!(st == hyper::StatusCode::OK, "top page: {st} {}", String::from_utf8_lossy(&body));
+            lat.push(t0.elapsed().as_micros() as u64);
+        }
+        Ok::<_, anyhow::Error>(lat)
+    };
+    let until = Instant::now() + std::time::Duration::from_secs(like_seconds);
+    let liked = Arc::new(AtomicU64::new(0));
+    let mut likers = Vec::new();
+    for t in 0..64u64 {
+        let (svc, ids, liked) = (svc.clone(), ids.clone(), liked.clone());
+        likers.push(tokio::spawn(async move {
+            let mut user = 50_000_000 + t * 10_000_000;
+            while Instant::now() < until {
+                let id = ids[rand::random_range(0..ids.len())];
+                svc.likes.set_comment_like(UserId(user), id, LikeAction::Like).await?;
+                user += 1;
+                liked.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    let storm_started = Instant::now();
+    let mut busy = read(client.clone(), url.clone(), token.clone(), until).await?;
+    for l in likers {
+        l.await??;
+    }
+    let rate = liked.load(Ordering::Relaxed) as f64 / storm_started.elapsed().as_secs_f64();
+    println!("comment likes/s during the storm: {rate:.0}");
+    println!("first top page over HTTP, during the storm: {}", stats::summarise(&mut busy));
+    let mut idle = read(client, url, token, Instant::now() + std::time::Duration::from_secs(5)).await?;
+    println!("first top page over HTTP, after it:        {}", stats::summarise(&mut idle));
+    let _ = stop.send(());
+    server.await??;
     Ok(())
 }

@@ -8,7 +8,7 @@ use crate::ServiceResult;
 use crate::shared::Shared;
 use crate::upstream::Upstream;
 use likewise_core::comment::id::id_timestamp_ms;
-use likewise_core::comment::rank::{RankInput, base_score};
+use likewise_core::comment::rank::{self, RankInput, base_score};
 use likewise_core::comment::spam::{SpamSignals, spam_score};
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::counter::{CounterField, CounterKey};
@@ -17,7 +17,7 @@ use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::ports::{RankChange, RankEntry};
 use likewise_core::write::CommentRecord;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// See the module documentation.
@@ -59,19 +59,26 @@ impl RankIndexer {
         deltas: &[(CounterKey, i64)],
     ) -> ServiceResult<Vec<RankChange>> {
         let mut post_of: BTreeMap<u64, u64> = BTreeMap::new();
+        // Comments whose record, author or flags may have changed: recomputed in full. The
+        // others only gained or lost likes: rescored from their stored entry and new count.
+        let mut full: BTreeSet<u64> = BTreeSet::new();
+        let mut likers: Vec<(u64, UserId, PostId)> = Vec::new();
         let mut replies_by: Vec<(u64, UserId)> = Vec::new();
         for e in events {
             match e.kind {
                 EventKind::LikeCreated | EventKind::LikeRemoved => {
                     if e.target.kind == TargetKind::Comment {
                         post_of.insert(e.target.id, e.post);
+                        likers.push((e.target.id, e.actor, PostId(e.post)));
                     }
                 }
                 EventKind::CommentCreated | EventKind::CommentStatusChanged | EventKind::CommentDeleted => {
                     post_of.insert(e.target.id, e.post);
+                    full.insert(e.target.id);
                     if e.parent != 0 {
                         // A reply moves its parent's reply count.
                         post_of.insert(e.parent, e.post);
+                        full.insert(e.parent);
                         if e.kind == EventKind::CommentCreated {
                             replies_by.push((e.parent, e.actor));
                         }
@@ -82,9 +89,71 @@ impl RankIndexer {
         if post_of.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<CommentId> = post_of.keys().map(|id| CommentId(*id)).collect();
+        // A like or unlike by the post's author moves a flag: in full.
+        let posts: Vec<PostId> =
+            likers.iter().map(|l| l.2).collect::<BTreeSet<_>>().into_iter().collect();
+        let authors: HashMap<PostId, UserId> = posts
+            .iter()
+            .zip(self.upstream.posts_meta(&posts).await?)
+            .filter_map(|(p, m)| Some((*p, m?.author)))
+            .collect();
+        for (id, actor, post) in &likers {
+            if authors.get(post) == Some(actor) {
+                full.insert(*id);
+            }
+        }
         let pending: HashMap<CounterKey, i64> = deltas.iter().copied().collect();
-        self.changes_for(&ids, &post_of, &pending, &replies_by).await
+        let mut changes = Vec::new();
+        let light: Vec<(u64, u64)> =
+            post_of.iter().filter(|(id, _)| !full.contains(id)).map(|(id, p)| (*id, *p)).collect();
+        for missing in self.rescore(&light, &pending, &mut changes).await? {
+            full.insert(missing);
+        }
+        let ids: Vec<CommentId> = full.iter().map(|id| CommentId(*id)).collect();
+        changes.extend(self.changes_for(&ids, &post_of, &pending, &replies_by).await?);
+        Ok(changes)
+    }
+
+    /// New scores for comments whose likes alone changed, from their stored entries and
+    /// counts (one read of each per post): no record, profile or text is read. Returns the
+    /// comments that have no entry (replies, or comments to index in full).
+    async fn rescore(
+        &self,
+        light: &[(u64, u64)],
+        pending: &HashMap<CounterKey, i64>,
+        changes: &mut Vec<RankChange>,
+    ) -> ServiceResult<Vec<u64>> {
+        let mut by_post: BTreeMap<u64, Vec<CommentId>> = BTreeMap::new();
+        for (id, post) in light {
+            by_post.entry(*post).or_default().push(CommentId(*id));
+        }
+        let mut missing = Vec::new();
+        for (post, ids) in by_post {
+            let targets: Vec<Target> = ids.iter().map(|c| Target::comment(c.0)).collect();
+            let (entries, counts) = tokio::join!(
+                self.shared.stores.ranks.ranks_of(PostId(post), &ids),
+                self.shared.stores.counters.counts(&targets),
+            );
+            for ((id, entry), (t, c)) in ids.iter().zip(entries?).zip(targets.iter().zip(counts?)) {
+                let Some(e) = entry else {
+                    missing.push(id.0);
+                    continue;
+                };
+                let delta = |field| pending.get(&CounterKey { target: *t, field }).copied().unwrap_or(0);
+                let input = RankInput {
+                    likes: c.likes + delta(CounterField::Likes),
+                    replies: c.replies + delta(CounterField::Replies),
+                    liked_by_post_author: e.author_liked,
+                    replied_by_post_author: e.author_replied,
+                    ..RankInput::default()
+                };
+                let score = rank::score(rank::points(&input), e.factor, id_timestamp_ms(*id));
+                if score != e.score {
+                    changes.push(RankChange::Put(RankEntry { score, ..e }));
+                }
+            }
+        }
+        Ok(missing)
     }
 
     /// The changes for `ids` (their posts in `post_of`): records read from the store (the
@@ -171,6 +240,8 @@ impl RankIndexer {
                 author: r.author,
                 score: base_score(&input),
                 author_replied: replied[i],
+                author_liked: author_liked[i],
+                factor: rank::weight_factor(&input),
                 // In everyone's order: visible comments, and placeholders (a stored deleted
                 // record always has replies). The rest only for those who may see them.
                 listed: r.status == CommentStatus::Visible || r.status.is_deleted(),

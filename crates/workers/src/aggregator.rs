@@ -45,8 +45,11 @@ pub struct AggregatorOptions {
     /// Events kept behind the consumer for replay; older ones are deleted.
     pub retain_events: u64,
     /// Other consumers of the same log whose unread events must never be deleted, however
-    /// far behind they are (the export during a broker outage, the notifier, the ranker).
+    /// far behind they are (the export during a broker outage, the notifier, the trending
+    /// consumer).
     pub hold_for: Vec<String>,
+    /// Keep the rank index (`false` only to measure what it costs).
+    pub rank_index: bool,
 }
 
 impl Default for AggregatorOptions {
@@ -60,6 +63,7 @@ impl Default for AggregatorOptions {
             reconcile_hot: 10,
             retain_events: 10_000_000,
             hold_for: Vec::new(),
+            rank_index: true,
         }
     }
 }
@@ -160,7 +164,14 @@ impl Aggregator {
         let deltas = batch.into_deltas();
         // The rank index first, scored with the counts this commit will store: a crash
         // before the commit replays the batch and recomputes the same entries.
-        let ranks = self.svc.comments.indexer.changes(&events, &deltas).await.map_err(service_err)?;
+        let ranks = if self.opts.rank_index {
+            let started = Instant::now();
+            let ranks = self.svc.comments.indexer.changes(&events, &deltas).await.map_err(service_err)?;
+            metrics::counter!("likewise_rank_index_micros_total").increment(started.elapsed().as_micros() as u64);
+            ranks
+        } else {
+            Vec::new()
+        };
         if !ranks.is_empty() {
             stores.ranks.change_ranks(&ranks).await?;
             metrics::counter!("likewise_rank_index_changes_total").increment(ranks.len() as u64);

@@ -65,20 +65,34 @@ pub const MAX_PINS: usize = 3;
 /// point, below every other comment of the last three days.
 const MIN_WEIGHT: f64 = 1e-6;
 
-/// The viewer-independent score; see the module documentation for the formula.
-pub fn base_score(r: &RankInput) -> f64 {
+/// The engagement points of the formula (see the module documentation).
+pub fn points(r: &RankInput) -> f64 {
     // Counters can briefly read negative while deltas are in flight; never rank below zero.
-    let points = 1.0
-        + r.likes.max(0) as f64
+    1.0 + r.likes.max(0) as f64
         + 2.0 * r.replies.max(0) as f64
         + if r.liked_by_post_author { 5.0 } else { 0.0 }
-        + if r.replied_by_post_author { 3.0 } else { 0.0 };
+        + if r.replied_by_post_author { 3.0 } else { 0.0 }
+}
+
+/// The multiplier of the points: verified author, the post author's own, integrity. Fixed for
+/// a comment's life (its text and author do not change), so an index can keep it and score
+/// a new like count without reading the comment again.
+pub fn weight_factor(r: &RankInput) -> f64 {
     let verified = if r.author_verified { 1.3 } else { 1.0 };
     let own = if r.by_post_author { 1.2 } else { 1.0 };
     // An unknown (NaN) spam likelihood is no evidence of spam.
     let integrity = if r.integrity.is_nan() { 0.0 } else { f64::from(r.integrity).clamp(0.0, 1.0) };
-    let weight = points * verified * own * (1.0 - integrity).powi(2);
-    weight.max(MIN_WEIGHT).log10() + (r.created_ms / 1000) as f64 / DECADE_SECS
+    verified * own * (1.0 - integrity).powi(2)
+}
+
+/// The score of `points` weighted by `factor`, for a comment created at `created_ms`.
+pub fn score(points: f64, factor: f64, created_ms: u64) -> f64 {
+    (points * factor).max(MIN_WEIGHT).log10() + (created_ms / 1000) as f64 / DECADE_SECS
+}
+
+/// The viewer-independent score; see the module documentation for the formula.
+pub fn base_score(r: &RankInput) -> f64 {
+    score(points(r), weight_factor(r), r.created_ms)
 }
 
 /// The score for one viewer: boosted when the viewer follows the comment's author.

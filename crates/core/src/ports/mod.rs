@@ -293,6 +293,10 @@ pub struct RankEntry {
     pub score: f64,
     /// The post's author has replied to it (a ranking signal only events reveal, kept here).
     pub author_replied: bool,
+    /// The post's author likes it.
+    pub author_liked: bool,
+    /// Its `comment::rank::weight_factor`: with the flags, what scoring a new like count needs.
+    pub factor: f64,
     /// In everyone's order (visible, or the placeholder of a deleted comment with replies);
     /// `false`: held or hidden, shown only to those who may see it (its author, the post's
     /// author, moderators), so it takes no place in the order others walk.

@@ -27,7 +27,7 @@ impl PgStore {
             last.insert(key, c);
         }
         let (mut posts, mut comments, mut scores, mut replied) = (vec![], vec![], vec![], vec![]);
-        let (mut authors, mut listed) = (vec![], vec![]);
+        let (mut authors, mut listed, mut liked, mut factors) = (vec![], vec![], vec![], vec![]);
         let (mut gone_posts, mut gone) = (vec![], vec![]);
         for ((post, comment), c) in last {
             match c {
@@ -38,6 +38,8 @@ impl PgStore {
                     replied.push(e.author_replied);
                     authors.push(i(e.author.0));
                     listed.push(e.listed);
+                    liked.push(e.author_liked);
+                    factors.push(e.factor);
                 }
                 RankChange::Remove { .. } => {
                     gone_posts.push(post);
@@ -49,12 +51,15 @@ impl PgStore {
         let tx = c.transaction().await.map_err(pg_err)?;
         if !posts.is_empty() {
             tx.execute(
-                "INSERT INTO comment_ranks (post_id, comment_id, score, author_replied, author_id, listed)
-                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::float8[], $4::bool[], $5::bigint[], $6::bool[])
+                "INSERT INTO comment_ranks
+                     (post_id, comment_id, score, author_replied, author_id, listed, author_liked, factor)
+                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::float8[], $4::bool[], $5::bigint[],
+                     $6::bool[], $7::bool[], $8::float8[])
                  ON CONFLICT (post_id, comment_id)
                  DO UPDATE SET score = EXCLUDED.score, author_replied = EXCLUDED.author_replied,
-                     author_id = EXCLUDED.author_id, listed = EXCLUDED.listed",
-                &[&posts, &comments, &scores, &replied, &authors, &listed],
+                     author_id = EXCLUDED.author_id, listed = EXCLUDED.listed,
+                     author_liked = EXCLUDED.author_liked, factor = EXCLUDED.factor",
+                &[&posts, &comments, &scores, &replied, &authors, &listed, &liked, &factors],
             )
             .await
             .map_err(pg_err)?;
@@ -73,7 +78,7 @@ impl PgStore {
 }
 
 /// Columns every read selects, in [`entry`]'s order.
-const COLUMNS: &str = "comment_id, score, author_replied, author_id, listed";
+const COLUMNS: &str = "comment_id, score, author_replied, author_id, listed, author_liked, factor";
 
 fn entry(post: PostId, row: &tokio_postgres::Row) -> RankEntry {
     RankEntry {
@@ -83,6 +88,8 @@ fn entry(post: PostId, row: &tokio_postgres::Row) -> RankEntry {
         author_replied: row.get(2),
         author: UserId(u(row.get(3))),
         listed: row.get(4),
+        author_liked: row.get(5),
+        factor: row.get(6),
     }
 }
 

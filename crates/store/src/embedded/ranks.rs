@@ -6,7 +6,8 @@
 //! - `rank_held`: `post (8) | author (8) | comment (8)` -> empty, for unlisted entries (held,
 //!   hidden): read by author, or all of a post's for its author and moderators.
 //! - `rank_of`: `post (8) | comment (8)` -> `score bits (8) | author_replied (1) | listed (1)
-//!   | author (8)`: where a comment's entry is, to move or remove it.
+//!   | author (8) | factor bits (8) | author_liked (1)`: where a comment's entry is, to move or
+//!   remove it, and what rescoring it needs.
 //!
 //! Writers (the aggregator, and the comment write path for its own comment) recompute an
 //! entry from stored state; a lock serialises the read-modify-write of `change_ranks` so two
@@ -15,6 +16,7 @@
 use super::{EmbeddedStore, engine_err};
 use crate::keys::{be_u64, pair_key};
 use async_trait::async_trait;
+use fjall::Readable;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::{RankChange, RankEntry, RankIndex};
 use likewise_core::{StoreError, StoreResult};
@@ -49,17 +51,19 @@ fn corrupt(keyspace: &'static str, detail: String) -> StoreError {
     StoreError::Corrupt { keyspace, detail }
 }
 
-fn encode_of(e: &RankEntry) -> [u8; 18] {
-    let mut v = [0u8; 18];
+fn encode_of(e: &RankEntry) -> [u8; 27] {
+    let mut v = [0u8; 27];
     v[..8].copy_from_slice(&e.score.to_bits().to_be_bytes());
     v[8] = u8::from(e.author_replied);
     v[9] = u8::from(e.listed);
-    v[10..].copy_from_slice(&e.author.0.to_be_bytes());
+    v[10..18].copy_from_slice(&e.author.0.to_be_bytes());
+    v[18..26].copy_from_slice(&e.factor.to_bits().to_be_bytes());
+    v[26] = u8::from(e.author_liked);
     v
 }
 
 fn decode_of(post: PostId, comment: CommentId, v: &[u8]) -> StoreResult<RankEntry> {
-    if v.len() != 18 {
+    if v.len() != 27 {
         return Err(corrupt("rank_of", format!("a value of {} bytes", v.len())));
     }
     Ok(RankEntry {
@@ -69,15 +73,21 @@ fn decode_of(post: PostId, comment: CommentId, v: &[u8]) -> StoreResult<RankEntr
         score: f64::from_bits(be_u64(v, 0)),
         author_replied: v[8] == 1,
         listed: v[9] == 1,
+        factor: f64::from_bits(be_u64(v, 18)),
+        author_liked: v[26] == 1,
     })
 }
 
-impl EmbeddedStore {
-    fn rank_entry(&self, post: PostId, comment: CommentId) -> StoreResult<Option<RankEntry>> {
-        match self.inner.rank_of.get(pair_key(post.0, comment.0)).map_err(engine_err)? {
-            Some(v) => decode_of(post, comment, &v).map(Some),
-            None => Ok(None),
-        }
+/// A comment's entry, read through `r` (the store, or a snapshot of it for a consistent scan).
+fn rank_entry(
+    r: &impl Readable,
+    ks: &fjall::Keyspace,
+    post: PostId,
+    comment: CommentId,
+) -> StoreResult<Option<RankEntry>> {
+    match r.get(ks, pair_key(post.0, comment.0)).map_err(engine_err)? {
+        Some(v) => decode_of(post, comment, &v).map(Some),
+        None => Ok(None),
     }
 }
 
@@ -99,7 +109,11 @@ impl RankIndex for EmbeddedStore {
             };
             let old = match now.get(&(post.0, comment.0)) {
                 Some(e) => *e,
-                None => self.rank_entry(post, comment)?,
+                // Under the lock, so the latest committed entry.
+                None => match s.rank_of.get(pair_key(post.0, comment.0)).map_err(engine_err)? {
+                    Some(v) => Some(decode_of(post, comment, &v)?),
+                    None => None,
+                },
             };
             if let Some(old) = old {
                 if old.listed {
@@ -129,7 +143,9 @@ impl RankIndex for EmbeddedStore {
     }
 
     async fn ranks_of(&self, post: PostId, comments: &[CommentId]) -> StoreResult<Vec<Option<RankEntry>>> {
-        comments.iter().map(|c| self.rank_entry(post, *c)).collect()
+        let s = &*self.inner;
+        let snap = s.db.snapshot();
+        comments.iter().map(|c| rank_entry(&snap, &s.rank_of, post, *c)).collect()
     }
 
     async fn held_ranks(
@@ -147,12 +163,14 @@ impl RankIndex for EmbeddedStore {
             hi[8..16].copy_from_slice(&a.0.to_be_bytes());
         }
         let mut out = Vec::new();
-        for kv in s.rank_held.range(lo..=hi).take(limit) {
+        // One snapshot: an entry that a concurrent change moves is read as it was or as it is.
+        let snap = s.db.snapshot();
+        for kv in snap.range(&s.rank_held, lo..=hi).take(limit) {
             let k = kv.key().map_err(engine_err)?;
             if k.len() != 24 {
                 return Err(corrupt("rank_held", format!("a key of {} bytes", k.len())));
             }
-            if let Some(e) = self.rank_entry(post, CommentId(be_u64(&k, 16)))? {
+            if let Some(e) = rank_entry(&snap, &s.rank_of, post, CommentId(be_u64(&k, 16)))? {
                 out.push(e);
             }
         }
@@ -178,13 +196,14 @@ impl RankIndex for EmbeddedStore {
         let mut end = [0xffu8; 24];
         end[..8].copy_from_slice(&post.0.to_be_bytes());
         let mut out = Vec::with_capacity(limit.min(1024));
-        for kv in s.rank_order.range(start..=end.to_vec()).take(limit) {
+        let snap = s.db.snapshot();
+        for kv in snap.range(&s.rank_order, start..=end.to_vec()).take(limit) {
             let k = kv.key().map_err(engine_err)?;
             if k.len() != 24 {
                 return Err(corrupt("rank_order", format!("a key of {} bytes", k.len())));
             }
             let comment = CommentId(!be_u64(&k, 16));
-            match self.rank_entry(post, comment)? {
+            match rank_entry(&snap, &s.rank_of, post, comment)? {
                 Some(e) => out.push(e),
                 // Written in one batch with its order key: never apart.
                 None => return Err(corrupt("rank_of", format!("no entry for comment {}", comment.0))),

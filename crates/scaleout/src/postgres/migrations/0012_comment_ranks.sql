@@ -8,6 +8,8 @@ CREATE TABLE comment_ranks (
     author_id      bigint           NOT NULL,
     score          double precision NOT NULL,
     author_replied boolean          NOT NULL DEFAULT false,
+    author_liked   boolean          NOT NULL DEFAULT false,
+    factor         double precision NOT NULL DEFAULT 1,
     listed         boolean          NOT NULL,
     PRIMARY KEY (post_id, comment_id)
 );
