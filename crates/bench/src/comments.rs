@@ -43,6 +43,10 @@ pub struct CommentsArgs {
     /// Seconds of the comment-like storm of each `--top` run.
     #[arg(long, default_value_t = 10)]
     pub like_seconds: u64,
+    /// Spread the storm's likes uniformly over the comments (default: Zipf-like, as real
+    /// engagement is: a comment's share falls with its popularity rank, density 1/rank).
+    #[arg(long)]
+    pub uniform_likes: bool,
 }
 
 async fn time_pages(
@@ -67,7 +71,7 @@ pub async fn run(a: &CommentsArgs) -> anyhow::Result<()> {
     if a.top > 0 {
         // The rank index kept, then not kept (what it costs comment likes), then kept again.
         for rank_index in [true, false, true] {
-            top_over_http(a.top, a.like_seconds, rank_index).await?;
+            top_over_http(a.top, a.like_seconds, rank_index, a.uniform_likes).await?;
         }
         return Ok(());
     }
@@ -211,7 +215,7 @@ async fn write_comments(stores: &Stores, n: u64) -> anyhow::Result<Vec<CommentId
 /// its own aggregator). For `like_seconds`, 64 tasks like random comments through the service
 /// (distinct users, like rate limit off) while one client reads the first `order=top` page
 /// over HTTP, one request at a time; then the same reads with the storm over.
-async fn top_over_http(n: u64, like_seconds: u64, rank_index: bool) -> anyhow::Result<()> {
+async fn top_over_http(n: u64, like_seconds: u64, rank_index: bool, uniform: bool) -> anyhow::Result<()> {
     use likewise_core::like::{LikeAction, Target};
     let tmp = tempfile::tempdir()?;
     let mut cfg = likewise_app::config::Config::load(
@@ -238,7 +242,11 @@ async fn top_over_http(n: u64, like_seconds: u64, rank_index: bool) -> anyhow::R
         comments: likewise_core::model::CommentsPolicy::Everyone,
     };
     svc.upstream.put_post(PostId(1), meta).await?;
-    println!("--top {n}, rank index {}", if rank_index { "kept" } else { "NOT kept (cost measurement)" });
+    println!(
+        "--top {n}, rank index {}, likes {}",
+        if rank_index { "kept" } else { "NOT kept (cost measurement)" },
+        if uniform { "uniform over the comments" } else { "Zipf-like over the comments" }
+    );
     let ids = Arc::new(write_comments(svc.stores(), n).await?);
     let started = Instant::now();
     loop {
@@ -250,7 +258,8 @@ async fn top_over_http(n: u64, like_seconds: u64, rank_index: bool) -> anyhow::R
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     println!("aggregated {n} comments in {:.1} s", started.elapsed().as_secs_f64());
-    let token = keys.mint(UserId(3), false, std::time::Duration::from_secs(3600)).map_err(anyhow::Error::msg)?;
+    let token =
+        keys.mint(UserId(3), false, std::time::Duration::from_secs(3600)).map_err(anyhow::Error::msg)?;
     let url = client.url("/v1/posts/1/comments?order=top&limit=20");
     let read = |client: crate::client::HttpClient, url: String, token: String, until: Instant| async move {
         let mut lat = Vec::new();
@@ -270,7 +279,16 @@ async fn top_over_http(n: u64, like_seconds: u64, rank_index: bool) -> anyhow::R
         likers.push(tokio::spawn(async move {
             let mut user = 50_000_000 + t * 10_000_000;
             while Instant::now() < until {
-                let id = ids[rand::random_range(0..ids.len())];
+                let at = if uniform {
+                    rand::random_range(0..ids.len())
+                } else {
+                    // Log-uniform over 1..=n (Zipf with s = 1): the k-th most liked comment
+                    // gets about 1/k of the top one's likes.
+                    ((ids.len() as f64).powf(rand::random::<f64>()) as usize)
+                        .saturating_sub(1)
+                        .min(ids.len() - 1)
+                };
+                let id = ids[at];
                 svc.likes.set_comment_like(UserId(user), id, LikeAction::Like).await?;
                 user += 1;
                 liked.fetch_add(1, Ordering::Relaxed);

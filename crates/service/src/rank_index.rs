@@ -90,8 +90,7 @@ impl RankIndexer {
             return Ok(Vec::new());
         }
         // A like or unlike by the post's author moves a flag: in full.
-        let posts: Vec<PostId> =
-            likers.iter().map(|l| l.2).collect::<BTreeSet<_>>().into_iter().collect();
+        let posts: Vec<PostId> = likers.iter().map(|l| l.2).collect::<BTreeSet<_>>().into_iter().collect();
         let authors: HashMap<PostId, UserId> = posts
             .iter()
             .zip(self.upstream.posts_meta(&posts).await?)

@@ -631,7 +631,10 @@ pub async fn rank_index_orders_moves_and_removes(s: &Stores) {
     r.change_ranks(&[RankChange::Remove { post: PostId(1), comment: CommentId(11) }]).await.expect("remove");
     assert_eq!(ids(r.ranked(PostId(1), None, 10).await.expect("ranked")), [13, 12, 10]);
     let of = r.ranks_of(PostId(1), &[CommentId(12), CommentId(11), CommentId(99)]).await.expect("of");
-    assert_eq!(of[0].map(|e| (e.score, e.author_replied, e.author_liked, e.factor)), Some((3.0, true, true, 0.25)));
+    assert_eq!(
+        of[0].map(|e| (e.score, e.author_replied, e.author_liked, e.factor)),
+        Some((3.0, true, true, 0.25))
+    );
     assert_eq!((of[1], of[2]), (None, None));
     assert_eq!(ids(r.ranked(PostId(2), None, 10).await.expect("other post")), [20]);
     // Held: out of the order, found by author; listed again, back in it.

@@ -167,7 +167,8 @@ impl Aggregator {
         let ranks = if self.opts.rank_index {
             let started = Instant::now();
             let ranks = self.svc.comments.indexer.changes(&events, &deltas).await.map_err(service_err)?;
-            metrics::counter!("likewise_rank_index_micros_total").increment(started.elapsed().as_micros() as u64);
+            metrics::counter!("likewise_rank_index_micros_total")
+                .increment(started.elapsed().as_micros() as u64);
             ranks
         } else {
             Vec::new()
