@@ -43,6 +43,9 @@ pub struct HotPostArgs {
     /// HTTP client: the built-in one, or wrk for every phase (wrk must be installed).
     #[arg(long, value_enum, default_value_t = Client::Builtin)]
     pub client: Client,
+    /// Over HTTP: comments on each of the 20 feed posts, so feed pages carry previews.
+    #[arg(long, default_value_t = 0, requires = "url")]
+    pub comments_per_post: u64,
     /// Token secret of the server (default: read from --data-dir or the config).
     #[arg(long, env = "LIKEWISE__AUTH__SECRET")]
     pub secret: Option<String>,
@@ -105,6 +108,25 @@ impl Remote {
                 "registering post {id}: {st} {}",
                 String::from_utf8_lossy(&b)
             );
+        }
+        // Comments from their own authors (no per-user limit applies), ordinary text.
+        for (k, id) in remote.feed_ids.iter().enumerate() {
+            for c in 0..a.comments_per_post {
+                let user = remote.user_base + 9_000_000 + k as u64 * 1_000 + c;
+                let token = remote.mint(user, false)?;
+                let body = format!(r#"{{"text":"a note from reader {c} about the morning walk"}}"#);
+                let path = format!("/v1/posts/{id}/comments");
+                let (st, b) = remote.client.call(Method::POST, &path, Some(&token), Some(body)).await?;
+                anyhow::ensure!(
+                    st == StatusCode::CREATED,
+                    "commenting: {st} {}",
+                    String::from_utf8_lossy(&b)
+                );
+            }
+        }
+        if a.comments_per_post > 0 {
+            // Counted (and ranked) before the feed phase reads the posts' counts.
+            tokio::time::sleep(Duration::from_secs(2)).await;
         }
         println!(
             "hot-post over HTTP at {}: {} likers on post {hot}, concurrency {}",
