@@ -1,7 +1,8 @@
 //! Comment counters converge to the rows under any interleaving of comments, replies,
 //! deletions, moderation decisions, comment likes, aggregation steps and crash-restarts (the
 //! store dropped without draining the aggregator, then reopened). `aggregator.rs` covers the
-//! same for post likes; this covers `comment_count`, `reply_count` and comment like counts.
+//! same for post likes; this covers `comment_count`, `reply_count` and comment like counts
+//! (a reply counts only while its top-level parent is shown or is a placeholder).
 
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
@@ -120,7 +121,11 @@ async fn run(steps: Vec<Step>) {
     let rows: Vec<_> =
         stores.comments.comments(&written).await.expect("rows").into_iter().flatten().collect();
     let visible = |r: &&likewise_core::write::CommentRecord| r.status == CommentStatus::Visible;
-    let want_comments = rows.iter().filter(visible).count() as i64;
+    // A reply counts only while its top-level parent opens its thread (shown, or a placeholder).
+    let status_of: std::collections::HashMap<CommentId, CommentStatus> =
+        rows.iter().map(|r| (r.id, r.status)).collect();
+    let open = |p: CommentId| matches!(status_of.get(&p), Some(CommentStatus::Visible | CommentStatus::Deleted));
+    let want_comments = rows.iter().filter(visible).filter(|r| r.parent.is_none_or(open)).count() as i64;
     let post = stores.counters.counts(&[Target::post(POST.0)]).await.expect("counts")[0];
     assert_eq!(post.comments, want_comments, "comment_count == visible comment rows");
     let recount = stores.counters.recount_comments("counters", POST).await.expect("recount");
@@ -130,7 +135,11 @@ async fn run(steps: Vec<Step>) {
     let targets: Vec<Target> = tops.iter().map(|r| Target::comment(r.id.0)).collect();
     let counts = stores.counters.counts(&targets).await.expect("counts");
     for (top, c) in tops.iter().zip(counts) {
-        let replies = rows.iter().filter(|r| r.parent == Some(top.id)).filter(visible).count() as i64;
+        let replies = if open(top.id) {
+            rows.iter().filter(|r| r.parent == Some(top.id)).filter(visible).count() as i64
+        } else {
+            0
+        };
         assert_eq!(c.replies, replies, "reply_count of {:?} == its visible reply rows", top.id);
     }
     for id in &written {
