@@ -124,7 +124,8 @@ async fn run(steps: Vec<Step>) {
     // A reply counts only while its top-level parent opens its thread (shown, or a placeholder).
     let status_of: std::collections::HashMap<CommentId, CommentStatus> =
         rows.iter().map(|r| (r.id, r.status)).collect();
-    let open = |p: CommentId| matches!(status_of.get(&p), Some(CommentStatus::Visible | CommentStatus::Deleted));
+    let open =
+        |p: CommentId| matches!(status_of.get(&p), Some(CommentStatus::Visible | CommentStatus::Deleted));
     let want_comments = rows.iter().filter(visible).filter(|r| r.parent.is_none_or(open)).count() as i64;
     let post = stores.counters.counts(&[Target::post(POST.0)]).await.expect("counts")[0];
     assert_eq!(post.comments, want_comments, "comment_count == visible comment rows");
