@@ -6,7 +6,7 @@
 //! comment-like events mark their post dirty, and once per `interval` the ranking heads of
 //! dirty posts that are cached are read again from the rank index (posts nobody is reading
 //! are computed on their next read instead). Rankings are a cache: nothing to resume after a
-//! restart. (`round` with `persist` reads a store's own log and keeps an offset, for tools.)
+//! restart.
 
 use likewise_core::ids::PostId;
 use likewise_core::like::TargetKind;
@@ -16,9 +16,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-
-/// Consumer name of the ranker.
-pub const RANKER: &str = "ranker";
 
 /// Ranker tuning.
 #[derive(Debug, Clone)]
@@ -35,29 +32,15 @@ impl Default for RankerOptions {
     }
 }
 
-/// One round: read new events, re-rank dirty cached posts, store the offset. Returns the
-/// number of posts re-ranked.
+/// One round: read new events of `log`, re-rank dirty cached posts, acknowledge the events.
+/// Returns the number of posts re-ranked.
 pub async fn round(
     svc: &Engagement,
-    offset: &mut u64,
-    dirty: &mut BTreeSet<PostId>,
-    max_posts: usize,
-) -> likewise_core::StoreResult<usize> {
-    let log = svc.stores().events.clone();
-    round_with(svc, &*log, true, offset, dirty, max_posts).await
-}
-
-/// [`round`] reading `log`; the offset is stored only when `persist` (an API node's ranker
-/// reads new events of an ephemeral consumer: its rankings are a cache, nothing to resume).
-pub async fn round_with(
-    svc: &Engagement,
     log: &dyn EventLog,
-    persist: bool,
     offset: &mut u64,
     dirty: &mut BTreeSet<PostId>,
     max_posts: usize,
 ) -> likewise_core::StoreResult<usize> {
-    let stores = svc.stores();
     loop {
         let events = log.read_after(*offset, 16_384).await?;
         let n = events.len();
@@ -83,45 +66,23 @@ pub async fn round_with(
             done += 1;
         }
     }
-    if persist {
-        stores.counters.apply_deltas(RANKER, *offset, &[]).await?;
-    }
     log.committed(*offset).await?;
     metrics::counter!("likewise_ranker_posts_total").increment(done as u64);
     Ok(done)
 }
 
-/// Run until `shutdown` flips to true.
-pub async fn run(svc: Arc<Engagement>, opts: RankerOptions, shutdown: watch::Receiver<bool>) {
-    let log = svc.stores().events.clone();
-    run_with(svc, opts, log, true, shutdown).await
-}
-
-/// [`run`] reading `log`, storing the offset only when `persist` (see [`round_with`]).
-pub async fn run_with(
+/// Run on `log` until `shutdown` flips to true.
+pub async fn run(
     svc: Arc<Engagement>,
     opts: RankerOptions,
     log: Arc<dyn EventLog>,
-    persist: bool,
     shutdown: watch::Receiver<bool>,
 ) {
-    let mut offset = if persist {
-        match svc.stores().counters.offset(RANKER).await {
-            Ok(o) => o,
-            Err(e) => {
-                tracing::error!(error = %e, "ranker cannot read its offset; not started");
-                return;
-            }
-        }
-    } else {
-        0
-    };
+    let mut offset = 0;
     let mut dirty = BTreeSet::new();
     let mut ticker = crate::Ticker::new(opts.interval, shutdown);
     while ticker.next().await {
-        if let Err(e) =
-            round_with(&svc, &*log, persist, &mut offset, &mut dirty, opts.max_posts_per_round).await
-        {
+        if let Err(e) = round(&svc, &*log, &mut offset, &mut dirty, opts.max_posts_per_round).await {
             tracing::warn!(error = %e, "ranker round failed");
         }
     }

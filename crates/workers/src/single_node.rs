@@ -77,11 +77,10 @@ pub fn spawn(
         "ranker",
         // Fed by the aggregator's commits (after the counts and the rank index it wrote), like
         // an API node's: the rankings it refreshes are a cache, with no offset to keep.
-        tokio::spawn(crate::ranker::run_with(
+        tokio::spawn(crate::ranker::run(
             svc.clone(),
             RankerOptions::default(),
             svc.shared.remote_events(),
-            false,
             shutdown.clone(),
         )),
     );

@@ -173,11 +173,10 @@ pub fn spawn_workers(
 /// commits on the cluster bus (after the counts they change, so re-ranking sees them).
 pub fn spawn_api(svc: &Arc<Engagement>, shutdown: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let log: Arc<dyn EventLog> = svc.shared.remote_events();
-    vec![tokio::spawn(crate::ranker::run_with(
+    vec![tokio::spawn(crate::ranker::run(
         svc.clone(),
         crate::ranker::RankerOptions::default(),
         log,
-        false,
         shutdown.clone(),
     ))]
 }
