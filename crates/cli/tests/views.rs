@@ -59,3 +59,40 @@ async fn unique_viewers_are_counted_within_three_percent_and_only_the_author_see
     assert_eq!(v["unique_viewers"].as_u64(), Some(uniques as u64), "{v}");
     app.stop().await;
 }
+
+/// Design section 6: the author's own view of their counts is fresher than everyone else's.
+/// With an aggregation window far longer than the test, other viewers still see the count of
+/// before the likes, while the author's post view and insights include every like and unlike
+/// on the first read after its acknowledgement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_author_sees_every_acknowledged_like_before_it_is_aggregated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = common::test_config(dir.path());
+    cfg.aggregator.window_ms = 60_000;
+    let app = TestApp::start_with(cfg).await;
+    app.post(1, 7, false).await;
+    app.post(2, 8, false).await;
+    let author_sees = |v: &serde_json::Value| v["like_count"].as_i64().expect("like_count");
+    for u in 1..=5u64 {
+        assert_eq!(app.like(100 + u, 1, true).await, (true, true));
+        // The first read after the acknowledgement, no waiting.
+        assert_eq!(author_sees(&app.view(7, 1).await), u as i64);
+    }
+    assert_eq!(app.like(101, 1, false).await, (false, true));
+    app.like(101, 2, true).await;
+    assert_eq!(author_sees(&app.view(7, 1).await), 4);
+    let (st, v) = app.call(Method::GET, "/v1/posts/1/insights", Some(&app.user(7)), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["like_count"], 4, "{v}");
+    // A feed page mixing the author's post with another's: only their own is fresh.
+    let (st, v) = app.call(Method::GET, "/v1/posts?ids=1,2", Some(&app.user(7)), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["posts"][0]["like_count"].as_i64(), v["posts"][1]["like_count"].as_i64()),
+        (Some(4), Some(0))
+    );
+    // Everyone else keeps the cached count: nothing is aggregated yet.
+    assert_eq!(author_sees(&app.view(200, 1).await), 0);
+    assert_eq!(author_sees(&app.view(8, 2).await), 1, "post 2's author sees its like");
+    app.stop().await;
+}

@@ -8,6 +8,10 @@ use crate::event::Event;
 use crate::like::Target;
 use std::collections::HashMap;
 
+/// The offset name of the counter aggregator (per shard on the scale-out engine:
+/// [`crate::ports::cluster::shard_consumer`]).
+pub const COUNTERS_CONSUMER: &str = "counters";
+
 /// Which counter of a target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CounterField {

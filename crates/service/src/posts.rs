@@ -9,12 +9,13 @@ use crate::ranking::Ranking;
 use crate::shared::Shared;
 use crate::upstream::Upstream;
 use crate::{ServiceError, ServiceResult};
+use likewise_core::counter::COUNTERS_CONSUMER;
 use likewise_core::display::count_text;
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::Target;
 use likewise_core::model::{CommentsPolicy, PostMeta};
 use likewise_core::visibility::like_count_visible;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// How many likers `liked_by` names.
@@ -76,6 +77,7 @@ impl Posts {
             self.upstream.followees(viewer),
         );
         let (counts, liked, settings, followees) = (counts?, liked?, settings?, followees?);
+        let fresh = self.authors_fresh_likes(viewer, &known).await;
 
         // Pick likers to name: followed ones first, then the most recent others.
         let picks: Vec<Vec<UserId>> = counts
@@ -110,7 +112,7 @@ impl Posts {
         for (((id, meta), (c, has_liked)), pick) in known.iter().zip(counts.iter().zip(liked)).zip(&picks) {
             let visible =
                 like_count_visible(viewer, meta.author, meta.hide_like_count, settings.hide_like_counts);
-            let likes = c.counts.likes.max(0);
+            let likes = fresh.get(id).copied().unwrap_or(c.counts.likes).max(0);
             let comments_enabled = match meta.comments {
                 CommentsPolicy::Everyone => true,
                 CommentsPolicy::Off => false,
@@ -129,6 +131,29 @@ impl Posts {
             });
         }
         Ok(out)
+    }
+
+    /// The like counts of the viewer's own posts among `known`, including likes the
+    /// aggregator has not counted yet (design section 6: the author's view is refreshed more
+    /// aggressively than everyone else's cached one). Empty when the viewer wrote none of
+    /// them, or when the read fails (then the author sees the cached count, as everyone).
+    async fn authors_fresh_likes(
+        &self,
+        viewer: UserId,
+        known: &[(PostId, PostMeta)],
+    ) -> HashMap<PostId, i64> {
+        let own: Vec<PostId> = known.iter().filter(|(_, m)| m.author == viewer).map(|(id, _)| *id).collect();
+        if own.is_empty() {
+            return HashMap::new();
+        }
+        match self.shared.stores.counters.fresh_post_likes(COUNTERS_CONSUMER, &own).await {
+            Ok(likes) => own.into_iter().zip(likes).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "fresh like counts for the author failed; serving the cached ones");
+                metrics::counter!("likewise_fresh_counts_failed_total").increment(1);
+                HashMap::new()
+            }
+        }
     }
 
     /// One post as the viewer sees it.

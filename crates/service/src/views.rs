@@ -162,9 +162,16 @@ impl Views {
             }
             s.hll.count() as u64
         };
-        // Straight from the counters, not the display cache: the author gets the exact value.
-        let c = self.shared.stores.counters.counts(&[Target::post(post.0)]).await?[0];
-        Ok(Insights { like_count: c.likes.max(0), comment_count: c.comments.max(0), unique_viewers })
+        // Straight from the counters, not the display cache, plus the likes not aggregated
+        // yet: the author gets the exact value of every acknowledged like.
+        let counters = &self.shared.stores.counters;
+        let (target, posts) = ([Target::post(post.0)], [post]);
+        let (c, fresh) = tokio::join!(
+            counters.counts(&target),
+            counters.fresh_post_likes(likewise_core::counter::COUNTERS_CONSUMER, &posts)
+        );
+        let (c, likes) = (c?[0], fresh?.first().copied().unwrap_or_default());
+        Ok(Insights { like_count: likes.max(0), comment_count: c.comments.max(0), unique_viewers })
     }
 }
 

@@ -145,6 +145,20 @@ pub async fn counters_move_with_their_offset(s: &Stores) {
     assert!(s.counters.counted_posts(Some(PostId(42)), 10).await.expect("after").is_empty());
 }
 
+/// A post's fresh like count is its counter plus the like events a consumer has not applied:
+/// with nothing applied, every like and unlike written so far, and no other target's.
+pub async fn fresh_post_likes_include_unapplied_events(s: &Stores) {
+    for u in 1..=3u64 {
+        s.writer.submit(op(Target::post(42), u, LikeAction::Like, u)).await.expect("like");
+    }
+    s.writer.submit(op(Target::post(42), 2, LikeAction::Unlike, 4)).await.expect("unlike");
+    s.writer.submit(op(Target::post(43), 1, LikeAction::Like, 5)).await.expect("like");
+    s.writer.submit(op(Target::comment(42), 9, LikeAction::Like, 6)).await.expect("comment like");
+    let posts = [PostId(42), PostId(43), PostId(44)];
+    assert_eq!(s.counters.fresh_post_likes("fresh", &posts).await.expect("fresh"), vec![2, 1, 0]);
+    assert!(s.counters.fresh_post_likes("fresh", &[]).await.expect("none").is_empty());
+}
+
 /// The log reads in order after an offset and truncates a prefix.
 pub async fn event_log_reads_and_truncates(s: &Stores) {
     for u in 1..=5u64 {
@@ -681,6 +695,7 @@ macro_rules! conformance_suite {
             likers_page_newest_first,
             reverse_index_lists_a_users_likes,
             counters_move_with_their_offset,
+            fresh_post_likes_include_unapplied_events,
             event_log_reads_and_truncates,
             upstream_data_round_trips,
             view_sketches_round_trip,

@@ -55,7 +55,7 @@ pub struct AggregatorOptions {
 impl Default for AggregatorOptions {
     fn default() -> Self {
         AggregatorOptions {
-            consumer: "counters".into(),
+            consumer: likewise_core::counter::COUNTERS_CONSUMER.into(),
             window: Duration::from_millis(250),
             read_chunk: 16_384,
             max_events_per_commit: 500_000,

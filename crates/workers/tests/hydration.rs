@@ -86,6 +86,10 @@ impl CounterStore for Counting {
         self.count("counted_posts");
         self.inner.counters.counted_posts(after, limit).await
     }
+    async fn fresh_post_likes(&self, consumer: &str, posts: &[PostId]) -> StoreResult<Vec<i64>> {
+        self.count("fresh_post_likes");
+        self.inner.counters.fresh_post_likes(consumer, posts).await
+    }
 }
 
 #[async_trait]

@@ -23,6 +23,12 @@ pub use crate::reverse::ReverseChange;
 use async_trait::async_trait;
 use std::sync::Arc;
 
+/// The name of consumer `name`'s instance on shard `shard` (`counters@3`): a consumer that
+/// writes a shard's counters keeps its offset on that shard.
+pub fn shard_consumer(name: &str, shard: usize) -> String {
+    format!("{name}@{shard}")
+}
+
 /// What a lease guards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LeaseName {

@@ -149,6 +149,13 @@ pub trait CounterStore: Send + Sync {
     async fn recount_replies(&self, consumer: &str, post: PostId) -> StoreResult<Vec<(CommentId, Recount)>>;
     /// Every post that has a like counter, for `reconcile --all` (ascending, after `after`).
     async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>>;
+    /// Each post's like count as it will be once `consumer` (the counter aggregator; an
+    /// engine with one aggregator per shard reads `<consumer>@<shard>`, see
+    /// [`cluster::shard_consumer`]) has applied every event written so far: the stored
+    /// counter plus the like deltas of the events it has not applied yet, in one snapshot.
+    /// What a post's author sees (design section 6): it includes every acknowledged like,
+    /// at the cost of reading the unapplied events, so it is not for everyone's feed.
+    async fn fresh_post_likes(&self, consumer: &str, posts: &[PostId]) -> StoreResult<Vec<i64>>;
 }
 
 /// Upstream data: posts, users, follows, settings.

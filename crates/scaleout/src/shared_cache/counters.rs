@@ -220,6 +220,10 @@ impl CounterStore for CachedCounters {
         self.inner.recount_likes(consumer, target).await
     }
 
+    async fn fresh_post_likes(&self, consumer: &str, posts: &[PostId]) -> StoreResult<Vec<i64>> {
+        self.inner.fresh_post_likes(consumer, posts).await
+    }
+
     async fn recount_comments(&self, consumer: &str, post: PostId) -> StoreResult<Recount> {
         self.inner.recount_comments(consumer, post).await
     }

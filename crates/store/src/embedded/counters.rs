@@ -295,6 +295,16 @@ impl CounterStore for EmbeddedStore {
         Ok(rows.iter().map(|(k, _)| CommentId(k.target.id)).zip(recounts).collect())
     }
 
+    async fn fresh_post_likes(&self, consumer: &str, posts: &[PostId]) -> StoreResult<Vec<i64>> {
+        let snap = self.inner.db.snapshot();
+        let key = |id: u64| CounterKey { target: Target::post(id), field: CounterField::Likes };
+        let rows: Vec<(CounterKey, i64)> = posts.iter().map(|p| (key(p.0), 0)).collect();
+        let recounts = self.finish_recounts(&snap, consumer, &rows, |e| {
+            (e.kind.is_like() && e.target.kind == TargetKind::Post).then(|| key(e.target.id))
+        })?;
+        Ok(recounts.iter().map(|r| r.counter + r.pending).collect())
+    }
+
     async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>> {
         let s = &*self.inner;
         let start = match after {

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 /// Consumer name of shard `s`'s counter aggregator (its offset lives on that shard).
 pub fn counters_consumer(shard: usize) -> String {
-    format!("counters@{shard}")
+    likewise_core::ports::cluster::shard_consumer(likewise_core::counter::COUNTERS_CONSUMER, shard)
 }
 
 /// Run shard `shard`'s workers until `stop`. The consumers stop after the relay's last pass,
