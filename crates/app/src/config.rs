@@ -144,11 +144,19 @@ pub struct NotificationsConfig {
     pub max_streams_per_user: usize,
     /// Most open notification streams in all; 0: half of `server.max_connections`.
     pub max_streams: usize,
+    /// New likes per minute on one post (or comment) past which its author gets no more
+    /// live pushes for it that minute (the inbox aggregate still updates); 0: no limit.
+    pub live_push_max_likes_per_minute: u64,
 }
 
 impl Default for NotificationsConfig {
     fn default() -> Self {
-        NotificationsConfig { hold_ms: 5_000, max_streams_per_user: 5, max_streams: 0 }
+        NotificationsConfig {
+            hold_ms: 5_000,
+            max_streams_per_user: 5,
+            max_streams: 0,
+            live_push_max_likes_per_minute: 1_000,
+        }
     }
 }
 
@@ -550,6 +558,7 @@ impl Config {
         likewise_service::ServiceOptions {
             count_refresh: Duration::from_millis(refresh),
             local_viewer_cache: !self.scaled_out(),
+            live_push_max_likes_per_minute: self.notifications.live_push_max_likes_per_minute,
             count_capacity: c.count_capacity,
             meta_ttl: Duration::from_millis(c.meta_ttl_ms),
             meta_capacity: c.meta_capacity,

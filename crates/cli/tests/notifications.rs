@@ -345,3 +345,67 @@ async fn an_item_keeps_naming_the_remaining_actors_after_unlikes() {
     assert!(it["text"].as_str().is_some_and(|t| t.ends_with("and 8 others liked your post")), "{it}");
     app.stop().await;
 }
+
+/// The `actor_count`s of the live pushes `author` receives while `likers` like post 1 in
+/// waves, with `max` as `notifications.live_push_max_likes_per_minute`; and the inbox's final
+/// count.
+async fn pushes_during_a_like_storm(max: u64, likers: u64) -> (Vec<u64>, u64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = common::test_config(dir.path());
+    cfg.notifications.hold_ms = 100;
+    cfg.notifications.live_push_max_likes_per_minute = max;
+    let app = TestApp::start_with(cfg).await;
+    app.post(1, 7, false).await;
+    let req = hyper::Request::get(format!("{}/v1/me/notifications/stream", app.base))
+        .header("authorization", format!("Bearer {}", app.user(7)))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("req");
+    let resp = app.client.request(req).await.expect("stream");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    for wave in 0..likers / 5 {
+        for u in 0..5 {
+            app.like(1_000 + wave * 5 + u, 1, true).await;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    app.wait_until(|| async {
+        inbox(&app, 7).await.first().is_some_and(|i| i["actor_count"].as_u64() == Some(likers))
+    })
+    .await;
+    // Whatever is still on its way arrives within a notifier round or two.
+    let mut seen = String::new();
+    let until = tokio::time::Instant::now() + Duration::from_secs(2);
+    while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(until, body.frame()).await {
+        if let Some(d) = frame.data_ref() {
+            seen.push_str(&String::from_utf8_lossy(d));
+        }
+    }
+    let counts = seen
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .filter(|v| v["kind"] == "post_liked")
+        .filter_map(|v| v["actor_count"].as_u64())
+        .collect();
+    let total = inbox(&app, 7).await[0]["actor_count"].as_u64().expect("actor_count");
+    app.stop().await;
+    (counts, total)
+}
+
+/// Design sections 11 and 17: per-like live pushes stop for a post that gets more likes a
+/// minute than the threshold, while the inbox aggregate keeps counting every liker. Without
+/// the threshold, the same storm is pushed up to its last liker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_pushes_stop_above_the_per_post_like_rate_and_the_inbox_still_counts() {
+    let (limited, total) = pushes_during_a_like_storm(10, 60).await;
+    assert_eq!(total, 60, "the inbox item counts every liker");
+    let first = *limited.first().expect("the first change is pushed");
+    assert!(
+        limited.iter().all(|c| *c <= first + 10),
+        "no push after the 10th new liker of the minute: {limited:?}"
+    );
+    let (free, total) = pushes_during_a_like_storm(0, 60).await;
+    assert_eq!(total, 60);
+    assert_eq!(free.iter().max(), Some(&60), "without a threshold the last state is pushed: {free:?}");
+}

@@ -81,6 +81,9 @@ pub struct ServiceOptions {
     /// this process sees every like write: off on scaled-out API nodes, where the shared
     /// cache (Redis) answers instead.
     pub local_viewer_cache: bool,
+    /// New likers per minute on one notification item past which its live pushes stop (the
+    /// inbox item still updates); 0: no limit.
+    pub live_push_max_likes_per_minute: u64,
 }
 
 impl Default for ServiceOptions {
@@ -96,6 +99,7 @@ impl Default for ServiceOptions {
             max_followees: 5_000,
             moderation: moderation::ModerationOptions::default(),
             local_viewer_cache: true,
+            live_push_max_likes_per_minute: 1_000,
         }
     }
 }

@@ -55,6 +55,41 @@ struct LiveFeed {
     closing: tokio::sync::watch::Sender<bool>,
     /// Calls of `flush_deferred_pushes`, to sweep the limiter's idle recipients now and then.
     flushes: std::sync::atomic::AtomicU64,
+    /// Per-item gate of like pushes on very hot posts.
+    hot: parking_lot::Mutex<HotItems>,
+}
+
+/// Design section 11/17: for accounts that receive thousands of likes a minute, per-like
+/// live pushes stop. A like item (post or comment liked) that gained more than `max` actors
+/// since the start of its current minute is not pushed live; its inbox aggregate still
+/// updates, and the first change of each new minute is pushed (the latest aggregate).
+#[derive(Debug, Default)]
+struct HotItems {
+    /// New actors per item and minute past which live pushes stop; 0: no limit.
+    max: u64,
+    /// Per item: when its current minute started (ms) and its actor count then.
+    minutes: std::collections::HashMap<u64, (u64, u64)>,
+}
+
+impl HotItems {
+    const MINUTE_MS: u64 = 60_000;
+
+    /// Whether a change of `item` at `now_ms` is pushed live.
+    fn allows(&mut self, item: &NotifItem, now_ms: u64) -> bool {
+        if self.max == 0 || !matches!(item.key.kind, NotifKind::PostLiked | NotifKind::CommentLiked) {
+            return true;
+        }
+        let m = self.minutes.entry(item.id).or_insert((now_ms, item.actor_count));
+        if now_ms.saturating_sub(m.0) >= Self::MINUTE_MS {
+            *m = (now_ms, item.actor_count);
+        }
+        item.actor_count.saturating_sub(m.1) <= self.max
+    }
+
+    /// Forget items whose minute ended long ago (bounded memory).
+    fn prune(&mut self, now_ms: u64) {
+        self.minutes.retain(|_, (start, _)| now_ms.saturating_sub(*start) < 2 * Self::MINUTE_MS);
+    }
 }
 
 impl Default for LiveFeed {
@@ -67,6 +102,7 @@ impl Default for LiveFeed {
             deferred: parking_lot::Mutex::new(std::collections::HashMap::new()),
             closing: tokio::sync::watch::channel(false).0,
             flushes: Default::default(),
+            hot: Default::default(),
         }
     }
 }
@@ -74,7 +110,9 @@ impl Default for LiveFeed {
 impl Notifications {
     /// The notifications service.
     pub fn new(shared: Arc<Shared>, upstream: Arc<Upstream>) -> Self {
-        Notifications { shared, upstream, live: LiveFeed::default() }
+        let live = LiveFeed::default();
+        live.hot.lock().max = shared.opts.live_push_max_likes_per_minute;
+        Notifications { shared, upstream, live }
     }
 
     async fn notif_views(&self, items: Vec<NotifItem>) -> ServiceResult<Vec<NotifView>> {
@@ -131,6 +169,16 @@ impl Notifications {
             return Ok(());
         }
         self.flush_deferred_pushes();
+        let now = crate::now_ms();
+        let before = items.len();
+        let items: Vec<NotifItem> = {
+            let mut hot = self.live.hot.lock();
+            items.into_iter().filter(|it| hot.allows(it, now)).collect()
+        };
+        if items.len() < before {
+            metrics::counter!("likewise_notification_pushes_hot_skipped_total")
+                .increment((before - items.len()) as u64);
+        }
         for v in self.notif_views(items).await? {
             let v = Arc::new(v);
             let recipient = v.recipient;
@@ -173,6 +221,7 @@ impl Notifications {
         // allowance is full again (every 64th call: about once a minute from the tick).
         if self.live.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 64 == 63 {
             self.live.pushes.retain_recent();
+            self.live.hot.lock().prune(crate::now_ms());
         }
         let mut d = self.live.deferred.lock();
         if d.is_empty() {
@@ -228,6 +277,27 @@ mod tests {
             recent: vec![UserId(1000 + id)],
             updated_ms: 1_000 + id,
         }
+    }
+
+    /// A like item past its per-minute allowance of new actors is not pushed until its next
+    /// minute; comment items are never gated; 0 turns the gate off.
+    #[test]
+    fn hot_like_items_are_pushed_once_a_minute() {
+        let mut hot = HotItems { max: 10, ..Default::default() };
+        let at = |n: u64| NotifItem { actor_count: n, ..item(1, 7) };
+        assert!(hot.allows(&at(5), 0), "the first sight of an item is pushed");
+        assert!(hot.allows(&at(15), 1_000), "10 new actors within the minute");
+        assert!(!hot.allows(&at(16), 2_000), "the 11th is not pushed");
+        assert!(!hot.allows(&at(500), 59_999));
+        assert!(hot.allows(&at(900), 60_000), "a new minute pushes the latest aggregate");
+        assert!(!hot.allows(&at(911), 61_000));
+        let commented =
+            NotifItem { key: NotifKey { kind: NotifKind::Commented, ..item(2, 7).key }, ..at(999) };
+        assert!(hot.allows(&commented, 61_000) && hot.allows(&commented, 61_001));
+        hot.prune(180_001);
+        assert!(hot.minutes.is_empty(), "idle items are forgotten");
+        let mut off = HotItems::default();
+        assert!(off.allows(&at(1), 0) && off.allows(&at(1_000_000), 1));
     }
 
     /// Past the per-recipient allowance, pushes are deferred, coalesced per item and
