@@ -63,6 +63,15 @@ pub trait EventLog: Send + Sync {
     async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>>;
     /// The highest sequence written so far (0 when empty).
     async fn head(&self) -> StoreResult<u64>;
+    /// The highest sequence known to be durable, when the log serves events before they are
+    /// (the embedded engine makes a batch visible before its fsync): a consumer whose effects
+    /// leave the process (the export) reads no further, or a crash could take back an event
+    /// it published and give its sequence to another. `None`: every event served is durable.
+    /// Consumers that write into the same store need not wait: their writes come after the
+    /// events' in the same journal, so a crash that loses an event loses their effects too.
+    async fn durable_head(&self) -> StoreResult<Option<u64>> {
+        Ok(None)
+    }
     /// Drop events with `seq <= upto` (every consumer is past them and retention allows).
     async fn truncate(&self, upto: u64) -> StoreResult<u64>;
     /// The reader committed its effects up to `upto`: a log that delivers to one consumer

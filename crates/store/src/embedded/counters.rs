@@ -118,6 +118,10 @@ impl EventLog for EmbeddedStore {
         Ok(self.inner.next_seq.load(Ordering::SeqCst).saturating_sub(1))
     }
 
+    async fn durable_head(&self) -> StoreResult<Option<u64>> {
+        Ok(Some(self.inner.durable_seq.load(Ordering::SeqCst)))
+    }
+
     async fn truncate(&self, upto: u64) -> StoreResult<u64> {
         let s = &*self.inner;
         s.tail.lock().truncate(upto);

@@ -147,6 +147,10 @@ struct Inner {
     id_gen: Mutex<likewise_core::comment::id::CommentIdGen>,
     /// Next event sequence; only the write path (one thread at a time) advances it.
     next_seq: AtomicU64,
+    /// The last event sequence known to be on disk: committed batches are visible before the
+    /// group committer's fsync makes them durable, and only events up to here may leave the
+    /// process (`EventLog::durable_head`).
+    durable_seq: AtomicU64,
     /// Serialises `apply` so sequence order equals commit order even with several callers.
     write_lock: Mutex<()>,
     /// The newest events, decoded, for the consumers that follow the head (`tail.rs`).
@@ -307,6 +311,7 @@ impl EmbeddedStore {
             key_count: AtomicU64::new(0),
             id_gen: Mutex::new(likewise_core::comment::id::CommentIdGen::new(None)),
             next_seq: AtomicU64::new(0),
+            durable_seq: AtomicU64::new(0),
             write_lock: Mutex::new(()),
             tail: Mutex::new(tail::EventTail::new(EVENT_TAIL_EVENTS)),
             report_lock: Mutex::new(()),
@@ -322,6 +327,8 @@ impl EmbeddedStore {
         *inner.id_gen.lock() =
             likewise_core::comment::id::CommentIdGen::new(comments::highest_id(&inner.comment_posts)?);
         inner.next_seq.store(head + 1, std::sync::atomic::Ordering::SeqCst);
+        // What recovery found is what the disk holds.
+        inner.durable_seq.store(head, std::sync::atomic::Ordering::SeqCst);
         inner
             .key_count
             .store(idempotency::count_keys(&inner.comment_key_times)?, std::sync::atomic::Ordering::SeqCst);
@@ -429,6 +436,44 @@ mod conformance_tests {
     }
 
     crate::conformance_suite!(open_temp());
+}
+
+#[cfg(test)]
+mod durability_tests {
+    use super::*;
+    use likewise_core::ids::UserId;
+    use likewise_core::like::{LikeAction, LikeOp, Target};
+    use likewise_core::ports::{EventLog, WriteEngine};
+    use likewise_core::write::WriteOp;
+
+    /// A committed batch is readable before its fsync, but the durable head moves only with
+    /// the sync that covers it; after a reopen, everything found on disk is durable.
+    #[tokio::test]
+    async fn the_durable_head_trails_visible_events_until_their_sync() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("open");
+        let like = |user| {
+            WriteOp::Like(LikeOp {
+                target: Target::post(1),
+                user: UserId(user),
+                action: LikeAction::Like,
+                target_author: UserId(7),
+                ts_ms: 1,
+                post: 1,
+            })
+        };
+        store.apply(&[like(1), like(2)]).expect("apply");
+        store.sync().expect("sync");
+        assert_eq!((store.head().await.expect("head"), store.durable_head().await.expect("d")), (2, Some(2)));
+        store.apply(&[like(3)]).expect("apply");
+        assert_eq!(store.read_after(2, 10).await.expect("read").len(), 1, "visible at once");
+        assert_eq!(store.durable_head().await.expect("durable"), Some(2), "not on disk yet");
+        store.sync().expect("sync");
+        assert_eq!(store.durable_head().await.expect("durable"), Some(3));
+        drop(store);
+        let store = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("reopen");
+        assert_eq!(store.durable_head().await.expect("durable"), Some(3));
+    }
 }
 
 #[cfg(test)]

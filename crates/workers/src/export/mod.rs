@@ -109,8 +109,14 @@ pub async fn export_once(
     offset: &mut u64,
     batch: usize,
 ) -> Result<usize, SinkError> {
-    let events =
+    let mut events =
         log.read_after(*offset, batch).await.map_err(|e| SinkError(format!("reading the log: {e}")))?;
+    // Only what is on disk leaves the process (API.md: published once the change is durable).
+    if let Some(durable) =
+        log.durable_head().await.map_err(|e| SinkError(format!("reading the log's durable head: {e}")))?
+    {
+        events.retain(|e| e.seq <= durable);
+    }
     let Some(last) = events.last() else {
         publish_lag(log, *offset, None).await;
         return Ok(0);
@@ -232,6 +238,47 @@ mod tests {
         fn name(&self) -> &'static str {
             "flaky"
         }
+    }
+
+    /// A log whose events past `durable` are visible but not yet on disk.
+    struct Undurable {
+        log: VecLog,
+        durable: std::sync::atomic::AtomicU64,
+    }
+    #[async_trait]
+    impl EventLog for Undurable {
+        async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
+            self.log.read_after(after, max).await
+        }
+        async fn head(&self) -> StoreResult<u64> {
+            self.log.head().await
+        }
+        async fn durable_head(&self) -> StoreResult<Option<u64>> {
+            Ok(Some(self.durable.load(Ordering::SeqCst)))
+        }
+        async fn truncate(&self, _: u64) -> StoreResult<u64> {
+            Ok(0)
+        }
+    }
+
+    /// An event a crash could still take back never leaves the process: the export stops at
+    /// the durable head and sends the rest once it is on disk.
+    #[tokio::test]
+    async fn only_durable_events_are_exported() {
+        let dir = testing::scratch_dir();
+        let store = testing::open_small(dir.path());
+        let events: Vec<Event> = (1..=10u64)
+            .map(|s| Event::like(s, true, Target::post(1), UserId(1), UserId(s), 1_000 + s, 1))
+            .collect();
+        let log = Undurable { log: VecLog(events), durable: 6.into() };
+        let sink = Flaky { got: Mutex::new(Vec::new()), calls: AtomicUsize::new(0), fail_every: usize::MAX };
+        let mut offset = 0;
+        assert_eq!(export_once(&log, &*store.counters, &sink, &mut offset, 100).await.expect("round"), 6);
+        assert_eq!(export_once(&log, &*store.counters, &sink, &mut offset, 100).await.expect("round"), 0);
+        assert_eq!((offset, sink.got.lock().expect("lock").len()), (6, 6));
+        log.durable.store(10, Ordering::SeqCst);
+        assert_eq!(export_once(&log, &*store.counters, &sink, &mut offset, 100).await.expect("round"), 4);
+        assert_eq!(store.counters.offset(EXPORT).await.expect("offset"), 10);
     }
 
     #[tokio::test]
