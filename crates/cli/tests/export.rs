@@ -157,6 +157,9 @@ async fn wait_exported(app: &TestApp) {
     }
 }
 
+/// (post, user) -> (position, created) of each exported like change.
+type Changes = HashMap<(u64, u64), Vec<((u64, u64), bool)>>;
+
 /// `users` users each toggle their like of `posts` posts `rounds` times, concurrently; every
 /// acknowledged state change is appended to `changes` as (post, user, created).
 async fn storm(
@@ -267,8 +270,6 @@ async fn every_acknowledged_change_reaches_kafka_once_after_dedupe_through_a_bro
     for (post, user, created) in &changes {
         want.entry((*post, *user)).or_default().push(*created);
     }
-    // (post, user) -> (position, created) of each exported like change.
-    type Changes = HashMap<(u64, u64), Vec<((u64, u64), bool)>>;
     let mut got: Changes = HashMap::new();
     let mut comments = 0;
     for e in &events {
@@ -400,9 +401,9 @@ async fn the_export_resumes_where_it_stopped_after_kill_9_mid_storm() {
     }
     // Wait until the reader holds a final state for every row (the last messages may still
     // be on their way to it), then stop it.
-    let final_state = |lines: &[Value]| -> HashMap<(u64, u64), Vec<((u64, u64), bool)>> {
+    let final_state = |lines: &[Value]| -> Changes {
         let mut seen = HashSet::new();
-        let mut got: HashMap<(u64, u64), Vec<((u64, u64), bool)>> = HashMap::new();
+        let mut got: Changes = HashMap::new();
         for l in lines {
             assert!(l.get("invalid").is_none(), "a message failed the schema: {l}");
             let e = &l["event"];
