@@ -36,6 +36,12 @@ pub struct HotPostArgs {
     /// the two tiers run on different machines; here they otherwise share the cores.
     #[arg(long, conflicts_with = "url")]
     pub workers_after: bool,
+    /// In process, embedded store: run every consumer `likewise serve` runs beside the
+    /// aggregator (notifier, trending, integrity, ranker, and the Kafka export when the
+    /// config names brokers), and report the export's lag during and after the storm.
+    /// Without it only the aggregator runs.
+    #[arg(long, conflicts_with_all = ["url", "workers_after"])]
+    pub consumers: bool,
     /// Seconds for each of the /healthz and feed-page phases (over HTTP); with
     /// `--client wrk` also the like phase, which then needs enough --likers to last it.
     #[arg(long, default_value_t = 5)]

@@ -32,12 +32,15 @@ struct Bench {
     base: u64,
     /// The counter consumer whose offset the recount reads.
     consumer: String,
+    /// The Kafka export runs (`--consumers` with `[export]` brokers).
+    exporting: bool,
 }
 
 /// The hot-post run in process.
 pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
     // `tmp` first: bindings drop in reverse order, and the directory must outlive the store.
-    let Bench { tmp: _tmp, svc, stores, spawn_workers, stop_tx, post, base, consumer } = open(a).await?;
+    let Bench { tmp: _tmp, svc, stores, spawn_workers, stop_tx, post, base, consumer, exporting } =
+        open(a).await?;
     let (mut workers, mut deferred) =
         if a.workers_after { (Vec::new(), Some(spawn_workers)) } else { (spawn_workers(), None) };
 
@@ -47,8 +50,12 @@ pub async fn hot_post(a: &HotPostArgs) -> anyhow::Result<()> {
         .await?;
     let n = a.likers;
     println!("hot-post in process: {n} distinct likers on one post, concurrency {}", a.concurrency);
+    let lag = exporting.then(|| crate::export_lag::Sampler::start(stores.clone()));
     let (mut samples, elapsed) = like_storm(&svc, post, base, a).await?;
     let last_write = Instant::now();
+    if let Some(lag) = lag {
+        lag.report(last_write).await?;
+    }
     // With --workers-after the whole backlog is still in the outbox: give the worker tier
     // time to drain it (at 10k events/s at least) before calling the count unconverged.
     let mut limit = Duration::from_secs(30);
@@ -144,10 +151,24 @@ async fn open(a: &HotPostArgs) -> anyhow::Result<Bench> {
         (spawn, post, rand::random_range(1u64 << 40..1u64 << 41), consumer)
     } else {
         let (agg, _) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
-        let spawn: SpawnWorkers = Box::new(move || vec![tokio::spawn(agg.run(stop_rx))]);
-        (spawn, PostId(42), 1_000_000u64, "counters".to_string())
+        let spawn: SpawnWorkers = if a.consumers {
+            // Everything the single-node `serve` runs beside its HTTP server.
+            let (svc, opts) = (svc.clone(), cfg.worker_options()?);
+            println!(
+                "consumers: aggregator, notifier, trending, integrity, ranker{}",
+                if opts.export.is_some() { ", Kafka export" } else { " (no export: no [export] brokers)" }
+            );
+            Box::new(move || {
+                let tasks = likewise_workers::single_node::spawn(&svc, agg, opts, &stop_rx);
+                vec![tokio::spawn(tasks.join())]
+            })
+        } else {
+            Box::new(move || vec![tokio::spawn(agg.run(stop_rx))])
+        };
+        (spawn, PostId(42), 1_000_000u64, likewise_core::counter::COUNTERS_CONSUMER.to_string())
     };
-    Ok(Bench { tmp, svc, stores, spawn_workers, stop_tx, post, base, consumer })
+    let exporting = a.consumers && !cfg.scaled_out() && cfg.export.kafka_brokers.is_some();
+    Ok(Bench { tmp, svc, stores, spawn_workers, stop_tx, post, base, consumer, exporting })
 }
 
 /// `--likers` distinct users like `post`, `--concurrency` at a time; each like's latency

@@ -16,6 +16,7 @@
 mod client;
 mod cold_read;
 mod comments;
+mod export_lag;
 mod fresh;
 mod hot_post;
 mod http;
