@@ -131,18 +131,38 @@ pub async fn counters_move_with_their_offset(s: &Stores) {
     }
     let key = CounterKey { target: t, field: CounterField::Likes };
     let pos: Vec<u64> = s.events.read_after(0, 10).await.expect("read").iter().map(|e| e.seq).collect();
-    s.counters.apply_deltas("agg", pos[1], &[(key, 2)]).await.expect("apply");
+    s.counters.apply_deltas("agg", 0, pos[1], &[(key, 2)]).await.expect("apply");
     assert_eq!(s.counters.offset("agg").await.expect("offset"), pos[1]);
     assert_eq!(s.counters.offset("other").await.expect("offset"), 0);
     assert_eq!(s.counters.counts(&[t, Target::post(1)]).await.expect("counts")[0].likes, 2);
     let r = s.counters.recount_likes("agg", t).await.expect("recount");
     assert_eq!((r.rows, r.counter, r.pending, r.drift()), (3, 2, 1, 0));
     // Simulated drift: a counter that is off by 5 is reported as drift of -5.
-    s.counters.apply_deltas("agg", pos[2], &[(key, 6)]).await.expect("apply");
+    s.counters.apply_deltas("agg", pos[1], pos[2], &[(key, 6)]).await.expect("apply");
     let r = s.counters.recount_likes("agg", t).await.expect("recount");
     assert_eq!((r.rows, r.counter, r.pending, r.drift()), (3, 8, 0, -5));
     assert_eq!(s.counters.counted_posts(None, 10).await.expect("posts"), vec![PostId(42)]);
     assert!(s.counters.counted_posts(Some(PostId(42)), 10).await.expect("after").is_empty());
+}
+
+/// `apply_deltas` is a compare-and-set on the offset: a window whose start is not the stored
+/// offset (applied already by an attempt whose answer was lost, or by another process) writes
+/// nothing, neither counters nor offset.
+pub async fn a_window_whose_start_moved_is_refused(s: &Stores) {
+    let t = Target::post(42);
+    for u in 1..=2u64 {
+        s.writer.submit(op(t, u, LikeAction::Like, u)).await.expect("like");
+    }
+    let key = CounterKey { target: t, field: CounterField::Likes };
+    let pos: Vec<u64> = s.events.read_after(0, 10).await.expect("read").iter().map(|e| e.seq).collect();
+    s.counters.apply_deltas("cas", 0, pos[0], &[(key, 1)]).await.expect("first window");
+    // The same window again (its first commit's answer lost) and a stale start: refused.
+    assert!(s.counters.apply_deltas("cas", 0, pos[0], &[(key, 1)]).await.is_err());
+    assert!(s.counters.apply_deltas("cas", 0, pos[1], &[(key, 2)]).await.is_err());
+    assert_eq!(s.counters.offset("cas").await.expect("offset"), pos[0]);
+    assert_eq!(s.counters.counts(&[t]).await.expect("counts")[0].likes, 1);
+    s.counters.apply_deltas("cas", pos[0], pos[1], &[(key, 1)]).await.expect("next window");
+    assert_eq!(s.counters.counts(&[t]).await.expect("counts")[0].likes, 2);
 }
 
 /// A post's fresh like count is its counter plus the like events a consumer has not applied:
@@ -696,6 +716,7 @@ macro_rules! conformance_suite {
             reverse_index_lists_a_users_likes,
             counters_move_with_their_offset,
             fresh_post_likes_include_unapplied_events,
+            a_window_whose_start_moved_is_refused,
             event_log_reads_and_truncates,
             upstream_data_round_trips,
             view_sketches_round_trip,

@@ -122,6 +122,25 @@ impl Aggregator {
         self.offset
     }
 
+    /// After a failed step, go on from the stored offset: a commit can land although its
+    /// answer was lost (a connection cut after the server committed), and then the batch must
+    /// not be applied again (`apply_deltas` refuses a window whose start has moved). Unread
+    /// storage keeps the offset as it was; the next step tries again.
+    pub async fn resync_offset(&mut self) {
+        match Self::stored_offset(&self.svc, &self.opts).await {
+            Ok(stored) if stored != self.offset => {
+                tracing::warn!(
+                    from = self.offset,
+                    to = stored,
+                    "aggregator offset moved; resuming from the stored one"
+                );
+                self.offset = stored;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "reading the aggregator offset failed"),
+        }
+    }
+
     /// Apply every event available now (up to one commit's worth) and reconcile `targets`.
     pub async fn step(&mut self, targets: &[Target]) -> StoreResult<StepReport> {
         let stores = self.svc.stores().clone();
@@ -177,7 +196,7 @@ impl Aggregator {
             stores.ranks.change_ranks(&ranks).await?;
             metrics::counter!("likewise_rank_index_changes_total").increment(ranks.len() as u64);
         }
-        let values = stores.counters.apply_deltas(&self.opts.consumer, upto, &deltas).await?;
+        let values = stores.counters.apply_deltas(&self.opts.consumer, self.offset, upto, &deltas).await?;
         self.svc.shared.counters_committed(upto, &values, &events);
         self.offset = upto;
         if let Err(e) = self.log.committed(upto).await {
@@ -285,6 +304,7 @@ impl Aggregator {
                         for req in waiting.drain(..) {
                             let _ = req.reply.send(Err(e.to_string()));
                         }
+                        self.resync_offset().await;
                         break;
                     }
                 }

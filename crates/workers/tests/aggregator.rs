@@ -147,7 +147,7 @@ async fn reconciliation_repairs_a_drifted_counter() {
     // Corrupt the counter behind the aggregator's back (a simulated bug or restore).
     let key = CounterKey { target: Target::post(7), field: CounterField::Likes };
     let offset = stores.counters.offset("counters").await.expect("offset");
-    stores.counters.apply_deltas("counters", offset, &[(key, 5)]).await.expect("corrupt");
+    stores.counters.apply_deltas("counters", offset, offset, &[(key, 5)]).await.expect("corrupt");
     // More likes arrive, not yet aggregated, when the recount happens.
     for u in 10..13u64 {
         svc.likes.set_post_like(UserId(100 + u), PostId(7), LikeAction::Like).await.expect("like");
@@ -180,7 +180,7 @@ async fn reconciliation_repairs_a_drifted_comment_count() {
     agg.step(&[]).await.expect("step");
     let key = CounterKey { target: Target::post(8), field: CounterField::Comments };
     let offset = stores.counters.offset("counters").await.expect("offset");
-    stores.counters.apply_deltas("counters", offset, &[(key, -3)]).await.expect("corrupt");
+    stores.counters.apply_deltas("counters", offset, offset, &[(key, -3)]).await.expect("corrupt");
     svc.comments
         .create(UserId(300), PostId(8), "one more, not yet aggregated", None, None)
         .await
@@ -206,7 +206,7 @@ async fn reconciliation_repairs_a_drifted_reply_count() {
     agg.step(&[]).await.expect("step");
     let key = CounterKey { target: Target::comment(top.0), field: CounterField::Replies };
     let offset = stores.counters.offset("counters").await.expect("offset");
-    stores.counters.apply_deltas("counters", offset, &[(key, 4)]).await.expect("corrupt");
+    stores.counters.apply_deltas("counters", offset, offset, &[(key, 4)]).await.expect("corrupt");
     svc.comments
         .create(UserId(400), PostId(9), "one more, not yet aggregated", Some(top), None)
         .await
@@ -215,4 +215,94 @@ async fn reconciliation_repairs_a_drifted_reply_count() {
     let c = stores.counters.counts(&[Target::comment(top.0), Target::post(9)]).await.expect("counts");
     assert_eq!((c[0].replies, c[1].comments), (4, 5), "three replies, one more pending, drift of 4 repaired");
     stores.close().expect("close");
+}
+
+/// A counter store whose next commit lands but answers an error, as a commit does whose
+/// connection is cut after the server committed.
+struct LostAnswer {
+    inner: Arc<dyn likewise_core::ports::CounterStore>,
+    lose_next: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl likewise_core::ports::CounterStore for LostAnswer {
+    async fn counts(&self, t: &[Target]) -> likewise_core::StoreResult<Vec<likewise_core::counter::Counts>> {
+        self.inner.counts(t).await
+    }
+    async fn apply_deltas(
+        &self,
+        consumer: &str,
+        from: u64,
+        upto: u64,
+        deltas: &[(CounterKey, i64)],
+    ) -> likewise_core::StoreResult<Vec<(CounterKey, i64)>> {
+        let out = self.inner.apply_deltas(consumer, from, upto, deltas).await?;
+        if self.lose_next.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(likewise_core::StoreError::Engine("connection closed after COMMIT".into()));
+        }
+        Ok(out)
+    }
+    async fn offset(&self, consumer: &str) -> likewise_core::StoreResult<u64> {
+        self.inner.offset(consumer).await
+    }
+    async fn recount_likes(
+        &self,
+        consumer: &str,
+        target: Target,
+    ) -> likewise_core::StoreResult<likewise_core::ports::Recount> {
+        self.inner.recount_likes(consumer, target).await
+    }
+    async fn recount_comments(
+        &self,
+        consumer: &str,
+        post: PostId,
+    ) -> likewise_core::StoreResult<likewise_core::ports::Recount> {
+        self.inner.recount_comments(consumer, post).await
+    }
+    async fn recount_replies(
+        &self,
+        consumer: &str,
+        post: PostId,
+    ) -> likewise_core::StoreResult<Vec<(likewise_core::ids::CommentId, likewise_core::ports::Recount)>> {
+        self.inner.recount_replies(consumer, post).await
+    }
+    async fn counted_posts(
+        &self,
+        after: Option<PostId>,
+        limit: usize,
+    ) -> likewise_core::StoreResult<Vec<PostId>> {
+        self.inner.counted_posts(after, limit).await
+    }
+    async fn fresh_post_likes(
+        &self,
+        consumer: &str,
+        posts: &[PostId],
+    ) -> likewise_core::StoreResult<Vec<i64>> {
+        self.inner.fresh_post_likes(consumer, posts).await
+    }
+}
+
+/// A commit whose answer was lost is never applied twice: the step fails, the aggregator
+/// goes on from the stored offset, and the counts stay equal to the rows.
+#[tokio::test]
+async fn a_commit_whose_answer_was_lost_is_not_applied_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut stores = likewise_store::testing::open_small(dir.path());
+    let lossy = Arc::new(LostAnswer { inner: stores.counters.clone(), lose_next: true.into() });
+    stores.counters = lossy.clone();
+    let svc = Engagement::new(stores.clone(), ServiceOptions::default());
+    register(&svc, &[1]).await;
+    let (mut agg, _) = Aggregator::new(svc.clone(), AggregatorOptions::default()).await.expect("agg");
+    for u in 1..=3 {
+        svc.likes.set_post_like(UserId(u), PostId(1), LikeAction::Like).await.expect("like");
+    }
+    assert!(agg.step(&[]).await.is_err(), "the commit's answer is lost");
+    agg.resync_offset().await;
+    for u in 4..=5 {
+        svc.likes.set_post_like(UserId(u), PostId(1), LikeAction::Like).await.expect("like");
+    }
+    agg.step(&[]).await.expect("the next step goes on from the stored offset");
+    assert_eq!(stores.counters.counts(&[Target::post(1)]).await.expect("counts")[0].likes, 5);
+    let r = stores.counters.recount_likes("counters", Target::post(1)).await.expect("recount");
+    assert_eq!((r.rows, r.counter, r.pending), (5, 5, 0));
 }

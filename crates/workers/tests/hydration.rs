@@ -60,11 +60,12 @@ impl CounterStore for Counting {
     async fn apply_deltas(
         &self,
         consumer: &str,
+        from: u64,
         upto: u64,
         deltas: &[(CounterKey, i64)],
     ) -> StoreResult<Vec<(CounterKey, i64)>> {
         self.count("apply_deltas");
-        self.inner.counters.apply_deltas(consumer, upto, deltas).await
+        self.inner.counters.apply_deltas(consumer, from, upto, deltas).await
     }
     async fn offset(&self, consumer: &str) -> StoreResult<u64> {
         self.count("offset");

@@ -135,11 +135,19 @@ pub trait IdempotencyStore: Send + Sync {
 pub trait CounterStore: Send + Sync {
     /// The counters of each target, in order (zeroes for unknown targets).
     async fn counts(&self, targets: &[Target]) -> StoreResult<Vec<Counts>>;
-    /// Apply summed deltas and move `consumer`'s offset to `upto` in ONE atomic write, so a
-    /// crash can never apply a delta twice or drop one. Returns each counter's new value.
+    /// Apply summed deltas and move `consumer`'s offset from `from` to `upto` in ONE atomic
+    /// write, so a crash can never apply a delta twice or drop one. Returns each counter's
+    /// new value.
+    ///
+    /// A compare-and-set: when the stored offset is not `from` (0 when none is stored),
+    /// nothing is written and the call fails. Then another process took this consumer over
+    /// (a standby after a partition), or an earlier attempt whose answer was lost (a commit
+    /// acknowledged by the server but not heard) already moved it: the caller re-reads
+    /// [`CounterStore::offset`] and goes on from there, never applying a window twice.
     async fn apply_deltas(
         &self,
         consumer: &str,
+        from: u64,
         upto: u64,
         deltas: &[(CounterKey, i64)],
     ) -> StoreResult<Vec<(CounterKey, i64)>>;

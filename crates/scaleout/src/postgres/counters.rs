@@ -231,6 +231,7 @@ impl CounterStore for PgStore {
     async fn apply_deltas(
         &self,
         consumer: &str,
+        from: u64,
         upto: u64,
         deltas: &[(CounterKey, i64)],
     ) -> StoreResult<Vec<(CounterKey, i64)>> {
@@ -244,18 +245,18 @@ impl CounterStore for PgStore {
         }
         let mut c = self.conn(shard).await?;
         let tx = c.transaction().await.map_err(pg_err)?;
-        // The offset row is locked for the commit; a position behind the stored one means
-        // another process applied this consumer's events meanwhile: refuse (no double count).
-        let cur: Option<i64> = tx
+        // The offset row is locked for the commit. Compare and set: an offset other than the
+        // one this batch starts from means another process applied this consumer's events
+        // meanwhile (a standby, while a partitioned holder's commit was still in flight), or
+        // an earlier attempt committed though its answer was lost: refuse (no double count).
+        let cur: i64 = tx
             .query_opt("SELECT upto FROM consumer_offsets WHERE consumer = $1 FOR UPDATE", &[&consumer])
             .await
             .map_err(pg_err)?
-            .map(|r| r.get(0));
-        if let Some(cur) = cur
-            && u(cur) > upto
-        {
+            .map_or(0, |r| r.get(0));
+        if u(cur) != from {
             return Err(StoreError::Engine(format!(
-                "consumer {consumer:?} is already at {cur}, past {upto}: another process applies its events"
+                "consumer {consumer:?} is at {cur}, not {from}: its offset moved; re-read it"
             )));
         }
         let mut out = Vec::with_capacity(deltas.len());

@@ -192,10 +192,11 @@ impl CounterStore for CachedCounters {
     async fn apply_deltas(
         &self,
         consumer: &str,
+        from: u64,
         upto: u64,
         deltas: &[(CounterKey, i64)],
     ) -> StoreResult<Vec<(CounterKey, i64)>> {
-        let values = self.inner.apply_deltas(consumer, upto, deltas).await?;
+        let values = self.inner.apply_deltas(consumer, from, upto, deltas).await?;
         let mut all: HashMap<CounterKey, i64> = std::mem::take(&mut *self.unsynced.lock());
         all.extend(values.iter().copied());
         let all: Vec<(CounterKey, i64)> = all.into_iter().collect();

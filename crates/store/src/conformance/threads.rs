@@ -120,7 +120,10 @@ pub async fn reply_counts_are_recounted_with_their_parent(s: &Stores) {
     let upto = s.events.head().await.expect("head");
     let key = |c: CommentId| CounterKey { target: Target::comment(c.0), field: CounterField::Replies };
     let post = CounterKey { target: Target::post(POST.0), field: CounterField::Comments };
-    s.counters.apply_deltas("agg", upto, &[(key(shown), 5), (key(gone), 1), (post, 5)]).await.expect("apply");
+    s.counters
+        .apply_deltas("agg", 0, upto, &[(key(shown), 5), (key(gone), 1), (post, 5)])
+        .await
+        .expect("apply");
     let replies = s.counters.recount_replies("agg", POST).await.expect("recount");
     let got: Vec<(CommentId, (i64, i64, i64))> =
         replies.iter().map(|(p, r)| (*p, (r.rows, r.counter, r.drift()))).collect();

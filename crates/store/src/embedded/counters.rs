@@ -234,10 +234,22 @@ impl CounterStore for EmbeddedStore {
     async fn apply_deltas(
         &self,
         consumer: &str,
+        from: u64,
         upto: u64,
         deltas: &[(CounterKey, i64)],
     ) -> StoreResult<Vec<(CounterKey, i64)>> {
         let s = &*self.inner;
+        // One process holds the store and each consumer name has one writer in it, so the
+        // check and the commit below need no lock.
+        let cur = match s.offsets.get(consumer.as_bytes()).map_err(engine_err)? {
+            Some(v) => parse_num("offsets", &v)?,
+            None => 0,
+        };
+        if cur != from {
+            return Err(StoreError::Engine(format!(
+                "consumer {consumer:?} is at {cur}, not {from}: its offset moved; re-read it"
+            )));
+        }
         // The aggregator is the only writer of counters, so read-modify-write needs no lock.
         // Not fsynced here: if this batch is lost in a crash its offset is lost with it and the
         // events are applied again. The next like batch's fsync makes it durable anyway.

@@ -124,7 +124,7 @@ pub async fn export_once(
     let (upto, oldest_ms) = (last.seq, events[0].ts_ms);
     sink.send(&messages(&events)).await?;
     offsets
-        .apply_deltas(EXPORT, upto, &[])
+        .apply_deltas(EXPORT, *offset, upto, &[])
         .await
         .map_err(|e| SinkError(format!("committing the export offset: {e}")))?;
     log.committed(upto).await.map_err(|e| SinkError(format!("acknowledging the log: {e}")))?;
@@ -179,6 +179,11 @@ pub async fn run(
             Err(e) => {
                 tracing::warn!(error = %e, offset, "export round failed; retrying the same events");
                 metrics::counter!("likewise_export_failures_total").increment(1);
+                // A commit whose answer was lost has moved the stored offset: go on from it
+                // (what was sent again meanwhile carries the same event IDs).
+                if let Ok(stored) = offsets.offset(EXPORT).await {
+                    offset = stored;
+                }
                 let p = backoff;
                 backoff = (backoff * 2).min(opts.max_backoff);
                 p

@@ -71,7 +71,7 @@ async fn likes_counts_own_likes_and_the_comment_rate_limit_work_over_tls_with_an
     let mut batch = DeltaBatch::new();
     events.iter().for_each(|e| batch.add(e));
     let upto = batch.last_seq().expect("three events");
-    stores.counters.apply_deltas("agg", upto, &batch.into_deltas()).await.expect("commit counts");
+    stores.counters.apply_deltas("agg", 0, upto, &batch.into_deltas()).await.expect("commit counts");
     assert_eq!(stores.counters.counts(&[post]).await.expect("counts")[0].likes, 3);
     let mut conn = redis.conn.clone();
     let cached: Option<i64> =
