@@ -261,6 +261,12 @@ async fn operations_routes_answer_without_a_token() {
     let app = TestApp::start(dir.path()).await;
     let (st, v) = app.call(Method::GET, "/healthz", None, None).await;
     assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("ok")));
+    // Every dependency is named with its state: the storage alone on the embedded engine;
+    // the shared cache and the event stream too on the scale-out engines.
+    assert_eq!(v["checks"]["storage"], "ok", "{v}");
+    let names: Vec<&String> = v["checks"].as_object().expect("checks").keys().collect();
+    let want = if common::scaled_out() { vec!["cache", "storage", "stream"] } else { vec!["storage"] };
+    assert_eq!(names, want, "{v}");
     let (st, doc) = app.call(Method::GET, "/openapi.json", None, None).await;
     assert_eq!(st, StatusCode::OK);
     for path in [

@@ -40,6 +40,17 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// A server the engine needs could not be reached or lost the connection (a partition,
+    /// a restart, a refused connection): nothing is wrong with the request, try again later;
+    /// a 503 rather than a 500.
+    #[error("{engine} is unreachable")]
+    Unreachable {
+        /// Which engine.
+        engine: &'static str,
+        /// The library's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
 }
 
 /// An error and its sources as one line, `outer: inner: innermost`: for logs, where only
@@ -76,10 +87,34 @@ impl StoreError {
         StoreError::Backend { engine, source: e.into() }
     }
 
+    /// The same error for another receiver (a batch's failure goes to every request in it):
+    /// the same variant and message, with the source kept as its text.
+    pub fn duplicate(&self) -> StoreError {
+        let text = |s: &(dyn std::error::Error + Send + Sync + 'static)| -> Box<dyn std::error::Error + Send + Sync> {
+            chain(s).into()
+        };
+        match self {
+            StoreError::Engine(m) => StoreError::Engine(m.clone()),
+            StoreError::Backend { engine, source } => StoreError::Backend { engine, source: text(&**source) },
+            StoreError::Corrupt { keyspace, detail } => {
+                StoreError::Corrupt { keyspace, detail: detail.clone() }
+            }
+            StoreError::Closed => StoreError::Closed,
+            StoreError::Overloaded { engine, source } => {
+                StoreError::Overloaded { engine, source: text(&**source) }
+            }
+            StoreError::Unreachable { engine, source } => {
+                StoreError::Unreachable { engine, source: text(&**source) }
+            }
+        }
+    }
+
     /// The kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            StoreError::Closed | StoreError::Overloaded { .. } => ErrorKind::Unavailable,
+            StoreError::Closed | StoreError::Overloaded { .. } | StoreError::Unreachable { .. } => {
+                ErrorKind::Unavailable
+            }
             StoreError::Engine(_) | StoreError::Backend { .. } | StoreError::Corrupt { .. } => {
                 ErrorKind::Internal
             }

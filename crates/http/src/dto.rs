@@ -389,8 +389,12 @@ pub struct NotificationsPage {
 /// `/healthz` answer.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Health {
-    /// `ok`, or `unavailable` with a 503.
+    /// `ok` while the storage answers, or `unavailable` with a 503.
     pub status: String,
+    /// Each dependency, `ok` or `down`: `storage` always; on the scale-out engines also
+    /// `cache` (Redis) and `stream` (NATS JetStream). A down cache or stream does not make
+    /// the answer a 503: requests still work, slower or with events waiting in the outbox.
+    pub checks: std::collections::BTreeMap<String, String>,
 }
 
 /// Milliseconds since the epoch as RFC 3339 UTC.

@@ -50,7 +50,8 @@ pub async fn connect(opts: &ScaleOutOptions) -> StoreResult<Deployment> {
     let stream = JetStream::connect(&opts.stream).await?;
     // A random node ID: the bus skips a node's own messages by it.
     let bus = Arc::new(NatsBus::new(stream.client.clone(), stream.prefix.clone(), rand::random()));
-    let stores = with_shared_cache(from_postgres(pg.clone(), opts.group_commit.clone()), redis);
+    let mut stores = with_shared_cache(from_postgres(pg.clone(), opts.group_commit.clone()), redis.clone());
+    stores.probes = vec![Arc::new(redis), Arc::new(stream.clone())];
     Ok(Deployment { stores, pg, stream, bus })
 }
 

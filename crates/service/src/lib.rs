@@ -192,6 +192,25 @@ impl Engagement {
     pub async fn ping(&self) -> ServiceResult<()> {
         Ok(self.shared.stores.meta.ping().await?)
     }
+
+    /// `/healthz`: whether each dependency answers within `within`, by name: `storage`
+    /// first, then the shared cache and the event stream when the deployment has them. The
+    /// probes run at once, so the answer takes at most `within`.
+    pub async fn health(&self, within: std::time::Duration) -> Vec<(&'static str, bool)> {
+        let bounded = |f: futures::future::BoxFuture<'static, bool>| async move {
+            tokio::time::timeout(within, f).await.unwrap_or(false)
+        };
+        let meta = self.shared.stores.meta.clone();
+        let mut checks: Vec<(&'static str, futures::future::BoxFuture<'static, bool>)> =
+            vec![("storage", Box::pin(async move { meta.ping().await.is_ok() }))];
+        for p in &self.shared.stores.probes {
+            let p = p.clone();
+            checks.push((p.name(), Box::pin(async move { p.probe().await.is_ok() })));
+        }
+        let (names, probes): (Vec<_>, Vec<_>) = checks.into_iter().unzip();
+        let results = futures::future::join_all(probes.into_iter().map(bounded)).await;
+        names.into_iter().zip(results).collect()
+    }
 }
 
 /// Milliseconds since the Unix epoch.

@@ -346,21 +346,26 @@ fn sync_and_answer(
 ) {
     let started = Instant::now();
     let synced = if batches.iter().any(|b| b.outcomes.is_ok()) { engine.sync() } else { Ok(()) };
-    let synced = synced.map_err(|e| e.to_string());
     m.fsync.record(started.elapsed().as_secs_f64());
     for Applied { outcomes, mut replies } in batches {
-        match outcomes.map_err(|e| e.to_string()).and_then(|o| synced.clone().map(|()| o)) {
+        let outcomes = match (&synced, outcomes) {
+            (Ok(()), o) => o,
+            (Err(e), _) => Err(e.duplicate()),
+        };
+        match outcomes {
             Ok(outcomes) => {
                 let first = order.fetch_add(replies.len() as u64, Ordering::SeqCst);
                 for (k, (reply, outcome)) in replies.drain(..).zip(outcomes).enumerate() {
                     let _ = reply.send(Ok(Committed { outcome, order: first + 1 + k as u64 }));
                 }
             }
-            Err(msg) => {
-                tracing::error!(error = %msg, batch = replies.len(), "group commit failed");
+            Err(e) => {
+                // Each request hears the same kind of failure: a server out of reach stays a
+                // 503 for every request of the batch, not a 500.
+                tracing::error!(error = %likewise_core::error::chain(&e), batch = replies.len(), "group commit failed");
                 m.failures.increment(1);
                 for reply in replies.drain(..) {
-                    let _ = reply.send(Err(StoreError::Engine(msg.clone())));
+                    let _ = reply.send(Err(e.duplicate()));
                 }
             }
         }

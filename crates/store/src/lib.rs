@@ -20,7 +20,7 @@ pub mod open;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use open::{Engine, StoreConfig, Stores, open};
+pub use open::{Engine, Probe, StoreConfig, Stores, open};
 
 /// Milliseconds since the Unix epoch (engines stamp comment IDs with it).
 pub fn now_ms() -> u64 {

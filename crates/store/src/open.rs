@@ -24,6 +24,16 @@ pub struct StoreConfig {
     pub group_commit: GroupCommitOptions,
 }
 
+/// A dependency `/healthz` reports on besides the storage itself (the shared cache, the
+/// event stream of a scaled-out deployment).
+#[async_trait]
+pub trait Probe: Send + Sync {
+    /// Its name in `/healthz`'s `checks` (`cache`, `stream`).
+    fn name(&self) -> &'static str;
+    /// Ok when it answers now (the caller bounds how long it waits).
+    async fn probe(&self) -> StoreResult<()>;
+}
+
 /// What a process needs of an engine beyond its ports: durability at stop, catching up the
 /// indexes it derives asynchronously, and its own gauges.
 #[async_trait]
@@ -79,6 +89,8 @@ pub struct Stores {
     pub own_likes: Option<Arc<dyn OwnLikes>>,
     /// Rate limits shared by every API node; `None`: each process limits alone.
     pub rate_limiter: Option<Arc<dyn SharedRateLimiter>>,
+    /// Dependencies other than the storage, for `/healthz` (none on the embedded engine).
+    pub probes: Vec<Arc<dyn Probe>>,
 }
 
 impl Stores {
@@ -116,6 +128,7 @@ impl Stores {
             engine,
             own_likes: None,
             rate_limiter: None,
+            probes: Vec::new(),
         }
     }
 

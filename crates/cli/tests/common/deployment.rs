@@ -2,6 +2,7 @@
 //! its own Redis key prefix and stream prefix, a config file, and `likewise` processes
 //! started on it. Everything is removed when it drops, also when the test failed.
 
+use super::fault_proxy::FaultProxy;
 use super::proc::{Server, start_with};
 use likewise_scaleout::postgres::testing::TestShards;
 use std::collections::HashSet;
@@ -18,6 +19,15 @@ pub struct Deployment {
     started: Mutex<u32>,
     /// Processes started on it, killed when it drops so none outlives its test.
     pids: Mutex<Vec<u32>>,
+    /// The config's own sections.
+    extra: String,
+}
+
+/// The fault proxies between a deployment's nodes and its servers.
+pub struct Proxies {
+    pub pg: FaultProxy,
+    pub redis: FaultProxy,
+    pub nats: FaultProxy,
 }
 
 impl Deployment {
@@ -27,24 +37,48 @@ impl Deployment {
 
     /// A deployment whose config file ends with `extra` (TOML sections of its own).
     pub async fn with_config(extra: &str) -> Deployment {
+        Self::build(extra, None).await
+    }
+
+    /// A deployment whose nodes reach PostgreSQL, Redis and NATS each through a fault proxy
+    /// (the test's own reads, `rows` and the like, go straight to the servers).
+    pub async fn behind_proxies(extra: &str) -> (Deployment, Proxies) {
+        let proxies = Proxies {
+            pg: FaultProxy::start("127.0.0.1:5432").await,
+            redis: FaultProxy::start("127.0.0.1:6379").await,
+            nats: FaultProxy::start("127.0.0.1:4222").await,
+        };
+        let d = Self::build(extra, Some(&proxies)).await;
+        (d, proxies)
+    }
+
+    /// The config file's text: the shards at `urls`, Redis at `redis_url`, NATS at `nats_url`.
+    fn config_text(&self, urls: &[String], redis_url: &str, nats_url: &str, extra: &str) -> String {
+        let urls: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
+        let prefix = &self.prefix;
+        format!(
+            "[store]\nbackend = \"postgres\"\npostgres_shards = [{}]\npostgres_pool_size = 8\n\
+             [cache]\nredis_url = \"{redis_url}\"\nredis_prefix = \"{prefix}\"\n\
+             [stream]\nnats_url = \"{nats_url}\"\nprefix = \"{prefix}\"\n\
+             [aggregator]\nwindow_ms = 50\n[notifications]\nhold_ms = 300\n{extra}",
+            urls.join(", ")
+        )
+    }
+
+    /// `url` with PostgreSQL's port replaced by `port`.
+    fn via(url: &str, port: u16) -> String {
+        let out = url.replace("127.0.0.1:5432", &format!("127.0.0.1:{port}"));
+        assert_ne!(out, url, "shard URL {url} does not name 127.0.0.1:5432");
+        out
+    }
+
+    async fn build(extra: &str, proxies: Option<&Proxies>) -> Deployment {
         let shards = TestShards::create(2).await;
         let prefix = format!("t{:016x}", rand::random::<u64>());
         let redis_url = "redis://127.0.0.1:6379/0".to_string();
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("likewise.toml");
-        let urls: Vec<String> = shards.urls.iter().map(|u| format!("{u:?}")).collect();
-        std::fs::write(
-            &config,
-            format!(
-                "[store]\nbackend = \"postgres\"\npostgres_shards = [{}]\npostgres_pool_size = 8\n\
-                 [cache]\nredis_url = \"{redis_url}\"\nredis_prefix = \"{prefix}\"\n\
-                 [stream]\nnats_url = \"nats://127.0.0.1:4222\"\nprefix = \"{prefix}\"\n\
-                 [aggregator]\nwindow_ms = 50\n[notifications]\nhold_ms = 300\n{extra}",
-                urls.join(", ")
-            ),
-        )
-        .expect("write config");
-        Deployment {
+        let d = Deployment {
             shards,
             prefix,
             redis_url,
@@ -52,10 +86,36 @@ impl Deployment {
             config,
             started: Mutex::new(0),
             pids: Mutex::new(Vec::new()),
-        }
+            extra: extra.to_string(),
+        };
+        let text = match proxies {
+            None => d.config_text(&d.shards.urls, &d.redis_url, "nats://127.0.0.1:4222", extra),
+            Some(p) => {
+                let urls: Vec<String> = d.shards.urls.iter().map(|u| Self::via(u, p.pg.port)).collect();
+                let redis = format!("redis://127.0.0.1:{}/0", p.redis.port);
+                d.config_text(&urls, &redis, &format!("nats://127.0.0.1:{}", p.nats.port), extra)
+            }
+        };
+        std::fs::write(&d.config, text).expect("write config");
+        d
+    }
+
+    /// Start `role` on a config of its own whose PostgreSQL URLs go through `pg_port` (a
+    /// proxy in front of the deployment's, so this node can be cut off alone).
+    pub fn start_via_pg(&self, role: &str, pg_port: u16, proxies: &Proxies) -> Server {
+        let urls: Vec<String> = self.shards.urls.iter().map(|u| Self::via(u, pg_port)).collect();
+        let redis = format!("redis://127.0.0.1:{}/0", proxies.redis.port);
+        let nats = format!("nats://127.0.0.1:{}", proxies.nats.port);
+        let config = self.dir.path().join(format!("likewise-via-{pg_port}.toml"));
+        std::fs::write(&config, self.config_text(&urls, &redis, &nats, &self.extra)).expect("write config");
+        self.start_on(role, &config)
     }
 
     pub fn start(&self, role: &str) -> Server {
+        self.start_on(role, &self.config.clone())
+    }
+
+    fn start_on(&self, role: &str, config: &std::path::Path) -> Server {
         let n = {
             let mut s = self.started.lock().expect("lock");
             *s += 1;
@@ -66,7 +126,7 @@ impl Deployment {
             &[
                 "serve",
                 "--config",
-                &self.config.display().to_string(),
+                &config.display().to_string(),
                 "--role",
                 role,
                 "--listen",

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod deployment;
+pub mod fault_proxy;
 pub mod proc;
 pub mod python;
 

@@ -18,6 +18,14 @@ const NOTIFIER_LEASE: i64 = 0x4c57_4e4f_0000;
 const EXPORT_LEASE: i64 = 0x4c57_4558_0000;
 const TRENDING_LEASE: i64 = 0x4c57_5452_0000;
 
+/// How long a holder waits for the answer to its lease check (made every second).
+const LEASE_CHECK_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The server ends a lease's session after this long without a word from its holder (it
+/// checks every second), releasing the lock: a holder cut off by a partition loses its lease
+/// here, and a standby takes it over, whether or not the holder ever hears of it.
+const LEASE_IDLE_LIMIT: &str = "5s";
+
 /// An exclusive, session-scoped advisory lock: while a process holds it, it is the only one
 /// running what the lease names. Dropping the lease closes its connection, which releases the
 /// lock (a crashed process releases it the same way).
@@ -28,9 +36,13 @@ pub struct PgLease {
 #[async_trait]
 impl Lease for PgLease {
     async fn holds(&self) -> bool {
-        // A round trip: a dead server is noticed even while the connection idles.
+        // A round trip: a dead server is noticed even while the connection idles, and a
+        // partitioned one within the bound (an answer that never comes is a lost lease; the
+        // server ends the session by itself, see `LEASE_IDLE_LIMIT`).
         match &self.conn {
-            Some(c) if !c.is_closed() => c.simple_query("").await.is_ok(),
+            Some(c) if !c.is_closed() => {
+                matches!(tokio::time::timeout(LEASE_CHECK_LIMIT, c.simple_query("")).await, Ok(Ok(_)))
+            }
             _ => false,
         }
     }
@@ -57,7 +69,17 @@ impl Leases for PgStore {
         };
         let c = self.conn(shard).await?;
         let got: bool = c.query_one("SELECT pg_try_advisory_lock($1)", &[&key]).await.map_err(pg_err)?.get(0);
-        Ok(if got { Some(Box::new(PgLease { conn: Some(c) })) } else { None })
+        if !got {
+            return Ok(None);
+        }
+        // Wrapped first, so an error below drops the lease and its connection (the lock).
+        let lease = PgLease { conn: Some(c) };
+        if let Some(c) = &lease.conn {
+            c.simple_query(&format!("SET idle_session_timeout = '{LEASE_IDLE_LIMIT}'"))
+                .await
+                .map_err(pg_err)?;
+        }
+        Ok(Some(Box::new(lease)))
     }
 }
 

@@ -97,7 +97,37 @@ struct Inner {
 
 /// Map a driver or pool error to a store error.
 pub(crate) fn pg_err(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> StoreError {
-    StoreError::backend("postgres", e)
+    let e = e.into();
+    if unreachable(&*e) {
+        StoreError::Unreachable { engine: "postgres", source: e }
+    } else {
+        StoreError::backend("postgres", e)
+    }
+}
+
+/// Whether `e` says the server could not be reached or the connection broke (as opposed to
+/// a statement the server refused): a closed connection, an I/O error, a connection or
+/// shutdown SQLSTATE (classes 08 and 57P), or a pool that could not open a connection.
+fn unreachable(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(pg) = e.downcast_ref::<tokio_postgres::Error>() {
+            let code = pg.code().map(|c| c.code()).unwrap_or("");
+            if pg.is_closed() || code.starts_with("08") || code.starts_with("57P") {
+                return true;
+            }
+        }
+        if e.is::<std::io::Error>() {
+            return true;
+        }
+        if let Some(p) = e.downcast_ref::<deadpool_postgres::PoolError>()
+            && matches!(p, deadpool_postgres::PoolError::Backend(_) | deadpool_postgres::PoolError::Closed)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 impl PgStore {
@@ -121,9 +151,15 @@ impl PgStore {
             // no extra round trip per batch), but still planned per execution: a generic plan
             // made while a table is small (a new shard) would keep a hash join over the
             // whole table as the table grows.
+            //
+            // A transaction left open by a node that was cut off mid-way (its commit never
+            // arrived) would hold its row locks, such as a consumer's offset row, until the
+            // server noticed: the server ends it after 30 s idle.
+            const OURS: &str =
+                "-c plan_cache_mode=force_custom_plan -c idle_in_transaction_session_timeout=30000";
             let options = match cfg.get_options() {
-                Some(o) if !o.is_empty() => format!("{o} -c plan_cache_mode=force_custom_plan"),
-                _ => "-c plan_cache_mode=force_custom_plan".to_string(),
+                Some(o) if !o.is_empty() => format!("{o} {OURS}"),
+                _ => OURS.to_string(),
             };
             cfg.options(&options);
             let mgr =

@@ -79,7 +79,16 @@ impl std::fmt::Debug for RedisOptions {
 
 /// Map a Redis error to a store error.
 pub(crate) fn redis_err(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> StoreError {
-    StoreError::backend("redis", e)
+    let e = e.into();
+    // A connection that broke, timed out or was refused: Redis is unreachable (a 503).
+    let down = e.downcast_ref::<redis::RedisError>().is_some_and(|r| {
+        r.is_io_error() || r.is_connection_dropped() || r.is_connection_refusal() || r.is_timeout()
+    });
+    if down {
+        StoreError::Unreachable { engine: "redis", source: e }
+    } else {
+        StoreError::backend("redis", e)
+    }
 }
 
 /// A managed connection (reconnects by itself) plus the options.
@@ -89,6 +98,18 @@ pub struct Redis {
     pub conn: ConnectionManager,
     /// Options.
     pub opts: RedisOptions,
+}
+
+#[async_trait::async_trait]
+impl likewise_store::Probe for Redis {
+    fn name(&self) -> &'static str {
+        "cache"
+    }
+
+    async fn probe(&self) -> StoreResult<()> {
+        let mut c = self.conn.clone();
+        redis::cmd("PING").query_async::<()>(&mut c).await.map_err(redis_err)
+    }
 }
 
 impl Redis {

@@ -101,6 +101,19 @@ pub fn name_part(s: &str) -> String {
     s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
+#[async_trait]
+impl likewise_store::Probe for JetStream {
+    fn name(&self) -> &'static str {
+        "stream"
+    }
+
+    /// A round trip to JetStream (its account information); a flush would only hand the
+    /// bytes to the socket.
+    async fn probe(&self) -> StoreResult<()> {
+        self.js.query_account().await.map(|_| ()).map_err(nats_err)
+    }
+}
+
 impl JetStream {
     /// Connect (see [`connect`]) and make sure the stream exists.
     pub async fn connect(opts: &StreamOptions) -> StoreResult<Self> {
