@@ -12,6 +12,8 @@
 //! - [`review`]: reports, the review queue, approvals, pins.
 //! - [`ranking`]: top comments: precomputed top-K per post, re-ranked per viewer.
 //! - [`views`]: unique viewers per post (HyperLogLog) and the author's insights.
+//! - [`trending`]: the trending consumer's rankings.
+//! - [`integrity`]: flags of like farms and bot rings, verdicts, discounted like counts.
 //! - [`notifications`]: inboxes and the live feed for SSE.
 //! - [`upstream`]: users, posts, follows and settings pushed by their owners.
 //! - [`shared`]: what they share: the stores, the caches several of them read, the bus.
@@ -25,6 +27,7 @@ pub mod cache;
 pub mod cluster;
 pub mod comments;
 pub mod error;
+pub mod integrity;
 pub mod likes;
 pub mod moderation;
 pub mod notifications;
@@ -81,6 +84,9 @@ pub struct ServiceOptions {
     /// this process sees every like write: off on scaled-out API nodes, where the shared
     /// cache (Redis) answers instead.
     pub local_viewer_cache: bool,
+    /// Leave confirmed accounts' likes out of displayed like counts
+    /// (`integrity.discount_flagged`).
+    pub discount_flagged: bool,
 }
 
 impl Default for ServiceOptions {
@@ -96,6 +102,7 @@ impl Default for ServiceOptions {
             max_followees: 5_000,
             moderation: moderation::ModerationOptions::default(),
             local_viewer_cache: true,
+            discount_flagged: false,
         }
     }
 }
@@ -126,6 +133,8 @@ pub struct Engagement {
     pub notifications: Notifications,
     /// Trending posts (ranked by the trending consumer).
     pub trending: trending::Trending,
+    /// Integrity flags and verdicts.
+    pub integrity: integrity::Integrity,
 }
 
 impl Engagement {
@@ -146,6 +155,7 @@ impl Engagement {
             views: Views::new(shared.clone(), upstream.clone()),
             notifications: Notifications::new(shared.clone(), upstream.clone()),
             trending: trending::Trending::new(shared.clone(), upstream.clone()),
+            integrity: integrity::Integrity::new(shared.clone()),
             shared,
             upstream,
             moderation,

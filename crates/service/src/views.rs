@@ -164,7 +164,9 @@ impl Views {
         };
         // Straight from the counters, not the display cache: the author gets the exact value.
         let c = self.shared.stores.counters.counts(&[Target::post(post.0)]).await?[0];
-        Ok(Insights { like_count: c.likes.max(0), comment_count: c.comments.max(0), unique_viewers })
+        // Less confirmed farms' likes when discounting is on, as every displayed count.
+        let like_count = self.shared.integrity.discount().await.apply(Target::post(post.0), c.likes);
+        Ok(Insights { like_count, comment_count: c.comments.max(0), unique_viewers })
     }
 }
 

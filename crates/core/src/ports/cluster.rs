@@ -34,6 +34,8 @@ pub enum LeaseName {
     Export,
     /// The trending consumer (one for the whole deployment).
     Trending,
+    /// The integrity consumer (one for the whole deployment).
+    Integrity,
 }
 
 /// A lease this process holds; dropping it gives it back.

@@ -2,7 +2,8 @@
 //!
 //! - Worker role: per shard, under that shard's lease ([`lease`]; a second worker process is
 //!   a hot standby, never a second writer), the outbox relay, the counter aggregator and the
-//!   reverse-index writer ([`shard`]); under one more lease, the notifier.
+//!   reverse-index writer ([`shard`]); under leases of their own, the notifier, the export,
+//!   the trending and the integrity consumers.
 //! - API role: the top-comments refresher, fed by the aggregators' commits on the bus.
 //! - Every role: the cluster bus listener ([`bus`]).
 //!
@@ -51,6 +52,8 @@ pub struct WorkerOptions {
     pub export: Option<crate::export::Export>,
     /// How long comment creates' `Idempotency-Key`s are kept ([`crate::key_expiry`]).
     pub key_retention: Duration,
+    /// The integrity consumer.
+    pub integrity: crate::integrity::IntegrityWorkerOptions,
 }
 
 impl Default for WorkerOptions {
@@ -60,6 +63,7 @@ impl Default for WorkerOptions {
             notifier: NotifierOptions::default(),
             export: None,
             key_retention: crate::key_expiry::DEFAULT_RETENTION,
+            integrity: Default::default(),
         }
     }
 }
@@ -130,6 +134,32 @@ pub fn spawn_workers(
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "trending not started");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        },
+    )));
+    let (svc3, p3, iopts) = (svc.clone(), ports.clone(), opts.integrity.clone());
+    tasks.push(tokio::spawn(lease::leased(
+        ports.leases.clone(),
+        LeaseName::Integrity,
+        shutdown.clone(),
+        move |stop| {
+            let (svc, p, opts) = (svc3.clone(), p3.clone(), iopts.clone());
+            async move {
+                let ports = crate::single_node::integrity_ports(&svc);
+                let started = async {
+                    let (offset, state) = crate::integrity::load(&*ports.snapshots).await?;
+                    let log =
+                        p.stream.consumer(likewise_service::integrity::INTEGRITY, Scope::All, offset).await?;
+                    Ok::<_, likewise_core::StoreError>((log, (offset, state)))
+                }
+                .await;
+                match started {
+                    Ok((log, start)) => crate::integrity::run(log, ports, start, opts, stop).await,
+                    Err(e) => {
+                        tracing::error!(error = %e, "integrity not started");
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }
