@@ -91,6 +91,15 @@ impl Reason {
             Reason::InhumanRate => "inhuman_rate",
         }
     }
+    /// Which pattern a re-detected account's flag shows: rings outrank rates, and a
+    /// lockstep ring outranks a ring of brand-new accounts.
+    fn rank(self) -> u8 {
+        match self {
+            Reason::LockstepRing => 3,
+            Reason::NewAccountsRing => 2,
+            Reason::InhumanRate => 1,
+        }
+    }
     fn code(self) -> u8 {
         match self {
             Reason::LockstepRing => 1,
@@ -215,7 +224,9 @@ impl Integrity {
     }
 
     /// Run detection at `now_ms`; returns how many accounts were newly flagged. An account
-    /// already flagged keeps its flag, unless it was cleared since: then it is flagged anew.
+    /// already flagged keeps its flag (its evidence, and its reason when a stronger pattern
+    /// shows, brought up to date), unless it was cleared
+    /// since: then it is flagged anew.
     pub fn scan(&mut self, o: &IntegrityOptions, now_ms: u64) -> usize {
         let mut new = 0;
         for f in self.detector.scan(o, now_ms) {
@@ -227,6 +238,13 @@ impl Integrity {
             if cleared_since {
                 self.flags.insert(f.user, f);
                 new += 1;
+            } else if let Some(old) = self.flags.get_mut(&f.user)
+                && f.reason.rank() >= old.reason.rank()
+            {
+                // Seen again: the evidence grows (a ring of new accounts that grows into a
+                // lockstep ring says so), and the flag keeps its time.
+                old.reason = f.reason;
+                old.evidence = f.evidence;
             }
         }
         if self.flags.len() > o.max_flags {

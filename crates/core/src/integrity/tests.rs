@@ -211,3 +211,27 @@ fn a_confirm_replays_recent_actions_an_index_behind_the_log_missed() {
     let got: Vec<u32> = (1..=3).map(|p| s.discounts().discount(Target::post(p))).collect();
     assert_eq!(got, vec![1, 1, 0]);
 }
+
+#[test]
+fn a_ring_of_new_accounts_growing_into_a_lockstep_ring_is_shown_as_one() {
+    let o = IntegrityOptions::default();
+    let mut s = Integrity::default();
+    // 50 new accounts, 8 shared posts: a new-accounts ring (lockstep needs 10 posts)...
+    for p in 0..8u64 {
+        for u in 1..=50u64 {
+            s.apply(&o, &like(u, 1_001 + p, NOW - 20_000 + p * 200 + u));
+        }
+    }
+    s.scan(&o, NOW - 10_000);
+    assert!(flagged(&s).iter().all(|f| f.1 == Reason::NewAccountsRing) && s.flag_count() == 50);
+    let at = s.flags().next().map(|f| f.flagged_at_ms);
+    // ...then 22 more: the same flags, now a lockstep ring, flagged at the same time.
+    for p in 8..30u64 {
+        for u in 1..=50u64 {
+            s.apply(&o, &like(u, 1_001 + p, NOW - 9_000 + p * 200 + u));
+        }
+    }
+    s.scan(&o, NOW);
+    assert!(flagged(&s).iter().all(|f| f.1 == Reason::LockstepRing) && s.flag_count() == 50);
+    assert_eq!(s.flags().next().map(|f| f.flagged_at_ms), at);
+}
