@@ -37,11 +37,14 @@ impl Discount {
     }
 }
 
+/// A snapshot read, when, and its decoded discounts.
+type Cached = (Instant, Arc<Vec<u8>>, Discount);
+
 /// The consumer's snapshot as this node last read it.
 pub struct SnapshotReader {
     snapshots: Arc<dyn SnapshotStore>,
     discount_on: bool,
-    cached: Mutex<Option<(Instant, Arc<Vec<u8>>, Discount)>>,
+    cached: Mutex<Option<Cached>>,
     /// One reload at a time: readers arriving meanwhile wait for it instead of piling up.
     reload: tokio::sync::Mutex<()>,
 }
