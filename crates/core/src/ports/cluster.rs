@@ -32,10 +32,8 @@ pub enum LeaseName {
     Notifier,
     /// The event export (one for the whole deployment).
     Export,
-    /// The trending consumer (one for the whole deployment).
+    /// The trending and integrity consumers (one each for the whole deployment).
     Trending,
-    /// The integrity consumer (one for the whole deployment).
-    Integrity,
 }
 
 /// A lease this process holds; dropping it gives it back.

@@ -17,7 +17,6 @@ const SHARD_LEASE: i64 = 0x4c57_5348_0000;
 const NOTIFIER_LEASE: i64 = 0x4c57_4e4f_0000;
 const EXPORT_LEASE: i64 = 0x4c57_4558_0000;
 const TRENDING_LEASE: i64 = 0x4c57_5452_0000;
-const INTEGRITY_LEASE: i64 = 0x4c57_494e_0000;
 
 /// An exclusive, session-scoped advisory lock: while a process holds it, it is the only one
 /// running what the lease names. Dropping the lease closes its connection, which releases the
@@ -55,7 +54,6 @@ impl Leases for PgStore {
             LeaseName::Notifier => (0, NOTIFIER_LEASE),
             LeaseName::Export => (0, EXPORT_LEASE),
             LeaseName::Trending => (0, TRENDING_LEASE),
-            LeaseName::Integrity => (0, INTEGRITY_LEASE),
         };
         let c = self.conn(shard).await?;
         let got: bool = c.query_one("SELECT pg_try_advisory_lock($1)", &[&key]).await.map_err(pg_err)?.get(0);
