@@ -251,6 +251,20 @@ export function calls(api: Client): { [Op in keyof operations]: () => Promise<un
       if (error) return describe(error);
       return data.items.map((i) => [i.comment_id, i.status, i.report_count] as const);
     },
+    list_integrity_flags: async () => {
+      const { data, error } = await api.GET("/v1/moderation/integrity", { params: { query: { limit: 50 } } });
+      if (error) return describe(error);
+      return data.items.map((f) => [f.user_id, f.reason, f.likes_discounted] as const);
+    },
+    decide_integrity_flag: async () => {
+      const body: Schemas["IntegrityDecisionBody"] = { action: "clear" };
+      const { data, error } = await api.POST("/v1/moderation/integrity/{user_id}", {
+        params: { path: { user_id: "1001" } },
+        body,
+      });
+      // A user never flagged answers 404.
+      return error ? describe(error) : data;
+    },
     moderate_comment: async () => {
       const body: Schemas["ModerationDecision"] = { action: "hide" };
       const { data, error } = await api.POST("/v1/moderation/comments/{comment_id}", {

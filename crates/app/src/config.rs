@@ -25,6 +25,7 @@ pub struct Config {
     pub log: LogConfig,
     pub export: ExportConfig,
     pub comments: CommentsConfig,
+    pub integrity: IntegrityConfig,
 }
 
 /// `[comments]`
@@ -101,6 +102,76 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         LimitsConfig { likes_per_minute: 120, like_burst: 300, comments_per_minute: 20, comment_burst: 20 }
+    }
+}
+
+/// `[integrity]`: the consumer flagging like farms and bot rings (docs/moderation.md).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IntegrityConfig {
+    /// Leave confirmed accounts' likes out of displayed like counts (rows are kept).
+    pub discount_flagged: bool,
+    /// Lockstep rings: members at least...
+    pub ring_min_accounts: usize,
+    /// ...each with at least this many likes of the ring's shared targets...
+    pub ring_min_shared: usize,
+    /// ...each within this many seconds of the ring's median time for that target.
+    pub lockstep_s: u64,
+    /// Likes stay in an account's recent set this long (minutes).
+    pub recent_window_min: u64,
+    /// Brand-new account rings (accounts first seen within `new_account_h`): members at least.
+    pub new_ring_min_accounts: usize,
+    /// Their shared likes at least.
+    pub new_ring_min_shared: usize,
+    /// An account first seen this recently (hours) is brand new.
+    pub new_account_h: u64,
+    /// Inhuman rate: at least `rate_min_likes` likes in `rate_window_s` seconds...
+    pub rate_min_likes: u32,
+    /// (the window, seconds)
+    pub rate_window_s: u64,
+    /// ...with a like in at least this share of its seconds.
+    pub rate_active_share: f64,
+    /// Accounts whose recent activity is kept in memory at most.
+    pub max_tracked_accounts: usize,
+}
+
+impl Default for IntegrityConfig {
+    fn default() -> Self {
+        let d = likewise_core::integrity::IntegrityOptions::default();
+        IntegrityConfig {
+            discount_flagged: false,
+            ring_min_accounts: d.ring_min,
+            ring_min_shared: d.min_shared,
+            lockstep_s: d.lockstep_ms / 1_000,
+            recent_window_min: d.recent_window_ms / 60_000,
+            new_ring_min_accounts: d.new_ring_min,
+            new_ring_min_shared: d.new_min_shared,
+            new_account_h: d.new_account_ms / 3_600_000,
+            rate_min_likes: d.rate_min_likes,
+            rate_window_s: d.rate_window_ms / 1_000,
+            rate_active_share: d.rate_active_share,
+            max_tracked_accounts: d.max_users,
+        }
+    }
+}
+
+impl IntegrityConfig {
+    /// The detection options.
+    pub fn options(&self) -> likewise_core::integrity::IntegrityOptions {
+        likewise_core::integrity::IntegrityOptions {
+            recent_window_ms: self.recent_window_min.max(1) * 60_000,
+            min_shared: self.ring_min_shared.max(2),
+            ring_min: self.ring_min_accounts.max(2),
+            lockstep_ms: self.lockstep_s * 1_000,
+            new_account_ms: self.new_account_h * 3_600_000,
+            new_min_shared: self.new_ring_min_shared.max(2),
+            new_ring_min: self.new_ring_min_accounts.max(2),
+            rate_window_ms: self.rate_window_s.max(1) * 1_000,
+            rate_min_likes: self.rate_min_likes.max(1),
+            rate_active_share: self.rate_active_share.clamp(0.0, 1.0),
+            max_users: self.max_tracked_accounts.max(1),
+            ..Default::default()
+        }
     }
 }
 
@@ -559,6 +630,7 @@ impl Config {
             count_refresh: Duration::from_millis(refresh),
             local_viewer_cache: !self.scaled_out(),
             live_push_max_likes_per_minute: self.notifications.live_push_max_likes_per_minute,
+            discount_flagged: self.integrity.discount_flagged,
             count_capacity: c.count_capacity,
             meta_ttl: Duration::from_millis(c.meta_ttl_ms),
             meta_capacity: c.meta_capacity,
@@ -585,11 +657,15 @@ impl Config {
             retain_events: a.retain_events,
             rank_index: a.rank_index,
             // The log's other consumers in this process: their unread events stay.
-            hold_for: [likewise_workers::notifier::NOTIFIER, likewise_service::trending::TRENDING]
-                .into_iter()
-                .chain(self.export.kafka_brokers.is_some().then_some(likewise_workers::export::EXPORT))
-                .map(String::from)
-                .collect(),
+            hold_for: [
+                likewise_workers::notifier::NOTIFIER,
+                likewise_service::trending::TRENDING,
+                likewise_service::integrity::INTEGRITY,
+            ]
+            .into_iter()
+            .chain(self.export.kafka_brokers.is_some().then_some(likewise_workers::export::EXPORT))
+            .map(String::from)
+            .collect(),
             ..likewise_workers::AggregatorOptions::default()
         }
     }
@@ -599,6 +675,10 @@ impl Config {
         Ok(likewise_workers::cluster::WorkerOptions {
             export: crate::export::from_config(&self.export)?,
             key_retention: self.comments.idempotency_retention()?,
+            integrity: likewise_workers::integrity::IntegrityWorkerOptions {
+                detect: self.integrity.options(),
+                ..Default::default()
+            },
             aggregator: self.aggregator_options(),
             notifier: likewise_workers::notifier::NotifierOptions {
                 hold: Duration::from_millis(self.notifications.hold_ms),

@@ -1,6 +1,7 @@
 //! Likewise's domain, free of I/O.
 //!
 //! - [`ids`]: the 64-bit identifiers and their decimal-string wire form.
+//! - [`integrity`]: like farms and bot rings: pattern detection, flags, exact discounts.
 //! - [`like`]: like targets, like/unlike operations and their outcomes (state transitions).
 //! - [`event`]: the engagement events written to the log (the transactional outbox).
 //! - [`comment`]: comments: IDs, text rules, statuses and shadow visibility, what each change
@@ -23,6 +24,7 @@ pub mod display;
 pub mod error;
 pub mod event;
 pub mod ids;
+pub mod integrity;
 pub mod like;
 pub mod model;
 pub mod names;

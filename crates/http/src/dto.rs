@@ -416,3 +416,85 @@ mod tests {
         assert_eq!(rfc3339_ms(1_795_000_000_123), "2026-11-18T11:06:40.123Z");
     }
 }
+
+/// Why an account was flagged.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IntegrityReason {
+    /// Many accounts liking the same posts or comments within seconds of each other.
+    LockstepRing,
+    /// Brand-new accounts acting only together.
+    NewAccountsRing,
+    /// Likes at a rate no person sustains.
+    InhumanRate,
+}
+
+/// What the integrity consumer saw. A ring's evidence has `partners`, `shared_targets`,
+/// `span_seconds` and `sample_partner_ids`; a rate's `likes`, `window_seconds`,
+/// `active_seconds` and `likes_per_minute`.
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+pub struct IntegrityEvidence {
+    /// Other accounts in the ring.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partners: Option<u64>,
+    /// This account's likes of the ring's shared posts and comments, in lockstep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_targets: Option<u64>,
+    /// The widest distance of those likes from the ring's median time for each target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub span_seconds: Option<f64>,
+    /// A few other members (decimal strings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample_partner_ids: Option<Vec<String>>,
+    /// Likes in the rate window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub likes: Option<u32>,
+    /// The rate window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<u64>,
+    /// Seconds of the window with at least one like.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_seconds: Option<u64>,
+    /// The window's average rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub likes_per_minute: Option<f64>,
+}
+
+/// A moderator's verdict on a flagged account.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum IntegrityAction {
+    Clear,
+    Confirm,
+}
+
+/// `POST /v1/moderation/integrity/{user_id}` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IntegrityDecisionBody {
+    pub action: IntegrityAction,
+}
+
+/// An account flagged by the integrity consumer.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct IntegrityFlagDto {
+    #[schema(value_type = String)]
+    pub user_id: UserId,
+    pub reason: IntegrityReason,
+    pub evidence: IntegrityEvidence,
+    /// RFC 3339 UTC.
+    pub flagged_at: String,
+    /// Confirmed, with `integrity.discount_flagged` on: its likes are left out of displayed
+    /// counts.
+    pub likes_discounted: bool,
+    /// The latest verdict (`confirm` or `clear`), null while none was given.
+    pub decision: Option<IntegrityAction>,
+}
+
+/// `GET /v1/moderation/integrity`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct IntegrityPage {
+    pub items: Vec<IntegrityFlagDto>,
+    /// Opaque; null on the last page.
+    pub next_cursor: Option<String>,
+}

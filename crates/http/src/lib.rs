@@ -210,6 +210,8 @@ fn api_routes(hidden_words_limit: usize) -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(moderation::pin, moderation::unpin))
         .routes(routes!(moderation::queue))
         .routes(routes!(moderation::decide))
+        .routes(routes!(integrity::list))
+        .routes(routes!(integrity::decide))
 }
 
 /// Only `/healthz` and `/metrics`: what a worker process (no API) offers its operators.

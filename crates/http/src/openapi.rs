@@ -13,7 +13,9 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         dto::LikerDto, dto::LikersPage, dto::UserPut, dto::PostPut, dto::PostRecord, dto::UserRecord,
         dto::SettingsDto, dto::Health, dto::CommentsSetting, dto::CommentCreate, dto::CommentsPage, dto::HiddenWordsDto,
         dto::ReportReasonDto, dto::ReportCreate, dto::AppealCreate, dto::HeldByDto, dto::ModerationAction, dto::ModerationDecision, dto::QueueItem,
-        dto::QueuePage, dto::InsightsDto, dto::NotificationDto, dto::NotificationsPage)),
+        dto::QueuePage, dto::InsightsDto, dto::NotificationDto, dto::NotificationsPage, dto::IntegrityReason,
+        dto::IntegrityEvidence, dto::IntegrityAction, dto::IntegrityDecisionBody, dto::IntegrityFlagDto,
+        dto::IntegrityPage)),
     modifiers(&Bearer),
 )]
 struct ApiDoc;
@@ -159,6 +161,7 @@ fn request_example(schema: &str) -> Option<serde_json::Value> {
         "ReportCreate" => json!({"reason": "spam"}),
         "AppealCreate" => json!({"message": "It quotes the book, it is not about anyone here."}),
         "ModerationDecision" => json!({"action": "approve"}),
+        "IntegrityDecisionBody" => json!({"action": "confirm"}),
         _ => return None,
     })
 }
@@ -371,6 +374,7 @@ mod tests {
         parses::<dto::ReportCreate>("ReportCreate");
         parses::<dto::AppealCreate>("AppealCreate");
         parses::<dto::ModerationDecision>("ModerationDecision");
+        parses::<dto::IntegrityDecisionBody>("IntegrityDecisionBody");
         let name = super::request_example("UserPut").expect("example")["username"].clone();
         assert!(crate::routes::upstream::valid_username(name.as_str().expect("text")).is_some());
     }

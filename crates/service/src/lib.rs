@@ -12,6 +12,8 @@
 //! - [`review`]: reports, the review queue, approvals, pins.
 //! - [`ranking`]: top comments: precomputed top-K per post, re-ranked per viewer.
 //! - [`views`]: unique viewers per post (HyperLogLog) and the author's insights.
+//! - [`trending`]: the trending consumer's rankings.
+//! - [`integrity`]: flags of like farms and bot rings, verdicts, discounted like counts.
 //! - [`notifications`]: inboxes and the live feed for SSE.
 //! - [`upstream`]: users, posts, follows and settings pushed by their owners.
 //! - [`shared`]: what they share: the stores, the caches several of them read, the bus.
@@ -25,6 +27,7 @@ pub mod cache;
 pub mod cluster;
 pub mod comments;
 pub mod error;
+pub mod integrity;
 pub mod likes;
 pub mod moderation;
 pub mod notifications;
@@ -84,6 +87,9 @@ pub struct ServiceOptions {
     /// New likers per minute on one notification item past which its live pushes stop (the
     /// inbox item still updates); 0: no limit.
     pub live_push_max_likes_per_minute: u64,
+    /// Leave confirmed accounts' likes out of displayed like counts
+    /// (`integrity.discount_flagged`).
+    pub discount_flagged: bool,
 }
 
 impl Default for ServiceOptions {
@@ -100,6 +106,7 @@ impl Default for ServiceOptions {
             moderation: moderation::ModerationOptions::default(),
             local_viewer_cache: true,
             live_push_max_likes_per_minute: 1_000,
+            discount_flagged: false,
         }
     }
 }
@@ -130,6 +137,8 @@ pub struct Engagement {
     pub notifications: Notifications,
     /// Trending posts (ranked by the trending consumer).
     pub trending: trending::Trending,
+    /// Integrity flags and verdicts.
+    pub integrity: integrity::Integrity,
 }
 
 impl Engagement {
@@ -150,6 +159,7 @@ impl Engagement {
             views: Views::new(shared.clone(), upstream.clone()),
             notifications: Notifications::new(shared.clone(), upstream.clone()),
             trending: trending::Trending::new(shared.clone(), upstream.clone()),
+            integrity: integrity::Integrity::new(shared.clone()),
             shared,
             upstream,
             moderation,

@@ -108,11 +108,12 @@ impl Posts {
             post_ids.iter().zip(&counts).map(|(p, c)| (*p, c.counts.comments)).collect();
         let reader = crate::comments::Reader { user: viewer, moderator: false };
         let mut previews = self.ranking.previews(reader, &with_counts).await?.into_iter();
+        let discount = self.shared.integrity.discount().await;
         let mut out = Vec::with_capacity(known.len());
         for (((id, meta), (c, has_liked)), pick) in known.iter().zip(counts.iter().zip(liked)).zip(&picks) {
             let visible =
                 like_count_visible(viewer, meta.author, meta.hide_like_count, settings.hide_like_counts);
-            let likes = fresh.get(id).copied().unwrap_or(c.counts.likes).max(0);
+            let likes = discount.apply(Target::post(id.0), fresh.get(id).copied().unwrap_or(c.counts.likes));
             let comments_enabled = match meta.comments {
                 CommentsPolicy::Everyone => true,
                 CommentsPolicy::Off => false,

@@ -31,6 +31,8 @@ pub struct Shared {
     pub records: RecordCache,
     /// Precomputed top-comment rankings (the ranker refreshes them).
     pub top: TopCache,
+    /// The integrity consumer's snapshot: discounts of displayed like counts, flags.
+    pub integrity: crate::integrity::SnapshotReader,
     broadcast: OnceLock<Arc<dyn Broadcast>>,
     remote_events: Arc<LocalLog>,
 }
@@ -54,6 +56,7 @@ impl Shared {
             )),
             records: RecordCache::new(opts.meta_capacity / 4 + 1, opts.meta_ttl),
             top: TopCache::new(opts.count_capacity / 10 + 1),
+            integrity: crate::integrity::SnapshotReader::new(stores.snapshots.clone(), opts.discount_flagged),
             broadcast: OnceLock::new(),
             remote_events: Arc::default(),
             stores,

@@ -163,7 +163,8 @@ impl Views {
             s.hll.count() as u64
         };
         // Straight from the counters, not the display cache, plus the likes not aggregated
-        // yet: the author gets the exact value of every acknowledged like.
+        // yet: the author gets the exact value of every acknowledged like, less confirmed
+        // farms' likes when discounting is on, as every displayed count.
         let counters = &self.shared.stores.counters;
         let (target, posts) = ([Target::post(post.0)], [post]);
         let (c, fresh) = tokio::join!(
@@ -171,7 +172,8 @@ impl Views {
             counters.fresh_post_likes(likewise_core::counter::COUNTERS_CONSUMER, &posts)
         );
         let (c, likes) = (c?[0], fresh?.first().copied().unwrap_or_default());
-        Ok(Insights { like_count: likes.max(0), comment_count: c.comments.max(0), unique_viewers })
+        let like_count = self.shared.integrity.discount().await.apply(Target::post(post.0), likes);
+        Ok(Insights { like_count, comment_count: c.comments.max(0), unique_viewers })
     }
 }
 

@@ -10,7 +10,9 @@ pub use threads::*;
 
 use crate::Stores;
 
+mod integrity;
 mod keys;
+pub use integrity::*;
 pub use keys::*;
 use likewise_core::comment::appeal::{HeldBy, QueueNote};
 use likewise_core::comment::status::CommentStatus;
@@ -729,6 +731,7 @@ macro_rules! conformance_suite {
             holds_and_appeals_are_recorded_once,
             fingerprints_are_newest_first_and_time_bounded,
             snapshots_move_with_their_offset,
+            integrity_verdicts_keep_the_latest_and_page_in_time_order,
             a_key_makes_one_comment_whatever_the_batch,
             a_key_is_stored_only_with_its_comment,
             expired_keys_are_removed,

@@ -6,8 +6,9 @@ use crate::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::group_commit::{GroupCommitOptions, GroupCommitter};
 use async_trait::async_trait;
 use likewise_core::ports::{
-    CommentReader, CounterStore, EventLog, IdempotencyStore, LikeReader, MetaStore, ModerationStore,
-    NotificationStore, OwnLikes, RankIndex, SharedRateLimiter, SnapshotStore, ViewStore, WriteEngine,
+    CommentReader, CounterStore, EventLog, IdempotencyStore, IntegrityStore, LikeReader, MetaStore,
+    ModerationStore, NotificationStore, OwnLikes, RankIndex, SharedRateLimiter, SnapshotStore, ViewStore,
+    WriteEngine,
 };
 use likewise_core::{StoreError, StoreResult};
 use std::path::PathBuf;
@@ -78,6 +79,8 @@ pub struct Stores {
     pub moderation: Arc<dyn ModerationStore>,
     /// Consumers' saved state (trending windows).
     pub snapshots: Arc<dyn SnapshotStore>,
+    /// Moderators' integrity verdicts.
+    pub integrity: Arc<dyn IntegrityStore>,
     /// `Idempotency-Key`s of comment creates.
     pub idempotency: Arc<dyn IdempotencyStore>,
     /// The rank index of the "top" comment order.
@@ -107,6 +110,7 @@ impl Stores {
             + ModerationStore
             + SnapshotStore
             + IdempotencyStore
+            + IntegrityStore
             + RankIndex
             + Engine
             + 'static,
@@ -124,6 +128,7 @@ impl Stores {
             moderation: engine.clone(),
             snapshots: engine.clone(),
             idempotency: engine.clone(),
+            integrity: engine.clone(),
             ranks: engine.clone(),
             engine,
             own_likes: None,

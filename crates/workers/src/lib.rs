@@ -8,6 +8,7 @@
 //! - [`ranker`]: keeps the cached top-comment rankings fresh from comment events.
 //! - [`reconcile`]: which targets to recount (hot posts, on request) and the handle used to ask.
 //! - [`trending`]: per-post engagement windows and the trending rankings.
+//! - [`integrity`]: flags like farms and bot rings, applies verdicts, keeps the discounts.
 //! - [`relay`]: (scale-out) moves each shard's outbox rows to the event stream, in order.
 //! - [`reverse_index`]: (scale-out) writes the user-keyed like index from the event stream.
 //! - [`key_expiry`]: removes comment creates' `Idempotency-Key`s past their retention.
@@ -23,6 +24,7 @@
 pub mod aggregator;
 pub mod cluster;
 pub mod export;
+pub mod integrity;
 pub mod key_expiry;
 pub mod notifier;
 pub mod ranker;

@@ -3,7 +3,7 @@
 //!
 //! - the counter aggregator (it also applies reconciliation repairs);
 //! - the notifier;
-//! - the trending consumer (starting from its saved snapshot);
+//! - the trending consumer and the integrity consumer (each from its saved snapshot);
 //! - the event export, when a destination is configured;
 //! - the top-comments ranker;
 //! - the expiry of comment creates' `Idempotency-Key`s ([`crate::key_expiry`]);
@@ -60,6 +60,7 @@ pub fn spawn(
     tasks.push("aggregator", tokio::spawn(aggregator.run(shutdown.clone())));
     tasks.push("notifier", tokio::spawn(crate::notifier::run(svc.clone(), opts.notifier, shutdown.clone())));
     tasks.push("trending", trending(svc, shutdown.clone()));
+    tasks.push("integrity", integrity(svc, opts.integrity.clone(), shutdown.clone()));
     if let Some(export) = opts.export {
         let stores = svc.stores();
         tasks.push(
@@ -99,6 +100,31 @@ fn trending(svc: &Arc<Engagement>, stop: watch::Receiver<bool>) -> JoinHandle<()
         match crate::trending::load(&*snapshots).await {
             Ok(start) => crate::trending::run(log, snapshots, start, Default::default(), stop).await,
             Err(e) => tracing::error!(error = %e, "trending not started"),
+        }
+    })
+}
+
+/// The ports of the integrity consumer, from the process's stores.
+pub fn integrity_ports(svc: &Engagement) -> crate::integrity::IntegrityPorts {
+    let stores = svc.stores();
+    crate::integrity::IntegrityPorts {
+        snapshots: stores.snapshots.clone(),
+        verdicts: stores.integrity.clone(),
+        likes: stores.likes.clone(),
+    }
+}
+
+/// The integrity consumer, from its saved state.
+fn integrity(
+    svc: &Arc<Engagement>,
+    opts: crate::integrity::IntegrityWorkerOptions,
+    stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let (log, ports) = (svc.stores().events.clone(), integrity_ports(svc));
+    tokio::spawn(async move {
+        match crate::integrity::load(&*ports.snapshots).await {
+            Ok(start) => crate::integrity::run(log, ports, start, opts, stop).await,
+            Err(e) => tracing::error!(error = %e, "integrity not started"),
         }
     })
 }

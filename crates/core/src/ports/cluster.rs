@@ -38,7 +38,7 @@ pub enum LeaseName {
     Notifier,
     /// The event export (one for the whole deployment).
     Export,
-    /// The trending consumer (one for the whole deployment).
+    /// The trending and integrity consumers (one each for the whole deployment).
     Trending,
 }
 

@@ -3,7 +3,8 @@
 //! engine passes the same conformance suite (`likewise_store::conformance`).
 //!
 //! - this module: the storage ports every engine serves (writes, likes, the event log,
-//!   counters, comments, upstream data, moderation, views, notifications);
+//!   counters, comments, upstream data, moderation, integrity verdicts, views,
+//!   notifications);
 //! - [`cluster`]: what a scaled-out deployment adds: leases, the outbox and the stream it is
 //!   relayed to, the reverse-index writer's target, and the bus between nodes.
 
@@ -17,6 +18,7 @@ use crate::counter::{CounterKey, Counts};
 use crate::event::Event;
 use crate::ids::CommentId;
 use crate::ids::{PostId, UserId};
+use crate::integrity::Decision;
 use crate::like::{Target, TargetKind};
 use crate::model::{PostMeta, UserProfile, ViewerSettings};
 use crate::notify::NotifItem;
@@ -110,6 +112,19 @@ pub trait SnapshotStore: Send + Sync {
     /// Save `body`, which covers the log up to `upto`, and move the consumer offset `name` to
     /// `upto`, in one atomic write (so log truncation never passes what the body lacks).
     async fn save_snapshot(&self, name: &str, upto: u64, body: &[u8]) -> StoreResult<()>;
+}
+
+/// Moderators' verdicts on accounts the integrity consumer flagged: the latest per account
+/// (`POST /v1/moderation/integrity/{user_id}`, any API node), read by the consumer in the
+/// order they were given.
+#[async_trait]
+pub trait IntegrityStore: Send + Sync {
+    /// Store `d` as its account's verdict, replacing any earlier one (durable on return).
+    async fn put_decision(&self, d: Decision) -> StoreResult<()>;
+    /// The verdict of each account, in order (`None`: never decided).
+    async fn decisions(&self, users: &[UserId]) -> StoreResult<Vec<Option<Decision>>>;
+    /// Up to `limit` verdicts in `(at_ms, user)` order, strictly after `after` (a keyset page).
+    async fn decisions_after(&self, after: (u64, UserId), limit: usize) -> StoreResult<Vec<Decision>>;
 }
 
 /// Stored `Idempotency-Key`s of comment creates (written by the write path with their

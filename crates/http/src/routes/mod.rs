@@ -3,6 +3,7 @@
 
 pub mod comments;
 pub mod events;
+pub mod integrity;
 pub mod likes;
 pub mod me;
 pub mod moderation;

@@ -47,6 +47,7 @@ mod cluster;
 mod comments;
 mod counters;
 mod idempotency;
+mod integrity;
 mod likes;
 mod meta;
 pub mod migrate;

@@ -116,6 +116,7 @@ impl Comments {
             self.upstream.usernames(&authors),
         );
         let (counts, liked, names) = (counts?, liked?, names?);
+        let discount = self.shared.integrity.discount().await;
         Ok(recs
             .into_iter()
             .zip(counts)
@@ -123,10 +124,11 @@ impl Comments {
             .zip(names)
             .map(|(((record, c), viewer_has_liked), author_username)| {
                 let deleted = record.status.is_deleted();
+                let like_count = discount.apply(Target::comment(record.id.0), c.counts.likes);
                 CommentView {
                     record: if deleted { CommentRecord { text: String::new(), ..record } } else { record },
                     author_username,
-                    like_count: c.counts.likes.max(0),
+                    like_count,
                     reply_count: c.counts.replies.max(0),
                     viewer_has_liked,
                     pinned: false,

@@ -10,6 +10,7 @@ mod batch;
 mod comments;
 mod counters;
 mod idempotency;
+mod integrity;
 mod journal_sync;
 mod like_filter;
 mod liker_pages;
@@ -132,6 +133,10 @@ struct Inner {
     fingerprints: Keyspace,
     /// Consumers' saved state, by name (`snapshots.rs`).
     snapshots: Keyspace,
+    /// Integrity verdicts and their time index (`integrity.rs`), changed under the lock.
+    integrity_decisions: Keyspace,
+    integrity_times: Keyspace,
+    integrity_lock: Mutex<()>,
     /// The rank index of the "top" order and where each entry is (`ranks.rs`).
     rank_order: Keyspace,
     rank_held: Keyspace,
@@ -302,6 +307,9 @@ impl EmbeddedStore {
             appeals: ks("appeals", small)?,
             fingerprints: ks("fingerprints", small)?,
             snapshots: ks("snapshots", small)?,
+            integrity_decisions: ks("integrity_decisions", small)?,
+            integrity_times: ks_with("integrity_times", small, false)?,
+            integrity_lock: Mutex::new(()),
             rank_order: ks_with("rank_order", small, false)?,
             rank_held: ks_with("rank_held", small, false)?,
             rank_of: ks("rank_of", small)?,

@@ -2,7 +2,8 @@
 //!
 //! - Worker role: per shard, under that shard's lease ([`lease`]; a second worker process is
 //!   a hot standby, never a second writer), the outbox relay, the counter aggregator and the
-//!   reverse-index writer ([`shard`]); under one more lease, the notifier.
+//!   reverse-index writer ([`shard`]); under leases of their own, the notifier, the export,
+//!   the trending and integrity consumers (these two under one).
 //! - API role: the top-comments refresher, fed by the aggregators' commits on the bus.
 //! - Every role: the cluster bus listener ([`bus`]).
 //!
@@ -51,6 +52,8 @@ pub struct WorkerOptions {
     pub export: Option<crate::export::Export>,
     /// How long comment creates' `Idempotency-Key`s are kept ([`crate::key_expiry`]).
     pub key_retention: Duration,
+    /// The integrity consumer.
+    pub integrity: crate::integrity::IntegrityWorkerOptions,
 }
 
 impl Default for WorkerOptions {
@@ -60,6 +63,7 @@ impl Default for WorkerOptions {
             notifier: NotifierOptions::default(),
             export: None,
             key_retention: crate::key_expiry::DEFAULT_RETENTION,
+            integrity: Default::default(),
         }
     }
 }
@@ -108,31 +112,17 @@ pub fn spawn_workers(
             },
         )));
     }
-    let (svc2, p2) = (svc.clone(), ports.clone());
+    // The trending and integrity consumers share one lease: each holds a connection for as
+    // long as it is held, and a small pool should not run out of them for lease holders.
+    let (svc2, p2, iopts) = (svc.clone(), ports.clone(), opts.integrity.clone());
     tasks.push(tokio::spawn(lease::leased(
         ports.leases.clone(),
         LeaseName::Trending,
         shutdown.clone(),
         move |stop| {
-            let (svc, p) = (svc2.clone(), p2.clone());
+            let (svc, p, iopts) = (svc2.clone(), p2.clone(), iopts.clone());
             async move {
-                let snapshots = svc.stores().snapshots.clone();
-                let started = async {
-                    let (offset, state) = crate::trending::load(&*snapshots).await?;
-                    let log =
-                        p.stream.consumer(likewise_service::trending::TRENDING, Scope::All, offset).await?;
-                    Ok::<_, likewise_core::StoreError>((log, (offset, state)))
-                }
-                .await;
-                match started {
-                    Ok((log, start)) => {
-                        crate::trending::run(log, snapshots, start, Default::default(), stop).await
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "trending not started");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
+                tokio::join!(trending(&svc, &p, stop.clone()), integrity(&svc, &p, iopts, stop));
             }
         },
     )));
@@ -167,6 +157,59 @@ pub fn spawn_workers(
         },
     )));
     tasks
+}
+
+/// Wait a second before starting again, unless the stop flipped: `false` to give up.
+async fn retry_later(stop: &watch::Receiver<bool>) -> bool {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    !*stop.borrow()
+}
+
+/// The trending consumer on the stream, from its snapshot, until `stop` flips.
+async fn trending(svc: &Engagement, p: &ClusterPorts, stop: watch::Receiver<bool>) {
+    let snapshots = svc.stores().snapshots.clone();
+    loop {
+        let started = async {
+            let (offset, state) = crate::trending::load(&*snapshots).await?;
+            let log = p.stream.consumer(likewise_service::trending::TRENDING, Scope::All, offset).await?;
+            Ok::<_, likewise_core::StoreError>((log, (offset, state)))
+        }
+        .await;
+        match started {
+            Ok((log, start)) => {
+                return crate::trending::run(log, snapshots, start, Default::default(), stop).await;
+            }
+            Err(e) => tracing::error!(error = %e, "trending not started"),
+        }
+        if !retry_later(&stop).await {
+            return;
+        }
+    }
+}
+
+/// The integrity consumer on the stream, from its snapshot, until `stop` flips.
+async fn integrity(
+    svc: &Engagement,
+    p: &ClusterPorts,
+    opts: crate::integrity::IntegrityWorkerOptions,
+    stop: watch::Receiver<bool>,
+) {
+    let ports = crate::single_node::integrity_ports(svc);
+    loop {
+        let started = async {
+            let (offset, state) = crate::integrity::load(&*ports.snapshots).await?;
+            let log = p.stream.consumer(likewise_service::integrity::INTEGRITY, Scope::All, offset).await?;
+            Ok::<_, likewise_core::StoreError>((log, (offset, state)))
+        }
+        .await;
+        match started {
+            Ok((log, start)) => return crate::integrity::run(log, ports, start, opts, stop).await,
+            Err(e) => tracing::error!(error = %e, "integrity not started"),
+        }
+        if !retry_later(&stop).await {
+            return;
+        }
+    }
 }
 
 /// Start the API role's own consumer: the top-comments refresher, fed by the aggregators'

@@ -1,0 +1,162 @@
+//! The integrity consumer: flags like farms and bot rings from like events
+//! (`likewise_core::integrity`), applies moderators' verdicts, and keeps the exact discounts
+//! of confirmed accounts' likes. Its state (flags, verdicts applied, memberships, discounts)
+//! and its offset are saved as one snapshot (`SnapshotStore`) every round, so a restart never
+//! folds an event in twice; the detection windows live in memory only.
+//!
+//! A round: (1) read the verdicts given since the last round (from a little before, so a
+//! verdict written by a node with a slower clock is not missed; one applied already is
+//! skipped), enumerating a newly confirmed account's likes from the like rows; (2) fold in the
+//! new events; (3) scan for patterns; (4) save.
+
+use likewise_core::StoreResult;
+use likewise_core::ids::UserId;
+use likewise_core::integrity::{Integrity, IntegrityOptions, Verdict, codec};
+use likewise_core::like::{Target, TargetKind};
+use likewise_core::ports::{EventLog, IntegrityStore, LikeReader, SnapshotStore};
+use likewise_service::integrity::INTEGRITY;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Verdicts are read again from this long before the newest one seen.
+const VERDICT_OVERLAP_MS: u64 = 10_000;
+/// Verdicts read per call.
+const VERDICT_PAGE: usize = 1_000;
+/// Likes of one kind enumerated at most for a confirmed account.
+pub const MAX_ENUMERATED: usize = 1_000_000;
+
+/// Integrity consumer tuning.
+#[derive(Debug, Clone)]
+pub struct IntegrityWorkerOptions {
+    /// Detection thresholds and windows.
+    pub detect: IntegrityOptions,
+    /// How often a round runs.
+    pub every: Duration,
+    /// Events read per log call.
+    pub read_chunk: usize,
+}
+
+impl Default for IntegrityWorkerOptions {
+    fn default() -> Self {
+        IntegrityWorkerOptions {
+            detect: IntegrityOptions::default(),
+            every: Duration::from_secs(1),
+            read_chunk: 16_384,
+        }
+    }
+}
+
+/// The ports the consumer uses besides its log.
+#[derive(Clone)]
+pub struct IntegrityPorts {
+    /// Where state and offset are saved.
+    pub snapshots: Arc<dyn SnapshotStore>,
+    /// Moderators' verdicts.
+    pub verdicts: Arc<dyn IntegrityStore>,
+    /// Confirmed accounts' likes.
+    pub likes: Arc<dyn LikeReader>,
+}
+
+/// The saved state and its offset (empty at 0 when none was saved, or it cannot be read).
+pub async fn load(snapshots: &dyn SnapshotStore) -> StoreResult<(u64, Integrity)> {
+    Ok(match snapshots.load_snapshot(INTEGRITY).await? {
+        Some((offset, body)) => match codec::decode(&body) {
+            Some(s) => (offset, s),
+            None => {
+                tracing::warn!("integrity snapshot unreadable; rebuilding from the log");
+                (0, Integrity::default())
+            }
+        },
+        None => (0, Integrity::default()),
+    })
+}
+
+async fn liked(likes: &dyn LikeReader, user: UserId) -> StoreResult<Vec<Target>> {
+    let mut out = Vec::new();
+    for kind in [TargetKind::Post, TargetKind::Comment] {
+        let ids = likes.liked_ids(user, kind, MAX_ENUMERATED).await?;
+        out.extend(ids.into_iter().map(|id| Target { kind, id }));
+    }
+    Ok(out)
+}
+
+/// Apply the verdicts given since the last round.
+async fn verdicts(p: &IntegrityPorts, state: &mut Integrity, now: u64) -> StoreResult<()> {
+    let mut after = (state.decisions_seen_ms.saturating_sub(VERDICT_OVERLAP_MS), UserId(0));
+    loop {
+        let page = p.verdicts.decisions_after(after, VERDICT_PAGE).await?;
+        for d in &page {
+            if state.is_new(d) {
+                let rows =
+                    if d.verdict == Verdict::Confirm { liked(&*p.likes, d.user).await? } else { Vec::new() };
+                state.decide(d, rows, now);
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == VERDICT_PAGE => after = (last.at_ms, last.user),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// One round (see the module documentation). Returns the events folded in.
+pub async fn round(
+    log: &dyn EventLog,
+    p: &IntegrityPorts,
+    state: &mut Integrity,
+    offset: &mut u64,
+    opts: &IntegrityWorkerOptions,
+) -> StoreResult<usize> {
+    let started = std::time::Instant::now();
+    verdicts(p, state, likewise_service::now_ms()).await?;
+    let mut n = 0;
+    let mut upto = *offset;
+    loop {
+        let events = log.read_after(upto, opts.read_chunk).await?;
+        for e in &events {
+            state.apply(&opts.detect, e);
+        }
+        n += events.len();
+        match events.last() {
+            Some(last) => upto = last.seq,
+            None => break,
+        }
+        // Read until the log is drained: a stream consumer hands out fewer events per call
+        // than asked. A round still ends within about its period, so state is saved often.
+        if n >= 1_000_000 || started.elapsed() >= opts.every {
+            break;
+        }
+    }
+    let flagged = state.scan(&opts.detect, likewise_service::now_ms());
+    p.snapshots.save_snapshot(INTEGRITY, upto, &codec::encode(state)).await?;
+    *offset = upto;
+    log.committed(upto).await?;
+    metrics::counter!("likewise_integrity_events_total").increment(n as u64);
+    metrics::gauge!("likewise_integrity_flags").set(state.flag_count() as f64);
+    if flagged > 0 {
+        tracing::info!(flagged, "integrity: accounts flagged");
+    }
+    Ok(n)
+}
+
+/// Run from `(offset, state)` (see [`load`]) until shutdown.
+pub async fn run(
+    log: Arc<dyn EventLog>,
+    p: IntegrityPorts,
+    (mut offset, mut state): (u64, Integrity),
+    opts: IntegrityWorkerOptions,
+    shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = crate::Ticker::new(opts.every, shutdown);
+    while ticker.next().await {
+        if let Err(e) = round(&*log, &p, &mut state, &mut offset, &opts).await {
+            tracing::warn!(error = %e, "integrity round failed; retrying");
+            // The state may hold events past the saved offset: start again from the snapshot.
+            match load(&*p.snapshots).await {
+                Ok((o, s)) => (offset, state) = (o, s),
+                Err(e) => tracing::warn!(error = %e, "reloading the integrity snapshot failed"),
+            }
+        }
+    }
+}
