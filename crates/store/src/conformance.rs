@@ -10,7 +10,9 @@ pub use threads::*;
 
 use crate::Stores;
 
+mod hourly;
 mod keys;
+pub use hourly::*;
 pub use keys::*;
 use likewise_core::comment::appeal::{HeldBy, QueueNote};
 use likewise_core::comment::status::CommentStatus;
@@ -684,6 +686,7 @@ macro_rules! conformance_suite {
             event_log_reads_and_truncates,
             upstream_data_round_trips,
             view_sketches_round_trip,
+            hourly_view_sketches_merge_and_page_by_hour,
             blocks_and_restricts_round_trip,
             hidden_words_round_trip,
             pins_keep_their_order,
