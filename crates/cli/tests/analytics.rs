@@ -304,3 +304,35 @@ fn bad_flags_fail_with_clear_errors() {
     }
     assert!(!out_dir.exists(), "no output for a refused command");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_reaching_behind_the_retained_log_warns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = common::test_config(dir.path());
+    let app = TestApp::start_with(cfg.clone()).await;
+    app.post(1, 7, false).await;
+    for u in 1001..=1005 {
+        app.like(u, 1, true).await;
+    }
+    app.wait_count(7, 1, 5).await;
+    app.stop().await;
+    // What the aggregator does past `aggregator.retain_events`: drop the oldest events.
+    let stores = likewise_store::open(&cfg.store_config()).expect("open");
+    let removed = stores.events.truncate(3).await.expect("truncate");
+    stores.close().expect("close");
+    drop(stores);
+    assert!((1..5).contains(&removed), "{removed}");
+    let out_dir = dir.path().join("out");
+    let out = export(
+        dir.path(),
+        &["--since", &now_plus(-1), "--until", &now_plus(2), "--out", out_dir.to_str().expect("utf-8")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("warning: the event log retains events from"),
+        "{}",
+        text(&out.stderr)
+    );
+    let r = read(&the_file(&out_dir));
+    assert_eq!(r["posts"]["1"]["likes"], 5 - removed, "{r}");
+}

@@ -165,7 +165,7 @@ impl Aggregate {
 
     /// Set a post-hour's unique viewers from its stored sketch.
     pub fn add_views(&mut self, v: &HourlyViews) -> anyhow::Result<()> {
-        if !self.span.covers(v.hour_ms) || v.hour_ms % HOUR_MS != 0 {
+        if !self.span.covers(v.hour_ms) || !v.hour_ms.is_multiple_of(HOUR_MS) {
             return Ok(());
         }
         let n = hourly_views::estimate(&v.sketch)

@@ -9,7 +9,10 @@
 //! back that far. The postgres backend is refused (its events live in the NATS stream, which
 //! this command does not read).
 
-use crate::analytics::{Aggregate, Span, rfc3339};
+use crate::analytics::Span;
+#[cfg(feature = "analytics")]
+use crate::analytics::{Aggregate, rfc3339};
+#[cfg(feature = "analytics")]
 use anyhow::Context;
 use clap::Subcommand;
 use likewise_app::config::Config;
@@ -39,8 +42,10 @@ pub enum ExportCommand {
 }
 
 /// Events read from the log per call.
+#[cfg(feature = "analytics")]
 const READ_BATCH: usize = 10_000;
 /// Sketches read per call.
+#[cfg(feature = "analytics")]
 const VIEWS_PAGE: usize = 10_000;
 
 /// Run `likewise export ...`.
