@@ -2,6 +2,8 @@
 //! is built and run lives in `likewise-app`; the benchmarks behind `likewise bench` live in
 //! `likewise-bench`.
 //!
-//! - [`commands`]: `serve`, `demo`, `migrate`, `token`, `reconcile`, `bench`.
+//! - [`commands`]: `serve`, `demo`, `migrate`, `token`, `reconcile`, `export`, `bench`.
+//! - [`analytics`]: the rows of `likewise export analytics` and its Parquet file.
 
+pub mod analytics;
 pub mod commands;

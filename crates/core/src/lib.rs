@@ -9,6 +9,7 @@
 //!   near-duplicates, classifier) and the ranking formula.
 //! - [`counter`]: summing event deltas into one counter update per target.
 //! - [`display`]: the rounded like-count text ("12.3K").
+//! - [`hourly_views`]: unique viewers per post and UTC hour (sparse HyperLogLog sketches).
 //! - [`visibility`]: who may see a like count.
 //! - [`model`]: upstream data: posts, users, viewer settings.
 //! - [`names`]: characters that hide or reorder text (usernames, notification texts).
@@ -23,6 +24,7 @@ pub mod counter;
 pub mod display;
 pub mod error;
 pub mod event;
+pub mod hourly_views;
 pub mod ids;
 pub mod integrity;
 pub mod like;

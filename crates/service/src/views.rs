@@ -2,14 +2,21 @@
 //! (precision 14), whatever the number of viewers. Views update the in-memory sketch; dirty
 //! sketches are written to storage about once a second and on shutdown, so a crash loses at
 //! most the last second of views of an approximate count (never a like or a comment).
+//!
+//! Each view also lands in a small sketch of its post and UTC hour
+//! (`likewise_core::hourly_views`, sparse while small), for the analytics export's unique
+//! viewers per post-hour. Those are not kept: each flush hands the ones of the last second to
+//! the store, which merges them into the stored post-hour (a union), and starts afresh.
 
 use crate::shared::Shared;
 use crate::upstream::Upstream;
 use crate::{ServiceError, ServiceResult};
 use hyperloglockless::DefaultHasher;
 use hyperloglockless::HyperLogLog;
+use likewise_core::hourly_views::{HourSketch, hour_of};
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::Target;
+use likewise_core::ports::HourlyViews;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,12 +57,14 @@ pub struct Views {
     upstream: Arc<Upstream>,
     /// The in-memory sketches.
     sketches: Mutex<HashMap<PostId, Sketch>>,
+    /// Views since the last flush per (post, hour start): merged into storage by `flush`.
+    hourly: Mutex<HashMap<(PostId, u64), HourSketch>>,
 }
 
 impl Views {
     /// The views service.
     pub fn new(shared: Arc<Shared>, upstream: Arc<Upstream>) -> Self {
-        Views { shared, upstream, sketches: Mutex::default() }
+        Views { shared, upstream, sketches: Mutex::default(), hourly: Mutex::default() }
     }
 
     /// Entries, capacity and bytes of the sketches held (for `/metrics`).
@@ -110,12 +119,15 @@ impl Views {
         let s = map.entry(post).or_insert_with(|| Sketch { hll: empty(), dirty: false });
         s.hll.insert(&viewer.0);
         s.dirty = true;
+        drop(map);
+        self.hourly.lock().entry((post, hour_of(crate::now_ms()))).or_default().insert(viewer.0);
         metrics::counter!("likewise_views_total").increment(1);
         Ok(())
     }
 
     /// Write dirty sketches to storage (called about once a second and on shutdown).
     pub async fn flush(&self) -> ServiceResult<usize> {
+        let hourly = self.flush_hourly().await;
         let dirty: Vec<(PostId, Vec<u8>)> = {
             let mut map = self.sketches.lock();
             map.iter_mut()
@@ -138,7 +150,29 @@ impl Views {
             }
             return Err(e.into());
         }
+        hourly?;
         Ok(dirty.len())
+    }
+
+    /// Merge the hourly sketches of the views since the last flush into storage.
+    async fn flush_hourly(&self) -> ServiceResult<()> {
+        let pending = std::mem::take(&mut *self.hourly.lock());
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<HourlyViews> = pending
+            .iter()
+            .map(|((post, hour_ms), s)| HourlyViews { post: *post, hour_ms: *hour_ms, sketch: s.encode() })
+            .collect();
+        if let Err(e) = self.shared.stores.views.merge_hourly_views(&rows).await {
+            // Put them back (a union with what came in meanwhile): the next flush retries.
+            let mut map = self.hourly.lock();
+            for (k, s) in pending {
+                map.entry(k).or_default().merge_from(&s);
+            }
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     /// Insights for the post's author only.

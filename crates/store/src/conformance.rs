@@ -10,8 +10,10 @@ pub use threads::*;
 
 use crate::Stores;
 
+mod hourly;
 mod integrity;
 mod keys;
+pub use hourly::*;
 pub use integrity::*;
 pub use keys::*;
 use likewise_core::comment::appeal::{HeldBy, QueueNote};
@@ -722,6 +724,7 @@ macro_rules! conformance_suite {
             event_log_reads_and_truncates,
             upstream_data_round_trips,
             view_sketches_round_trip,
+            hourly_view_sketches_merge_and_page_by_hour,
             blocks_and_restricts_round_trip,
             hidden_words_round_trip,
             pins_keep_their_order,

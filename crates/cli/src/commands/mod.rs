@@ -1,6 +1,7 @@
-//! The command line: `serve`, `demo`, `migrate`, `token`, `reconcile`, `bench`.
+//! The command line: `serve`, `demo`, `migrate`, `token`, `reconcile`, `export`, `bench`.
 
 mod demo;
+mod export;
 mod migrate;
 mod reconcile;
 mod serve;
@@ -83,6 +84,11 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Export files for other systems (offline: stop `serve` first).
+    Export {
+        #[command(subcommand)]
+        which: export::ExportCommand,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -112,6 +118,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             token::run(&common.load(None)?, &user_id, service, &ttl)
         }
         Command::Reconcile { post, all, common } => reconcile::run(common.load(None)?, post.as_deref(), all),
+        Command::Export { which } => export::run(which),
         Command::Bench { which } => likewise_bench::run(which),
     }
 }

@@ -388,6 +388,29 @@ pub trait ViewStore: Send + Sync {
     async fn load_views(&self, post: PostId) -> StoreResult<Option<Vec<u8>>>;
     /// Store sketches (one atomic, durable write).
     async fn save_views(&self, sketches: &[(PostId, Vec<u8>)]) -> StoreResult<()>;
+    /// Merge per-(post, hour) sketches (`crate::hourly_views` stored forms) into the stored
+    /// ones: a post-hour already stored keeps the union of both. One atomic, durable write.
+    async fn merge_hourly_views(&self, sketches: &[HourlyViews]) -> StoreResult<()>;
+    /// Up to `limit` stored post-hour sketches with `from_ms <= hour_ms < until_ms`, ordered
+    /// by (hour, post), strictly after `after` (the (hour, post) of the previous page's last).
+    async fn hourly_views(
+        &self,
+        from_ms: u64,
+        until_ms: u64,
+        after: Option<(u64, PostId)>,
+        limit: usize,
+    ) -> StoreResult<Vec<HourlyViews>>;
+}
+
+/// The unique-viewer sketch of one post in one UTC hour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HourlyViews {
+    /// The post viewed.
+    pub post: PostId,
+    /// The hour's start, milliseconds since the Unix epoch (a multiple of an hour).
+    pub hour_ms: u64,
+    /// The sketch, in the stored form of `crate::hourly_views`.
+    pub sketch: Vec<u8>,
 }
 
 /// Notification inboxes.

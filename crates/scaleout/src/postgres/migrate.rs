@@ -24,6 +24,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (11, "comment_keys", include_str!("migrations/0011_comment_keys.sql")),
     (12, "comment_ranks", include_str!("migrations/0012_comment_ranks.sql")),
     (13, "integrity", include_str!("migrations/0013_integrity.sql")),
+    (14, "hourly_views", include_str!("migrations/0014_hourly_views.sql")),
 ];
 
 /// Advisory lock key held while migrating (any constant unique to Likewise).

@@ -18,7 +18,7 @@
 //! - `write`: the write engine: each shard's part of a batch as one transaction (likes, and
 //!   the comment operations `comments` applies); `tx`: that transaction's retry-or-fail errors.
 //! - `likes`, `counters`, `comments`: the hot read ports.
-//! - `meta`, `moderation`, `views`, `notifications`: the remaining ports.
+//! - `meta`, `moderation`, `views` (and `hourly_views`), `notifications`: the remaining ports.
 //! - `outbox`: the outbox as an event log (one shard; tests and `settle`) and the reverse-index
 //!   writes.
 //! - `cluster`: the deployment ports on PostgreSQL: leases (advisory locks), the outbox as the
@@ -46,6 +46,7 @@ macro_rules! insert_liker_pages_from {
 mod cluster;
 mod comments;
 mod counters;
+mod hourly_views;
 mod idempotency;
 mod integrity;
 mod likes;

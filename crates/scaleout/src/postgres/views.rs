@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use futures::future::try_join_all;
 use likewise_core::StoreResult;
 use likewise_core::ids::PostId;
-use likewise_core::ports::ViewStore;
+use likewise_core::ports::{HourlyViews, ViewStore};
 use std::collections::{BTreeMap, HashMap};
 
 /// Union of two sketches: the register-wise maximum when they have the same length, else
@@ -114,6 +114,20 @@ impl ViewStore for PgStore {
         )
         .await?;
         Ok(())
+    }
+
+    async fn merge_hourly_views(&self, sketches: &[HourlyViews]) -> StoreResult<()> {
+        self.merge_hourly(sketches).await
+    }
+
+    async fn hourly_views(
+        &self,
+        from_ms: u64,
+        until_ms: u64,
+        after: Option<(u64, PostId)>,
+        limit: usize,
+    ) -> StoreResult<Vec<HourlyViews>> {
+        self.read_hourly(from_ms, until_ms, after, limit).await
     }
 }
 

@@ -114,6 +114,10 @@ struct Inner {
     replies: Keyspace,
     comment_posts: Keyspace,
     views: Keyspace,
+    /// Per-(post, hour) unique-viewer sketches; layout in `views.rs`.
+    hourly_views: Keyspace,
+    /// One merger of hourly sketches at a time (read, merge, write back).
+    hourly_lock: Mutex<()>,
     notif_items: Keyspace,
     notif_keys: Keyspace,
     notif_actors: Keyspace,
@@ -291,6 +295,8 @@ impl EmbeddedStore {
             replies: ks("replies", small)?,
             comment_posts: ks("comment_posts", small)?,
             views: ks("views", small)?,
+            hourly_views: ks("hourly_views", small)?,
+            hourly_lock: Mutex::new(()),
             notif_items: ks("notif_items", small)?,
             notif_keys: ks("notif_keys", small)?,
             notif_actors: ks("notif_actors", big)?,

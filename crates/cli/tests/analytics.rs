@@ -1,0 +1,338 @@
+//! `likewise export analytics`, end to end through the binary: engagement through the API,
+//! the server stopped, the export run as a process, and the Parquet file read back by pyarrow
+//! (`tests/support/analytics_reader.py`), a reader independent of the writer. The sums must
+//! match what the API acknowledged: likes minus unlikes per post equal its like rows, comments
+//! what was created, the visible-comment delta the post's comment count, unique viewers the
+//! distinct viewers within the HyperLogLog's error. Embedded engine only (the command refuses
+//! the postgres backend, checked below).
+
+mod common;
+
+use common::TestApp;
+use hyper::{Method, StatusCode};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// Run `likewise export analytics ARGS --data-dir DIR`.
+fn export(data_dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_likewise"))
+        .args(["export", "analytics"])
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .expect("run likewise export analytics")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Read a file with pyarrow: schema, rows, order, per-post sums.
+fn read(file: &Path) -> Value {
+    common::python::ensure_packages();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/analytics_reader.py");
+    let out = Command::new("python3").arg(script).arg(file).output().expect("python3");
+    assert!(out.status.success(), "reader failed: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("reader JSON")
+}
+
+/// The one file an export wrote to `dir`.
+fn the_file(dir: &Path) -> PathBuf {
+    let files: Vec<PathBuf> =
+        std::fs::read_dir(dir).expect("out dir").map(|e| e.expect("entry").path()).collect();
+    assert_eq!(files.len(), 1, "one file, no leftovers: {files:?}");
+    files.into_iter().next().expect("file")
+}
+
+/// RFC 3339 of now plus `hours`.
+fn now_plus(hours: i64) -> String {
+    (OffsetDateTime::now_utc() + time::Duration::hours(hours)).format(&Rfc3339).expect("format")
+}
+
+async fn comment(app: &TestApp, user: u64, post: u64, text: &str) -> Value {
+    let body = serde_json::json!({ "text": text }).to_string();
+    let (st, v) = app
+        .call(Method::POST, &format!("/v1/posts/{post}/comments"), Some(&app.user(user)), Some(&body))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_sums_match_the_like_rows_comments_and_distinct_viewers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = Arc::new(TestApp::start(dir.path()).await);
+    for p in 1..=4 {
+        app.post(p, 7, false).await;
+    }
+    // Likes, unlikes and likes again; a retried like changes nothing and is no event.
+    let mut rows: HashSet<(u64, u64)> = HashSet::new();
+    let (mut created, mut removed) = (BTreeMap::<u64, i64>::new(), BTreeMap::<u64, i64>::new());
+    for u in 1000..1060u64 {
+        for p in 1..=4u64 {
+            if (u + p) % 3 == 0 {
+                continue;
+            }
+            let mut ops = vec![true, true];
+            if u % 4 == 0 || p == 4 {
+                ops.push(false);
+            }
+            if u % 8 == 0 && p != 4 {
+                ops.push(true);
+            }
+            for like in ops {
+                let (_, changed) = app.like(u, p, like).await;
+                if changed {
+                    *if like { &mut created } else { &mut removed }.entry(p).or_default() += 1;
+                    if like {
+                        rows.insert((u, p))
+                    } else {
+                        rows.remove(&(u, p))
+                    };
+                }
+            }
+        }
+    }
+    // Comments on posts 1 and 2, one deleted by its author, and likes on one of them.
+    let (mut comments, mut visible) = (BTreeMap::<u64, i64>::new(), BTreeMap::<u64, i64>::new());
+    let mut first = None;
+    let words = ["ridge", "harbour", "lantern", "meadow", "granite", "orchard", "tide", "ember"];
+    for (i, u) in (1000..1012u64).enumerate() {
+        for p in [1u64, 2] {
+            let t =
+                format!("The {} at dawn, seen by {u} ({}) on post {p}", words[i % words.len()], i * 7 + 3);
+            let v = comment(&app, u, p, &t).await;
+            *comments.entry(p).or_default() += 1;
+            if v["status"] == "visible" {
+                *visible.entry(p).or_default() += 1;
+            }
+            if first.is_none() && v["status"] == "visible" {
+                first = Some((u, v["comment_id"].as_str().expect("id").to_string()));
+            }
+        }
+    }
+    let (author, cid) = first.expect("a visible comment on post 1");
+    for u in [2001u64, 2002, 2003] {
+        let (st, v) =
+            app.call(Method::PUT, &format!("/v1/comments/{cid}/like"), Some(&app.user(u)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+    let (st, v) =
+        app.call(Method::DELETE, &format!("/v1/comments/{cid}/like"), Some(&app.user(2003)), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) =
+        app.call(Method::DELETE, &format!("/v1/comments/{cid}"), Some(&app.user(author)), None).await;
+    assert!(st.is_success(), "{st} {v}");
+    *visible.entry(1).or_default() -= 1;
+    // Views: many distinct viewers on post 1, a few on 2 and 3, each viewing twice; none on 4.
+    let viewers: BTreeMap<u64, u64> = [(1u64, 600u64), (2, 40), (3, 3)].into();
+    let mut tasks = Vec::new();
+    for (&p, &n) in &viewers {
+        for w in 0..4u64 {
+            let app = app.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in (w..n).step_by(4) {
+                    let token = app.user(50_000 + p * 10_000 + i);
+                    for _ in 0..2 {
+                        let (st, _) =
+                            app.call(Method::POST, &format!("/v1/posts/{p}/views"), Some(&token), None).await;
+                        assert_eq!(st, StatusCode::NO_CONTENT);
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.expect("join");
+    }
+    // The API's truth before stopping: like rows and visible comments per post.
+    for p in 1..=4u64 {
+        let want = rows.iter().filter(|(_, q)| *q == p).count() as i64;
+        app.wait_count(7, p, want).await;
+        let v = visible.get(&p).copied().unwrap_or(0);
+        app.wait_until(|| async { app.view(7, p).await["comment_count"].as_i64() == Some(v) }).await;
+    }
+    let since = now_plus(-1);
+    let until = now_plus(2);
+    Arc::into_inner(app).expect("sole owner").stop().await;
+
+    let out_dir = dir.path().join("out");
+    let out = export(
+        dir.path(),
+        &["--since", &since, "--until", &until, "--out", out_dir.to_str().expect("utf-8")],
+    );
+    assert!(out.status.success(), "export failed: {}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("warning"), "{}", text(&out.stderr));
+    let file = the_file(&out_dir);
+    let name = file.file_name().and_then(|n| n.to_str()).expect("name");
+    assert!(name.starts_with("likewise-analytics-") && name.ends_with(".parquet"), "{name}");
+    let r = read(&file);
+    assert_eq!(r["schema"]["post_id"], "uint64", "{r}");
+    assert_eq!(r["schema"]["hour"], "timestamp[ms, tz=UTC]", "{r}");
+    for c in ["likes", "unlikes", "comments", "unique_viewers"] {
+        assert_eq!(r["schema"][c], "int64", "{r}");
+    }
+    assert_eq!(r["sorted_unique"], true, "rows sorted by (hour, post), one per pair: {r}");
+    assert_eq!(r["whole_hours"], true, "{r}");
+    for p in 1..=4u64 {
+        let got = &r["posts"][p.to_string()];
+        let n = |c: &str| got[c].as_i64().unwrap_or_else(|| panic!("post {p} {c}: {r}"));
+        let like_rows = rows.iter().filter(|(_, q)| *q == p).count() as i64;
+        assert_eq!(n("likes") - n("unlikes"), like_rows, "post {p}: {got}");
+        assert_eq!(n("likes"), created.get(&p).copied().unwrap_or(0), "post {p}: {got}");
+        assert_eq!(n("unlikes"), removed.get(&p).copied().unwrap_or(0), "post {p}: {got}");
+        assert_eq!(n("comments"), comments.get(&p).copied().unwrap_or(0), "post {p}: {got}");
+        assert_eq!(n("comments_visible_delta"), visible.get(&p).copied().unwrap_or(0), "post {p}: {got}");
+        let (likes, unlikes) = if p == 1 { (3, 1) } else { (0, 0) };
+        assert_eq!((n("comment_likes"), n("comment_unlikes")), (likes, unlikes), "post {p}: {got}");
+        let distinct = viewers.get(&p).copied().unwrap_or(0) as f64;
+        let uv = n("unique_viewers") as f64;
+        // 0.8% standard error; a run across an hour boundary counts a viewer in each hour.
+        let hours = n("view_hours").max(1) as f64;
+        assert!(
+            uv >= distinct * 0.97 && uv <= distinct * 1.03 * hours,
+            "post {p}: {uv} unique viewers for {distinct} distinct ({got})"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_without_activity_gives_a_valid_file_with_no_rows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    app.like(1001, 1, true).await;
+    app.wait_count(7, 1, 1).await;
+    app.stop().await;
+    let out_dir = dir.path().join("empty");
+    let out = export(
+        dir.path(),
+        &["--since", "2020-01-01", "--until", "2020-01-02", "--out", out_dir.to_str().expect("utf-8")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("wrote 0 rows"), "{}", text(&out.stdout));
+    let file = the_file(&out_dir);
+    assert_eq!(
+        file.file_name().and_then(|n| n.to_str()),
+        Some("likewise-analytics-20200101T00Z-20200102T00Z.parquet")
+    );
+    let r = read(&file);
+    assert_eq!(r["rows"], 0, "{r}");
+    assert_eq!(r["schema"].as_object().map(|s| s.len()), Some(9), "{r}");
+    assert_eq!(r["schema"]["unique_viewers"], "int64", "{r}");
+    // The same store over a range that covers the like: one row (the data is there).
+    let out_dir = dir.path().join("now");
+    let out = export(
+        dir.path(),
+        &["--since", &now_plus(-1), "--until", &now_plus(2), "--out", out_dir.to_str().expect("utf-8")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r = read(&the_file(&out_dir));
+    assert_eq!(r["rows"], 1, "{r}");
+    assert_eq!(r["posts"]["1"]["likes"], 1, "{r}");
+}
+
+#[test]
+fn bad_flags_fail_with_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("out");
+    let out = out_dir.to_str().expect("utf-8");
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, b"not a directory").expect("write");
+    let under_file = blocker.join("out");
+    let pg = dir.path().join("pg.toml");
+    std::fs::write(
+        &pg,
+        "[store]\nbackend = \"postgres\"\npostgres_shards = [\"postgres://postgres@127.0.0.1/likewise_no_such_db\"]\n\
+         [cache]\nredis_url = \"redis://127.0.0.1:6379\"\n[stream]\nnats_url = \"nats://127.0.0.1:4222\"\n\
+         [auth]\nsecret = \"analytics-test-secret\"\n",
+    )
+    .expect("write");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--since", "2026-12-04T12:00:00Z", "--until", "2026-12-04T10:00:00Z", "--out", out],
+            "must be later",
+        ),
+        (vec!["--since", "2026-12-04", "--until", "2026-12-04", "--out", out], "must be later"),
+        (
+            vec!["--since", "2026-12-04T10:05:00Z", "--until", "2026-12-04T10:50:00Z", "--out", out],
+            "same hour",
+        ),
+        (
+            vec!["--since", "last tuesday", "--until", "2026-12-04", "--out", out],
+            "--since \"last tuesday\" is not a time",
+        ),
+        (vec!["--since", "2026-12-01", "--until", "2026-12-04T25:00:00Z", "--out", out], "--until"),
+        (vec!["--since", "2026-12-01", "--until", "2026-12-04"], "--out"),
+        (vec!["--until", "2026-12-04", "--out", out], "--since"),
+        (
+            vec![
+                "--since",
+                "2026-12-01",
+                "--until",
+                "2026-12-04",
+                "--out",
+                under_file.to_str().expect("utf-8"),
+            ],
+            "cannot create the output directory",
+        ),
+        (
+            vec![
+                "--since",
+                "2026-12-01",
+                "--until",
+                "2026-12-04",
+                "--out",
+                out,
+                "--config",
+                pg.to_str().expect("utf-8"),
+            ],
+            "is not supported",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = export(dir.path(), &args);
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded: {}", text(&o.stdout));
+        assert!(err.contains(want), "{args:?}: want {want:?} in: {err}");
+    }
+    assert!(!out_dir.exists(), "no output for a refused command");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_reaching_behind_the_retained_log_warns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = common::test_config(dir.path());
+    let app = TestApp::start_with(cfg.clone()).await;
+    app.post(1, 7, false).await;
+    for u in 1001..=1005 {
+        app.like(u, 1, true).await;
+    }
+    app.wait_count(7, 1, 5).await;
+    app.stop().await;
+    // What the aggregator does past `aggregator.retain_events`: drop the oldest events.
+    let stores = likewise_store::open(&cfg.store_config()).expect("open");
+    let removed = stores.events.truncate(3).await.expect("truncate");
+    stores.close().expect("close");
+    drop(stores);
+    assert!((1..5).contains(&removed), "{removed}");
+    let out_dir = dir.path().join("out");
+    let out = export(
+        dir.path(),
+        &["--since", &now_plus(-1), "--until", &now_plus(2), "--out", out_dir.to_str().expect("utf-8")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("warning: the event log retains events from"),
+        "{}",
+        text(&out.stderr)
+    );
+    let r = read(&the_file(&out_dir));
+    assert_eq!(r["posts"]["1"]["likes"], 5 - removed, "{r}");
+}
