@@ -142,7 +142,7 @@ fn start(data_dir: &Path, ctx: &str) -> Proc {
 }
 
 /// Writes fat enough to push fjall's journal past its 64 MB rotation point within a few cuts:
-/// hidden-word lists of 1,000 entries of 64 CJK characters (192 KB each), replaced over and
+/// hidden-word lists of 1,000 entries of 64 CJK characters of 4 bytes (256 KB each), replaced over and
 /// over. Nothing checks them; they only drive rotations and flushes.
 async fn ballast(c: Arc<Client>, base: String, stop: Arc<AtomicBool>, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -150,7 +150,7 @@ async fn ballast(c: Arc<Client>, base: String, stop: Arc<AtomicBool>, seed: u64)
         let words: Vec<String> = (0..1000)
             .map(|_| {
                 (0..64)
-                    .map(|_| char::from_u32(rng.random_range(0x4e00..0x9fa0)).unwrap_or('\u{4e00}'))
+                    .map(|_| char::from_u32(rng.random_range(0x20000..0x2a6d0)).unwrap_or('\u{20000}'))
                     .collect()
             })
             .collect();
@@ -166,26 +166,47 @@ async fn ballast(c: Arc<Client>, base: String, stop: Arc<AtomicBool>, seed: u64)
 
 #[test]
 fn acknowledged_writes_survive_power_cuts() {
-    serial(power_cut_loop());
+    let cuts = env_u64("LIKEWISE_POWERCUT_CUTS").unwrap_or(52) as usize;
+    serial(power_cut_loop(Mode { cuts, ballast: 1, at_rotation: false }));
 }
 
-async fn power_cut_loop() {
-    let cuts = env_u64("LIKEWISE_POWERCUT_CUTS").unwrap_or(52) as usize;
+#[test]
+fn acknowledged_writes_survive_power_cuts_around_journal_rotations() {
+    let cuts = env_u64("LIKEWISE_POWERCUT_ROTATIONS").unwrap_or(3) as usize;
+    serial(power_cut_loop(Mode { cuts, ballast: 3, at_rotation: true }));
+}
+
+/// How a power-cut run goes.
+struct Mode {
+    /// Power cuts (process crashes without power loss come on top).
+    cuts: usize,
+    /// Ballast writers.
+    ballast: usize,
+    /// Each storm runs until fjall starts a new journal, and the cut comes 0-300 ms later.
+    at_rotation: bool,
+}
+
+async fn power_cut_loop(mode: Mode) {
     let seed = env_u64("LIKEWISE_POWERCUT_SEED").unwrap_or_else(rand::random);
-    eprintln!("powercut: {cuts} cuts, seed {seed:#x} (LIKEWISE_POWERCUT_SEED={seed:#x} repeats the choices)");
+    let name = if mode.at_rotation { "powercut(rotation)" } else { "powercut" };
+    eprintln!(
+        "{name}: {} cuts, seed {seed:#x} (LIKEWISE_POWERCUT_SEED={seed:#x} repeats the choices)",
+        mode.cuts
+    );
     let began = Instant::now();
     let mnt = tempfile::tempdir().expect("tempdir");
     let data = mnt.path().join("data");
     let c = Client::new();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut tasks: Vec<Task> = (0..4).map(|t| Task::new(t, seed)).collect();
-    let mut state = State::new();
-    let (mut by_kind, mut lost_ops, mut journals, mut tables) = ([0usize; 4], 0usize, 0u64, 0usize);
-    for cut in 0..=cuts {
-        let ctx = format!("cut {cut} (seed {seed:#x})");
-        let fs = PowercutFs::mount(state, mnt.path(), Duration::ZERO);
+    let mut fs = PowercutFs::mount(State::new(), mnt.path(), Duration::ZERO);
+    let (mut by_kind, mut crashes, mut lost_ops, mut tables) = ([0usize; 4], 0usize, 0usize, 0usize);
+    let mut cycle = 0;
+    let mut cuts = 0;
+    loop {
+        let ctx = format!("cycle {cycle}, after {cuts} cuts and {crashes} crashes (seed {seed:#x})");
         let s = start(&data, &ctx);
-        if cut == 0 {
+        if cycle == 0 {
             for p in POSTS {
                 let body = format!(r#"{{"author_id":"{AUTHOR}"}}"#);
                 let (st, v) = c
@@ -195,13 +216,13 @@ async fn power_cut_loop() {
                 assert_eq!(st, 200, "{v}");
             }
         } else {
-            workload::verify(&c, &s.base, &mut tasks, cut, seed).await;
+            workload::verify(&c, &s.base, &mut tasks, &ctx).await;
         }
-        if cut == cuts {
+        if cuts == mode.cuts {
             s.stop();
-            drop(fs);
             break;
         }
+        cycle += 1;
         // The storm, then a SIGKILL at a random moment after the first acknowledged write.
         let stop = Arc::new(AtomicBool::new(false));
         let total = Arc::new(AtomicU64::new(0));
@@ -209,8 +230,20 @@ async fn power_cut_loop() {
             .drain(..)
             .map(|t| tokio::spawn(t.run(c.clone(), s.base.clone(), stop.clone(), total.clone())))
             .collect();
-        let fat = tokio::spawn(ballast(c.clone(), s.base.clone(), stop.clone(), rng.random()));
-        tokio::time::sleep(Duration::from_millis(rng.random_range(200..1200))).await;
+        let fat: Vec<_> = (0..mode.ballast)
+            .map(|_| tokio::spawn(ballast(c.clone(), s.base.clone(), stop.clone(), rng.random())))
+            .collect();
+        if mode.at_rotation {
+            let first = fs.state().journals_and_tables().0;
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while fs.state().journals_and_tables().0 == first {
+                assert!(Instant::now() < deadline, "{ctx}: fjall started no new journal within 300 s");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
+        } else {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(200..1200))).await;
+        }
         let deadline = Instant::now() + Duration::from_secs(20);
         while total.load(Ordering::Relaxed) == 0 {
             assert!(Instant::now() < deadline, "{ctx}: no write acknowledged within 20 s\n{}", s.log());
@@ -220,21 +253,32 @@ async fn power_cut_loop() {
         for r in running {
             tasks.push(r.await.expect("a storm task failed"));
         }
-        fat.await.expect("ballast");
-        let kind = Cut::ALL[cut % Cut::ALL.len()];
-        by_kind[cut % Cut::ALL.len()] += 1;
+        for f in fat {
+            f.await.expect("ballast");
+        }
+        tables = tables.max(fs.state().journals_and_tables().1);
+        // One cycle in five, the process dies and the machine does not: the next start reads
+        // writes that were never fsynced, and a later cut must not lose what it acknowledges
+        // on top of them.
+        if !mode.at_rotation && rng.random_bool(0.2) {
+            crashes += 1;
+            continue;
+        }
+        let kind = Cut::ALL[cuts % Cut::ALL.len()];
+        by_kind[cuts % Cut::ALL.len()] += 1;
+        cuts += 1;
         lost_ops += fs.state().pending_len();
-        let (j, t) = fs.state().journals_and_tables();
-        journals = journals.max(j);
-        tables = tables.max(t);
-        state = fs.cut(kind, &mut rng);
+        let image = fs.cut(kind, &mut rng);
+        fs = PowercutFs::mount(image, mnt.path(), Duration::ZERO);
     }
+    let journals = fs.state().journals_and_tables().0;
+    drop(fs);
     let acked: u64 = tasks.iter().map(|t| t.acked).sum();
     let comments: usize = tasks.iter().map(|t| t.comments.len()).sum();
     eprintln!(
-        "powercut: {cuts} cuts (drop-all/prefix/torn/reorder: {by_kind:?}) in {:.1} s; {acked} acknowledged \
-         writes, {comments} comments standing; {lost_ops} unsynced operations at the cuts; newest journal \
-         id {journals}, up to {tables} tables",
+        "{name}: {cuts} power cuts (drop-all/prefix/torn/reorder: {by_kind:?}) and {crashes} process crashes \
+         in {:.1} s; {acked} acknowledged writes, {comments} comments standing; {lost_ops} unsynced \
+         operations at the cuts; newest journal {journals}.jnl, up to {tables} tables",
         began.elapsed().as_secs_f64()
     );
 }

@@ -179,8 +179,7 @@ impl Task {
 /// After a restart: every acknowledged write is there, nothing unacknowledged is half there,
 /// counts converge. Then the unanswered likes are retried (as a client would), so every key is
 /// known again.
-pub async fn verify(c: &Client, base: &str, tasks: &mut [Task], round: usize, seed: u64) {
-    let ctx = format!("cut {round} (seed {seed:#x})");
+pub async fn verify(c: &Client, base: &str, tasks: &mut [Task], ctx: &str) {
     let mut rows: HashMap<u64, HashSet<u64>> = HashMap::new();
     for p in POSTS {
         rows.insert(p, c.likers(base, p).await);

@@ -300,7 +300,7 @@ impl State {
         for entries in self.live_dirs.values() {
             for (name, ino) in entries {
                 let name = name.to_string_lossy();
-                if let Some(id) = name.strip_suffix(".jnl").and_then(|n| n.parse().ok()) {
+                if let Some(id) = name.strip_suffix(".jnl").and_then(|n| n.parse::<u64>().ok()) {
                     newest = newest.max(id);
                 }
                 if name == "tables" {
