@@ -23,6 +23,8 @@
 mod common;
 #[path = "common/powercut_fs/mod.rs"]
 mod powercut_fs;
+#[path = "powercut/slow_disk.rs"]
+mod slow_disk;
 #[path = "powercut/workload.rs"]
 mod workload;
 
@@ -174,6 +176,11 @@ fn acknowledged_writes_survive_power_cuts() {
 fn acknowledged_writes_survive_power_cuts_around_journal_rotations() {
     let cuts = env_u64("LIKEWISE_POWERCUT_ROTATIONS").unwrap_or(3) as usize;
     serial(power_cut_loop(Mode { cuts, ballast: 3, at_rotation: true }));
+}
+
+#[test]
+fn a_slow_disk_batches_likes_and_keeps_reads_fast() {
+    serial(slow_disk::slow_disk());
 }
 
 /// How a power-cut run goes.
