@@ -275,6 +275,9 @@ async fn power_cut_loop(mode: Mode) {
         by_kind[cuts % Cut::ALL.len()] += 1;
         cuts += 1;
         lost_ops += fs.state().pending_len();
+        if cuts % 50 == 0 {
+            eprintln!("{name}: {cuts} cuts, {crashes} crashes, {:.0} s", began.elapsed().as_secs_f64());
+        }
         let image = fs.cut(kind, &mut rng);
         fs = PowercutFs::mount(image, mnt.path(), Duration::ZERO);
     }
