@@ -27,11 +27,14 @@ pub fn load_or_create(configured: Option<&str>, data_dir: &Path, create: bool) -
         "no auth.secret configured and no {} yet: start `likewise serve` with this data directory first, or set LIKEWISE__AUTH__SECRET",
         path.display()
     );
-    std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
+    likewise_store::durable_dir::create_all(data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     write_private(&path, &hex)?;
+    // The file's entry survives a power cut only once its directory is fsynced.
+    likewise_store::durable_dir::sync(data_dir).with_context(|| format!("syncing {}", data_dir.display()))?;
     Ok(hex.into_bytes())
 }
 

@@ -78,7 +78,7 @@ pub fn metrics_handle() -> Option<PrometheusHandle> {
 pub fn writable_dir(dir: &std::path::Path) -> anyhow::Result<()> {
     let denied = |e: &std::io::Error| e.kind() == std::io::ErrorKind::PermissionDenied;
     let probe = dir.join(".likewise-write-probe");
-    let result = std::fs::create_dir_all(dir)
+    let result = likewise_store::durable_dir::create_all(dir)
         .and_then(|()| std::fs::write(&probe, b""))
         .and_then(|()| std::fs::remove_file(&probe));
     match result {

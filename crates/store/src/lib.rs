@@ -1,6 +1,7 @@
 //! Storage engines behind the core ports, and the write path that feeds them.
 //!
 //! - [`embedded`]: the default engine, on fjall (an LSM tree in the process; no server).
+//! - [`durable_dir`]: creating and fsyncing directories, so new entries survive a power cut.
 //! - [`group_commit`]: coalesces concurrent like/unlike requests into one atomic batch and one
 //!   fsync, acknowledging each request only once its batch is durable.
 //! - [`keys`]: the embedded engine's key layouts.
@@ -13,6 +14,7 @@
 
 #[cfg(any(test, feature = "testing"))]
 pub mod conformance;
+pub mod durable_dir;
 pub mod embedded;
 pub mod group_commit;
 pub mod keys;

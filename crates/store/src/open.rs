@@ -151,9 +151,12 @@ impl Stores {
 
 /// Open (or create) the embedded engine in `cfg.data_dir`.
 pub fn open(cfg: &StoreConfig) -> StoreResult<Stores> {
-    std::fs::create_dir_all(&cfg.data_dir)
-        .map_err(|e| StoreError::Engine(format!("cannot create {}: {e}", cfg.data_dir.display())))?;
-    let store = EmbeddedStore::open(&cfg.data_dir.join("store"), &cfg.embedded)?;
+    // fjall fsyncs inside its folder, not the entries leading to it (see `durable_dir`).
+    let dir = cfg.data_dir.join("store");
+    crate::durable_dir::create_all(&cfg.data_dir)
+        .and_then(|()| crate::durable_dir::create_all(&dir))
+        .map_err(|e| StoreError::Engine(format!("cannot create {}: {e}", dir.display())))?;
+    let store = EmbeddedStore::open(&dir, &cfg.embedded)?;
     Ok(from_embedded(store, cfg.group_commit.clone()))
 }
 

@@ -335,6 +335,10 @@ impl EmbeddedStore {
             journal_sync: journal_sync::JournalSync::new(dir),
             db,
         };
+        // fjall makes each new keyspace's own folder durable, not its entry in `keyspaces/`: a
+        // power cut after the first start lost every keyspace, and recovery then dropped the
+        // acknowledged writes in the journal with them (found by the power-cut tests).
+        crate::durable_dir::sync(&dir.join("keyspaces")).map_err(engine_err)?;
         // Stores written before likers pages hold one likers row per like: convert them.
         liker_pages::convert_old_rows(&inner.db, &inner.likers)?;
         let head = counters::last_seq(&inner.events)?;
