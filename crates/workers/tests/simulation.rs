@@ -10,6 +10,8 @@
 //! `LIKEWISE_SIM_SEEDS=N` runs seeds 0..N (10,000 by default); `LIKEWISE_SIM_SEED=N` replays
 //! one, printing its trace:
 //! `LIKEWISE_SIM_SEED=N cargo test -p likewise-workers --test simulation -- --nocapture`.
+//! `LIKEWISE_SIM_KEEP_GOING=1` runs every seed and counts the failing ones (to measure how
+//! quickly a planted bug is found).
 
 mod sim;
 
@@ -67,6 +69,8 @@ fn consumers_keep_their_properties_under_faults() {
             REGRESSIONS.iter().copied().chain(0..env_u64("LIKEWISE_SIM_SEEDS").unwrap_or(10_000)).collect()
         }
     };
+    let keep_going = std::env::var_os("LIKEWISE_SIM_KEEP_GOING").is_some();
+    let mut failed: Vec<(u64, String)> = Vec::new();
     let started = std::time::Instant::now();
     for &seed in &seeds {
         match run_seed(&rt, seed, &base) {
@@ -76,6 +80,7 @@ fn consumers_keep_their_properties_under_faults() {
                     println!("seed={seed}: every property held");
                 }
             }
+            Err((failure, _)) if keep_going => failed.push((seed, failure)),
             Err((failure, trace)) => {
                 let shown =
                     if replay.is_some() { &trace[..] } else { &trace[trace.len().saturating_sub(40)..] };
@@ -88,4 +93,11 @@ fn consumers_keep_their_properties_under_faults() {
     }
     println!("{} seeds in {:.1} s", seeds.len(), started.elapsed().as_secs_f64());
     base.close().expect("close");
+    if let Some((seed, failure)) = failed.first() {
+        panic!(
+            "{} of {} seeds failed; the first, seed={seed}: {failure}\nreplay: LIKEWISE_SIM_SEED={seed} cargo test -p likewise-workers --test simulation -- --nocapture",
+            failed.len(),
+            seeds.len()
+        );
+    }
 }
