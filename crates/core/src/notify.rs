@@ -177,6 +177,11 @@ impl Holder {
         self.replayed_upto = self.replayed_upto.max(seq);
     }
 
+    /// Up to where events are read again (0: none).
+    pub fn replayed_upto(&self) -> u64 {
+        self.replayed_upto
+    }
+
     /// Forget everything held (the caller re-reads from its committed offset), remembering
     /// that events up to `processed` may have been delivered.
     pub fn forget(&mut self, processed: u64) {

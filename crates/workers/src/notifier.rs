@@ -158,7 +158,12 @@ impl Notifier {
         // Held notifications fall due with time, not with traffic: a read that fails or does
         // not answer (a stream fetch lost in a failover) must not keep them from release.
         let read = self.read_new(&mut changes).await;
-        changes.extend(self.holder.release_due(now_ms));
+        // Likes read again (after a restart or a failed commit) wait until the replay is read
+        // through: an unlike further on may have withdrawn them long ago, and releasing them
+        // first would notify of them again. (At start nothing else is held.)
+        if self.processed >= self.holder.replayed_upto() {
+            changes.extend(self.holder.release_due(now_ms));
+        }
         let changes = self.without_muted(changes).await?;
         let applied = self.apply(&stores, changes).await;
         read?;
