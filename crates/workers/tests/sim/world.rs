@@ -7,7 +7,7 @@
 use super::check;
 use super::ports::SimPorts;
 use super::rng::Rng;
-use super::state::{Row, SHARDS, Sim};
+use super::state::{DUPLICATE_WINDOW_MS, Row, SHARDS, Sim};
 use likewise_core::counter::COUNTERS_CONSUMER;
 use likewise_core::event::Event;
 use likewise_core::ids::{PostId, UserId};
@@ -286,6 +286,32 @@ impl World {
         self.note(format!("ranker: {r:?}"));
     }
 
+    /// The relay retries a failed pass within 200 ms, so a row whose publish was not recorded
+    /// is published again well inside the stream's duplicate window (a documented limit:
+    /// past it, the stream would take it as a new message). Here relays run at random and the
+    /// clock jumps, so a shard with such a row older than half the window makes one pass
+    /// without faults.
+    async fn relay_overdue(&mut self) {
+        let overdue: Vec<usize> = {
+            let w = self.sim.lock();
+            (0..SHARDS)
+                .filter(|s| {
+                    w.outbox[*s].iter().filter(|r| r.relayed.is_none()).any(|r| {
+                        w.published
+                            .get(&(*s, r.seq))
+                            .is_some_and(|(_, at)| w.now_ms.saturating_sub(*at) > DUPLICATE_WINDOW_MS / 2)
+                    })
+                })
+                .collect()
+        };
+        for s in overdue {
+            let was = std::mem::replace(&mut self.sim.lock().faults_on, false);
+            self.note(format!("relay {s} overdue"));
+            self.relay(s, usize::MAX).await;
+            self.sim.lock().faults_on = was;
+        }
+    }
+
     /// Kill one consumer between steps (`kill -9`): its memory is gone, storage stays.
     pub fn kill(&mut self, which: u64) {
         match which {
@@ -358,6 +384,7 @@ impl World {
                 }
                 _ => self.tick(),
             }
+            self.relay_overdue().await;
             check::step(&self.sim.lock())?;
         }
         self.quiesce().await;
