@@ -151,12 +151,43 @@ pub struct Holder {
     by_due: BTreeSet<(u64, u64, NotifKey, UserId)>,
     /// Log order, for the committable offset: the oldest held event first.
     by_seq: BTreeSet<(u64, NotifKey, UserId)>,
+    /// Events up to this position may be read again after an earlier run delivered them
+    /// (see [`Holder::replaying_upto`]).
+    replayed_upto: u64,
 }
 
 impl Holder {
     /// A holder with the given hold window.
     pub fn new(hold_ms: u64) -> Self {
-        Holder { hold_ms, pending: BTreeMap::new(), by_due: BTreeSet::new(), by_seq: BTreeSet::new() }
+        Holder {
+            hold_ms,
+            pending: BTreeMap::new(),
+            by_due: BTreeSet::new(),
+            by_seq: BTreeSet::new(),
+            replayed_upto: 0,
+        }
+    }
+
+    /// Events up to `seq` are read again and may have been delivered before: by an earlier
+    /// run (a restart resumes from the committed offset, below notifications it had
+    /// released) or before a failed commit. An unlike that cancels such a like while it is
+    /// held again also withdraws it, since the earlier delivery cannot be told from here
+    /// (removing an actor that is not there changes nothing).
+    pub fn replaying_upto(&mut self, seq: u64) {
+        self.replayed_upto = self.replayed_upto.max(seq);
+    }
+
+    /// Up to where events are read again (0: none).
+    pub fn replayed_upto(&self) -> u64 {
+        self.replayed_upto
+    }
+
+    /// Forget everything held (the caller re-reads from its committed offset), remembering
+    /// that events up to `processed` may have been delivered.
+    pub fn forget(&mut self, processed: u64) {
+        let replayed = self.replayed_upto.max(processed);
+        *self = Holder::new(self.hold_ms);
+        self.replayed_upto = replayed;
     }
 
     fn hold(&mut self, key: NotifKey, actor: UserId, held: Held) {
@@ -231,9 +262,12 @@ impl Holder {
                     let held = Held { due_ms: e.ts_ms + self.hold_ms, seq: e.seq, comment, ts_ms: e.ts_ms };
                     self.hold(key, actor, held);
                 }
-                // Cancelled while held: nothing was delivered, nothing to withdraw.
-                EventKind::LikeRemoved if self.cancel(key, actor).is_some() => {}
-                EventKind::LikeRemoved => out.push(Change::Remove { key, actor }),
+                EventKind::LikeRemoved => match self.cancel(key, actor) {
+                    // Cancelled while held: nothing was delivered, nothing to withdraw...
+                    Some(h) if h.seq > self.replayed_upto => {}
+                    // ...unless an earlier run may have delivered it before this replay.
+                    _ => out.push(Change::Remove { key, actor }),
+                },
                 EventKind::CommentCreated if e.delta > 0 => {
                     out.push(Change::Add { key, actor, comment, ts_ms: e.ts_ms })
                 }
@@ -342,6 +376,23 @@ mod tests {
         h.on_event(&like(1, true, 100, 1_000), None);
         assert!(h.on_event(&like(2, false, 100, 2_000), None).is_empty());
         assert!(h.release_due(60_000).is_empty());
+    }
+
+    /// A like released and stored, then read again with its unlike (after a restart or a
+    /// failed commit resumed below it): the replay must withdraw it, not cancel it silently.
+    #[test]
+    fn an_unlike_read_in_a_replay_withdraws_a_like_delivered_before() {
+        let mut h = Holder::new(5_000);
+        h.on_event(&like(10, true, 100, 1_000), None);
+        assert_eq!(h.release_due(6_000).len(), 1, "delivered");
+        h.forget(10);
+        h.on_event(&like(10, true, 100, 1_000), None);
+        let out = h.on_event(&like(11, false, 100, 7_000), None);
+        assert!(matches!(out[..], [Change::Remove { actor: UserId(100), .. }]));
+        assert!(h.release_due(u64::MAX).is_empty());
+        // Past the replayed positions, a quick unlike still cancels without a trace.
+        h.on_event(&like(12, true, 100, 8_000), None);
+        assert!(h.on_event(&like(13, false, 100, 8_500), None).is_empty());
     }
 
     #[test]

@@ -51,7 +51,6 @@ pub struct Notifier {
     svc: Arc<Engagement>,
     log: Arc<dyn EventLog>,
     holder: Holder,
-    hold_ms: u64,
     processed: u64,
     committed: u64,
 }
@@ -71,14 +70,11 @@ impl Notifier {
         log: Arc<dyn EventLog>,
     ) -> StoreResult<Self> {
         let offset = Self::stored_offset(&svc).await?;
-        Ok(Notifier {
-            svc,
-            log,
-            holder: Holder::new(opts.hold.as_millis() as u64),
-            hold_ms: opts.hold.as_millis() as u64,
-            processed: offset,
-            committed: offset,
-        })
+        // An earlier run may have released likes past the committed offset (it stays below
+        // the oldest held one); everything it can have read is at most the log's head now.
+        let mut holder = Holder::new(opts.hold.as_millis() as u64);
+        holder.replaying_upto(log.head().await?);
+        Ok(Notifier { svc, log, holder, processed: offset, committed: offset })
     }
 
     /// The position the notifier has committed.
@@ -162,7 +158,12 @@ impl Notifier {
         // Held notifications fall due with time, not with traffic: a read that fails or does
         // not answer (a stream fetch lost in a failover) must not keep them from release.
         let read = self.read_new(&mut changes).await;
-        changes.extend(self.holder.release_due(now_ms));
+        // Likes read again (after a restart or a failed commit) wait until the replay is read
+        // through: an unlike further on may have withdrawn them long ago, and releasing them
+        // first would notify of them again. (At start nothing else is held.)
+        if self.processed >= self.holder.replayed_upto() {
+            changes.extend(self.holder.release_due(now_ms));
+        }
         let changes = self.without_muted(changes).await?;
         let applied = self.apply(&stores, changes).await;
         read?;
@@ -206,8 +207,10 @@ impl Notifier {
             Ok(items) => items,
             Err(e) => {
                 // Forget what this step absorbed and re-read from the committed offset (it
-                // never passes a held event), so the lost changes are derived again.
-                self.holder = Holder::new(self.hold_ms);
+                // never passes a held event), so the lost changes are derived again. The
+                // commit may have landed, so what is read again up to here may have been
+                // delivered.
+                self.holder.forget(self.processed);
                 self.processed = self.committed;
                 return Err(e);
             }

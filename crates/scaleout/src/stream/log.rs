@@ -40,6 +40,10 @@ struct State {
     delivered: Vec<(u64, async_nats::jetstream::Message)>,
     /// Consumer sequence of the last delivery seen (0: none since the consumer was created).
     last_delivery: u64,
+    /// The highest position committed, or the one the consumer was created at: a consumer
+    /// re-created after a lost delivery starts after it, since the reader may read again from
+    /// there (a failed commit, a notifier holding likes read past its offset).
+    floor: u64,
 }
 
 impl StreamLog {
@@ -51,7 +55,7 @@ impl StreamLog {
             stream: stream.clone(),
             durable,
             filter,
-            state: Mutex::new(State { consumer, delivered: Vec::new(), last_delivery: 0 }),
+            state: Mutex::new(State { consumer, delivered: Vec::new(), last_delivery: 0, floor: offset }),
         })
     }
 }
@@ -152,10 +156,12 @@ impl EventLog for StreamLog {
                 // A delivery went missing on the way (a fetch dropped mid-flight, say). With
                 // cumulative acks, acknowledging anything after it would acknowledge it too and
                 // its events would never be applied; waiting for its redelivery would cost
-                // `ack_wait`. So: start again right after the committed position, as on start.
+                // `ack_wait`. So: start again right after the committed position, as on start
+                // (not after `after`: what lies between is uncommitted, and the reader may ask
+                // for it again; it is buffered again on the way).
                 tracing::warn!(consumer = %self.durable, expected, got, "stream delivery lost; repositioning");
                 metrics::counter!("likewise_stream_repositions_total").increment(1);
-                st.consumer = position(&self.stream, &self.durable, &self.filter, after).await?;
+                st.consumer = position(&self.stream, &self.durable, &self.filter, st.floor).await?;
                 st.delivered.clear();
                 st.last_delivery = 0;
                 match self.fetch_after(&mut st, after, max).await? {
@@ -170,6 +176,7 @@ impl EventLog for StreamLog {
 
     async fn committed(&self, upto: u64) -> StoreResult<()> {
         let mut st = self.state.lock().await;
+        st.floor = st.floor.max(upto);
         if let Some(pos) = st.delivered.iter().rposition(|(seq, _)| *seq <= upto) {
             // AckPolicy::All: acknowledging the last one acknowledges everything before it.
             st.delivered[pos].1.ack().await.map_err(nats_err)?;
@@ -231,6 +238,53 @@ mod tests {
         let (seen, stolen) = seen.expect("reads finish in time").expect("reads");
         assert!(stolen, "the other client got a delivery");
         assert_eq!(seen, (0..30).collect::<Vec<u64>>(), "every event once, in order");
+    }
+
+    /// A reader that has not committed what it read (a failed commit, a notifier holding
+    /// likes) reads again from its committed position after a lost delivery made the log
+    /// reposition: it must get those events again, not the ones after its read position.
+    #[tokio::test]
+    async fn uncommitted_events_come_again_after_a_lost_delivery() {
+        let s = stream().await;
+        let seen = tokio::time::timeout(Duration::from_secs(30), reread_after_a_theft(&s)).await;
+        s.delete().await.expect("delete stream");
+        let seen = seen.expect("reads finish in time").expect("reads");
+        assert_eq!(seen, (0..30).collect::<Vec<u64>>(), "every event once, in order");
+    }
+
+    async fn reread_after_a_theft(s: &JetStream) -> StoreResult<Vec<u64>> {
+        publish(s, 10).await;
+        let log = StreamLog::durable(s, "notifier", s.shard_filter(0), 0).await?;
+        // Read two messages ahead without committing.
+        let first = log.read_after(0, 3).await?;
+        let second = log.read_after(first.last().map_or(0, |e| e.seq), 3).await?;
+        let read_to = second.last().map_or(0, |e| e.seq);
+        let thief: PullConsumer =
+            s.js.get_stream(&s.stream_name)
+                .await
+                .map_err(nats_err)?
+                .get_consumer(&log.durable)
+                .await
+                .map_err(nats_err)?;
+        let mut batch = thief.fetch().max_messages(1).messages().await.map_err(nats_err)?;
+        assert!(batch.next().await.is_some(), "the other client got a delivery");
+        // The next read sees the gap and repositions.
+        log.read_after(read_to, 3).await?;
+        // The commit failed: read everything again from the committed position, 0.
+        let mut seen: Vec<u64> = Vec::new();
+        let mut applied = 0;
+        for _ in 0..40 {
+            let got = log.read_after(applied, 3).await?;
+            if got.is_empty() && seen.len() >= 30 {
+                break;
+            }
+            seen.extend(got.iter().map(|e| e.actor.0));
+            if let Some(e) = got.last() {
+                applied = e.seq;
+                log.committed(applied).await?;
+            }
+        }
+        Ok(seen)
     }
 
     async fn read_with_a_theft(s: &JetStream) -> StoreResult<(Vec<u64>, bool)> {
