@@ -124,6 +124,9 @@ async fn to_scale_out(cfg: &mut Config) -> Shards {
     shards
 }
 
+/// A viewer who authors no post in any test: sees the count everyone else sees.
+pub const OBSERVER: u64 = 4_000_000_001;
+
 /// Configuration for a test: port 0, the given data directory, a short aggregator window.
 pub fn test_config(data_dir: &Path) -> Config {
     let mut cfg = Config::load(
@@ -290,12 +293,15 @@ impl TestApp {
         v
     }
 
-    /// Wait until the post's like count (as its author sees it) equals `want`.
+    /// Wait until the post's like count equals `want` as its author sees it (which includes
+    /// likes not aggregated yet) and as everyone else does (the aggregated, cached count),
+    /// unless the post hides it from others.
     pub async fn wait_count(&self, author: u64, post: u64, want: i64) -> Value {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let v = self.view(author, post).await;
-            if v["like_count"].as_i64() == Some(want) {
+            let others = self.view(OBSERVER, post).await["like_count"].as_i64();
+            if v["like_count"].as_i64() == Some(want) && others.is_none_or(|n| n == want) {
                 return v;
             }
             assert!(Instant::now() < deadline, "count did not converge to {want}: {v}");

@@ -144,7 +144,12 @@ impl Client {
     }
 
     pub async fn count(&self, base: &str, post: u64) -> Option<i64> {
-        let (st, v) = self.call(base, Method::GET, &format!("/v1/posts/{post}"), 7, false, "").await.ok()?;
+        // As a viewer who authors nothing: the aggregated count everyone sees, not an
+        // author's fresh one.
+        let (st, v) = self
+            .call(base, Method::GET, &format!("/v1/posts/{post}"), super::OBSERVER, false, "")
+            .await
+            .ok()?;
         assert_eq!(st, 200, "{v}");
         v["like_count"].as_i64()
     }
