@@ -10,6 +10,17 @@ use likewise_http::auth::TokenKeys;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// A consumer `bench hot-post --consumers --without` can leave out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StreamConsumer {
+    /// The Kafka export.
+    Export,
+    /// The trending consumer.
+    Trending,
+    /// The integrity consumer.
+    Integrity,
+}
+
 /// `bench hot-post` options.
 #[derive(Debug, Args)]
 pub struct HotPostArgs {
@@ -42,6 +53,10 @@ pub struct HotPostArgs {
     /// Without it only the aggregator runs.
     #[arg(long, conflicts_with_all = ["url", "workers_after"])]
     pub consumers: bool,
+    /// With `--consumers`: leave these out (comma-separated: `export`, `trending`,
+    /// `integrity`), to measure what each costs. The aggregator, notifier and ranker always run.
+    #[arg(long, requires = "consumers", value_delimiter = ',', value_enum)]
+    pub without: Vec<StreamConsumer>,
     /// Seconds for each of the /healthz and feed-page phases (over HTTP); with
     /// `--client wrk` also the like phase, which then needs enough --likers to last it.
     #[arg(long, default_value_t = 5)]

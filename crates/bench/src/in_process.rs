@@ -1,6 +1,6 @@
 //! `bench hot-post --in-process`: the service API without HTTP, on a real durable store.
 
-use crate::hot_post::HotPostArgs;
+use crate::hot_post::{HotPostArgs, StreamConsumer};
 use crate::proc::RssSource;
 use crate::stats::{self, progress};
 use likewise_app::config::{Config, Overrides};
@@ -150,14 +150,33 @@ async fn open(a: &HotPostArgs) -> anyhow::Result<Bench> {
         );
         (spawn, post, rand::random_range(1u64 << 40..1u64 << 41), consumer)
     } else {
-        let (agg, _) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
+        let mut agg_opts = cfg.aggregator_options();
+        // Consumers left out would otherwise hold the log's truncation back.
+        let left_out: Vec<&str> = a
+            .without
+            .iter()
+            .map(|c| match c {
+                StreamConsumer::Export => likewise_workers::export::EXPORT,
+                StreamConsumer::Trending => likewise_service::trending::TRENDING,
+                StreamConsumer::Integrity => likewise_service::integrity::INTEGRITY,
+            })
+            .collect();
+        agg_opts.hold_for.retain(|c| !left_out.contains(&c.as_str()));
+        let (agg, _) = Aggregator::new(svc.clone(), agg_opts).await?;
         let spawn: SpawnWorkers = if a.consumers {
             // Everything the single-node `serve` runs beside its HTTP server.
-            let (svc, opts) = (svc.clone(), cfg.worker_options()?);
-            println!(
-                "consumers: aggregator, notifier, trending, integrity, ranker{}",
-                if opts.export.is_some() { ", Kafka export" } else { " (no export: no [export] brokers)" }
-            );
+            let (svc, mut opts) = (svc.clone(), cfg.worker_options()?);
+            let without = |c| a.without.contains(&c);
+            if without(StreamConsumer::Export) {
+                opts.export = None;
+            }
+            opts.trending = !without(StreamConsumer::Trending);
+            opts.integrity_on = !without(StreamConsumer::Integrity);
+            let mut names = vec!["aggregator", "notifier", "ranker"];
+            names.extend(opts.trending.then_some("trending"));
+            names.extend(opts.integrity_on.then_some("integrity"));
+            names.extend(opts.export.is_some().then_some("Kafka export"));
+            println!("consumers: {}", names.join(", "));
             Box::new(move || {
                 let tasks = likewise_workers::single_node::spawn(&svc, agg, opts, &stop_rx);
                 vec![tokio::spawn(tasks.join())]
@@ -167,7 +186,10 @@ async fn open(a: &HotPostArgs) -> anyhow::Result<Bench> {
         };
         (spawn, PostId(42), 1_000_000u64, likewise_core::counter::COUNTERS_CONSUMER.to_string())
     };
-    let exporting = a.consumers && !cfg.scaled_out() && cfg.export.kafka_brokers.is_some();
+    let exporting = a.consumers
+        && !a.without.contains(&StreamConsumer::Export)
+        && !cfg.scaled_out()
+        && cfg.export.kafka_brokers.is_some();
     Ok(Bench { tmp, svc, stores, spawn_workers, stop_tx, post, base, consumer, exporting })
 }
 

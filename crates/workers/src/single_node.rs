@@ -59,8 +59,12 @@ pub fn spawn(
     let mut tasks = Tasks::default();
     tasks.push("aggregator", tokio::spawn(aggregator.run(shutdown.clone())));
     tasks.push("notifier", tokio::spawn(crate::notifier::run(svc.clone(), opts.notifier, shutdown.clone())));
-    tasks.push("trending", trending(svc, shutdown.clone()));
-    tasks.push("integrity", integrity(svc, opts.integrity.clone(), shutdown.clone()));
+    if opts.trending {
+        tasks.push("trending", trending(svc, shutdown.clone()));
+    }
+    if opts.integrity_on {
+        tasks.push("integrity", integrity(svc, opts.integrity.clone(), shutdown.clone()));
+    }
     if let Some(export) = opts.export {
         let stores = svc.stores();
         tasks.push(

@@ -170,7 +170,9 @@ impl Detector {
                     );
                 }
             }
-            if t.liked().len() >= min_candidate {
+            // Fewer actions than a candidate needs cannot make one: skip building the set
+            // (most likers of a viral post have one recent like).
+            if t.recent.len() >= min_candidate && t.liked().len() >= min_candidate {
                 self.candidates.insert(*u);
             }
         }

@@ -107,8 +107,10 @@ fn parse_counter(v: &[u8]) -> StoreResult<i64> {
 #[async_trait]
 impl EventLog for EmbeddedStore {
     async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
-        if let Some(events) = self.inner.tail.lock().read_after(after, max) {
-            return Ok(events);
+        // The lock only clones the batches' handles; the copy happens after it is released.
+        let window = self.inner.tail.lock().read_after(after, max);
+        if let Some(read) = window {
+            return Ok(read.events());
         }
         read_events(&self.inner.db, &self.inner.events, after, max)
     }
@@ -408,7 +410,9 @@ mod tests {
                 .collect();
             store.apply(&ops).expect("apply");
         }
-        model.extend(store.inner.tail.lock().read_after(3, usize::MAX).expect("tail holds every new event"));
+        model.extend(
+            store.inner.tail.lock().read_after(3, usize::MAX).expect("tail holds every new event").events(),
+        );
         let head = model.len() as u64;
         assert_eq!(store.head().await.expect("head"), head);
         assert!(store.inner.events.len().expect("len") < model.len(), "events are packed into rows");

@@ -15,63 +15,145 @@
 
 use likewise_core::event::Event;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-/// A window of consecutive events, newest at the back.
+/// A window of consecutive events, newest at the back, kept as the committed batches
+/// themselves (shared, immutable): a reader clones the handles of the batches it needs under
+/// the lock and copies the events after releasing it. Copying thousands of events under the
+/// lock stalled the group-commit writer, which appends here after every commit (with the
+/// export, trending and integrity consumers reading too, it cost the in-process storm a
+/// third of its likes per second; docs/benchmarks.md).
 pub(super) struct EventTail {
-    events: VecDeque<Event>,
+    chunks: VecDeque<Arc<[Event]>>,
+    /// Events of the front chunk already dropped (by the cap or a truncation).
+    front_skip: usize,
+    /// Events held.
+    len: usize,
     cap: usize,
+}
+
+/// What [`EventTail::read_after`] found: batches to copy from, outside the lock.
+pub(super) struct TailRead {
+    chunks: Vec<Arc<[Event]>>,
+    /// Index of the first wanted event in the first chunk.
+    start: usize,
+    max: usize,
+}
+
+impl TailRead {
+    /// The events, oldest first.
+    pub(super) fn events(self) -> Vec<Event> {
+        let mut out = Vec::with_capacity(self.max.min(self.chunks.iter().map(|c| c.len()).sum()));
+        let mut skip = self.start;
+        for c in &self.chunks {
+            let want = self.max - out.len();
+            out.extend(c[skip..].iter().take(want).copied());
+            skip = 0;
+        }
+        out
+    }
 }
 
 impl EventTail {
     /// An empty window of at most `cap` events.
     pub(super) fn new(cap: usize) -> Self {
-        EventTail { events: VecDeque::new(), cap }
+        EventTail { chunks: VecDeque::new(), front_skip: 0, len: 0, cap }
+    }
+
+    fn clear(&mut self) {
+        self.chunks.clear();
+        self.front_skip = 0;
+        self.len = 0;
+    }
+
+    fn first_seq(&self) -> Option<u64> {
+        self.chunks.front().map(|c| c[self.front_skip].seq)
     }
 
     /// Append a committed batch's events (consecutive sequence numbers). Anything that does
     /// not continue the window (which the write path never produces) restarts it, so the
     /// window can never claim to hold an event it lacks.
+    #[cfg(test)]
     pub(super) fn extend(&mut self, batch: &[Event]) {
+        self.push(Arc::from(batch));
+    }
+
+    /// [`EventTail::extend`] with a batch the caller shared before taking the lock.
+    pub(super) fn push(&mut self, batch: Arc<[Event]>) {
         let Some(first) = batch.first() else { return };
-        let continues = self.events.back().is_none_or(|last| last.seq.checked_add(1) == Some(first.seq));
+        let continues =
+            self.chunks.back().is_none_or(|c| c[c.len() - 1].seq.checked_add(1) == Some(first.seq));
         let consecutive = batch.windows(2).all(|w| w[0].seq.checked_add(1) == Some(w[1].seq));
         if !continues || !consecutive {
-            self.events.clear();
+            self.clear();
         }
         if !consecutive {
             return;
         }
-        self.events.extend(batch.iter().copied());
-        let excess = self.events.len().saturating_sub(self.cap);
-        self.events.drain(..excess);
+        self.len += batch.len();
+        self.chunks.push_back(batch);
+        let excess = self.len.saturating_sub(self.cap);
+        self.drop_front(excess);
+    }
+
+    /// Drop the `n` oldest events.
+    fn drop_front(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(front) = self.chunks.front() else { return };
+            let left = front.len() - self.front_skip;
+            if left <= n {
+                self.chunks.pop_front();
+                self.front_skip = 0;
+                self.len -= left;
+                n -= left;
+            } else {
+                self.front_skip += n;
+                self.len -= n;
+                return;
+            }
+        }
     }
 
     /// Drop the events up to `upto`, as the keyspace's truncation does.
     pub(super) fn truncate(&mut self, upto: u64) {
-        while self.events.front().is_some_and(|e| e.seq <= upto) {
-            self.events.pop_front();
+        if let Some(first) = self.first_seq() {
+            let n = upto.saturating_add(1).saturating_sub(first);
+            self.drop_front(usize::try_from(n).unwrap_or(usize::MAX).min(self.len));
         }
     }
 
     /// Up to `max` events after `after`, oldest first, if the window holds every one of
     /// them; `None` when the window starts later (or is empty) and the keyspace must answer.
-    pub(super) fn read_after(&self, after: u64, max: usize) -> Option<Vec<Event>> {
-        let first = self.events.front()?.seq;
+    pub(super) fn read_after(&self, after: u64, max: usize) -> Option<TailRead> {
+        let first = self.first_seq()?;
         let from = after.checked_add(1)?;
         if from < first {
             return None;
         }
         let skip = usize::try_from(from - first).unwrap_or(usize::MAX);
-        if skip >= self.events.len() {
-            return Some(Vec::new());
+        if skip >= self.len || max == 0 {
+            return Some(TailRead { chunks: Vec::new(), start: 0, max: 0 });
         }
-        Some(self.events.range(skip..).take(max).copied().collect())
+        // The chunk holding `from`: the last one starting at or before it.
+        let at = self.chunks.partition_point(|c| c[0].seq <= from) - 1;
+        let start = usize::try_from(from - self.chunks[at][0].seq).unwrap_or(usize::MAX);
+        let mut chunks = Vec::new();
+        let mut held = 0;
+        for c in self.chunks.range(at..) {
+            held += c.len() - if chunks.is_empty() { start } else { 0 };
+            chunks.push(c.clone());
+            if held >= max {
+                break;
+            }
+        }
+        Some(TailRead { chunks, start, max })
     }
 
     /// Events held, capacity, and bytes.
     pub(super) fn usage(&self) -> (usize, usize, usize) {
         let size = std::mem::size_of::<Event>();
-        (self.events.len(), self.cap, self.events.capacity() * size)
+        let held: usize = self.chunks.iter().map(|c| c.len()).sum();
+        (self.len, self.cap, held * size + self.chunks.len() * 16)
     }
 }
 
@@ -94,18 +176,18 @@ mod tests {
         let mut t = EventTail::new(4);
         assert!(t.read_after(0, 10).is_none(), "an empty window answers nothing");
         t.extend(&[ev(1), ev(2), ev(3)]);
-        assert_eq!(seqs(&t.read_after(0, 10).expect("inside")), [1, 2, 3]);
-        assert_eq!(seqs(&t.read_after(1, 1).expect("inside")), [2]);
-        assert_eq!(t.read_after(3, 10).expect("at the head"), []);
+        assert_eq!(seqs(&t.read_after(0, 10).expect("inside").events()), [1, 2, 3]);
+        assert_eq!(seqs(&t.read_after(1, 1).expect("inside").events()), [2]);
+        assert_eq!(t.read_after(3, 10).expect("at the head").events(), []);
         t.extend(&[ev(4), ev(5), ev(6)]);
         // The cap dropped 1 and 2: a reader at 0 or 1 must go to the keyspace.
         assert!(t.read_after(0, 10).is_none());
         assert!(t.read_after(1, 10).is_none());
-        assert_eq!(seqs(&t.read_after(2, 10).expect("inside")), [3, 4, 5, 6]);
+        assert_eq!(seqs(&t.read_after(2, 10).expect("inside").events()), [3, 4, 5, 6]);
         assert_eq!(t.usage().0, 4);
         t.truncate(4);
         assert!(t.read_after(2, 10).is_none(), "truncated events are gone");
-        assert_eq!(seqs(&t.read_after(4, 10).expect("inside")), [5, 6]);
+        assert_eq!(seqs(&t.read_after(4, 10).expect("inside").events()), [5, 6]);
     }
 
     /// Through the real write path, with a small window: every read answers exactly what
@@ -156,13 +238,61 @@ mod tests {
         assert!(from_window > 100, "the window answered {from_window} reads");
     }
 
+    /// Batches of random sizes, random caps and truncations: the window answers exactly
+    /// what a plain list of the same events, cut the same way, would.
+    #[test]
+    fn the_window_of_batches_answers_like_a_plain_list() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..200 {
+            let cap = 1 + (next() % 40) as usize;
+            let mut t = EventTail::new(cap);
+            let mut model: VecDeque<u64> = VecDeque::new();
+            let mut seq = 0u64;
+            for _ in 0..30 {
+                if next() % 5 == 0 {
+                    let upto = seq.saturating_sub(next() % 10);
+                    t.truncate(upto);
+                    model.retain(|s| *s > upto);
+                } else {
+                    let n = 1 + next() % 12;
+                    let batch: Vec<Event> = (seq + 1..=seq + n).map(ev).collect();
+                    seq += n;
+                    t.extend(&batch);
+                    model.extend(seq + 1 - n..=seq);
+                    while model.len() > cap {
+                        model.pop_front();
+                    }
+                }
+                assert_eq!(t.usage().0, model.len());
+                for after in 0..=seq + 1 {
+                    for max in [0, 1, 3, 50] {
+                        let got = t.read_after(after, max).map(|r| seqs(&r.events()));
+                        let want = match model.front() {
+                            Some(first) if after + 1 >= *first => Some(
+                                model.iter().copied().filter(|s| *s > after).take(max).collect::<Vec<_>>(),
+                            ),
+                            _ => None,
+                        };
+                        assert_eq!(got, want, "cap {cap}, after {after}, max {max}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_gap_restarts_the_window() {
         let mut t = EventTail::new(100);
         t.extend(&[ev(1), ev(2)]);
         t.extend(&[ev(5), ev(6)]);
         assert!(t.read_after(1, 10).is_none(), "3 and 4 are not held");
-        assert_eq!(seqs(&t.read_after(4, 10).expect("inside")), [5, 6]);
+        assert_eq!(seqs(&t.read_after(4, 10).expect("inside").events()), [5, 6]);
         t.extend(&[ev(7), ev(9)]);
         assert!(t.read_after(6, 10).is_none(), "a batch with a gap is not held");
     }

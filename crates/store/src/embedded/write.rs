@@ -50,10 +50,11 @@ impl WriteEngine for EmbeddedStore {
             st.batch.insert(&s.events, first.seq.to_be_bytes(), likewise_core::event::pack(&st.events));
         }
         let seq = st.seq;
+        let shared: std::sync::Arc<[likewise_core::event::Event]> = std::sync::Arc::from(&st.events[..]);
         st.batch.commit().map_err(engine_err)?;
         // Into the tail before `next_seq` moves, still under the write lock: the tail then
         // never misses an event that a reader could already find in the keyspace.
-        s.tail.lock().extend(&st.events);
+        s.tail.lock().push(shared);
         s.next_seq.store(seq, Ordering::SeqCst);
         s.key_count.fetch_add(keys.len() as u64, Ordering::SeqCst);
         if likes.reads_skipped > 0 {

@@ -54,6 +54,11 @@ pub struct WorkerOptions {
     pub key_retention: Duration,
     /// The integrity consumer.
     pub integrity: crate::integrity::IntegrityWorkerOptions,
+    /// Run the trending consumer (single node; always on in `serve`: off only in
+    /// `bench hot-post --consumers --without`, to measure what it costs).
+    pub trending: bool,
+    /// The same for the integrity consumer.
+    pub integrity_on: bool,
 }
 
 impl Default for WorkerOptions {
@@ -64,6 +69,8 @@ impl Default for WorkerOptions {
             export: None,
             key_retention: crate::key_expiry::DEFAULT_RETENTION,
             integrity: Default::default(),
+            trending: true,
+            integrity_on: true,
         }
     }
 }
