@@ -112,6 +112,45 @@ pub async fn likers_page_newest_first(s: &Stores) {
     assert!(s.likes.likers(Target::post(10), None, 10).await.expect("other").is_empty());
 }
 
+/// The newest likers of many targets at once are each target's own newest likers: posts
+/// with none, one, a few and many likers (batched together, so the scale-out engine pages
+/// them), unlikes among them, a comment, and a target asked for twice.
+pub async fn recent_likers_of_many_targets_match_each_list(s: &Stores) {
+    let posts: Vec<Target> = (200..208u64).map(Target::post).collect();
+    let mut ops = Vec::new();
+    for (n, t) in posts.iter().enumerate() {
+        for u in 0..(n as u64 * n as u64) {
+            // Likes spread over windows of 16 ms, several per window.
+            ops.push(op(*t, 1_000 + u, LikeAction::Like, 1_000 + u * 5));
+        }
+    }
+    ops.extend((0..9u64).map(|u| op(Target::comment(900), 50 + u, LikeAction::Like, 10 + u)));
+    let mut set = tokio::task::JoinSet::new();
+    for o in ops {
+        let w = s.writer.clone();
+        set.spawn(async move { w.submit(o).await });
+    }
+    while let Some(r) = set.join_next().await {
+        r.expect("join").expect("like");
+    }
+    for u in [1_000u64, 1_003, 1_040] {
+        s.writer.submit(op(posts[7], u, LikeAction::Unlike, 9_000)).await.expect("unlike");
+    }
+    s.settle().await.expect("settle");
+    let mut targets = posts.clone();
+    targets.extend([Target::comment(900), posts[7], Target::post(999)]);
+    for limit in [1usize, 3, 32] {
+        let many = s.likes.recent_likers_many(&targets, limit).await.expect("many");
+        assert_eq!(many.len(), targets.len());
+        for (t, got) in targets.iter().zip(&many) {
+            let want = s.likes.likers(*t, None, limit).await.expect("one");
+            assert_eq!(got, &want, "{t:?}, limit {limit}");
+        }
+    }
+    assert_eq!(s.likes.recent_likers_many(&targets, 32).await.expect("many")[7].len(), 32);
+    assert!(s.likes.recent_likers_many(&[], 32).await.expect("none").is_empty());
+}
+
 /// A user's liked IDs come from the reverse index, per kind.
 pub async fn reverse_index_lists_a_users_likes(s: &Stores) {
     for p in [3u64, 1, 2] {
@@ -717,6 +756,7 @@ macro_rules! conformance_suite {
             a_batch_counts_replies_by_their_parent_as_it_left_it,
             reply_counts_are_recounted_with_their_parent,
             likers_page_newest_first,
+            recent_likers_of_many_targets_match_each_list,
             reverse_index_lists_a_users_likes,
             counters_move_with_their_offset,
             fresh_post_likes_include_unapplied_events,

@@ -56,6 +56,16 @@ pub trait LikeReader: Send + Sync {
     async fn liked_ids(&self, user: UserId, kind: TargetKind, limit: usize) -> StoreResult<Vec<u64>>;
     /// Likers of a target, newest first, strictly after the `after` position of a previous page.
     async fn likers(&self, target: Target, after: Option<Liker>, limit: usize) -> StoreResult<Vec<Liker>>;
+    /// The `limit` newest likers of each target, in order: what the count cache shows beside
+    /// a count ("liked by ..."). An engine whose reads are remote answers a whole feed page
+    /// in one round trip per shard; the default asks [`LikeReader::likers`] per target.
+    async fn recent_likers_many(&self, targets: &[Target], limit: usize) -> StoreResult<Vec<Vec<Liker>>> {
+        let mut out = Vec::with_capacity(targets.len());
+        for t in targets {
+            out.push(self.likers(*t, None, limit).await?);
+        }
+        Ok(out)
+    }
 }
 
 /// The append-only event log (the transactional outbox).

@@ -206,6 +206,7 @@ impl CounterStore for PgStore {
         let mut found: HashMap<Target, Counts> = HashMap::new();
         for (shard, idx) in self.group(targets, |t| self.shard_of_target(*t)) {
             let c = self.conn(shard).await?;
+            metrics::counter!("likewise_shard_reads_total", "op" => "counts").increment(1);
             let kinds: Vec<i16> = idx.iter().map(|k| i16::from(targets[*k].kind.code())).collect();
             let ids: Vec<i64> = idx.iter().map(|k| i(targets[*k].id)).collect();
             let rows = c

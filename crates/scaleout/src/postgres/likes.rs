@@ -8,7 +8,8 @@ use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::ports::{LikeReader, Liker};
 use likewise_core::{StoreError, StoreResult};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use tokio_postgres::types::ToSql;
 
 impl PgStore {
     /// The shard holding a target's like rows (a comment lives on its post's shard).
@@ -27,6 +28,7 @@ impl LikeReader for PgStore {
             return Ok(Vec::new());
         }
         let c = self.conn(self.shard_of_user(user)).await?;
+        metrics::counter!("likewise_shard_reads_total", "op" => "liked_among").increment(1);
         let want: Vec<i64> = ids.iter().map(|v| i(*v)).collect();
         let rows = c
             .query(
@@ -76,6 +78,7 @@ impl LikeReader for PgStore {
         let mut window: Vec<(i64, i64)> = Vec::new();
         let mut current = None;
         'pages: loop {
+            metrics::counter!("likewise_shard_reads_total", "op" => "likers").increment(1);
             let rows =
                 c.query(&scan, &[&kind, &id, &next.0, &next.1, &PAGES_PER_READ]).await.map_err(pg_err)?;
             let last_read = rows.len() < PAGES_PER_READ as usize;
@@ -111,6 +114,7 @@ impl LikeReader for PgStore {
             )
             .await
             .map_err(pg_err)?;
+        metrics::counter!("likewise_shard_reads_total", "op" => "likers").increment(1);
         let rows = c
             .query(&unpaged, &[&kind, &id, &cursor.0, &cursor.1, &floor, &(limit as i64)])
             .await
@@ -118,6 +122,122 @@ impl LikeReader for PgStore {
         out.extend(rows.iter().map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))));
         out.sort_unstable_by(|a, b| b.cmp(a));
         Ok(likers_of(out, limit))
+    }
+
+    /// One round trip per shard for a whole feed page: the newest pages of every target and
+    /// the newest unpaged likes of every target, two lateral queries sent together on one
+    /// connection, the shards concurrently. Each target is then merged as [`Self::likers`]
+    /// merges its first read; a target whose first `PAGES_PER_READ` pages hold too few
+    /// likers (pages sparser than any the write path makes) is read again by `likers`.
+    async fn recent_likers_many(&self, targets: &[Target], limit: usize) -> StoreResult<Vec<Vec<Liker>>> {
+        let mut out = vec![Vec::new(); targets.len()];
+        if limit == 0 || targets.is_empty() {
+            return Ok(out);
+        }
+        let reads =
+            self.group(targets, |t| self.shard_of_target(*t)).into_iter().map(|(shard, idx)| async move {
+                let c = self.conn(shard).await?;
+                let mut unique: Vec<Target> = idx.iter().map(|k| targets[*k]).collect();
+                unique.sort_unstable();
+                unique.dedup();
+                let kinds: Vec<i16> = unique.iter().map(|t| i16::from(t.kind.code())).collect();
+                let ids: Vec<i64> = unique.iter().map(|t| i(t.id)).collect();
+                let pages = c
+                    .prepare_cached(
+                        "SELECT t.kind, t.target, p.win, p.page, p.users, p.times
+                     FROM unnest($1::smallint[], $2::bigint[]) AS t(kind, target)
+                     CROSS JOIN LATERAL (
+                       SELECT win, page, users, times FROM liker_pages
+                       WHERE kind = t.kind AND target = t.target
+                       ORDER BY win DESC, page DESC LIMIT $3) p",
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                let unpaged = c
+                    .prepare_cached(
+                        "SELECT t.kind, t.target, l.liked_at, l.user_id
+                     FROM unnest($1::smallint[], $2::bigint[]) AS t(kind, target)
+                     CROSS JOIN LATERAL (
+                       SELECT liked_at, user_id FROM likes
+                       WHERE kind = t.kind AND target = t.target AND NOT paged
+                       ORDER BY liked_at DESC, user_id DESC LIMIT $3) l",
+                    )
+                    .await
+                    .map_err(pg_err)?;
+                // Two statements, one round trip: tokio-postgres pipelines them on the connection.
+                metrics::counter!("likewise_shard_reads_total", "op" => "recent_likers").increment(1);
+                let n = limit as i64;
+                let (page_args, unpaged_args): ([&(dyn ToSql + Sync); 3], [&(dyn ToSql + Sync); 3]) =
+                    ([&kinds, &ids, &PAGES_PER_READ], [&kinds, &ids, &n]);
+                let (pages, unpaged) =
+                    tokio::try_join!(c.query(&pages, &page_args), c.query(&unpaged, &unpaged_args))
+                        .map_err(pg_err)?;
+                let mut first: HashMap<Target, FirstRead> = HashMap::with_capacity(idx.len());
+                for r in &pages {
+                    let t = target_of(r.get(0), r.get(1))?;
+                    first.entry(t).or_default().pages.push((r.get(2), r.get(3), r.get(4), r.get(5)));
+                }
+                for r in &unpaged {
+                    let t = target_of(r.get(0), r.get(1))?;
+                    first.entry(t).or_default().unpaged.push((r.get(2), r.get(3)));
+                }
+                Ok::<_, StoreError>((idx, first))
+            });
+        for (idx, first) in futures::future::try_join_all(reads).await? {
+            for k in idx {
+                // A target asked for twice has one read.
+                let read = first.get(&targets[k]).cloned().unwrap_or_default();
+                out[k] = match read.merge(limit) {
+                    Some(likers) => likers,
+                    None => self.likers(targets[k], None, limit).await?,
+                };
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What the first batched read found for one target: its newest liker pages
+/// `(win, page, users, times)` and its newest unpaged likes `(liked_at, user)`.
+#[derive(Default, Clone)]
+struct FirstRead {
+    pages: Vec<(i64, i64, Vec<i64>, Vec<i64>)>,
+    unpaged: Vec<(i64, i64)>,
+}
+
+impl FirstRead {
+    /// The newest `limit` likers, merged as [`LikeReader::likers`] merges them without a
+    /// cursor; `None` when the pages read may not reach far enough back.
+    fn merge(self, limit: usize) -> Option<Vec<Liker>> {
+        let FirstRead { mut pages, unpaged } = self;
+        pages.sort_unstable_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+        // Fewer pages than asked for: the target has no more.
+        let all_read = pages.len() < PAGES_PER_READ as usize;
+        let mut out: Vec<(i64, i64)> = Vec::with_capacity(limit);
+        let mut window: Vec<(i64, i64)> = Vec::new();
+        let mut current = None;
+        let mut enough = false;
+        for (win, _, users, times) in pages {
+            if current != Some(win) {
+                flush(&mut window, &mut out);
+                if out.len() >= limit {
+                    enough = true;
+                    break;
+                }
+                current = Some(win);
+            }
+            window.extend(times.into_iter().zip(users));
+        }
+        if !enough {
+            if !all_read {
+                return None; // more pages may follow: only a full scan knows
+            }
+            flush(&mut window, &mut out);
+        }
+        let floor = if out.len() >= limit { current.map_or(0, |w| w * WINDOW_MS) } else { 0 };
+        out.extend(unpaged.into_iter().filter(|(t, _)| *t >= floor));
+        out.sort_unstable_by(|a, b| b.cmp(a));
+        Some(likers_of(out, limit))
     }
 }
 

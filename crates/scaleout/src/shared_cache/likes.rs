@@ -249,6 +249,10 @@ impl LikeReader for CachedLikes {
     async fn likers(&self, target: Target, after: Option<Liker>, limit: usize) -> StoreResult<Vec<Liker>> {
         self.inner.likers(target, after, limit).await
     }
+
+    async fn recent_likers_many(&self, targets: &[Target], limit: usize) -> StoreResult<Vec<Vec<Liker>>> {
+        self.inner.recent_likers_many(targets, limit).await
+    }
 }
 
 #[async_trait]

@@ -114,13 +114,14 @@ impl CountCache {
         let slots: Vec<Arc<Slot>> = targets.iter().map(|t| self.slot(*t)).collect();
         let mut out: Vec<Option<Cached>> = Vec::with_capacity(targets.len());
         let mut missing: Vec<usize> = Vec::new();
+        let mut stale_ones: Vec<(Target, Arc<Slot>)> = Vec::new();
         for (i, slot) in slots.iter().enumerate() {
             let cur = slot.state.lock().clone();
             match cur {
                 Some(c) => {
                     let stale = c.loaded_at.elapsed() >= self.refresh;
                     if stale && !slot.refreshing.swap(true, Ordering::AcqRel) {
-                        self.spawn_refresh(targets[i], slot.clone());
+                        stale_ones.push((targets[i], slot.clone()));
                     }
                     if stale {
                         self.lookups.stale.increment(1)
@@ -135,6 +136,10 @@ impl CountCache {
                     out.push(None);
                 }
             }
+        }
+        if !stale_ones.is_empty() {
+            // The page's stale entries in ONE background load (one read per shard).
+            self.spawn_refresh(stale_ones);
         }
         if !missing.is_empty() {
             // Take the per-key load locks in target order (no deadlock between two pages that
@@ -179,10 +184,17 @@ impl CountCache {
         let epoch = self.epoch.load(Ordering::Acquire);
         self.loads.fetch_add(1, Ordering::Relaxed);
         let counts = self.counters.counts(targets).await?;
+        // Every post's recent likers in one call (one round trip per shard on remote engines).
+        let posts: Vec<Target> = if self.recent_n > 0 {
+            targets.iter().copied().filter(|t| t.kind == TargetKind::Post).collect()
+        } else {
+            Vec::new()
+        };
+        let mut likers = self.likes.recent_likers_many(&posts, self.recent_n).await?.into_iter();
         let mut out = Vec::with_capacity(targets.len());
         for (t, c) in targets.iter().zip(counts) {
             let recent = if t.kind == TargetKind::Post && self.recent_n > 0 {
-                self.likes.likers(*t, None, self.recent_n).await?.into_iter().map(|l| l.user).collect()
+                likers.next().unwrap_or_default().into_iter().map(|l| l.user).collect()
             } else {
                 Vec::new()
             };
@@ -207,19 +219,30 @@ impl CountCache {
         *state = Some(value);
     }
 
-    fn spawn_refresh(self: &Arc<Self>, t: Target, slot: Arc<Slot>) {
+    /// Reload stale entries in the background, all in one load; readers keep the stale values
+    /// meanwhile. Load locks are taken in target order, as [`CountCache::get_many`] takes them.
+    fn spawn_refresh(self: &Arc<Self>, mut stale: Vec<(Target, Arc<Slot>)>) {
         let this = self.clone();
+        stale.sort_by_key(|(t, _)| *t);
+        stale.dedup_by_key(|(t, _)| *t);
         tokio::spawn(async move {
-            let _g = slot.load.lock().await;
-            match this.load(&[t]).await {
-                Ok(mut v) => {
-                    if let Some((e, value)) = v.pop() {
-                        this.install(&slot, e, value);
+            let mut guards = Vec::with_capacity(stale.len());
+            for (_, slot) in &stale {
+                guards.push(slot.load.lock().await);
+            }
+            let want: Vec<Target> = stale.iter().map(|(t, _)| *t).collect();
+            match this.load(&want).await {
+                Ok(values) => {
+                    for ((_, slot), (e, value)) in stale.iter().zip(values) {
+                        this.install(slot, e, value);
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "count refresh failed"),
             }
-            slot.refreshing.store(false, Ordering::Release);
+            drop(guards);
+            for (_, slot) in &stale {
+                slot.refreshing.store(false, Ordering::Release);
+            }
         });
     }
 
