@@ -4,10 +4,11 @@
 //! and its offset are saved as one snapshot (`SnapshotStore`) every round, so a restart never
 //! folds an event in twice; the detection windows live in memory only.
 //!
-//! A round: (1) read the verdicts given since the last round (from a little before, so a
+//! New events are folded in every 50 ms, so they come from the log's in-memory tail. A round,
+//! every second: (1) read the verdicts given since the last round (from a little before, so a
 //! verdict written by a node with a slower clock is not missed; one applied already is
-//! skipped), enumerating a newly confirmed account's likes from the like rows; (2) fold in the
-//! new events; (3) scan for patterns; (4) save.
+//! skipped), enumerating a newly confirmed account's likes from the like rows; (2) scan for
+//! patterns; (3) save the state with everything folded in so far, at that offset.
 
 use likewise_core::StoreResult;
 use likewise_core::ids::UserId;
@@ -31,8 +32,11 @@ pub const MAX_ENUMERATED: usize = 1_000_000;
 pub struct IntegrityWorkerOptions {
     /// Detection thresholds and windows.
     pub detect: IntegrityOptions,
-    /// How often a round runs.
+    /// How often a round (verdicts, scan, save) runs.
     pub every: Duration,
+    /// How often new events are folded in between rounds: often enough that they are read
+    /// from the log's in-memory tail rather than from storage.
+    pub follow_every: Duration,
     /// Events read per log call.
     pub read_chunk: usize,
 }
@@ -42,6 +46,7 @@ impl Default for IntegrityWorkerOptions {
         IntegrityWorkerOptions {
             detect: IntegrityOptions::default(),
             every: Duration::from_secs(1),
+            follow_every: Duration::from_millis(50),
             read_chunk: 16_384,
         }
     }
@@ -100,26 +105,24 @@ async fn verdicts(p: &IntegrityPorts, state: &mut Integrity, now: u64) -> StoreR
     }
 }
 
-/// One round (see the module documentation). Returns the events folded in.
-pub async fn round(
+/// Fold in the events after `upto` (at most a round's worth), moving `upto` past them.
+/// Returns how many were folded.
+pub async fn fold(
     log: &dyn EventLog,
-    p: &IntegrityPorts,
     state: &mut Integrity,
-    offset: &mut u64,
+    upto: &mut u64,
     opts: &IntegrityWorkerOptions,
 ) -> StoreResult<usize> {
     let started = std::time::Instant::now();
-    verdicts(p, state, likewise_service::now_ms()).await?;
     let mut n = 0;
-    let mut upto = *offset;
     loop {
-        let events = log.read_after(upto, opts.read_chunk).await?;
+        let events = log.read_after(*upto, opts.read_chunk).await?;
         for e in &events {
             state.apply(&opts.detect, e);
         }
         n += events.len();
         match events.last() {
-            Some(last) => upto = last.seq,
+            Some(last) => *upto = last.seq,
             None => break,
         }
         // Read until the log is drained: a stream consumer hands out fewer events per call
@@ -128,15 +131,43 @@ pub async fn round(
             break;
         }
     }
+    Ok(n)
+}
+
+/// Verdicts, scan, save: the state with every event up to `upto` folded in becomes the
+/// snapshot at offset `upto`.
+async fn checkpoint(
+    log: &dyn EventLog,
+    p: &IntegrityPorts,
+    state: &mut Integrity,
+    offset: &mut u64,
+    upto: u64,
+    opts: &IntegrityWorkerOptions,
+) -> StoreResult<()> {
+    verdicts(p, state, likewise_service::now_ms()).await?;
     let flagged = state.scan(&opts.detect, likewise_service::now_ms());
     p.snapshots.save_snapshot(INTEGRITY, upto, &codec::encode(state)).await?;
+    metrics::counter!("likewise_integrity_events_total").increment(upto.saturating_sub(*offset));
     *offset = upto;
     log.committed(upto).await?;
-    metrics::counter!("likewise_integrity_events_total").increment(n as u64);
     metrics::gauge!("likewise_integrity_flags").set(state.flag_count() as f64);
     if flagged > 0 {
         tracing::info!(flagged, "integrity: accounts flagged");
     }
+    Ok(())
+}
+
+/// One round (see the module documentation). Returns the events folded in.
+pub async fn round(
+    log: &dyn EventLog,
+    p: &IntegrityPorts,
+    state: &mut Integrity,
+    offset: &mut u64,
+    opts: &IntegrityWorkerOptions,
+) -> StoreResult<usize> {
+    let mut upto = *offset;
+    let n = fold(log, state, &mut upto, opts).await?;
+    checkpoint(log, p, state, offset, upto, opts).await?;
     Ok(n)
 }
 
@@ -148,15 +179,28 @@ pub async fn run(
     opts: IntegrityWorkerOptions,
     shutdown: watch::Receiver<bool>,
 ) {
-    let mut ticker = crate::Ticker::new(opts.every, shutdown);
+    // Events are folded in every `follow_every` (from the log's in-memory tail while the
+    // consumer keeps up); verdicts, the scan and the save run every `every`.
+    let mut ticker = crate::Ticker::new(opts.follow_every.min(opts.every), shutdown);
+    let mut upto = offset;
+    let mut last_round = std::time::Instant::now();
     while ticker.next().await {
-        if let Err(e) = round(&*log, &p, &mut state, &mut offset, &opts).await {
+        let step = async {
+            fold(&*log, &mut state, &mut upto, &opts).await?;
+            if last_round.elapsed() >= opts.every {
+                last_round = std::time::Instant::now();
+                checkpoint(&*log, &p, &mut state, &mut offset, upto, &opts).await?;
+            }
+            Ok::<_, likewise_core::StoreError>(())
+        };
+        if let Err(e) = step.await {
             tracing::warn!(error = %e, "integrity round failed; retrying");
             // The state may hold events past the saved offset: start again from the snapshot.
             match load(&*p.snapshots).await {
                 Ok((o, s)) => (offset, state) = (o, s),
                 Err(e) => tracing::warn!(error = %e, "reloading the integrity snapshot failed"),
             }
+            upto = offset;
         }
     }
 }

@@ -17,15 +17,22 @@ use tokio::sync::watch;
 /// Trending tuning.
 #[derive(Debug, Clone)]
 pub struct TrendingOptions {
-    /// How often new events are folded in and the snapshot saved.
+    /// How often the snapshot is saved.
     pub save_every: Duration,
+    /// How often new events are folded in: often enough that they are read from the log's
+    /// in-memory tail rather than from storage.
+    pub follow_every: Duration,
     /// Events read per log call.
     pub read_chunk: usize,
 }
 
 impl Default for TrendingOptions {
     fn default() -> Self {
-        TrendingOptions { save_every: Duration::from_secs(1), read_chunk: 16_384 }
+        TrendingOptions {
+            save_every: Duration::from_secs(1),
+            follow_every: Duration::from_millis(50),
+            read_chunk: 16_384,
+        }
     }
 }
 
@@ -43,7 +50,51 @@ pub async fn load(snapshots: &dyn SnapshotStore) -> StoreResult<(u64, Trending)>
     })
 }
 
-/// One round: fold in everything new, prune, save. Returns the events folded in.
+/// Fold in the events after `upto` (until the log is drained, at most 1,000,000), moving
+/// `upto` past them. Returns how many were folded.
+pub async fn fold(
+    log: &dyn EventLog,
+    state: &mut Trending,
+    upto: &mut u64,
+    read_chunk: usize,
+) -> StoreResult<usize> {
+    let mut n = 0;
+    loop {
+        let events = log.read_after(*upto, read_chunk).await?;
+        for e in &events {
+            state.apply(e);
+        }
+        n += events.len();
+        match events.last() {
+            Some(last) => *upto = last.seq,
+            None => break,
+        }
+        if events.len() < read_chunk || n >= 1_000_000 {
+            break;
+        }
+    }
+    Ok(n)
+}
+
+/// Save the state with every event up to `upto` folded in, as the snapshot at `upto`.
+async fn checkpoint(
+    log: &dyn EventLog,
+    snapshots: &dyn SnapshotStore,
+    state: &mut Trending,
+    offset: &mut u64,
+    upto: u64,
+) -> StoreResult<()> {
+    let now = likewise_service::now_ms();
+    state.prune(now);
+    snapshots.save_snapshot(TRENDING, upto, &state.encode(now)).await?;
+    metrics::counter!("likewise_trending_events_total").increment(upto.saturating_sub(*offset));
+    *offset = upto;
+    log.committed(upto).await?;
+    metrics::gauge!("likewise_trending_posts").set(state.len() as f64);
+    Ok(())
+}
+
+/// Fold in the new events and save. Returns the events folded in.
 pub async fn round(
     log: &dyn EventLog,
     snapshots: &dyn SnapshotStore,
@@ -51,29 +102,9 @@ pub async fn round(
     offset: &mut u64,
     read_chunk: usize,
 ) -> StoreResult<usize> {
-    let mut n = 0;
     let mut upto = *offset;
-    loop {
-        let events = log.read_after(upto, read_chunk).await?;
-        for e in &events {
-            state.apply(e);
-        }
-        n += events.len();
-        match events.last() {
-            Some(last) => upto = last.seq,
-            None => break,
-        }
-        if events.len() < read_chunk || n >= 1_000_000 {
-            break;
-        }
-    }
-    let now = likewise_service::now_ms();
-    state.prune(now);
-    snapshots.save_snapshot(TRENDING, upto, &state.encode(now)).await?;
-    *offset = upto;
-    log.committed(upto).await?;
-    metrics::counter!("likewise_trending_events_total").increment(n as u64);
-    metrics::gauge!("likewise_trending_posts").set(state.len() as f64);
+    let n = fold(log, state, &mut upto, read_chunk).await?;
+    checkpoint(log, snapshots, state, offset, upto).await?;
     Ok(n)
 }
 
@@ -85,15 +116,25 @@ pub async fn run(
     opts: TrendingOptions,
     shutdown: watch::Receiver<bool>,
 ) {
-    let mut ticker = crate::Ticker::new(opts.save_every, shutdown);
+    let mut ticker = crate::Ticker::new(opts.follow_every.min(opts.save_every), shutdown);
+    let mut upto = offset;
+    let mut last_save = std::time::Instant::now();
     while ticker.next().await {
-        if let Err(e) = round(&*log, &*snapshots, &mut state, &mut offset, opts.read_chunk).await {
+        let step = async {
+            fold(&*log, &mut state, &mut upto, opts.read_chunk).await?;
+            if last_save.elapsed() >= opts.save_every {
+                last_save = std::time::Instant::now();
+                checkpoint(&*log, &*snapshots, &mut state, &mut offset, upto).await?;
+            }
+            Ok::<_, likewise_core::StoreError>(())
+        };
+        if let Err(e) = step.await {
             tracing::warn!(error = %e, "trending round failed; retrying");
-            // The state may hold events past the saved offset: start again from the snapshot.
             match load(&*snapshots).await {
                 Ok((o, t)) => (offset, state) = (o, t),
                 Err(e) => tracing::warn!(error = %e, "reloading the trending snapshot failed"),
             }
+            upto = offset;
         }
     }
 }
