@@ -309,7 +309,9 @@ def main():
     ap.add_argument("--page-size", type=int, default=20)
     ap.add_argument("--clients", type=int, default=4, help="concurrent feed readers")
     ap.add_argument("--seed-threads", type=int, default=8)
-    ap.add_argument("--settle", type=float, default=15.0, help="seconds after seeding before the idle baseline")
+    ap.add_argument("--settle", type=float, default=45.0,
+                    help="seconds after seeding before the idle baseline (the notifier works through "
+                         "the seeded likes for 20-30 s; a shorter wait inflates the idle rate)")
     ap.add_argument("--idle", type=float, default=10.0, help="seconds of the idle baseline")
     ap.add_argument("--flush", type=float, default=12.0,
                     help="seconds to wait for PostgreSQL's statistics before a final reading")

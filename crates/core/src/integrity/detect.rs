@@ -21,7 +21,7 @@
 
 use super::{Evidence, Flag, IntegrityOptions, Reason};
 use crate::like::Target;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 /// MinHash functions per signature.
 const SIG: usize = 16;
@@ -77,9 +77,10 @@ impl Track {
 /// The detection windows (memory only).
 #[derive(Debug, Default)]
 pub struct Detector {
-    users: HashMap<u64, Track>,
-    active: HashSet<u64>,
-    candidates: HashSet<u64>,
+    // foldhash: every like looks its user up here (SipHash showed in profiles of a storm).
+    users: foldhash::HashMap<u64, Track>,
+    active: foldhash::HashSet<u64>,
+    candidates: foldhash::HashSet<u64>,
 }
 
 fn mix(mut x: u64) -> u64 {
