@@ -210,7 +210,7 @@ impl FirstRead {
     /// cursor; `None` when the pages read may not reach far enough back.
     fn merge(self, limit: usize) -> Option<Vec<Liker>> {
         let FirstRead { mut pages, unpaged } = self;
-        pages.sort_unstable_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+        pages.sort_unstable_by_key(|p| std::cmp::Reverse((p.0, p.1)));
         // Fewer pages than asked for: the target has no more.
         let all_read = pages.len() < PAGES_PER_READ as usize;
         let mut out: Vec<(i64, i64)> = Vec::with_capacity(limit);
