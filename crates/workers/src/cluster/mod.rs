@@ -184,7 +184,11 @@ async fn trending(svc: &Engagement, p: &ClusterPorts, stop: watch::Receiver<bool
         .await;
         match started {
             Ok((log, start)) => {
-                return crate::trending::run(log, snapshots, start, Default::default(), stop).await;
+                // Folded once a round: the stream has no in-memory tail to keep up with, and
+                // every fold is a pull from JetStream.
+                let d = crate::trending::TrendingOptions::default();
+                let opts = crate::trending::TrendingOptions { follow_every: d.save_every, ..d };
+                return crate::trending::run(log, snapshots, start, opts, stop).await;
             }
             Err(e) => tracing::error!(error = %e, "trending not started"),
         }
@@ -210,7 +214,12 @@ async fn integrity(
         }
         .await;
         match started {
-            Ok((log, start)) => return crate::integrity::run(log, ports, start, opts, stop).await,
+            Ok((log, start)) => {
+                // Folded once a round, as trending (above).
+                let opts =
+                    crate::integrity::IntegrityWorkerOptions { follow_every: opts.every, ..opts.clone() };
+                return crate::integrity::run(log, ports, start, opts, stop).await;
+            }
             Err(e) => tracing::error!(error = %e, "integrity not started"),
         }
         if !retry_later(&stop).await {
