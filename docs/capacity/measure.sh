@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# The measurements behind docs/capacity.md, rerunnable: bash docs/capacity/measure.sh STEP
+# from the repository root, with the release binary built. It starts its OWN PostgreSQL 15
+# cluster, Redis and NATS (JetStream) on spare ports under $W, so WAL positions, Redis
+# INFO commandstats and NATS counters see this load alone; `stop` removes them all.
+#
+# The steps, in the order they were run for docs/capacity.md (each prints its figures):
+#   start     initdb + pg_ctl start (as the postgres user), redis-server, nats-server -js;
+#             migrate two shards; one API node (serve --role api), one worker (--role worker)
+#   register  200,000 posts by 50,000 authors
+#   like      1,000,000 likes (Zipf 1.0 over the posts, likers uniform over 5M users); WAL,
+#             CPU, Redis commands and stream counters at the last answer; then waits for the
+#             reverse index and the aggregators; statements and WAL per like; table sizes
+#   redis     MEMORY USAGE of every key, summed per key family (right after `like`)
+#   consumers drain rates over 60 s (notifier, trending, ...), WAL per notified event
+#   comment   20,000 comments of 40-140 characters on Zipf-chosen posts; table sizes after
+#   feed      20,000 feed pages of 20 posts; Redis commands and shard statements per page
+#   jetstream publish/consume rate and nats-server CPU per message (js_bench.py, nats-py)
+#   embedded  the same register + like load on the embedded store; du of its keyspaces
+#   stop      stop everything started here and delete $W
+set -euo pipefail
+BIN=${BIN:-$PWD/target/release/likewise}
+HERE=$(cd "$(dirname "$0")" && pwd)
+W=${W:-/tmp/lwcap}
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGPORT=55432; REDISPORT=16379; NATSPORT=14222; NATSMON=18222
+API=127.0.0.1:18480; EMB=127.0.0.1:18481
+SECRET=capacity-measurement-secret-0123
+PSQL="psql -h 127.0.0.1 -p $PGPORT -U postgres -X -q -At"
+RCLI="redis-cli -p $REDISPORT"
+
+config() {
+  cat > "$W/lw.toml" <<EOT
+[server]
+listen = "$API"
+[store]
+backend = "postgres"
+postgres_shards = ["postgres://postgres@127.0.0.1:$PGPORT/lwcap_s0", "postgres://postgres@127.0.0.1:$PGPORT/lwcap_s1"]
+data_dir = "$W/data"
+[cache]
+redis_url = "redis://127.0.0.1:$REDISPORT/0"
+redis_prefix = "lwcap"
+[stream]
+nats_url = "nats://127.0.0.1:$NATSPORT"
+prefix = "lwcap"
+[auth]
+secret = "$SECRET"
+[limits]
+likes_per_minute = 0
+EOT
+  cat > "$W/emb.toml" <<EOT
+[server]
+listen = "$EMB"
+[store]
+data_dir = "$W/emb"
+[auth]
+secret = "$SECRET"
+[limits]
+likes_per_minute = 0
+EOT
+}
+
+# CPU seconds so far of each component (utime + stime; PostgreSQL adds its exited children).
+cpu() {
+  local hz pm; hz=$(getconf CLK_TCK); pm=$(head -1 "$W/pg/postmaster.pid")
+  for p in api worker redis nats; do
+    [ -f "$W/$p.pid" ] && awk -v hz="$hz" -v n="$p" '{ print n, ($14 + $15) / hz }' /proc/"$(cat "$W/$p.pid")"/stat
+  done
+  { cat /proc/"$pm"/stat; for c in $(pgrep -P "$pm"); do cat /proc/"$c"/stat 2>/dev/null || true; done; } |
+    awk -v hz="$hz" -v pm="$pm" '{ s += $14 + $15; if ($1 == pm) s += $16 + $17 } END { print "postgres", s / hz }'
+}
+
+wal() { $PSQL -d postgres -c "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"; }
+
+sizes() {
+  for db in lwcap_s0 lwcap_s1; do
+    $PSQL -d $db -F ' ' -c "SELECT c.relname, pg_total_relation_size(c.oid), pg_relation_size(c.oid),
+                                   coalesce(s.n_live_tup, 0)
+                            FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+                            WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace"
+  done | awk '{ t[$1] += $2; h[$1] += $3; n[$1] += $4 } END { for (k in t) if (t[k] > 16384) printf "%-20s total %12d heap %12d rows %10d\n", k, t[k], h[k], n[k] }' | sort
+}
+
+rows() {
+  for db in lwcap_s0 lwcap_s1; do
+    $PSQL -d $db -c "SELECT (SELECT count(*) FROM likes) || ' ' || (SELECT count(*) FROM user_likes) || ' ' ||
+                            (SELECT count(*) FROM notif_actors) || ' ' || (SELECT count(*) FROM outbox WHERE stream_seq IS NULL)"
+  done | awk '{ a += $1; b += $2; c += $3; d += $4 } END { print "likes", a, "user_likes", b, "notif_actors", c, "unrelayed", d }'
+}
+
+redis_stats() { $RCLI INFO commandstats | tr -d '\r' | grep '^cmdstat_' | sed 's/cmdstat_//; s/:calls=/ /; s/,.*//'; }
+
+stream() { curl -s "http://127.0.0.1:$NATSMON/jsz?streams=true" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+for a in j.get("account_details", []):
+    for s in a.get("stream_detail", []):
+        st = s["state"]; print(s["name"], "messages", st["messages"], "bytes", st["bytes"])'; }
+
+snapshot() {
+  echo "== $1 $(date -u +%FT%TZ)"; echo "wal $(wal)"; cpu; rows; stream
+  redis_stats > "$W/redis.$1"
+  for db in lwcap_s0 lwcap_s1; do
+    $PSQL -d $db -c "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+  done | awk '{ s += $1 } END { print "pg_statements", s }'
+}
+
+offsets() {
+  for db in lwcap_s0 lwcap_s1; do $PSQL -d $db -c "SELECT consumer || '=' || upto FROM consumer_offsets"; done | sort | tr '\n' ' '; echo
+}
+
+drain() {
+  # Until every like is in the reverse index, nothing is unrelayed and both shards' counter
+  # aggregators reached the stream's end. The notifier and trending consumers are far slower
+  # (see the `consumers` step) and are not waited for.
+  local msgs
+  for _ in $(seq 1 600); do
+    read -r _ l _ u _ _ _ q < <(rows)
+    msgs=$(stream | awk '{ print $3 }')
+    if [ "$l" = "$u" ] && [ "$q" = 0 ] && offsets | grep -q "counters@0=$msgs " && offsets | grep -q "counters@1=$msgs "; then return; fi
+    sleep 2
+  done
+}
+
+# Statements with their calls, rows and WAL, summed over the shards (pg_stat_statements).
+statements() {
+  for db in lwcap_s0 lwcap_s1; do
+    $PSQL -d $db -F '|' -c "SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70), calls, rows, wal_bytes,
+                                   total_exec_time + total_plan_time
+                            FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+  done | awk -F'|' '{ c[$1] += $2; r[$1] += $3; w[$1] += $4; t[$1] += $5 } END { for (k in c) print k "|" c[k] "|" r[k] "|" w[k] "|" t[k] }' | sort -t'|' -k1,1
+}
+
+# Differences of two `statements` dumps: calls, rows, WAL bytes and executor + planner ms.
+statements_delta() {
+  join -t'|' -a2 -e0 -o 0,1.2,1.3,1.4,1.5,2.2,2.3,2.4,2.5 "$1" "$2" |
+    awk -F'|' -v n="$3" '{ c = $6 - $2; if (c > 0) printf "%9d calls %7.2f per op  rows/call %6.1f  WAL/op %7.0f B  exec %6.1f us/call  %s\n", c, c / n, ($7 - $3) / c, ($8 - $4) / n, ($9 - $5) * 1000 / c, $1 }' | sort -rn
+}
+
+case "${1:-}" in
+start)
+  mkdir -p "$W"; config
+  install -d -o postgres "$W/pg"   # PostgreSQL refuses to run as root
+  runuser -u postgres -- "$PGBIN/initdb" -D "$W/pg" -U postgres --auth=trust >/dev/null
+  cat >> "$W/pg/postgresql.conf" <<EOT
+port = $PGPORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = ''
+max_connections = 200
+shared_preload_libraries = 'pg_stat_statements'
+EOT
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$W/pg" -l "$W/pg/server.log" -w start >/dev/null
+  redis-server --port $REDISPORT --save '' --appendonly no --daemonize yes --pidfile "$W/redis.pid" --dir "$W"
+  nats-server -js -p $NATSPORT -m $NATSMON -sd "$W/nats" > "$W/nats.log" 2>&1 & echo $! > "$W/nats.pid"
+  sleep 1
+  for db in lwcap_s0 lwcap_s1; do "$PGBIN/createdb" -h 127.0.0.1 -p $PGPORT -U postgres $db; \
+    $PSQL -d $db -c "CREATE EXTENSION pg_stat_statements"; done
+  "$BIN" migrate --config "$W/lw.toml"
+  "$BIN" serve --config "$W/lw.toml" --role api > "$W/api.log" 2>&1 & echo $! > "$W/api.pid"
+  "$BIN" serve --config "$W/lw.toml" --role worker --listen 127.0.0.1:18482 > "$W/worker.log" 2>&1 & echo $! > "$W/worker.pid"
+  sleep 3; curl -sf "http://$API/healthz" >/dev/null && echo started ;;
+register)
+  python3 "$HERE/load.py" register --url $API --secret $SECRET ;;
+like)
+  snapshot before_like; statements > "$W/pss.before_like"
+  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" like --url $API --secret $SECRET
+  snapshot after_like_ack; statements > "$W/pss.after_like_ack"
+  join -a2 -e0 -o 0,1.2,2.2 <(sort "$W/redis.before_like") <(sort "$W/redis.after_like_ack") | awk '{ printf "redis %-12s %9d per like %.3f\n", $1, $3 - $2, ($3 - $2) / 1e6 }'
+  drain; snapshot after_like_drained; statements > "$W/pss.after_like_drained"
+  statements_delta "$W/pss.before_like" "$W/pss.after_like_drained" 1000000 | head -25
+  for db in lwcap_s0 lwcap_s1; do $PSQL -d $db -c "VACUUM ANALYZE"; done
+  sizes | tee "$W/sizes.after" ;;
+consumers)
+  # Drain rates of the single-consumer notifier and trending against the per-shard ones,
+  # and the WAL per notified event (everything else has caught up by now).
+  a=$(offsets); wa=$(wal); sleep 60; b=$(offsets); wb=$(wal)
+  echo "before: $a"; echo "after:  $b"; echo "wal bytes in 60 s: $((wb - wa))"
+  for db in lwcap_s0 lwcap_s1; do $PSQL -d $db -c "SELECT count(*), pg_total_relation_size('notif_actors'), count(DISTINCT item) FROM notif_actors"; done ;;
+comment)
+  snapshot before_comment
+  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" comment --url $API --secret $SECRET --comments 20000
+  sleep 15; snapshot after_comment
+  for db in lwcap_s0 lwcap_s1; do $PSQL -d $db -c "VACUUM ANALYZE"; done
+  sizes | tee "$W/sizes.after_comment" ;;
+feed)
+  snapshot before_feed; statements > "$W/pss.before_feed"
+  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" feed --url $API --secret $SECRET --pages 20000
+  snapshot after_feed; statements > "$W/pss.after_feed"
+  # The worker's statements (notifier, relay) run meanwhile: read the API's read statements.
+  statements_delta "$W/pss.before_feed" "$W/pss.after_feed" 20000 | head -20
+  join -a2 -e0 -o 0,1.2,2.2 <(sort "$W/redis.before_feed") <(sort "$W/redis.after_feed") | awk '{ printf "redis %-12s %9d per page %.3f\n", $1, $3 - $2, ($3 - $2) / 20000 }' ;;
+redis)
+  # Right after `like`: the own-likes bucket still holds that load's records.
+  $RCLI --scan --pattern 'lwcap:*' > "$W/keys.txt"
+  sed 's/^/MEMORY USAGE /; s/$/ SAMPLES 0/' "$W/keys.txt" | $RCLI > "$W/mem.txt"
+  sed 's/^/HLEN /' "$W/keys.txt" | $RCLI > "$W/hlen.txt"
+  paste -d' ' "$W/keys.txt" "$W/mem.txt" "$W/hlen.txt" |
+    awk '{ f = $1; sub(/^lwcap:/, "", f); split(f, p, ":"); fam = p[1]; if (fam == "c") fam = "c:" p[2]
+           n[fam]++; b[fam] += $2; h[fam] += $3 }
+         END { for (k in n) printf "%-5s keys %8d bytes %11d per key %10.1f fields %8d per field %6.1f\n", k, n[k], b[k], b[k] / n[k], h[k], b[k] / h[k] }'
+  $RCLI INFO memory | tr -d '\r' | grep -E '^used_memory:|^used_memory_dataset:' ;;
+embedded)
+  mkdir -p "$W/emb"
+  "$BIN" serve --config "$W/emb.toml" > "$W/emb.log" 2>&1 & echo $! > "$W/emb.pid"; sleep 3
+  python3 "$HERE/load.py" register --url $EMB --secret $SECRET
+  du -sb "$W/emb"
+  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" like --url $EMB --secret $SECRET
+  sleep 15; kill -TERM "$(cat "$W/emb.pid")"; while kill -0 "$(cat "$W/emb.pid")" 2>/dev/null; do sleep 1; done
+  # Reopen with a 1 MiB write buffer: the replayed memtables are flushed to tables.
+  LIKEWISE__STORE__WRITE_BUFFER_MB=1 "$BIN" serve --config "$W/emb.toml" > "$W/emb2.log" 2>&1 & echo $! > "$W/emb.pid"
+  sleep 25; kill -TERM "$(cat "$W/emb.pid")"; while kill -0 "$(cat "$W/emb.pid")" 2>/dev/null; do sleep 1; done
+  du -sb "$W/emb" "$W/emb/store/keyspaces"; ls -l "$W/emb/store/"*.jnl
+  # Keyspace directories are numbered in the order store/src/embedded/mod.rs opens them
+  # (1 user_likes, 2 liker_pages, 3 events, ..., 17 notif_items, 19 notif_actors).
+  for k in "$W/emb/store/keyspaces"/*; do echo "$(du -sb "$k" | cut -f1) keyspace $(basename "$k")"; done | sort -rn | head -10 ;;
+jetstream)
+  python3 "$HERE/js_bench.py" --url nats://127.0.0.1:$NATSPORT --nats-pid "$(cat "$W/nats.pid")" --messages 200000 --size 142 ;;
+stop)
+  for p in api worker emb nats; do [ -f "$W/$p.pid" ] && kill "$(cat "$W/$p.pid")" 2>/dev/null || true; done
+  sleep 5; for p in api worker emb; do [ -f "$W/$p.pid" ] && kill -9 "$(cat "$W/$p.pid")" 2>/dev/null || true; done
+  [ -f "$W/redis.pid" ] && kill "$(cat "$W/redis.pid")" 2>/dev/null || true
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$W/pg" -w stop >/dev/null 2>&1 || true
+  sleep 2; rm -rf "$W" ;;
+*) sed -n '2,17p' "$0"; exit 2 ;;
+esac
