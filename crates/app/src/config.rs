@@ -684,8 +684,8 @@ impl Config {
                 hold: Duration::from_millis(self.notifications.hold_ms),
                 ..Default::default()
             },
-            trending: true,
-            integrity_on: true,
+            run_trending: true,
+            run_integrity: true,
         })
     }
 

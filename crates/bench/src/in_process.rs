@@ -166,15 +166,16 @@ async fn open(a: &HotPostArgs) -> anyhow::Result<Bench> {
         let spawn: SpawnWorkers = if a.consumers {
             // Everything the single-node `serve` runs beside its HTTP server.
             let (svc, mut opts) = (svc.clone(), cfg.worker_options()?);
-            let without = |c| a.without.contains(&c);
-            if without(StreamConsumer::Export) {
-                opts.export = None;
+            for c in &a.without {
+                match c {
+                    StreamConsumer::Export => opts.export = None,
+                    StreamConsumer::Trending => opts.run_trending = false,
+                    StreamConsumer::Integrity => opts.run_integrity = false,
+                }
             }
-            opts.trending = !without(StreamConsumer::Trending);
-            opts.integrity_on = !without(StreamConsumer::Integrity);
             let mut names = vec!["aggregator", "notifier", "ranker"];
-            names.extend(opts.trending.then_some("trending"));
-            names.extend(opts.integrity_on.then_some("integrity"));
+            names.extend(opts.run_trending.then_some("trending"));
+            names.extend(opts.run_integrity.then_some("integrity"));
             names.extend(opts.export.is_some().then_some("Kafka export"));
             println!("consumers: {}", names.join(", "));
             Box::new(move || {

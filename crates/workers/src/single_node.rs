@@ -59,10 +59,10 @@ pub fn spawn(
     let mut tasks = Tasks::default();
     tasks.push("aggregator", tokio::spawn(aggregator.run(shutdown.clone())));
     tasks.push("notifier", tokio::spawn(crate::notifier::run(svc.clone(), opts.notifier, shutdown.clone())));
-    if opts.trending {
+    if opts.run_trending {
         tasks.push("trending", trending(svc, shutdown.clone()));
     }
-    if opts.integrity_on {
+    if opts.run_integrity {
         tasks.push("integrity", integrity(svc, opts.integrity.clone(), shutdown.clone()));
     }
     if let Some(export) = opts.export {

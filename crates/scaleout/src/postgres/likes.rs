@@ -181,17 +181,22 @@ impl LikeReader for PgStore {
                     let t = target_of(r.get(0), r.get(1))?;
                     first.entry(t).or_default().unpaged.push((r.get(2), r.get(3)));
                 }
-                Ok::<_, StoreError>((idx, first))
+                Ok::<_, StoreError>(first)
             });
-        for (idx, first) in futures::future::try_join_all(reads).await? {
-            for k in idx {
-                // A target asked for twice has one read.
-                let read = first.get(&targets[k]).cloned().unwrap_or_default();
-                out[k] = match read.merge(limit) {
+        // Each target merged once (a target asked for twice shares its read), then placed.
+        let mut merged: HashMap<Target, Vec<Liker>> = HashMap::with_capacity(targets.len());
+        for first in futures::future::try_join_all(reads).await? {
+            for (t, read) in first {
+                let likers = match read.merge(limit) {
                     Some(likers) => likers,
-                    None => self.likers(targets[k], None, limit).await?,
+                    None => self.likers(t, None, limit).await?,
                 };
+                merged.insert(t, likers);
             }
+        }
+        // A target with neither pages nor unpaged likes has no likers.
+        for (slot, t) in out.iter_mut().zip(targets) {
+            *slot = merged.get(t).cloned().unwrap_or_default();
         }
         Ok(out)
     }
@@ -199,7 +204,7 @@ impl LikeReader for PgStore {
 
 /// What the first batched read found for one target: its newest liker pages
 /// `(win, page, users, times)` and its newest unpaged likes `(liked_at, user)`.
-#[derive(Default, Clone)]
+#[derive(Default)]
 struct FirstRead {
     pages: Vec<(i64, i64, Vec<i64>, Vec<i64>)>,
     unpaged: Vec<(i64, i64)>,

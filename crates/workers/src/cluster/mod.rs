@@ -56,9 +56,9 @@ pub struct WorkerOptions {
     pub integrity: crate::integrity::IntegrityWorkerOptions,
     /// Run the trending consumer (single node; always on in `serve`: off only in
     /// `bench hot-post --consumers --without`, to measure what it costs).
-    pub trending: bool,
+    pub run_trending: bool,
     /// The same for the integrity consumer.
-    pub integrity_on: bool,
+    pub run_integrity: bool,
 }
 
 impl Default for WorkerOptions {
@@ -69,8 +69,8 @@ impl Default for WorkerOptions {
             export: None,
             key_retention: crate::key_expiry::DEFAULT_RETENTION,
             integrity: Default::default(),
-            trending: true,
-            integrity_on: true,
+            run_trending: true,
+            run_integrity: true,
         }
     }
 }
