@@ -40,6 +40,11 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// A leased consumer's write was refused: another process has taken the consumer's
+    /// fence since this one took its own (a standby took over while this process was cut
+    /// off). The writer must stop; nothing of the refused write was applied.
+    #[error("consumer {0:?} was taken over by another process")]
+    Superseded(String),
     /// A server the engine needs could not be reached or lost the connection (a partition,
     /// a restart, a refused connection): nothing is wrong with the request, try again later;
     /// a 503 rather than a 500.
@@ -100,6 +105,7 @@ impl StoreError {
                 StoreError::Corrupt { keyspace, detail: detail.clone() }
             }
             StoreError::Closed => StoreError::Closed,
+            StoreError::Superseded(c) => StoreError::Superseded(c.clone()),
             StoreError::Overloaded { engine, source } => {
                 StoreError::Overloaded { engine, source: text(&**source) }
             }
@@ -115,9 +121,10 @@ impl StoreError {
             StoreError::Closed | StoreError::Overloaded { .. } | StoreError::Unreachable { .. } => {
                 ErrorKind::Unavailable
             }
-            StoreError::Engine(_) | StoreError::Backend { .. } | StoreError::Corrupt { .. } => {
-                ErrorKind::Internal
-            }
+            StoreError::Engine(_)
+            | StoreError::Backend { .. }
+            | StoreError::Corrupt { .. }
+            | StoreError::Superseded(_) => ErrorKind::Internal,
         }
     }
 }

@@ -7,6 +7,11 @@
 //! Crash safety: the stored offset never passes an event that is still held, so a restart
 //! re-reads and re-holds it; inbox changes are idempotent (an exact set of actors per item),
 //! so replaying from any offset gives the same inbox.
+//!
+//! One writer: a notifier takes the consumer's fence when it starts
+//! (`NotificationStore::fence_notifications`), and every write carries it. A notifier that lost
+//! its lease while cut off (its write still in flight) is refused once its successor started,
+//! and stops: it can neither undo the successor's changes nor move its offset.
 
 use likewise_core::event::Event;
 use likewise_core::ids::CommentId;
@@ -53,6 +58,8 @@ pub struct Notifier {
     holder: Holder,
     processed: u64,
     committed: u64,
+    /// This notifier's writer fence.
+    fence: u64,
 }
 
 impl Notifier {
@@ -69,12 +76,15 @@ impl Notifier {
         opts: &NotifierOptions,
         log: Arc<dyn EventLog>,
     ) -> StoreResult<Self> {
+        // Fenced first: a predecessor's write still in flight is refused from here on, so
+        // the offset read next cannot move under this notifier.
+        let fence = svc.stores().notifications.fence_notifications(NOTIFIER).await?;
         let offset = Self::stored_offset(&svc).await?;
         // An earlier run may have released likes past the committed offset (it stays below
         // the oldest held one); everything it can have read is at most the log's head now.
         let mut holder = Holder::new(opts.hold.as_millis() as u64);
         holder.replaying_upto(log.head().await?);
-        Ok(Notifier { svc, log, holder, processed: offset, committed: offset })
+        Ok(Notifier { svc, log, holder, processed: offset, committed: offset, fence })
     }
 
     /// The position the notifier has committed.
@@ -203,18 +213,20 @@ impl Notifier {
         if changes.is_empty() && offset == self.committed {
             return Ok(0);
         }
-        let items = match stores.notifications.apply_notifications(NOTIFIER, offset, &changes).await {
-            Ok(items) => items,
-            Err(e) => {
-                // Forget what this step absorbed and re-read from the committed offset (it
-                // never passes a held event), so the lost changes are derived again. The
-                // commit may have landed, so what is read again up to here may have been
-                // delivered.
-                self.holder.forget(self.processed);
-                self.processed = self.committed;
-                return Err(e);
-            }
-        };
+        let items =
+            match stores.notifications.apply_notifications(NOTIFIER, self.fence, offset, &changes).await {
+                Ok(items) => items,
+                Err(e @ likewise_core::StoreError::Superseded(_)) => return Err(e),
+                Err(e) => {
+                    // Forget what this step absorbed and re-read from the committed offset (it
+                    // never passes a held event), so the lost changes are derived again. The
+                    // commit may have landed, so what is read again up to here may have been
+                    // delivered.
+                    self.holder.forget(self.processed);
+                    self.processed = self.committed;
+                    return Err(e);
+                }
+            };
         self.committed = offset;
         if let Err(e) = self.log.committed(offset).await {
             tracing::warn!(error = %e, "acknowledging notified events failed");
@@ -258,8 +270,15 @@ pub async fn run_with(
     };
     let mut ticker = crate::Ticker::new(opts.tick, shutdown);
     while ticker.next().await {
-        if let Err(e) = n.step(now_ms()).await {
-            tracing::warn!(error = %e, "notifier step failed");
+        match n.step(now_ms()).await {
+            Ok(_) => {}
+            Err(e @ likewise_core::StoreError::Superseded(_)) => {
+                // Another process runs the notifier now (this one lost its lease).
+                metrics::counter!("likewise_notifier_superseded_total").increment(1);
+                tracing::warn!(error = %e, "notifier stopped");
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "notifier step failed"),
         }
     }
 }

@@ -43,7 +43,9 @@ async fn held_likes_release_after_the_window_and_replay_gives_the_same_inbox() {
     let before = summary(&items);
 
     // Redelivery: rewind the consumer to the start and replay everything.
-    svc.stores().notifications.apply_notifications(NOTIFIER, 0, &[]).await.expect("rewind");
+    let notifications = &svc.stores().notifications;
+    let fence = notifications.fence_notifications(NOTIFIER).await.expect("fence");
+    notifications.apply_notifications(NOTIFIER, fence, 0, &[]).await.expect("rewind");
     let mut again = Notifier::new(svc.clone(), &opts).await.expect("notifier");
     again.step(t0 + 120_000).await.expect("replay");
     let (items, _) = svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox");

@@ -45,8 +45,22 @@ pub fn start_command(mut cmd: Command) -> Server {
         }
         assert!(Instant::now() < deadline, "server did not start");
     };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines.by_ref() {});
+    // Keep draining stderr so the server never blocks on a full pipe; with
+    // `LIKEWISE_TEST_LOG_DIR` set, into `<dir>/<pid>.log` (to debug a failed process test).
+    let log = std::env::var_os("LIKEWISE_TEST_LOG_DIR").map(|d| {
+        let path = std::path::Path::new(&d).join(format!("{}.log", child.id()));
+        std::fs::File::create(path).expect("create the server's log file")
+    });
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let mut log = log.map(std::io::BufWriter::new);
+        for line in lines.by_ref() {
+            if let (Some(f), Ok(line)) = (log.as_mut(), line) {
+                let _ = writeln!(f, "{line}");
+                let _ = f.flush();
+            }
+        }
+    });
     Server { child, base }
 }
 

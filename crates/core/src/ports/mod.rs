@@ -426,12 +426,19 @@ pub struct HourlyViews {
 /// Notification inboxes.
 #[async_trait]
 pub trait NotificationStore: Send + Sync {
-    /// Apply inbox changes and move `consumer`'s offset to `offset` in one atomic write.
+    /// Take `consumer`'s writer fence: a token larger than any taken before. From then on
+    /// only [`NotificationStore::apply_notifications`] with this token succeeds; one with an
+    /// older token (a process that lost its lease while a write was in flight) is refused
+    /// with [`crate::StoreError::Superseded`] and changes nothing.
+    async fn fence_notifications(&self, consumer: &str) -> StoreResult<u64>;
+    /// Apply inbox changes and move `consumer`'s offset to `offset` in one atomic write,
+    /// provided `fence` is still the consumer's newest fence (else `Superseded`).
     /// Returns every item touched, after the changes (an item whose last actor left has
     /// `actor_count` 0 and is gone from storage).
     async fn apply_notifications(
         &self,
         consumer: &str,
+        fence: u64,
         offset: u64,
         changes: &[crate::notify::Change],
     ) -> StoreResult<Vec<NotifItem>>;

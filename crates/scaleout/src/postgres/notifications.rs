@@ -8,6 +8,10 @@
 //! writer). The consumer offset (`consumer_offsets` on [`PgStore::offset_shard`], shard 0 for
 //! the notifier) is written last, in that shard's transaction, so a single-shard deployment is
 //! exactly as atomic as the embedded engine.
+//! That transaction opens first and locks the consumer's fence row (`<consumer>#fence` in
+//! `consumer_offsets`): a notifier takes a new fence when it starts under its lease, so one
+//! that lost its lease with a write still in flight (a partition) is refused before it
+//! changes any shard, and cannot undo what its successor applied meanwhile.
 //! With several shards, a crash between shard transactions leaves the offset behind changes
 //! already applied: the consumer replays them, which is harmless, because changes are
 //! idempotent (an Add of a member or a Remove of a non-member changes no count; replaying a
@@ -313,35 +317,79 @@ async fn put_offset(tx: &Transaction<'_>, consumer: &str, offset: u64) -> StoreR
     Ok(())
 }
 
+/// The `consumer_offsets` row holding `consumer`'s writer fence (on its offset shard).
+fn fence_key(consumer: &str) -> String {
+    format!("{consumer}#fence")
+}
+
+/// How long the server keeps a fenced transaction that hears nothing from its client: a
+/// writer cut off while holding the fence row's lock must not keep its successor waiting.
+const FENCED_TX_IDLE_LIMIT: &str = "5s";
+
 #[async_trait]
 impl NotificationStore for PgStore {
+    async fn fence_notifications(&self, consumer: &str) -> StoreResult<u64> {
+        let c = self.conn(self.offset_shard(consumer)?).await?;
+        let row = c
+            .query_one(
+                "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, 1)
+                 ON CONFLICT (consumer) DO UPDATE SET upto = consumer_offsets.upto + 1 RETURNING upto",
+                &[&fence_key(consumer)],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(u(row.get(0)))
+    }
+
     async fn apply_notifications(
         &self,
         consumer: &str,
+        fence: u64,
         offset: u64,
         changes: &[Change],
     ) -> StoreResult<Vec<NotifItem>> {
         // The offset lives where `CounterStore::offset` reads it (shard 0 unless `name@N`).
         let home = self.offset_shard(consumer)?;
-        let mut groups = self.group(changes, |ch| self.shard_of_user(parts(ch).0.recipient));
-        // The offset's shard last, and always: its transaction also carries the offset.
-        groups.sort_by_key(|(shard, _)| *shard == home);
-        if groups.last().is_none_or(|(shard, _)| *shard != home) {
-            groups.push((home, Vec::new()));
+        // The home transaction opens first and locks the fence row until it commits, after
+        // the other shards' changes: a writer whose fence was taken over changes nothing on
+        // any shard, and no successor commits between its check and its commit.
+        let mut home_conn = self.conn(home).await?;
+        let home_tx = home_conn.transaction().await.map_err(pg_err)?;
+        home_tx
+            .batch_execute(&format!(
+                "SET LOCAL idle_in_transaction_session_timeout = '{FENCED_TX_IDLE_LIMIT}'"
+            ))
+            .await
+            .map_err(pg_err)?;
+        let current: Option<i64> = home_tx
+            .query_opt(
+                "SELECT upto FROM consumer_offsets WHERE consumer = $1 FOR UPDATE",
+                &[&fence_key(consumer)],
+            )
+            .await
+            .map_err(pg_err)?
+            .map(|r| r.get(0));
+        if current.map_or(0, u) != fence {
+            return Err(StoreError::Superseded(consumer.to_string()));
         }
         let mut touched: HashMap<NotifKey, NotifItem> = HashMap::new();
-        for (shard, idx) in &groups {
+        let mut home_part = Vec::new();
+        for (shard, idx) in self.group(changes, |ch| self.shard_of_user(parts(ch).0.recipient)) {
             let part: Vec<&Change> = idx.iter().map(|k| &changes[*k]).collect();
-            let mut c = self.conn(*shard).await?;
+            if shard == home {
+                home_part = part;
+                continue;
+            }
+            let mut c = self.conn(shard).await?;
             let tx = c.transaction().await.map_err(pg_err)?;
-            if !part.is_empty() {
-                touched.extend(apply_shard(&tx, *shard, &part).await?);
-            }
-            if *shard == home {
-                put_offset(&tx, consumer, offset).await?;
-            }
+            touched.extend(apply_shard(&tx, shard, &part).await?);
             tx.commit().await.map_err(pg_err)?;
         }
+        if !home_part.is_empty() {
+            touched.extend(apply_shard(&home_tx, home, &home_part).await?);
+        }
+        put_offset(&home_tx, consumer, offset).await?;
+        home_tx.commit().await.map_err(pg_err)?;
         // In the order each item was first touched, as the embedded engine returns them.
         let mut out = Vec::with_capacity(touched.len());
         for ch in changes {
@@ -479,9 +527,13 @@ mod tests {
         batches.push(batches[3].clone());
         batches.push(batches[39].clone());
         let mut emptied = 0;
+        let (fa, fb) = (
+            emb.fence_notifications("notifier").await.expect("fence"),
+            pg.fence_notifications("notifier").await.expect("fence"),
+        );
         for (n, batch) in batches.iter().enumerate() {
-            let a = emb.apply_notifications("notifier", n as u64, batch).await.expect("embedded");
-            let b = pg.apply_notifications("notifier", n as u64, batch).await.expect("postgres");
+            let a = emb.apply_notifications("notifier", fa, n as u64, batch).await.expect("embedded");
+            let b = pg.apply_notifications("notifier", fb, n as u64, batch).await.expect("postgres");
             assert_eq!(
                 a.iter().map(shape).collect::<Vec<_>>(),
                 b.iter().map(shape).collect::<Vec<_>>(),
@@ -509,7 +561,46 @@ mod tests {
         }
         // The offset lands where `CounterStore::offset` reads it, and may rewind.
         assert_eq!(pg.offset("notifier").await.expect("offset"), batches.len() as u64 - 1);
-        assert!(pg.apply_notifications("notifier", 0, &[]).await.expect("rewind").is_empty());
+        assert!(pg.apply_notifications("notifier", fb, 0, &[]).await.expect("rewind").is_empty());
         assert_eq!(pg.offset("notifier").await.expect("offset"), 0);
+    }
+
+    /// A writer whose fence was taken over (it lost its lease while a write was in flight)
+    /// changes nothing on any shard, and its successor's writes go on; on both engines.
+    #[tokio::test]
+    async fn a_superseded_writer_changes_nothing() {
+        let t = TestShards::create(2).await;
+        let pg = t.store();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let emb = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded");
+        // Recipients 1 and 2 live on different shards: the refusal must cover both.
+        assert_ne!(pg.shard_of_user(UserId(1)), pg.shard_of_user(UserId(2)));
+        let add = |r: u64, actor: u64| Change::Add {
+            key: NotifKey { recipient: UserId(r), post: PostId(5), kind: NotifKind::PostLiked },
+            actor: UserId(actor),
+            comment: None,
+            ts_ms: 1_000 + actor,
+        };
+        let engines: [&dyn NotificationStore; 2] = [&emb, &pg];
+        let offsets: [&dyn CounterStore; 2] = [&emb, &pg];
+        for (s, o) in engines.into_iter().zip(offsets) {
+            let old = s.fence_notifications("notifier").await.expect("fence");
+            s.apply_notifications("notifier", old, 3, &[add(1, 10), add(2, 10)]).await.expect("first holder");
+            let new = s.fence_notifications("notifier").await.expect("fence");
+            assert!(new > old);
+            let stale = s.apply_notifications("notifier", old, 9, &[add(1, 11), add(2, 11)]).await;
+            assert!(matches!(stale, Err(StoreError::Superseded(_))), "{stale:?}");
+            for r in [1, 2] {
+                let items = s.inbox(UserId(r), None, 10).await.expect("inbox");
+                assert_eq!(items.len(), 1);
+                assert_eq!(items[0].actor_count, 1, "the refused write added nothing for {r}");
+            }
+            assert_eq!(o.offset("notifier").await.expect("offset"), 3, "the refused offset");
+            s.apply_notifications("notifier", new, 4, &[add(1, 12), add(2, 12)]).await.expect("successor");
+            for r in [1, 2] {
+                assert_eq!(s.inbox(UserId(r), None, 10).await.expect("inbox")[0].actor_count, 2);
+            }
+            assert_eq!(o.offset("notifier").await.expect("offset"), 4);
+        }
     }
 }

@@ -11,6 +11,13 @@
 //! messages delivered but not applied before a crash come again, in order, and nothing is
 //! skipped or applied twice. Acks keep the server's view (pending counts, redelivery timers)
 //! in step for operators.
+//!
+//! Each log has a JetStream consumer of its own, `<prefix>_<name>-x<random>`: a worker that
+//! lost its lease but has not noticed yet (cut off from PostgreSQL) may still fetch, ack and
+//! re-create its consumer, and with a shared consumer it would take deliveries from its
+//! successor and move the successor's position. A new log deletes the other consumers of its
+//! name (cleanup; the stores' fences keep a stale writer's effects out); one left behind by a
+//! crash expires after [`INACTIVE_LIMIT`].
 
 use super::{JetStream, name_part, nats_err};
 use crate::postgres::outbox::unpack;
@@ -25,6 +32,10 @@ use tokio::sync::Mutex;
 
 /// The longest one fetch may take (a no-wait fetch answers in milliseconds).
 const FETCH_BOUND: Duration = Duration::from_secs(1);
+
+/// A consumer nobody fetched from for this long is removed by the server (one a crashed
+/// worker left behind); a live log whose consumer expired re-creates it on its next read.
+const INACTIVE_LIMIT: Duration = Duration::from_secs(600);
 
 /// A consumer's view of the stream.
 pub struct StreamLog {
@@ -49,7 +60,9 @@ struct State {
 impl StreamLog {
     /// A durable consumer `name` of the events matching `filter`, positioned after `offset`.
     pub async fn durable(stream: &JetStream, name: &str, filter: String, offset: u64) -> StoreResult<Self> {
-        let durable = format!("{}_{}", name_part(&stream.prefix), name_part(name));
+        let family = format!("{}_{}", name_part(&stream.prefix), name_part(name));
+        let durable = format!("{family}-x{:016x}", rand::random::<u64>());
+        remove_family(stream, &family).await?;
         let consumer = position(stream, &durable, &filter, offset).await?;
         Ok(StreamLog {
             stream: stream.clone(),
@@ -58,6 +71,26 @@ impl StreamLog {
             state: Mutex::new(State { consumer, delivered: Vec::new(), last_delivery: 0, floor: offset }),
         })
     }
+}
+
+/// Delete the consumers of `family` (this name's earlier logs, and the single consumer per
+/// name of earlier versions).
+async fn remove_family(stream: &JetStream, family: &str) -> StoreResult<()> {
+    let s = stream.js.get_stream(&stream.stream_name).await.map_err(nats_err)?;
+    let mut names = s.consumer_names();
+    let ours = format!("{family}-x");
+    let mut stale = Vec::new();
+    while let Some(n) = names.next().await {
+        let n = n.map_err(nats_err)?;
+        if n == family || n.starts_with(&ours) {
+            stale.push(n);
+        }
+    }
+    for n in stale {
+        // Gone meanwhile (expired, or deleted by another log starting) is fine.
+        let _ = s.delete_consumer(&n).await;
+    }
+    Ok(())
 }
 
 /// (Re-)create the durable consumer so that its next delivery is the first message after
@@ -72,6 +105,7 @@ async fn position(stream: &JetStream, durable: &str, filter: &str, offset: u64) 
         ack_policy: AckPolicy::All,
         ack_wait: Duration::from_secs(60),
         max_ack_pending: 1_000_000,
+        inactive_threshold: INACTIVE_LIMIT,
         ..Default::default()
     })
     .await
@@ -145,12 +179,44 @@ impl StreamLog {
     }
 }
 
+impl Drop for StreamLog {
+    /// The consumer goes with its log (a lease handed on, a shutdown); one a crash leaves
+    /// behind expires by itself.
+    fn drop(&mut self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (stream, durable) = (self.stream.clone(), self.durable.clone());
+        rt.spawn(async move {
+            if let Ok(s) = stream.js.get_stream(&stream.stream_name).await {
+                let _ = s.delete_consumer(&durable).await;
+            }
+        });
+    }
+}
+
 #[async_trait]
 impl EventLog for StreamLog {
     async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
         let max = max.clamp(1, 10_000);
         let mut st = self.state.lock().await;
-        match self.fetch_after(&mut st, after, max).await? {
+        let fetched = match self.fetch_after(&mut st, after, max).await {
+            Ok(f) => f,
+            Err(e) => {
+                // The consumer may be gone: expired while this log was idle, or deleted by a
+                // log of the same name starting elsewhere. Re-created at the committed position
+                // (as after a lost delivery, below); when the server is unreachable this fails
+                // as well and the read's error stands.
+                tracing::warn!(consumer = %self.durable, error = %likewise_core::error::chain(&e), "stream fetch failed; re-creating the consumer");
+                let Ok(consumer) = position(&self.stream, &self.durable, &self.filter, st.floor).await else {
+                    return Err(e);
+                };
+                metrics::counter!("likewise_stream_repositions_total").increment(1);
+                st.consumer = consumer;
+                st.delivered.clear();
+                st.last_delivery = 0;
+                self.fetch_after(&mut st, after, max).await?
+            }
+        };
+        match fetched {
             Fetched::Events(out) => Ok(out),
             Fetched::Gap { expected, got } => {
                 // A delivery went missing on the way (a fetch dropped mid-flight, say). With
@@ -250,6 +316,58 @@ mod tests {
         s.delete().await.expect("delete stream");
         let seen = seen.expect("reads finish in time").expect("reads");
         assert_eq!(seen, (0..30).collect::<Vec<u64>>(), "every event once, in order");
+    }
+
+    /// A log started under a lease while the previous holder's log still runs (it lost the
+    /// lease but has not noticed, and keeps reading and committing): the stale log must not
+    /// take deliveries from its successor or move its position. The successor gets every
+    /// event once, in order; the stale log's consumer is gone.
+    #[tokio::test]
+    async fn a_stale_log_of_the_same_name_leaves_its_successor_alone() {
+        let s = stream().await;
+        let r = tokio::time::timeout(Duration::from_secs(60), successor_reads(&s)).await;
+        s.delete().await.expect("delete stream");
+        let (seen, consumers) = r.expect("reads finish in time").expect("reads");
+        assert_eq!(seen, (0..30).collect::<Vec<u64>>(), "every event once, in order");
+        assert_eq!(consumers, 1, "the successor's consumer alone remains");
+    }
+
+    async fn successor_reads(s: &JetStream) -> StoreResult<(Vec<u64>, usize)> {
+        publish(s, 10).await;
+        let old = StreamLog::durable(s, "notifier", s.shard_filter(0), 0).await?;
+        let mut stale = old.read_after(0, 3).await?.last().map_or(0, |e| e.seq);
+        let new = StreamLog::durable(s, "notifier", s.shard_filter(0), 0).await?;
+        let mut seen: Vec<u64> = Vec::new();
+        let mut applied = 0;
+        for _ in 0..40 {
+            // Whatever the stale log gets (or fails to get) does not matter: the stores'
+            // fences refuse its writes.
+            if let Ok(got) = old.read_after(stale, 3).await
+                && let Some(e) = got.last()
+            {
+                stale = e.seq;
+                let _ = old.committed(stale).await;
+            }
+            let got = new.read_after(applied, 3).await?;
+            if got.is_empty() && seen.len() >= 30 {
+                break;
+            }
+            seen.extend(got.iter().map(|e| e.actor.0));
+            if let Some(e) = got.last() {
+                applied = e.seq;
+                new.committed(applied).await?;
+            }
+        }
+        drop(old);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let st = s.js.get_stream(&s.stream_name).await.map_err(nats_err)?;
+        let mut names = st.consumer_names();
+        let mut n = 0;
+        while let Some(name) = names.next().await {
+            name.map_err(nats_err)?;
+            n += 1;
+        }
+        Ok((seen, n))
     }
 
     async fn reread_after_a_theft(s: &JetStream) -> StoreResult<Vec<u64>> {

@@ -118,16 +118,42 @@ fn newest_actors(s: &super::Inner, item: u64) -> StoreResult<Vec<UserId>> {
     Ok(all.into_iter().map(|(_, u)| u).collect())
 }
 
+/// Where `consumer`'s writer fence is kept (`offsets` keyspace).
+fn fence_key(consumer: &str) -> Vec<u8> {
+    format!("{consumer}#fence").into_bytes()
+}
+
+fn stored_fence(s: &super::Inner, consumer: &str) -> StoreResult<u64> {
+    match s.offsets.get(fence_key(consumer)).map_err(engine_err)? {
+        Some(v) => parse_num("offsets", &v),
+        None => Ok(0),
+    }
+}
+
 #[async_trait]
 impl NotificationStore for EmbeddedStore {
+    async fn fence_notifications(&self, consumer: &str) -> StoreResult<u64> {
+        let s = &*self.inner;
+        let _one_writer = s.notif_lock.lock();
+        let next = stored_fence(s, consumer)? + 1;
+        s.offsets.insert(fence_key(consumer), num_value(next)).map_err(engine_err)?;
+        Ok(next)
+    }
+
     async fn apply_notifications(
         &self,
         consumer: &str,
+        fence: u64,
         offset: u64,
         changes: &[Change],
     ) -> StoreResult<Vec<NotifItem>> {
         let s = &*self.inner;
         let _one_writer = s.notif_lock.lock();
+        // One process owns an embedded store, but a notifier restarted in it (a test, a
+        // supervisor) must not race the one it replaced.
+        if stored_fence(s, consumer)? != fence {
+            return Err(StoreError::Superseded(consumer.to_string()));
+        }
         let mut next_id = match s.offsets.get(NEXT_ID).map_err(engine_err)? {
             Some(v) => parse_num("offsets", &v)?,
             None => 1,

@@ -103,9 +103,17 @@ impl CounterStore for SimPorts {
 
 #[async_trait]
 impl NotificationStore for SimPorts {
+    async fn fence_notifications(&self, consumer: &str) -> StoreResult<u64> {
+        let mut w = self.0.lock();
+        let fence = w.offsets.entry(format!("{consumer}#fence")).or_insert(0);
+        *fence += 1;
+        Ok(*fence)
+    }
+
     async fn apply_notifications(
         &self,
         consumer: &str,
+        fence: u64,
         offset: u64,
         changes: &[Change],
     ) -> StoreResult<Vec<NotifItem>> {
@@ -113,6 +121,9 @@ impl NotificationStore for SimPorts {
         let fault = w.fault(true);
         if fault == Fault::Before {
             return Err(w.injected("apply_notifications before the commit"));
+        }
+        if w.offsets.get(&format!("{consumer}#fence")).copied().unwrap_or(0) != fence {
+            return Err(likewise_core::StoreError::Superseded(consumer.to_string()));
         }
         // The same item arithmetic as the engines (`ItemUpdate`), over an exact actor set.
         let mut order = Vec::new();
