@@ -292,11 +292,19 @@ async fn faults_on_each_server_lose_nothing_count_nothing_twice_and_never_hang()
             if count == Some(rows.len() as u64) {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "post {post}: notification names {count:?}, rows {}",
-                rows.len()
-            );
+            if Instant::now() >= deadline {
+                let (stored, actors) = d.post_liked_item(author(post), post).await;
+                let mut missing: Vec<_> = rows.difference(&actors).collect();
+                let mut extra: Vec<_> = actors.difference(&rows).collect();
+                missing.sort();
+                extra.sort();
+                panic!(
+                    "post {post}: notification names {count:?}, rows {}; stored actor_count {stored:?}, \
+                     actor rows {}, likers missing from them {missing:?}, actors without a like {extra:?}",
+                    rows.len(),
+                    actors.len()
+                );
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         // Every acknowledged outcome that was the user's last word on the post stands.

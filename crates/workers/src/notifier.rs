@@ -83,7 +83,9 @@ impl Notifier {
         // An earlier run may have released likes past the committed offset (it stays below
         // the oldest held one); everything it can have read is at most the log's head now.
         let mut holder = Holder::new(opts.hold.as_millis() as u64);
-        holder.replaying_upto(log.head().await?);
+        let head = log.head().await?;
+        holder.replaying_upto(head);
+        tracing::info!(offset, head, fence, "notifier resumes");
         Ok(Notifier { svc, log, holder, processed: offset, committed: offset, fence })
     }
 
@@ -174,10 +176,28 @@ impl Notifier {
         if self.processed >= self.holder.replayed_upto() {
             changes.extend(self.holder.release_due(now_ms));
         }
-        let changes = self.without_muted(changes).await?;
+        // What this step absorbed (released likes left the holder) exists only in `changes`
+        // until it is applied: any failure from here on starts again from the committed
+        // offset, which re-reads and re-holds it.
+        let changes = match self.without_muted(changes).await {
+            Ok(changes) => changes,
+            Err(e) => {
+                self.rewind();
+                return Err(e);
+            }
+        };
         let applied = self.apply(&stores, changes).await;
         read?;
         applied
+    }
+
+    /// Forget what was absorbed since the committed offset and read again from there (it
+    /// never passes a held event), so whatever was lost is derived again. Events up to
+    /// `processed` may have been delivered (a commit whose answer was lost), which the holder
+    /// keeps in mind for the unlikes it reads again.
+    fn rewind(&mut self) {
+        self.holder.forget(self.processed);
+        self.processed = self.committed;
     }
 
     /// Read what the log has past `processed` into `changes`, each read bounded by
@@ -190,14 +210,17 @@ impl Notifier {
                 tracing::warn!("event log read did not answer in time; releasing held notifications anyway");
                 return Ok(());
             };
+            // A failed read absorbed nothing: what was read before it stays, and held likes
+            // still fall due.
             let events = events?;
             let n = events.len();
             for e in &events {
-                let ctx = self.context(e).await?;
-                changes.extend(self.holder.on_event(e, ctx));
-                if e.target.kind == TargetKind::Comment && !e.kind.is_like() && e.delta != 0 {
-                    let likers = self.likers(e.target).await?;
-                    changes.extend(comment_like_changes(e, &likers));
+                if let Err(err) = self.absorb(e, changes).await {
+                    // Part of a stream message may be absorbed (its events share one position),
+                    // and the holder has changed: start again from the committed offset.
+                    changes.clear();
+                    self.rewind();
+                    return Err(err);
                 }
                 self.processed = e.seq;
             }
@@ -205,6 +228,17 @@ impl Notifier {
                 return Ok(());
             }
         }
+    }
+
+    /// Turn one event into holds and changes.
+    async fn absorb(&mut self, e: &Event, changes: &mut Vec<Change>) -> StoreResult<()> {
+        let ctx = self.context(e).await?;
+        changes.extend(self.holder.on_event(e, ctx));
+        if e.target.kind == TargetKind::Comment && !e.kind.is_like() && e.delta != 0 {
+            let likers = self.likers(e.target).await?;
+            changes.extend(comment_like_changes(e, &likers));
+        }
+        Ok(())
     }
 
     /// Apply `changes` and the committable offset to the inbox store, then publish.
@@ -218,12 +252,8 @@ impl Notifier {
                 Ok(items) => items,
                 Err(e @ likewise_core::StoreError::Superseded(_)) => return Err(e),
                 Err(e) => {
-                    // Forget what this step absorbed and re-read from the committed offset (it
-                    // never passes a held event), so the lost changes are derived again. The
-                    // commit may have landed, so what is read again up to here may have been
-                    // delivered.
-                    self.holder.forget(self.processed);
-                    self.processed = self.committed;
+                    // The commit may have landed: see `rewind`.
+                    self.rewind();
                     return Err(e);
                 }
             };

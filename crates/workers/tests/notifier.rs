@@ -52,3 +52,89 @@ async fn held_likes_release_after_the_window_and_replay_gives_the_same_inbox() {
     assert_eq!(summary(&items), before, "replay from an offset gives the same inbox");
     svc.stores().close().expect("close");
 }
+
+/// Upstream data whose settings reads fail while `down` is set (the storage cut off between
+/// a step's read of the log and its commit).
+struct FlakyMeta {
+    inner: Arc<dyn likewise_core::ports::MetaStore>,
+    down: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl likewise_core::ports::MetaStore for FlakyMeta {
+    async fn put_post(&self, id: PostId, meta: PostMeta) -> likewise_core::StoreResult<()> {
+        self.inner.put_post(id, meta).await
+    }
+    async fn posts(&self, ids: &[PostId]) -> likewise_core::StoreResult<Vec<Option<PostMeta>>> {
+        self.inner.posts(ids).await
+    }
+    async fn put_user(
+        &self,
+        id: UserId,
+        p: likewise_core::model::UserProfile,
+    ) -> likewise_core::StoreResult<()> {
+        self.inner.put_user(id, p).await
+    }
+    async fn users(
+        &self,
+        ids: &[UserId],
+    ) -> likewise_core::StoreResult<Vec<Option<likewise_core::model::UserProfile>>> {
+        self.inner.users(ids).await
+    }
+    async fn set_follow(&self, a: UserId, b: UserId, follows: bool) -> likewise_core::StoreResult<()> {
+        self.inner.set_follow(a, b, follows).await
+    }
+    async fn followees(&self, a: UserId, limit: usize) -> likewise_core::StoreResult<Vec<UserId>> {
+        self.inner.followees(a, limit).await
+    }
+    async fn put_settings(
+        &self,
+        u: UserId,
+        s: likewise_core::model::ViewerSettings,
+    ) -> likewise_core::StoreResult<()> {
+        self.inner.put_settings(u, s).await
+    }
+    async fn settings(&self, u: UserId) -> likewise_core::StoreResult<likewise_core::model::ViewerSettings> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(likewise_core::StoreError::Engine("settings unreachable (simulated)".into()));
+        }
+        self.inner.settings(u).await
+    }
+    async fn ping(&self) -> likewise_core::StoreResult<()> {
+        self.inner.ping().await
+    }
+}
+
+/// Likes released from the hold live only in the step until it commits: a step that fails
+/// after releasing them (here: the recipient's settings cannot be read) must derive them again,
+/// not commit an offset past them later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn likes_released_by_a_failed_step_are_not_lost() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut stores = likewise_store::testing::open_small(dir.path());
+    let meta = Arc::new(FlakyMeta { inner: stores.meta.clone(), down: false.into() });
+    stores.meta = meta.clone();
+    let svc = Engagement::new(stores, ServiceOptions::default());
+    let post = PostMeta { author: UserId(7), hide_like_count: false, comments: CommentsPolicy::Everyone };
+    svc.upstream.put_post(PostId(1), post).await.expect("post");
+    let opts = NotifierOptions { hold: Duration::from_secs(5), ..Default::default() };
+    let t0 = now_ms();
+    for u in 100..105u64 {
+        svc.likes.set_post_like(UserId(u), PostId(1), LikeAction::Like).await.expect("like");
+    }
+    let mut n = Notifier::new(svc.clone(), &opts).await.expect("notifier");
+    assert_eq!(n.step(t0).await.expect("step"), 0, "held");
+    meta.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(n.step(t0 + 60_000).await.is_err(), "the release cannot read the author's settings");
+    meta.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    // Later likes move the log on, so a lost release would be committed past.
+    for u in 105..108u64 {
+        svc.likes.set_post_like(UserId(u), PostId(1), LikeAction::Like).await.expect("like");
+    }
+    n.step(t0 + 61_000).await.expect("step");
+    n.step(t0 + 120_000).await.expect("step");
+    let (items, _) = svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox");
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].actor_count, 8, "every like notified once: {:?}", summary(&items));
+    svc.stores().close().expect("close");
+}

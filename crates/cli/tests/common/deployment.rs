@@ -173,6 +173,35 @@ impl Deployment {
         out
     }
 
+    /// The stored `post_liked` item of `recipient` on `post` (read straight from PostgreSQL):
+    /// its `actor_count` and its actor rows, to tell a lost event from a miscounted item.
+    #[allow(dead_code)]
+    pub async fn post_liked_item(&self, recipient: u64, post: u64) -> (Option<i64>, HashSet<u64>) {
+        let (mut count, mut actors) = (None, HashSet::new());
+        for url in &self.shards.urls {
+            let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
+            tokio::spawn(conn);
+            let item = c
+                .query_opt(
+                    "SELECT id, actor_count FROM notif_items WHERE recipient = $1 AND post_id = $2 AND kind = 1",
+                    &[&(recipient as i64), &(post as i64)],
+                )
+                .await
+                .expect("item");
+            if let Some(r) = item {
+                count = Some(r.get::<_, i64>(1));
+                for a in c
+                    .query("SELECT actor FROM notif_actors WHERE item = $1", &[&r.get::<_, i64>(0)])
+                    .await
+                    .expect("actors")
+                {
+                    actors.insert(a.get::<_, i64>(0) as u64);
+                }
+            }
+        }
+        (count, actors)
+    }
+
     /// A plain connection to the shard holding `post`.
     async fn shard_of(&self, post: u64) -> tokio_postgres::Client {
         let url = &self.shards.urls[(post % self.shards.urls.len() as u64) as usize];

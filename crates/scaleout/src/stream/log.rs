@@ -12,12 +12,17 @@
 //! skipped or applied twice. Acks keep the server's view (pending counts, redelivery timers)
 //! in step for operators.
 //!
-//! Each log has a JetStream consumer of its own, `<prefix>_<name>-x<random>`: a worker that
-//! lost its lease but has not noticed yet (cut off from PostgreSQL) may still fetch, ack and
-//! re-create its consumer, and with a shared consumer it would take deliveries from its
-//! successor and move the successor's position. A new log deletes the other consumers of its
-//! name (cleanup; the stores' fences keep a stale writer's effects out); one left behind by a
-//! crash expires after [`INACTIVE_LIMIT`].
+//! Each log has a JetStream consumer of its own, `<prefix>_<name>-x<random>`, and takes a new
+//! one (a new random part) each time it repositions:
+//! - a worker that lost its lease but has not noticed yet (cut off from PostgreSQL) may still
+//!   fetch, ack and reposition, and with a shared consumer it would take deliveries from its
+//!   successor and move the successor's position;
+//! - re-creating a consumer under the same name is not a clean restart: when the delete is
+//!   lost (a throttled connection) the create returns the old consumer, and an ack sent before
+//!   the reposition may reach the new one and move its ack floor.
+//! A new log deletes the other consumers of its name, a reposition the one it replaces (both
+//! cleanup: the stores' fences keep a stale writer's effects out); one left behind by a crash
+//! or a lost delete expires after [`INACTIVE_LIMIT`].
 
 use super::{JetStream, name_part, nats_err};
 use crate::postgres::outbox::unpack;
@@ -40,13 +45,16 @@ const INACTIVE_LIMIT: Duration = Duration::from_secs(600);
 /// A consumer's view of the stream.
 pub struct StreamLog {
     stream: JetStream,
-    durable: String,
+    /// `<prefix>_<name>`: every consumer of this log is named `<family>-x<random>`.
+    family: String,
     filter: String,
     state: Mutex<State>,
 }
 
 struct State {
     consumer: PullConsumer,
+    /// The consumer's name.
+    name: String,
     /// Delivered messages not acknowledged yet, by stream sequence (ascending).
     delivered: Vec<(u64, async_nats::jetstream::Message)>,
     /// Consumer sequence of the last delivery seen (0: none since the consumer was created).
@@ -61,16 +69,51 @@ impl StreamLog {
     /// A durable consumer `name` of the events matching `filter`, positioned after `offset`.
     pub async fn durable(stream: &JetStream, name: &str, filter: String, offset: u64) -> StoreResult<Self> {
         let family = format!("{}_{}", name_part(&stream.prefix), name_part(name));
-        let durable = format!("{family}-x{:016x}", rand::random::<u64>());
         remove_family(stream, &family).await?;
-        let consumer = position(stream, &durable, &filter, offset).await?;
+        let name = consumer_name(&family);
+        let consumer = create(stream, &name, &filter, offset).await?;
         Ok(StreamLog {
             stream: stream.clone(),
-            durable,
+            family,
             filter,
-            state: Mutex::new(State { consumer, delivered: Vec::new(), last_delivery: 0, floor: offset }),
+            state: Mutex::new(State {
+                consumer,
+                name,
+                delivered: Vec::new(),
+                last_delivery: 0,
+                floor: offset,
+            }),
         })
     }
+
+    /// Start over right after the committed position on a consumer with a new name (see the
+    /// module docs); the replaced one is deleted in the background.
+    async fn reposition(&self, st: &mut State) -> StoreResult<()> {
+        let name = consumer_name(&self.family);
+        st.consumer = create(&self.stream, &name, &self.filter, st.floor).await?;
+        let old = std::mem::replace(&mut st.name, name);
+        st.delivered.clear();
+        st.last_delivery = 0;
+        metrics::counter!("likewise_stream_repositions_total").increment(1);
+        delete_later(&self.stream, old);
+        Ok(())
+    }
+}
+
+/// A new consumer name of `family`.
+fn consumer_name(family: &str) -> String {
+    format!("{family}-x{:016x}", rand::random::<u64>())
+}
+
+/// Delete consumer `name` in the background, best effort (one whose delete is lost expires).
+fn delete_later(stream: &JetStream, name: String) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+    let stream = stream.clone();
+    rt.spawn(async move {
+        if let Ok(s) = stream.js.get_stream(&stream.stream_name).await {
+            let _ = s.delete_consumer(&name).await;
+        }
+    });
 }
 
 /// Delete the consumers of `family` (this name's earlier logs, and the single consumer per
@@ -93,13 +136,12 @@ async fn remove_family(stream: &JetStream, family: &str) -> StoreResult<()> {
     Ok(())
 }
 
-/// (Re-)create the durable consumer so that its next delivery is the first message after
-/// `offset` (see the module docs). Deleting a consumer that does not exist yet is fine.
-async fn position(stream: &JetStream, durable: &str, filter: &str, offset: u64) -> StoreResult<PullConsumer> {
+/// Create the durable consumer `name` (new: see the module docs) whose first delivery is the
+/// first message after `offset`.
+async fn create(stream: &JetStream, name: &str, filter: &str, offset: u64) -> StoreResult<PullConsumer> {
     let s = stream.js.get_stream(&stream.stream_name).await.map_err(nats_err)?;
-    let _ = s.delete_consumer(durable).await;
     s.create_consumer(pull::Config {
-        durable_name: Some(durable.to_string()),
+        durable_name: Some(name.to_string()),
         filter_subject: filter.to_string(),
         deliver_policy: DeliverPolicy::ByStartSequence { start_sequence: offset + 1 },
         ack_policy: AckPolicy::All,
@@ -183,13 +225,7 @@ impl Drop for StreamLog {
     /// The consumer goes with its log (a lease handed on, a shutdown); one a crash leaves
     /// behind expires by itself.
     fn drop(&mut self) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        let (stream, durable) = (self.stream.clone(), self.durable.clone());
-        rt.spawn(async move {
-            if let Ok(s) = stream.js.get_stream(&stream.stream_name).await {
-                let _ = s.delete_consumer(&durable).await;
-            }
-        });
+        delete_later(&self.stream, std::mem::take(&mut self.state.get_mut().name));
     }
 }
 
@@ -205,14 +241,10 @@ impl EventLog for StreamLog {
                 // log of the same name starting elsewhere. Re-created at the committed position
                 // (as after a lost delivery, below); when the server is unreachable this fails
                 // as well and the read's error stands.
-                tracing::warn!(consumer = %self.durable, error = %likewise_core::error::chain(&e), "stream fetch failed; re-creating the consumer");
-                let Ok(consumer) = position(&self.stream, &self.durable, &self.filter, st.floor).await else {
+                tracing::warn!(consumer = %st.name, error = %likewise_core::error::chain(&e), "stream fetch failed; re-creating the consumer");
+                if self.reposition(&mut st).await.is_err() {
                     return Err(e);
-                };
-                metrics::counter!("likewise_stream_repositions_total").increment(1);
-                st.consumer = consumer;
-                st.delivered.clear();
-                st.last_delivery = 0;
+                }
                 self.fetch_after(&mut st, after, max).await?
             }
         };
@@ -225,11 +257,8 @@ impl EventLog for StreamLog {
                 // `ack_wait`. So: start again right after the committed position, as on start
                 // (not after `after`: what lies between is uncommitted, and the reader may ask
                 // for it again; it is buffered again on the way).
-                tracing::warn!(consumer = %self.durable, expected, got, "stream delivery lost; repositioning");
-                metrics::counter!("likewise_stream_repositions_total").increment(1);
-                st.consumer = position(&self.stream, &self.durable, &self.filter, st.floor).await?;
-                st.delivered.clear();
-                st.last_delivery = 0;
+                tracing::warn!(consumer = %st.name, expected, got, "stream delivery lost; repositioning");
+                self.reposition(&mut st).await?;
                 match self.fetch_after(&mut st, after, max).await? {
                     Fetched::Events(out) => Ok(out),
                     Fetched::Gap { .. } => {
@@ -381,7 +410,7 @@ mod tests {
             s.js.get_stream(&s.stream_name)
                 .await
                 .map_err(nats_err)?
-                .get_consumer(&log.durable)
+                .get_consumer(&log.state.lock().await.name)
                 .await
                 .map_err(nats_err)?;
         let mut batch = thief.fetch().max_messages(1).messages().await.map_err(nats_err)?;
@@ -419,7 +448,7 @@ mod tests {
                     s.js.get_stream(&s.stream_name)
                         .await
                         .map_err(nats_err)?
-                        .get_consumer(&log.durable)
+                        .get_consumer(&log.state.lock().await.name)
                         .await
                         .map_err(nats_err)?;
                 let mut batch = thief.fetch().max_messages(1).messages().await.map_err(nats_err)?;
