@@ -380,3 +380,41 @@ impl Broadcast for SimPorts {
 
     fn counters(&self, _epoch: u64, _values: &[(CounterKey, i64)], _events: &[Event]) {}
 }
+
+/// Upstream data from the base store, with the notifier's reads of it (settings, follows)
+/// failing now and then like the other ports: a notifier step fails between absorbing events
+/// and committing them.
+pub struct SimMeta(pub Sim, pub Arc<dyn likewise_core::ports::MetaStore>);
+
+#[async_trait]
+impl likewise_core::ports::MetaStore for SimMeta {
+    async fn put_post(&self, id: PostId, meta: likewise_core::model::PostMeta) -> StoreResult<()> {
+        self.1.put_post(id, meta).await
+    }
+    async fn posts(&self, ids: &[PostId]) -> StoreResult<Vec<Option<likewise_core::model::PostMeta>>> {
+        self.1.posts(ids).await
+    }
+    async fn put_user(&self, id: UserId, profile: likewise_core::model::UserProfile) -> StoreResult<()> {
+        self.1.put_user(id, profile).await
+    }
+    async fn users(&self, ids: &[UserId]) -> StoreResult<Vec<Option<likewise_core::model::UserProfile>>> {
+        self.1.users(ids).await
+    }
+    async fn set_follow(&self, follower: UserId, followee: UserId, follows: bool) -> StoreResult<()> {
+        self.1.set_follow(follower, followee, follows).await
+    }
+    async fn followees(&self, follower: UserId, limit: usize) -> StoreResult<Vec<UserId>> {
+        self.0.lock().read_fault("followees")?;
+        self.1.followees(follower, limit).await
+    }
+    async fn put_settings(&self, user: UserId, settings: likewise_core::model::ViewerSettings) -> StoreResult<()> {
+        self.1.put_settings(user, settings).await
+    }
+    async fn settings(&self, user: UserId) -> StoreResult<likewise_core::model::ViewerSettings> {
+        self.0.lock().read_fault("settings")?;
+        self.1.settings(user).await
+    }
+    async fn ping(&self) -> StoreResult<()> {
+        self.1.ping().await
+    }
+}

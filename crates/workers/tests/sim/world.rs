@@ -5,7 +5,7 @@
 //! hold) and checks the final ones.
 
 use super::check;
-use super::ports::SimPorts;
+use super::ports::{SimMeta, SimPorts};
 use super::rng::Rng;
 use super::state::{DUPLICATE_WINDOW_MS, Row, SHARDS, Sim};
 use likewise_core::counter::COUNTERS_CONSUMER;
@@ -86,7 +86,7 @@ fn notifier_options() -> NotifierOptions {
 
 impl World {
     /// A deployment for `seed`; `base` serves the ports the consumers only read and the
-    /// simulation leaves alone (settings, follows).
+    /// simulation leaves alone (settings and follows, whose reads fail now and then).
     pub fn new(seed: u64, base: &Stores) -> Self {
         let sim = Sim::new(Rng::new(seed));
         let ports = Arc::new(SimPorts(sim.clone()));
@@ -94,9 +94,12 @@ impl World {
         stores.counters = ports.clone();
         stores.notifications = ports.clone();
         stores.likes = ports.clone();
+        stores.meta = Arc::new(SimMeta(sim.clone(), base.meta.clone()));
         let opts = ServiceOptions {
             count_capacity: 64,
             meta_capacity: 64,
+            // Uncached, so the notifier reads settings at every release, and may fail there.
+            meta_ttl: Duration::ZERO,
             viewer_capacity: 64,
             ..ServiceOptions::default()
         };
