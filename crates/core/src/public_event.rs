@@ -107,6 +107,89 @@ pub fn public_events(events: &[Event]) -> Vec<PublicEvent> {
     out
 }
 
+/// Append the JSON of one event (its `index` among the events sharing its `seq`) to `out`:
+/// byte for byte what serializing its [`PublicEvent`] gives, written straight from the event.
+/// The export encodes every event of a storm, and the [`PublicEvent`] route costs a string
+/// allocation per field and a calendar conversion per event.
+pub fn write_json(out: &mut Vec<u8>, e: &Event, index: u32) {
+    let mut n = itoa::Buffer::new();
+    let mut id = |out: &mut Vec<u8>, name: &str, v: u64| {
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":\"");
+        out.extend_from_slice(n.format(v).as_bytes());
+        out.push(b'"');
+    };
+    out.extend_from_slice(b"{\"event_id\":\"");
+    out.extend_from_slice(itoa::Buffer::new().format(e.seq).as_bytes());
+    out.push(b'.');
+    out.extend_from_slice(itoa::Buffer::new().format(index).as_bytes());
+    out.extend_from_slice(b"\",\"schema_version\":");
+    out.extend_from_slice(itoa::Buffer::new().format(SCHEMA_VERSION).as_bytes());
+    out.extend_from_slice(b",\"kind\":\"");
+    out.extend_from_slice(kind_name(e.kind).as_bytes());
+    out.extend_from_slice(b"\",\"target_type\":\"");
+    out.extend_from_slice(match e.target.kind {
+        TargetKind::Post => b"post".as_slice(),
+        TargetKind::Comment => b"comment".as_slice(),
+    });
+    out.push(b'"');
+    id(out, "target_id", e.target.id);
+    id(out, "post_id", e.post);
+    id(out, "target_author_id", e.target_author.0);
+    id(out, "actor_id", e.actor.0);
+    if e.parent != 0 {
+        id(out, "parent_id", e.parent);
+    } else {
+        out.extend_from_slice(b",\"parent_id\":null");
+    }
+    out.extend_from_slice(b",\"delta\":");
+    out.extend_from_slice(itoa::Buffer::new().format(e.delta).as_bytes());
+    out.extend_from_slice(b",\"occurred_at\":\"");
+    write_rfc3339_ms(out, e.ts_ms);
+    out.extend_from_slice(b"\"}");
+}
+
+/// [`rfc3339_ms`] appended to `out`, without a calendar library: the civil date from the day
+/// number (the proleptic Gregorian algorithm of Howard Hinnant's `civil_from_days`).
+fn write_rfc3339_ms(out: &mut Vec<u8>, ms: u64) {
+    // Past year 9999 the fixed-width form no longer holds: the general route.
+    if ms >= 253_402_300_800_000 {
+        out.extend_from_slice(rfc3339_ms(ms).as_bytes());
+        return;
+    }
+    let days = (ms / 86_400_000) as i64;
+    let in_day = ms % 86_400_000;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let digits = |out: &mut Vec<u8>, v: u64, width: u32| {
+        for k in (0..width).rev() {
+            out.push(b'0' + (v / 10u64.pow(k) % 10) as u8);
+        }
+    };
+    digits(out, year as u64, 4);
+    out.push(b'-');
+    digits(out, month as u64, 2);
+    out.push(b'-');
+    digits(out, day as u64, 2);
+    out.push(b'T');
+    digits(out, in_day / 3_600_000, 2);
+    out.push(b':');
+    digits(out, in_day / 60_000 % 60, 2);
+    out.push(b':');
+    digits(out, in_day / 1_000 % 60, 2);
+    out.push(b'.');
+    digits(out, in_day % 1_000, 3);
+    out.push(b'Z');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +222,47 @@ mod tests {
         assert_eq!(e.parent_id, None);
         assert_eq!(e.delta, -1);
         assert_eq!(e.occurred_at, "2025-11-24T16:00:00.123Z");
+    }
+
+    proptest::proptest! {
+        /// The export's direct encoding is byte for byte the serialized public event.
+        #[test]
+        fn direct_json_is_the_serialized_public_event(
+            seq in 0u64..u64::MAX,
+            kind in 0u8..5,
+            comment in proptest::bool::ANY,
+            id in 0u64..u64::MAX,
+            post in 0u64..u64::MAX,
+            author in 0u64..u64::MAX,
+            actor in 0u64..u64::MAX,
+            parent in proptest::prop_oneof![proptest::strategy::Just(0u64), 1u64..u64::MAX],
+            delta in -1i8..=1,
+            ts in proptest::prop_oneof![0u64..4_102_444_800_000, 0u64..u64::MAX],
+            repeat in 1usize..4,
+        ) {
+            let kind = [
+                EventKind::LikeCreated,
+                EventKind::LikeRemoved,
+                EventKind::CommentCreated,
+                EventKind::CommentStatusChanged,
+                EventKind::CommentDeleted,
+            ][kind as usize];
+            let target = crate::like::Target {
+                kind: if comment { TargetKind::Comment } else { TargetKind::Post },
+                id,
+            };
+            let e = Event { seq, kind, target, target_author: UserId(author), actor: UserId(actor), parent,
+                delta, ts_ms: ts, post };
+            let events = vec![e; repeat];
+            for (i, p) in public_events(&events).iter().enumerate() {
+                let mut direct = Vec::new();
+                write_json(&mut direct, &e, i as u32);
+                proptest::prop_assert_eq!(
+                    String::from_utf8(direct).expect("utf-8"),
+                    serde_json::to_string(p).expect("json")
+                );
+            }
+        }
     }
 
     #[test]
