@@ -206,9 +206,10 @@ fn spawn_write_buffer_governor(inner: std::sync::Weak<Inner>) {
     }
 }
 
-/// Events the in-memory tail of the log holds: about 5 MiB, two windows of the aggregator at
-/// 100k likes/s.
-const EVENT_TAIL_EVENTS: usize = 65_536;
+/// Events the in-memory tail of the log holds: about 20 MiB, a second of a hot post's storm
+/// (260k likes/s), so the consumers that fold a second at a time and the export's batches read
+/// from memory rather than from storage beside the writer.
+const EVENT_TAIL_EVENTS: usize = 262_144;
 
 /// Keyspaces earlier versions wrote and this one no longer reads, removed on open:
 /// `likes` duplicated `user_likes` (see `likes.rs`); every like it held is also in

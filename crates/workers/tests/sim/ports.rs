@@ -407,7 +407,11 @@ impl likewise_core::ports::MetaStore for SimMeta {
         self.0.lock().read_fault("followees")?;
         self.1.followees(follower, limit).await
     }
-    async fn put_settings(&self, user: UserId, settings: likewise_core::model::ViewerSettings) -> StoreResult<()> {
+    async fn put_settings(
+        &self,
+        user: UserId,
+        settings: likewise_core::model::ViewerSettings,
+    ) -> StoreResult<()> {
         self.1.put_settings(user, settings).await
     }
     async fn settings(&self, user: UserId) -> StoreResult<likewise_core::model::ViewerSettings> {
