@@ -20,6 +20,7 @@
 //! - re-creating a consumer under the same name is not a clean restart: when the delete is
 //!   lost (a throttled connection) the create returns the old consumer, and an ack sent before
 //!   the reposition may reach the new one and move its ack floor.
+//!
 //! A new log deletes the other consumers of its name, a reposition the one it replaces (both
 //! cleanup: the stores' fences keep a stale writer's effects out); one left behind by a crash
 //! or a lost delete expires after [`INACTIVE_LIMIT`].
