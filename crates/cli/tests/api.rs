@@ -317,7 +317,7 @@ async fn operations_routes_answer_without_a_token() {
         assert!(gauge("likewise_store_pinned_bytes ") >= 0.0);
         // The like's event went through the in-memory tail of the log.
         assert!(gauge("likewise_cache_entries{cache=\"event_tail\"} ") >= 1.0);
-        assert_eq!(gauge("likewise_cache_capacity{cache=\"event_tail\"} "), 65_536.0);
+        assert_eq!(gauge("likewise_cache_capacity{cache=\"event_tail\"} "), 262_144.0);
     }
     app.stop().await;
 }
