@@ -36,8 +36,12 @@ use likewise_core::{StoreError, StoreResult};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
-/// The longest one fetch may take (a no-wait fetch answers in milliseconds).
+/// The longest the fetches of one read may take (a no-wait fetch answers in milliseconds).
 const FETCH_BOUND: Duration = Duration::from_secs(1);
+
+/// Most messages one fetch asks for: 64 of a storm's messages pass a 16 KiB/s link within
+/// [`FETCH_BOUND`].
+const FETCH_MESSAGES: usize = 64;
 
 /// A consumer nobody fetched from for this long is removed by the server (one a crashed
 /// worker left behind); a live log whose consumer expired re-creates it on its next read.
@@ -175,27 +179,39 @@ impl StreamLog {
             }
             out.extend(unpack(&m.payload, |_| *seq)?);
         }
-        if out.len() < max {
-            // Messages hold many events: ask for few; the caller loops while it gets some.
-            let msgs = (max - out.len()).div_ceil(64).clamp(1, 256);
-            // A no-wait fetch has no client-side expiry: when the server's answer is lost (seen
-            // after a worker failover) it would wait for the next message to be published, and
-            // a consumer with nothing new would hang. Bounded here; what the batch delivered
-            // after the bound is a gap the next read repositions over.
-            let deadline = tokio::time::Instant::now() + FETCH_BOUND;
+        // Fetches of at most FETCH_MESSAGES messages, repeated while they come back full and
+        // time is left. One small fetch fits the bound even on a slow link; repeating it lets a
+        // consumer far behind (or skipping what it read before a reposition) read thousands of
+        // messages per call, not one fetch's worth: with one fetch per call the notifier read
+        // 64 messages per step, fewer than a storm publishes, and never caught up.
+        //
+        // A no-wait fetch has no client-side expiry: when the server's answer is lost (seen
+        // after a worker failover) it would wait for the next message to be published, and a
+        // consumer with nothing new would hang. Bounded here; what a batch delivered after the
+        // bound is a gap the next read repositions over.
+        let deadline = tokio::time::Instant::now() + FETCH_BOUND;
+        let mut first = true;
+        while out.len() < max {
+            if !first && tokio::time::Instant::now() + FETCH_BOUND / 2 > deadline {
+                break;
+            }
+            first = false;
+            // Messages hold one or more events.
+            let msgs = (max - out.len()).div_ceil(16).clamp(1, FETCH_MESSAGES);
             let fetch = st.consumer.fetch().max_messages(msgs).messages();
             let Ok(batch) = tokio::time::timeout_at(deadline, fetch).await else {
                 metrics::counter!("likewise_stream_fetch_timeouts_total").increment(1);
                 return Ok(Fetched::Events(out));
             };
             let mut batch = batch.map_err(nats_err)?;
+            let mut got = 0;
             loop {
                 let m = match tokio::time::timeout_at(deadline, batch.next()).await {
                     Ok(Some(m)) => m,
                     Ok(None) => break,
                     Err(_) => {
                         metrics::counter!("likewise_stream_fetch_timeouts_total").increment(1);
-                        break;
+                        return Ok(Fetched::Events(out));
                     }
                 };
                 let m = m.map_err(nats_err)?;
@@ -206,6 +222,7 @@ impl StreamLog {
                     return Ok(Fetched::Gap { expected: st.last_delivery + 1, got: delivery });
                 }
                 st.last_delivery = delivery;
+                got += 1;
                 if st.delivered.last().is_some_and(|(s, _)| *s >= seq) {
                     continue; // a redelivery of something still buffered
                 }
@@ -213,6 +230,9 @@ impl StreamLog {
                     out.extend(unpack(&m.payload, |_| seq)?);
                 }
                 st.delivered.push((seq, m));
+            }
+            if got < msgs {
+                break; // nothing more for now
             }
         }
         if st.delivered.len() > 1_000_000 {
@@ -398,6 +418,34 @@ mod tests {
             n += 1;
         }
         Ok((seen, n))
+    }
+
+    /// A consumer far behind reads a backlog in one call, not one fetch's worth: with a
+    /// single fetch per call the notifier read 64 messages per step, fewer than a storm
+    /// publishes, and never caught up. Also after a reposition that puts it well below
+    /// where it had read (it skips what it read, within the same call).
+    #[tokio::test]
+    async fn a_backlog_is_read_in_one_call() {
+        let s = stream().await;
+        let r = tokio::time::timeout(Duration::from_secs(60), read_backlog(&s)).await;
+        s.delete().await.expect("delete stream");
+        let (first, after_skip) = r.expect("in time").expect("reads");
+        assert_eq!(first, 1_200, "400 messages of 3 events in one read");
+        assert_eq!(after_skip, 300, "the 100 messages after the read position, in one read");
+    }
+
+    async fn read_backlog(s: &JetStream) -> StoreResult<(usize, usize)> {
+        publish(s, 400).await;
+        let log = StreamLog::durable(s, "notifier", s.shard_filter(0), 0).await?;
+        let first = log.read_after(0, 4_096).await?.len();
+        // Repositioned to the committed position (0) while the reader is at message 300.
+        {
+            let mut st = log.state.lock().await;
+            log.reposition(&mut st).await?;
+        }
+        let read_to = s.head().await? - 100;
+        let after_skip = log.read_after(read_to, 4_096).await?.len();
+        Ok((first, after_skip))
     }
 
     async fn reread_after_a_theft(s: &JetStream) -> StoreResult<Vec<u64>> {
