@@ -279,6 +279,11 @@ pub struct StoreSection {
     pub postgres_shards: Vec<String>,
     /// Connections per shard and process.
     pub postgres_pool_size: usize,
+    /// A streaming replica per shard, aligned with `postgres_shards` (`""`, or a shorter
+    /// list: no replica for that shard); it serves the reads that may lag.
+    pub postgres_replicas: Vec<String>,
+    /// How far behind its primary (as measured) a replica may be and still serve reads.
+    pub postgres_replica_max_lag_ms: u64,
 }
 
 impl Default for StoreSection {
@@ -293,6 +298,8 @@ impl Default for StoreSection {
             engine_threads: 1,
             postgres_shards: Vec::new(),
             postgres_pool_size: 16,
+            postgres_replicas: Vec::new(),
+            postgres_replica_max_lag_ms: 1000,
         }
     }
 }
@@ -361,6 +368,9 @@ pub struct CacheConfig {
     /// Hashes each own-likes time bucket in Redis is split into, by viewer (see
     /// `shared_cache::likes`): fewer means fewer Redis commands per like, more means smaller keys.
     pub own_likes_shards: u64,
+    /// Scale-out: the most likes a viewer's shared liked-set filter in Redis holds (0: no
+    /// filters; every feed page without own-likes records reads the reverse index).
+    pub liked_filter_max_items: usize,
     /// With the PostgreSQL backend, how long an API node serves a count before reloading it
     /// (the aggregator runs elsewhere and cannot write into this node's cache).
     pub cluster_count_refresh_ms: u64,
@@ -380,6 +390,7 @@ impl Default for CacheConfig {
             redis_prefix: "likewise".into(),
             hot_replicas: 4,
             own_likes_shards: 16,
+            liked_filter_max_items: 8_192,
             cluster_count_refresh_ms: 250,
         }
     }
@@ -547,6 +558,10 @@ impl Config {
             (1..=65_536).contains(&self.cache.own_likes_shards),
             "cache.own_likes_shards must be between 1 and 65536"
         );
+        anyhow::ensure!(
+            self.cache.liked_filter_max_items <= 1_000_000,
+            "cache.liked_filter_max_items must be at most 1000000 (a filter is read whole with every feed page)"
+        );
         match self.store.backend.as_str() {
             "embedded" => anyhow::ensure!(
                 self.server.role == "all",
@@ -557,6 +572,17 @@ impl Config {
                 anyhow::ensure!(
                     !self.store.postgres_shards.is_empty(),
                     "store.postgres_shards must list at least one database"
+                );
+                anyhow::ensure!(
+                    self.store.postgres_replicas.len() <= self.store.postgres_shards.len(),
+                    "store.postgres_replicas lists {} URLs for {} shards: at most one per shard, in shard \
+                     order (\"\" for a shard without one)",
+                    self.store.postgres_replicas.len(),
+                    self.store.postgres_shards.len()
+                );
+                anyhow::ensure!(
+                    self.store.postgres_replica_max_lag_ms >= 1,
+                    "store.postgres_replica_max_lag_ms must be at least 1"
                 );
                 anyhow::ensure!(self.cache.redis_url.is_some(), "the postgres backend needs cache.redis_url");
                 anyhow::ensure!(
@@ -808,5 +834,28 @@ mod tests {
         }
         c.cache.own_likes_shards = 5;
         c.validate().expect("in range");
+    }
+
+    #[test]
+    fn replicas_may_not_outnumber_the_shards_and_the_lag_bound_is_positive() {
+        let mut c = Config::default();
+        c.store.backend = "postgres".into();
+        c.store.postgres_shards = vec!["postgres://db-0/l".into(), "postgres://db-1/l".into()];
+        c.cache.redis_url = Some("redis://127.0.0.1".into());
+        c.stream.nats_url = Some("nats://127.0.0.1".into());
+        c.auth.secret = Some("a-secret-long-enough-for-the-checks-0123456789".into());
+        c.validate().expect("no replicas");
+        assert_eq!(c.store.postgres_replica_max_lag_ms, 1000);
+        c.store.postgres_replicas = vec!["postgres://db-0-replica/l".into()];
+        c.validate().expect("a replica for shard 0 only");
+        c.store.postgres_replicas = vec!["".into(), "postgres://db-1-replica/l".into()];
+        c.validate().expect("a replica for shard 1 only");
+        c.store.postgres_replicas.push("postgres://db-2-replica/l".into());
+        let e = c.validate().expect_err("three replicas for two shards");
+        assert!(format!("{e:#}").contains("store.postgres_replicas lists 3 URLs for 2 shards"), "{e:#}");
+        c.store.postgres_replicas.pop();
+        c.store.postgres_replica_max_lag_ms = 0;
+        let e = c.validate().expect_err("no lag allowed");
+        assert!(format!("{e:#}").contains("store.postgres_replica_max_lag_ms"), "{e:#}");
     }
 }

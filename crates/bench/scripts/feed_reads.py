@@ -316,6 +316,10 @@ def main():
     ap.add_argument("--flush", type=float, default=12.0,
                     help="seconds to wait for PostgreSQL's statistics before a final reading")
     ap.add_argument("--seed", type=int, default=1, help="workload seed (data and pages)")
+    ap.add_argument("--pages-per-viewer", type=int, default=1,
+                    help="pages each viewer reads in a row (a session scrolling its feed)")
+    ap.add_argument("--liked-filter-max", type=int, default=None,
+                    help="cache.liked_filter_max_items (0: no shared liked-set filters; unset: the default)")
     ap.add_argument("--keep", action="store_true", help="leave the deployment running and its data")
     args = ap.parse_args()
 
@@ -330,6 +334,8 @@ def main():
     server_log = os.path.join(tmp, "serve.log")
     secret = "feed-reads-benchmark-secret-0123456789"
     shards = ", ".join(f'"postgres://{PG["user"]}@{PG["host"]}:{PG["port"]}/{d}"' for d in dbs)
+    filter_line = ("" if args.liked_filter_max is None
+                   else "liked_filter_max_items = %d" % args.liked_filter_max)
     with open(cfg, "w") as f:
         f.write(f"""[server]
 listen = "127.0.0.1:{port}"
@@ -341,6 +347,7 @@ data_dir = "{tmp}/data"
 [cache]
 redis_url = "{REDIS_URL}"
 redis_prefix = "{run}"
+{filter_line}
 [stream]
 nats_url = "nats://{NATS_HOST}:{NATS_PORT}"
 prefix = "{run}"
@@ -452,27 +459,32 @@ level = "warn"
 
         # Feed pages, the same sequence for every binary with the same seed.
         prng = random.Random(args.seed * 1_000_003 + 7)
-        pages = []
-        for _ in range(args.pages):
+        # Sessions: one viewer reads --pages-per-viewer pages in a row, on one client.
+        sessions = []
+        per = max(1, args.pages_per_viewer)
+        for k in range(args.pages):
+            if k % per == 0:
+                sessions.append((prng.choice(user_ids), []))
             ids = set()
             while len(ids) < args.page_size:
                 ids.add(zipf.draw(prng))
-            pages.append((prng.choice(user_ids), ",".join(map(str, ids))))
+            sessions[-1][1].append(",".join(map(str, ids)))
         returned = [0]
 
-        def read_page(vp):
-            viewer, ids = vp
-            status, body = client.request("GET", f"/v1/posts?ids={ids}", tokens[viewer])
-            expect("pages", status, body, ok=(200,))
-            if status == 200:
-                n = len(json.loads(body)["posts"])
-                with ch_lock:
-                    returned[0] += n
+        def read_page(session):
+            viewer, pages_of = session
+            for ids in pages_of:
+                status, body = client.request("GET", f"/v1/posts?ids={ids}", tokens[viewer])
+                expect("pages", status, body, ok=(200,))
+                if status == 200:
+                    n = len(json.loads(body)["posts"])
+                    with ch_lock:
+                        returned[0] += n
 
         before = scrape(port)
         xa, sa, ma = stats(dbs)
         t0 = time.monotonic()
-        run_pool(args.clients, pages, read_page)
+        run_pool(args.clients, sessions, read_page)
         read_s = time.monotonic() - t0
         after = scrape(port)
         time.sleep(args.flush)
@@ -501,6 +513,8 @@ level = "warn"
         reads_pp = {op: round(v / args.pages, 3) for op, v in sorted(reads.items())}
         cache = delta_by(before, after, "likewise_cache_lookups_total", "result", cache="counts")
         shared = delta_by(before, after, "likewise_shared_cache_lookups_total", "result")
+        filt = delta_by(before, after, "likewise_liked_filter_answers_total", "answer")
+        builds = delta_by(before, after, "likewise_liked_filter_builds_total", "outcome")
 
         def ratios(d):
             total = sum(d.values())
@@ -520,6 +534,9 @@ level = "warn"
             count_cache_ratios=ratios(cache),
             shared_count_cache={k: int(v) for k, v in sorted(shared.items())},
             shared_count_cache_ratios=ratios(shared),
+            pages_per_viewer=per, liked_filter_max=args.liked_filter_max,
+            liked_filter_answers={k: int(v) for k, v in sorted(filt.items())},
+            liked_filter_builds={k: int(v) for k, v in sorted(builds.items())},
         )
         print()
         print(f"pages                          {args.pages} x {args.page_size} posts, {args.clients} clients")
@@ -540,6 +557,11 @@ level = "warn"
             print("shared count cache hit/miss    "
                   + " / ".join(f"{k} {v:.1%}" for k, v in ratios(shared).items())
                   + f"  ({int(sum(shared.values()))} lookups)")
+        if filt or builds:
+            print("liked-set filter               "
+                  + " / ".join(f"{k} {v:.1%}" for k, v in ratios(filt).items())
+                  + f"  of {int(sum(filt.values()))} posts asked; builds "
+                  + ", ".join(f"{k} {int(v)}" for k, v in sorted(builds.items())))
         if any(errors.values()):
             print(f"errors                         {errors}")
         ok = True

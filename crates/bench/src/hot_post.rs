@@ -50,7 +50,8 @@ pub struct HotPostArgs {
     /// In process, embedded store: run every consumer `likewise serve` runs beside the
     /// aggregator (notifier, trending, integrity, ranker, and the Kafka export when the
     /// config names brokers), and report the export's lag during and after the storm.
-    /// Without it only the aggregator runs.
+    /// Without it only the aggregator runs. (With the postgres backend the worker role
+    /// always runs every consumer; `--consumers --without` still leaves some out.)
     #[arg(long, conflicts_with_all = ["url", "workers_after"])]
     pub consumers: bool,
     /// With `--consumers`: leave these out (comma-separated: `export`, `trending`,

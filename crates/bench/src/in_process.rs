@@ -138,8 +138,20 @@ async fn open(a: &HotPostArgs) -> anyhow::Result<Bench> {
     // likers are fresh random IDs so runs can share databases.
     let (spawn_workers, post, base, consumer) = if let Some(ports) = engines.cluster {
         let spawn: SpawnWorkers = {
-            let (svc, ports, opts, stop_rx) =
+            let (svc, ports, mut opts, stop_rx) =
                 (svc.clone(), ports.clone(), cfg.worker_options()?, stop_rx.clone());
+            // The worker role always runs every consumer; `--without` leaves some out, to
+            // measure what they cost here too.
+            for c in &a.without {
+                match c {
+                    StreamConsumer::Export => opts.export = None,
+                    StreamConsumer::Trending => opts.run_trending = false,
+                    StreamConsumer::Integrity => opts.run_integrity = false,
+                }
+            }
+            if !a.without.is_empty() {
+                println!("worker role without: {:?}", a.without);
+            }
             Box::new(move || cluster::spawn_workers(&svc, &ports, &opts, &stop_rx))
         };
         let post = PostId(rand::random_range(1_000_000_000..2_000_000_000u64));

@@ -7,32 +7,10 @@ mod common;
 
 use common::SECRET;
 use common::deployment::Deployment;
-use common::proc::{Client, Server, signal};
+use common::proc::{Client, get_post, like_with_retry, put_post, stop};
 use hyper::Method;
-use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn stop(s: Server) {
-    signal(&s.child, "-TERM");
-    let mut child = s.child;
-    let status = child.wait().expect("wait");
-    assert!(status.success(), "graceful stop exits 0, got {status}");
-}
-
-async fn put_post(c: &Client, base: &str, post: u64, author: u64) {
-    let body = format!(r#"{{"author_id":"{author}"}}"#);
-    let (st, v) =
-        c.call(base, Method::PUT, &format!("/v1/posts/{post}"), 1, true, &body).await.expect("post");
-    assert_eq!(st, 200, "{v}");
-}
-
-async fn get_post(c: &Client, base: &str, post: u64, viewer: u64) -> Value {
-    let (st, v) =
-        c.call(base, Method::GET, &format!("/v1/posts/{post}"), viewer, false, "").await.expect("get");
-    assert_eq!(st, 200, "{v}");
-    v
-}
 
 /// Like `post` as each user, alternating nodes, each request twice (a retry).
 async fn like_all(c: &Arc<Client>, bases: &[String], post: u64, users: Vec<u64>) -> Vec<u64> {
@@ -43,16 +21,7 @@ async fn like_all(c: &Arc<Client>, bases: &[String], post: u64, users: Vec<u64>)
         let (c, bases, users, acked) = (c.clone(), bases.to_vec(), users.clone(), acked.clone());
         tasks.push(tokio::spawn(async move {
             for (i, u) in users.iter().enumerate().skip(w).step_by(16) {
-                let path = format!("/v1/posts/{post}/like");
-                let mut ok = true;
-                for attempt in 0..2 {
-                    let base = &bases[(i + attempt) % bases.len()];
-                    match c.call(base, Method::PUT, &path, *u, false, "").await {
-                        Ok((200, v)) => assert_eq!(v["liked"], true, "{v}"),
-                        _ => ok = false,
-                    }
-                }
-                if ok {
+                if like_with_retry(&c, &bases, i, post, *u).await {
                     acked.lock().expect("lock").push(*u);
                 }
             }
@@ -147,6 +116,25 @@ async fn two_api_nodes_and_a_worker_converge_to_the_rows() {
         "{text}"
     );
     assert_eq!(c.likers(&b.base, 42).await.len(), 500);
+    // `likewise shards status`: each shard, its likes table, no replica, and the limits.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_likewise"))
+        .args(["shards", "status", "--config", &d.config.display().to_string()])
+        .env("LIKEWISE__AUTH__SECRET", SECRET)
+        .output()
+        .expect("shards status");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for want in [
+        "placement: 4096 buckets",
+        "catalog version 1",
+        "2048 buckets",
+        "shard 0: ",
+        "shard 1: ",
+        "  likes ",
+        "replica: none",
+    ] {
+        assert!(text.contains(want), "{want:?} missing from:\n{text}");
+    }
     for s in [a, b] {
         stop(s);
     }

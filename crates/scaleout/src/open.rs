@@ -46,6 +46,9 @@ pub struct Deployment {
 pub async fn connect(opts: &ScaleOutOptions) -> StoreResult<Deployment> {
     let pg = PgStore::connect(&opts.postgres)?;
     pg.check_schema().await?;
+    // Buckets move while nodes run (`reshard`): every node reads a new catalog version
+    // within the interval (the task ends with the store).
+    pg.watch_placement(crate::postgres::reshard::WATCH_INTERVAL);
     let redis = Redis::connect(&opts.redis).await?;
     let stream = JetStream::connect(&opts.stream).await?;
     // A random node ID: the bus skips a node's own messages by it.

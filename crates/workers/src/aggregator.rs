@@ -261,7 +261,11 @@ impl Aggregator {
 
     /// Run until `shutdown` flips to true, then apply what is left and return.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
-        let mut tick = tokio::time::interval(self.opts.window);
+        // The first pass comes one window after the start, like every later one: an
+        // immediate first tick would aggregate whatever the first moments wrote at an
+        // arbitrary point, and a window is a promise about staleness, not a deadline to race.
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.opts.window, self.opts.window);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_reconcile = Instant::now();
         let mut last_truncate = Instant::now();

@@ -1,10 +1,11 @@
-//! The command line: `serve`, `demo`, `migrate`, `token`, `reconcile`, `export`, `bench`.
+//! The command line: `serve`, `demo`, `migrate`, `shards`, `token`, `reconcile`, `export`, `bench`.
 
 mod demo;
 mod export;
 mod migrate;
 mod reconcile;
 mod serve;
+mod shards;
 mod token;
 
 use clap::{Args, Parser, Subcommand};
@@ -84,6 +85,11 @@ pub enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// The shards of the postgres backend.
+    Shards {
+        #[command(subcommand)]
+        which: shards::ShardsCommand,
+    },
     /// Export files for other systems (offline: stop `serve` first).
     Export {
         #[command(subcommand)]
@@ -118,6 +124,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             token::run(&common.load(None)?, &user_id, service, &ttl)
         }
         Command::Reconcile { post, all, common } => reconcile::run(common.load(None)?, post.as_deref(), all),
+        Command::Shards { which } => shards::run(which),
         Command::Export { which } => export::run(which),
         Command::Bench { which } => likewise_bench::run(which),
     }

@@ -180,3 +180,42 @@ impl Client {
         }
     }
 }
+
+/// Stop a server with SIGTERM and require a clean exit (its buffered writes made durable).
+pub fn stop(s: Server) {
+    signal(&s.child, "-TERM");
+    let mut child = s.child;
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "graceful stop exits 0, got {status}");
+}
+
+/// Create (or update) `post`, written by `author`, as the platform's service token.
+pub async fn put_post(c: &Client, base: &str, post: u64, author: u64) {
+    let body = format!(r#"{{"author_id":"{author}"}}"#);
+    let (st, v) =
+        c.call(base, Method::PUT, &format!("/v1/posts/{post}"), 1, true, &body).await.expect("post");
+    assert_eq!(st, 200, "{v}");
+}
+
+/// `GET /v1/posts/{post}` as `viewer`.
+pub async fn get_post(c: &Client, base: &str, post: u64, viewer: u64) -> Value {
+    let (st, v) =
+        c.call(base, Method::GET, &format!("/v1/posts/{post}"), viewer, false, "").await.expect("get");
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+/// Like `post` as `user` twice (the second a retry): through `bases[i]`, then the next node.
+/// Whether both answered 200 (each answer must say liked).
+pub async fn like_with_retry(c: &Client, bases: &[String], i: usize, post: u64, user: u64) -> bool {
+    let path = format!("/v1/posts/{post}/like");
+    let mut ok = true;
+    for attempt in 0..2 {
+        let base = &bases[(i + attempt) % bases.len()];
+        match c.call(base, Method::PUT, &path, user, false, "").await {
+            Ok((200, v)) => assert_eq!(v["liked"], true, "{v}"),
+            _ => ok = false,
+        }
+    }
+    ok
+}

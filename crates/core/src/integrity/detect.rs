@@ -2,8 +2,12 @@
 //! together, and inhuman sustained rates.
 //!
 //! Per event the cost is O(1) amortised: the liker's bounded list of recent actions and its
-//! per-second activity are updated, and the liker is marked active. The expensive part runs
-//! once per round ([`Detector::scan`]) over the users active since the previous scan:
+//! per-second activity are updated, and the liker is marked active. That is one map lookup
+//! and no allocation for an account's first like: most likers of a viral post like once, so
+//! their windows live inline in the map entry, "active" is a round number in it, and only
+//! accounts with enough likes to show a pattern go on the scan's list (a storm of a million
+//! likers is a million first likes). The expensive part runs
+//! once per round ([`Detector::scan`]) over the users listed since the previous scan:
 //!
 //! 1. Users with enough recent likes (candidates) get a MinHash signature of their liked set;
 //!    LSH buckets (bands of the signature) group users whose sets are alike. Set similarity,
@@ -21,7 +25,8 @@
 
 use super::{Evidence, Flag, IntegrityOptions, Reason};
 use crate::like::Target;
-use std::collections::{HashMap, VecDeque};
+use smallvec::SmallVec;
+use std::collections::HashMap;
 
 /// MinHash functions per signature.
 const SIG: usize = 16;
@@ -51,12 +56,18 @@ pub struct Action {
 struct Track {
     first_seen_ms: u64,
     last_ms: u64,
-    /// Recent actions, oldest first, at most `recent_cap`.
-    recent: VecDeque<Action>,
+    /// Recent actions, oldest first, at most `recent_cap` (one inline: no allocation for an
+    /// account that liked once).
+    recent: SmallVec<[Action; 1]>,
     /// Likes per second in the rate window, oldest first, and their sum.
-    secs: VecDeque<(u64, u32)>,
+    secs: SmallVec<[(u64, u32); 1]>,
     in_window: u32,
-    sig: Option<[u64; SIG]>,
+    /// The scan round this account last acted in (see [`Detector::record`]).
+    round: u32,
+    /// The round it was last put on the scan's list in.
+    listed: u32,
+    /// The MinHash signature, while a candidate (boxed: few accounts are).
+    sig: Option<Box<[u64; SIG]>>,
 }
 
 impl Track {
@@ -75,11 +86,14 @@ impl Track {
 }
 
 /// The detection windows (memory only).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Detector {
     // foldhash: every like looks its user up here (SipHash showed in profiles of a storm).
     users: foldhash::HashMap<u64, Track>,
-    active: foldhash::HashSet<u64>,
+    /// Accounts the next scan looks at, once each (see [`Detector::record`]).
+    active: Vec<u64>,
+    /// The current round (never 0, which a new account's window starts with).
+    round: u32,
     candidates: foldhash::HashSet<u64>,
 }
 
@@ -106,10 +120,27 @@ fn signature(liked: &HashMap<Target, u64>) -> [u64; SIG] {
     sig
 }
 
+impl Default for Detector {
+    fn default() -> Self {
+        // Round 1: a new account's window starts at round 0, so it is not taken as listed.
+        Detector { users: Default::default(), active: Vec::new(), round: 1, candidates: Default::default() }
+    }
+}
+
+/// The fewest recent likes that can make an account part of a ring.
+fn min_candidate(o: &IntegrityOptions) -> usize {
+    o.min_shared.min(o.new_min_shared).max(1)
+}
+
 impl Detector {
     /// Users tracked.
     pub fn len(&self) -> usize {
         self.users.len()
+    }
+
+    /// Accounts on the next scan's list.
+    pub fn listed(&self) -> usize {
+        self.active.len()
     }
 
     /// Nothing tracked.
@@ -122,26 +153,32 @@ impl Detector {
         let t =
             self.users.entry(user).or_insert_with(|| Track { first_seen_ms: a.ts_ms, ..Track::default() });
         t.last_ms = t.last_ms.max(a.ts_ms);
-        t.recent.push_back(a);
+        t.recent.push(a);
         if t.recent.len() > o.recent_cap {
-            t.recent.pop_front();
+            t.recent.remove(0);
         }
         if a.created {
             let sec = a.ts_ms / 1_000;
-            match t.secs.back_mut() {
+            match t.secs.last_mut() {
                 Some((s, n)) if *s == sec => *n += 1,
-                _ => t.secs.push_back((sec, 1)),
+                _ => t.secs.push((sec, 1)),
             }
             t.in_window += 1;
             let oldest = sec.saturating_sub(o.rate_window_ms / 1_000);
-            while t.secs.front().is_some_and(|(s, _)| *s <= oldest) {
-                if let Some((_, n)) = t.secs.pop_front() {
-                    t.in_window -= n;
-                }
+            let stale = t.secs.iter().take_while(|(s, _)| *s <= oldest).count();
+            if stale > 0 {
+                t.in_window -= t.secs.drain(..stale).map(|(_, n)| n).sum::<u32>();
             }
         }
         t.sig = None;
-        self.active.insert(user);
+        t.round = self.round;
+        // The scan looks only at accounts that could show a pattern: enough recent actions
+        // for a ring, or enough likes for a rate (not the viral post's one-time likers).
+        let could = t.recent.len() >= min_candidate(o) || t.in_window >= o.rate_min_likes;
+        if could && t.listed != self.round {
+            t.listed = self.round;
+            self.active.push(user);
+        }
     }
 
     /// The user's recent actions since `since_ms`, oldest first (for a confirm's replay).
@@ -156,8 +193,11 @@ impl Detector {
     /// (a user may appear once). Also forgets what fell out of the windows.
     pub fn scan(&mut self, o: &IntegrityOptions, now_ms: u64) -> Vec<Flag> {
         let active = std::mem::take(&mut self.active);
+        // Accounts acting from now on join the next round's list.
+        let round = self.round;
+        self.round = self.round.wrapping_add(1).max(1);
         let mut flags: HashMap<u64, Flag> = HashMap::new();
-        let min_candidate = o.min_shared.min(o.new_min_shared).max(1);
+        let min_candidate = min_candidate(o);
         for u in &active {
             let Some(t) = self.users.get(u) else { continue };
             if t.in_window >= o.rate_min_likes {
@@ -183,8 +223,9 @@ impl Detector {
         let users = &mut self.users;
         self.candidates.retain(|u| {
             let Some(t) = users.get_mut(u) else { return false };
-            while t.recent.front().is_some_and(|a| a.ts_ms < recent_from) {
-                t.recent.pop_front();
+            let stale = t.recent.iter().take_while(|a| a.ts_ms < recent_from).count();
+            if stale > 0 {
+                t.recent.drain(..stale);
                 t.sig = None;
             }
             let liked = t.liked();
@@ -192,13 +233,13 @@ impl Detector {
                 return false;
             }
             if t.sig.is_none() {
-                t.sig = Some(signature(&liked));
+                t.sig = Some(Box::new(signature(&liked)));
             }
             true
         });
         let mut buckets: HashMap<(usize, u64), Vec<u64>> = HashMap::new();
         for u in &self.candidates {
-            if let Some(sig) = self.users.get(u).and_then(|t| t.sig) {
+            if let Some(sig) = self.users.get(u).and_then(|t| t.sig.as_deref()) {
                 for (b, band) in sig.chunks(ROWS).enumerate() {
                     let key = band.iter().fold(b as u64, |h, v| mix(h ^ v));
                     buckets.entry((b, key)).or_default().push(*u);
@@ -207,7 +248,8 @@ impl Detector {
         }
         let smallest = o.ring_min.min(o.new_ring_min).max(2);
         for members in buckets.values() {
-            if members.len() >= smallest && members.iter().any(|m| active.contains(m)) {
+            let acted = |m: &u64| self.users.get(m).is_some_and(|t| t.round == round);
+            if members.len() >= smallest && members.iter().any(acted) {
                 for f in self.verify(o, members, now_ms) {
                     flags.entry(f.user).or_insert(f);
                 }

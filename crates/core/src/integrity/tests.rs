@@ -235,3 +235,38 @@ fn a_ring_of_new_accounts_growing_into_a_lockstep_ring_is_shown_as_one() {
     assert!(flagged(&s).iter().all(|f| f.1 == Reason::LockstepRing) && s.flag_count() == 50);
     assert_eq!(s.flags().next().map(|f| f.flagged_at_ms), at);
 }
+
+#[test]
+fn a_ring_whose_likes_arrive_between_many_scans_is_still_flagged() {
+    // Scans run every round while the ring's likes trickle in: an account is put on a
+    // round's list only once it has enough likes to show a pattern, and again in every
+    // later round it acts in.
+    let o = IntegrityOptions::default();
+    let mut s = Integrity::default();
+    let start = NOW - 10_000;
+    for p in 0..30u64 {
+        for u in 1..=50u64 {
+            s.apply(&o, &like(u, 1_001 + p, start + p * 200 + u * 20));
+        }
+        s.scan(&o, start + p * 200 + 1_100);
+    }
+    let want: Vec<(u64, Reason)> = (1..=50).map(|u| (u, Reason::LockstepRing)).collect();
+    assert_eq!(flagged(&s), want);
+}
+
+#[test]
+fn a_viral_posts_one_time_likers_are_tracked_but_not_scanned() {
+    let o = IntegrityOptions::default();
+    let mut d = detect::Detector::default();
+    for u in 0..10_000u64 {
+        d.record(&o, u, detect::Action { target: Target::post(1), ts_ms: NOW + u / 10, created: true });
+    }
+    assert_eq!((d.len(), d.listed()), (10_000, 0));
+    // One account with enough likes for a ring goes on the list, once.
+    for p in 0..(o.min_shared.min(o.new_min_shared) as u64 + 3) {
+        d.record(&o, 7, detect::Action { target: Target::post(100 + p), ts_ms: NOW + p, created: true });
+    }
+    assert_eq!(d.listed(), 1);
+    d.scan(&o, NOW + 1_000);
+    assert_eq!(d.listed(), 0);
+}

@@ -4,13 +4,13 @@
 
 use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
-use likewise_core::StoreResult;
 use likewise_core::ids::PostId;
 use likewise_core::like::Target;
 use likewise_core::ports::CounterStore;
 use likewise_core::ports::cluster::{
     Lease, LeaseName, Leases, LikerPageRepair, Outbox, OutboxRow, ReverseChange, ReverseIndex,
 };
+use likewise_core::{StoreError, StoreResult};
 
 /// Advisory-lock keys: shard workers add the shard number; the deployment-wide ones live on shard 0.
 const SHARD_LEASE: i64 = 0x4c57_5348_0000;
@@ -26,11 +26,18 @@ const LEASE_CHECK_LIMIT: std::time::Duration = std::time::Duration::from_secs(3)
 /// here, and a standby takes it over, whether or not the holder ever hears of it.
 const LEASE_IDLE_LIMIT: &str = "5s";
 
+/// How long taking a lease waits for its connection.
+const LEASE_CONNECT_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// An exclusive, session-scoped advisory lock: while a process holds it, it is the only one
-/// running what the lease names. Dropping the lease closes its connection, which releases the
-/// lock (a crashed process releases it the same way).
+/// running what the lease names. Its connection is its own, opened beside the shard's pool
+/// (same URL, TLS and options) rather than taken from it: a process holds several leases for
+/// as long as it runs, and a pool of 3 would otherwise be left with no connection for the
+/// work itself. Dropping the lease closes the connection, which releases the lock (a crashed
+/// process releases it the same way).
 pub struct PgLease {
-    conn: Option<deadpool_postgres::Object>,
+    conn: Option<deadpool_postgres::ClientWrapper>,
+    pool: deadpool_postgres::Pool,
 }
 
 #[async_trait]
@@ -50,10 +57,9 @@ impl Lease for PgLease {
 
 impl Drop for PgLease {
     fn drop(&mut self) {
-        if let Some(c) = self.conn.take() {
-            // Take the connection out of the pool so it closes instead of returning with the
-            // lock still held.
-            drop(deadpool_postgres::Object::take(c));
+        if let Some(mut c) = self.conn.take() {
+            // Forget its statement cache; dropping the wrapper ends the connection.
+            deadpool::managed::Manager::detach(self.pool.manager(), &mut c);
         }
     }
 }
@@ -67,18 +73,29 @@ impl Leases for PgStore {
             LeaseName::Export => (0, EXPORT_LEASE),
             LeaseName::Trending => (0, TRENDING_LEASE),
         };
-        let c = self.conn(shard).await?;
+        let pool = self.pool_of(shard)?;
+        let c = match tokio::time::timeout(
+            LEASE_CONNECT_LIMIT,
+            deadpool::managed::Manager::create(pool.manager()),
+        )
+        .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(pg_err(e)),
+            Err(_) => {
+                return Err(StoreError::Engine(format!(
+                    "shard {shard}: no connection for a lease within {LEASE_CONNECT_LIMIT:?}"
+                )));
+            }
+        };
+        // Wrapped first, so an error below drops the lease and its connection (the lock).
+        let lease = PgLease { conn: Some(c), pool };
+        let c = lease.conn.as_ref().expect("just set");
         let got: bool = c.query_one("SELECT pg_try_advisory_lock($1)", &[&key]).await.map_err(pg_err)?.get(0);
         if !got {
             return Ok(None);
         }
-        // Wrapped first, so an error below drops the lease and its connection (the lock).
-        let lease = PgLease { conn: Some(c) };
-        if let Some(c) = &lease.conn {
-            c.simple_query(&format!("SET idle_session_timeout = '{LEASE_IDLE_LIMIT}'"))
-                .await
-                .map_err(pg_err)?;
-        }
+        c.simple_query(&format!("SET idle_session_timeout = '{LEASE_IDLE_LIMIT}'")).await.map_err(pg_err)?;
         Ok(Some(Box::new(lease)))
     }
 }

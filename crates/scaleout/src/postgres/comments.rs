@@ -1,15 +1,18 @@
 //! Comments on PostgreSQL.
 //!
-//! - Reads: keyset pages on the post's shard, so page 5,000 costs what page 1 costs.
+//! - Reads: keyset pages on the post's shard, so page 5,000 costs what page 1 costs. The
+//!   pages may come from the shard's replica (`replicas`); records by ID (`comments`) are
+//!   read from the primary, since writes and moderation decide on them.
 //! - Writes: the comment operations of a shard's write transaction (`write.rs`). Each reads
 //!   the rows it involves (the comment locked `FOR UPDATE`), lets
 //!   `likewise_core::comment::transition` plan it, and writes the plan's rows; the plan's
 //!   events go into the outbox with the transaction's other events.
 
+use super::placement::Placement;
+use super::replicas::Fence;
 use super::tx::TxError;
 use super::{PgStore, i, pg_err};
 use async_trait::async_trait;
-use likewise_core::comment::id::{EPOCH_UNIX_MS, SEQUENCE_BITS};
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::comment::transition::{
     Before, RowWrite, Thread, VisibleReply, create_parent, thread_reads, transition,
@@ -49,6 +52,7 @@ fn comment_row(r: &tokio_postgres::Row) -> StoreResult<CommentRecord> {
 pub(super) async fn comment_op(
     tx: &Transaction<'_>,
     shard: usize,
+    ids: &Placement,
     op: &CommentOp,
     now: u64,
 ) -> Result<(CommentOutcome, Vec<Event>), TxError> {
@@ -62,7 +66,11 @@ pub(super) async fn comment_op(
                 Some(p) => load_locked(tx, p, "FOR SHARE").await?,
                 None => None,
             };
-            Before::New(new_comment_id(tx, shard, now).await?, parent)
+            let post = match op {
+                CommentOp::Create(r) => r.post,
+                _ => return Err(TxError::Fail(StoreError::Engine("a create without a record".into()))),
+            };
+            Before::New(new_comment_id(tx, shard, ids, post, now).await?, parent)
         }
         Some(id) => match load_locked(tx, id, "FOR UPDATE").await? {
             None => Before::Missing,
@@ -122,13 +130,17 @@ async fn visible_replies(tx: &Transaction<'_>, id: CommentId) -> Result<Vec<Visi
         .collect())
 }
 
-/// A new comment ID: milliseconds since the comment epoch, then 16 bits of the shard's
-/// sequence (unique across API nodes), then the shard in the low 6 bits.
-async fn new_comment_id(tx: &Transaction<'_>, shard: usize, now_ms: u64) -> Result<CommentId, TxError> {
+/// A new comment ID: milliseconds since the comment epoch, then the shard's sequence (unique
+/// across API nodes), then the post's bucket ([`Placement::comment_id`]).
+async fn new_comment_id(
+    tx: &Transaction<'_>,
+    shard: usize,
+    ids: &Placement,
+    post: PostId,
+    now_ms: u64,
+) -> Result<CommentId, TxError> {
     let n: i64 = tx.query_one("SELECT nextval('comment_id_seq')", &[]).await?.get(0);
-    let ms = now_ms.saturating_sub(EPOCH_UNIX_MS) & ((1 << 41) - 1);
-    let low = ((n as u64 & 0xFFFF) << 6) | shard as u64;
-    Ok(CommentId((ms << SEQUENCE_BITS) | low))
+    Ok(ids.comment_id(post, shard, n as u64, now_ms))
 }
 
 /// A comment, locked `FOR UPDATE` or `FOR SHARE` (`lock`) to the end of the transaction.
@@ -211,7 +223,6 @@ impl CommentReader for PgStore {
         after: Option<CommentId>,
         limit: usize,
     ) -> StoreResult<Vec<CommentRecord>> {
-        let c = self.conn(self.shard_of_post(post)).await?;
         let q = if newest_first {
             format!(
                 "SELECT {} FROM comments WHERE post_id = $1 AND parent IS NULL AND id < $2
@@ -230,7 +241,14 @@ impl CommentReader for PgStore {
             (None, true) => i64::MAX,
             (None, false) => i64::MIN,
         };
-        let rows = c.query(&q, &[&i(post.0), &bound, &(limit as i64)]).await.map_err(pg_err)?;
+        let (q, id, limit) = (&q, i(post.0), limit as i64);
+        // A replica may answer, once it holds this node's last comment write on the post.
+        let fence = Some(Fence::Post(post.0));
+        let rows = self
+            .read(self.shard_of_post(post), fence, move |c| async move {
+                c.query(q, &[&id, &bound, &limit]).await.map_err(pg_err)
+            })
+            .await?;
         rows.iter().map(comment_row).collect()
     }
 
@@ -240,15 +258,18 @@ impl CommentReader for PgStore {
         after: Option<CommentId>,
         limit: usize,
     ) -> StoreResult<Vec<CommentRecord>> {
-        let c = self.conn(self.shard_of_comment(parent)).await?;
         let q = format!(
             "SELECT {} FROM comments WHERE parent = $1 AND id > $2 ORDER BY id ASC LIMIT $3",
             COMMENT_COLS
         );
-        let rows = c
-            .query(&q, &[&i(parent.0), &after.map_or(i64::MIN, |a| i(a.0)), &(limit as i64)])
-            .await
-            .map_err(pg_err)?;
+        let (q, id, bound, limit) = (&q, i(parent.0), after.map_or(i64::MIN, |a| i(a.0)), limit as i64);
+        // A replica may answer, once it holds this node's last comment write in the thread.
+        let fence = Some(Fence::Thread(parent.0));
+        let rows = self
+            .read(self.shard_of_comment(parent), fence, move |c| async move {
+                c.query(q, &[&id, &bound, &limit]).await.map_err(pg_err)
+            })
+            .await?;
         rows.iter().map(comment_row).collect()
     }
 }
@@ -288,7 +309,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_reply_racing_its_parents_delete_on_another_node_never_leaves_an_orphan() {
         let t = TestShards::create(1).await;
-        let (a, b) = (Arc::new(t.store()), Arc::new(t.store()));
+        let (a, b) = (Arc::new(t.store().await), Arc::new(t.store().await));
         let (mut refused, mut kept) = (0, 0);
         for trial in 0..60u64 {
             let parent = match outcome(a.apply_async(&[create(None, 1000 + trial)]).await.expect("parent")) {
@@ -343,7 +364,7 @@ mod tests {
     async fn replies_racing_their_parents_change_on_another_node_count_exactly() {
         use likewise_core::ports::CounterStore;
         let t = TestShards::create(1).await;
-        let (a, b) = (Arc::new(t.store()), Arc::new(t.store()));
+        let (a, b) = (Arc::new(t.store().await), Arc::new(t.store().await));
         let created = |out: Vec<WriteOutcome>| match outcome(out) {
             CommentOutcome::Done(Some(r)) => r.id,
             other => panic!("create answered {other:?}"),

@@ -8,6 +8,7 @@
 //! deadlock on each other's keys. Expired keys are deleted by the workers.
 
 use super::comments::comment_op;
+use super::placement::Placement;
 use super::tx::TxError;
 use super::{PgStore, i, pg_err};
 use async_trait::async_trait;
@@ -31,6 +32,7 @@ fn decode(v: &[u8]) -> StoreResult<KeyRecord> {
 pub(super) async fn keyed_comment_op(
     tx: &Transaction<'_>,
     shard: usize,
+    ids: &Placement,
     record: &CommentRecord,
     keyed: &Keyed,
     now: u64,
@@ -40,9 +42,9 @@ pub(super) async fn keyed_comment_op(
     let claimed = claimed
         || tx
             .query_opt(
-                "INSERT INTO comment_keys (caller, key, created_at_ms, record) VALUES ($1, $2, $3, '')
+                "INSERT INTO comment_keys (caller, key, created_at_ms, record, post_id) VALUES ($1, $2, $3, '', $4)
                  ON CONFLICT DO NOTHING RETURNING 1",
-                &[&caller, &key, &i(now)],
+                &[&caller, &key, &i(now), &i(record.post.0)],
             )
             .await?
             .is_some();
@@ -53,7 +55,7 @@ pub(super) async fn keyed_comment_op(
         let stored = decode(row.get::<_, &[u8]>(0))?;
         return Ok((CommentOutcome::Replayed(Box::new(stored)), Vec::new()));
     }
-    let (outcome, events) = comment_op(tx, shard, &CommentOp::Create(record.clone()), now).await?;
+    let (outcome, events) = comment_op(tx, shard, ids, &CommentOp::Create(record.clone()), now).await?;
     match &outcome {
         CommentOutcome::Done(Some(created)) => {
             let r = KeyRecord { fingerprint: keyed.fingerprint, created_ms: now, comment: created.clone() };

@@ -27,101 +27,51 @@ impl LikeReader for PgStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let c = self.conn(self.shard_of_user(user)).await?;
         metrics::counter!("likewise_shard_reads_total", "op" => "liked_among").increment(1);
         let want: Vec<i64> = ids.iter().map(|v| i(*v)).collect();
-        let rows = c
-            .query(
-                "SELECT target FROM user_likes WHERE user_id = $1 AND kind = $2 AND target = ANY($3)",
-                &[&i(user.0), &i16::from(kind.code()), &want],
-            )
-            .await
-            .map_err(pg_err)?;
+        let (uid, kind, want) = (i(user.0), i16::from(kind.code()), &want);
+        // The reverse index trails the writes anyway (and sits behind the own-likes records
+        // in Redis): a replica within the lag bound may answer.
+        let rows = self
+            .read(self.shard_of_user(user), None, move |c| async move {
+                c.query(
+                    "SELECT target FROM user_likes WHERE user_id = $1 AND kind = $2 AND target = ANY($3)",
+                    &[&uid, &kind, want],
+                )
+                .await
+                .map_err(pg_err)
+            })
+            .await?;
         let yes: HashSet<u64> = rows.iter().map(|r| u(r.get(0))).collect();
         Ok(ids.iter().map(|v| yes.contains(v)).collect())
     }
 
     async fn liked_ids(&self, user: UserId, kind: TargetKind, limit: usize) -> StoreResult<Vec<u64>> {
-        let c = self.conn(self.shard_of_user(user)).await?;
-        let rows = c
-            .query(
-                "SELECT target FROM user_likes WHERE user_id = $1 AND kind = $2 ORDER BY target LIMIT $3",
-                &[&i(user.0), &i16::from(kind.code()), &(limit as i64)],
-            )
-            .await
-            .map_err(pg_err)?;
+        metrics::counter!("likewise_shard_reads_total", "op" => "liked_ids").increment(1);
+        let (uid, kind, limit) = (i(user.0), i16::from(kind.code()), limit as i64);
+        let rows = self
+            .read(self.shard_of_user(user), None, move |c| async move {
+                c.query(
+                    "SELECT target FROM user_likes WHERE user_id = $1 AND kind = $2 ORDER BY target LIMIT $3",
+                    &[&uid, &kind, &limit],
+                )
+                .await
+                .map_err(pg_err)
+            })
+            .await?;
         Ok(rows.iter().map(|r| u(r.get(0))).collect())
     }
 
-    /// Newest first: the liker pages (migration 5), windows in descending order, each
-    /// window's entries sorted, until `limit` likers older than the cursor are collected from
-    /// whole windows; then the unpaged likes of the same span (or older, when the pages ran
-    /// out), merged in.
+    /// Newest first, from the liker pages (`likers_on`); a replica within the lag bound may
+    /// answer.
     async fn likers(&self, target: Target, after: Option<Liker>, limit: usize) -> StoreResult<Vec<Liker>> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let c = self.conn(self.shard_of_target(target)).await?;
-        let cursor = after.map_or((i64::MAX, i64::MAX), |a| (i(a.liked_at_ms), i(a.user.0)));
-        let scan = c
-            .prepare_cached(
-                "SELECT win, page, users, times FROM liker_pages
-                 WHERE kind = $1 AND target = $2 AND (win, page) < ($3, $4)
-                 ORDER BY win DESC, page DESC LIMIT $5",
-            )
-            .await
-            .map_err(pg_err)?;
-        let (kind, id) = (i16::from(target.kind.code()), i(target.id));
-        // Pages after (win, page) in the scan order; the cursor's own window comes first.
-        let mut next = (cursor.0 / WINDOW_MS, i64::MAX);
-        let mut out: Vec<(i64, i64)> = Vec::with_capacity(limit);
-        let mut window: Vec<(i64, i64)> = Vec::new();
-        let mut current = None;
-        'pages: loop {
-            metrics::counter!("likewise_shard_reads_total", "op" => "likers").increment(1);
-            let rows =
-                c.query(&scan, &[&kind, &id, &next.0, &next.1, &PAGES_PER_READ]).await.map_err(pg_err)?;
-            let last_read = rows.len() < PAGES_PER_READ as usize;
-            for r in &rows {
-                let win: i64 = r.get(0);
-                if current != Some(win) {
-                    flush(&mut window, &mut out);
-                    if out.len() >= limit {
-                        break 'pages;
-                    }
-                    current = Some(win);
-                }
-                next = (win, r.get(1));
-                let users: Vec<i64> = r.get(2);
-                let times: Vec<i64> = r.get(3);
-                window.extend(times.into_iter().zip(users).filter(|e| *e < cursor));
-            }
-            if last_read {
-                flush(&mut window, &mut out);
-                break;
-            }
-        }
-        // With `limit` collected, every paged like from the last window read on (and older than
-        // the cursor) is in `out`, so older unpaged likes cannot make the page; otherwise the
-        // pages ran out and any unpaged like may.
-        let floor = if out.len() >= limit { current.map_or(0, |w| w * WINDOW_MS) } else { 0 };
-        let unpaged = c
-            .prepare_cached(
-                "SELECT liked_at, user_id FROM likes
-                 WHERE kind = $1 AND target = $2 AND NOT paged AND (liked_at, user_id) < ($3, $4)
-                   AND liked_at >= $5
-                 ORDER BY liked_at DESC, user_id DESC LIMIT $6",
-            )
-            .await
-            .map_err(pg_err)?;
-        metrics::counter!("likewise_shard_reads_total", "op" => "likers").increment(1);
-        let rows = c
-            .query(&unpaged, &[&kind, &id, &cursor.0, &cursor.1, &floor, &(limit as i64)])
-            .await
-            .map_err(pg_err)?;
-        out.extend(rows.iter().map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))));
-        out.sort_unstable_by(|a, b| b.cmp(a));
-        Ok(likers_of(out, limit))
+        self.read(self.shard_of_target(target), None, move |c| async move {
+            likers_on(&c, target, after, limit).await
+        })
+        .await
     }
 
     /// One round trip per shard for a whole feed page: the newest pages of every target and
@@ -136,52 +86,14 @@ impl LikeReader for PgStore {
         }
         let reads =
             self.group(targets, |t| self.shard_of_target(*t)).into_iter().map(|(shard, idx)| async move {
-                let c = self.conn(shard).await?;
                 let mut unique: Vec<Target> = idx.iter().map(|k| targets[*k]).collect();
                 unique.sort_unstable();
                 unique.dedup();
                 let kinds: Vec<i16> = unique.iter().map(|t| i16::from(t.kind.code())).collect();
                 let ids: Vec<i64> = unique.iter().map(|t| i(t.id)).collect();
-                let pages = c
-                    .prepare_cached(
-                        "SELECT t.kind, t.target, p.win, p.page, p.users, p.times
-                     FROM unnest($1::smallint[], $2::bigint[]) AS t(kind, target)
-                     CROSS JOIN LATERAL (
-                       SELECT win, page, users, times FROM liker_pages
-                       WHERE kind = t.kind AND target = t.target
-                       ORDER BY win DESC, page DESC LIMIT $3) p",
-                    )
-                    .await
-                    .map_err(pg_err)?;
-                let unpaged = c
-                    .prepare_cached(
-                        "SELECT t.kind, t.target, l.liked_at, l.user_id
-                     FROM unnest($1::smallint[], $2::bigint[]) AS t(kind, target)
-                     CROSS JOIN LATERAL (
-                       SELECT liked_at, user_id FROM likes
-                       WHERE kind = t.kind AND target = t.target AND NOT paged
-                       ORDER BY liked_at DESC, user_id DESC LIMIT $3) l",
-                    )
-                    .await
-                    .map_err(pg_err)?;
-                // Two statements, one round trip: tokio-postgres pipelines them on the connection.
-                metrics::counter!("likewise_shard_reads_total", "op" => "recent_likers").increment(1);
-                let n = limit as i64;
-                let (page_args, unpaged_args): ([&(dyn ToSql + Sync); 3], [&(dyn ToSql + Sync); 3]) =
-                    ([&kinds, &ids, &PAGES_PER_READ], [&kinds, &ids, &n]);
-                let (pages, unpaged) =
-                    tokio::try_join!(c.query(&pages, &page_args), c.query(&unpaged, &unpaged_args))
-                        .map_err(pg_err)?;
-                let mut first: HashMap<Target, FirstRead> = HashMap::with_capacity(idx.len());
-                for r in &pages {
-                    let t = target_of(r.get(0), r.get(1))?;
-                    first.entry(t).or_default().pages.push((r.get(2), r.get(3), r.get(4), r.get(5)));
-                }
-                for r in &unpaged {
-                    let t = target_of(r.get(0), r.get(1))?;
-                    first.entry(t).or_default().unpaged.push((r.get(2), r.get(3)));
-                }
-                Ok::<_, StoreError>(first)
+                let (kinds, ids) = (&kinds, &ids);
+                // A replica within the lag bound may answer.
+                self.read(shard, None, move |c| async move { first_reads(&c, kinds, ids, limit).await }).await
             });
         // Each target merged once (a target asked for twice shares its read), then placed.
         let mut merged: HashMap<Target, Vec<Liker>> = HashMap::with_capacity(targets.len());
@@ -200,6 +112,126 @@ impl LikeReader for PgStore {
         }
         Ok(out)
     }
+}
+
+/// Newest first: the liker pages (migration 5), windows in descending order, each window's
+/// entries sorted, until `limit` (at least 1) likers older than the cursor are collected
+/// from whole windows; then the unpaged likes of the same span (or older, when the pages ran
+/// out), merged in.
+async fn likers_on(
+    c: &deadpool_postgres::Client,
+    target: Target,
+    after: Option<Liker>,
+    limit: usize,
+) -> StoreResult<Vec<Liker>> {
+    let cursor = after.map_or((i64::MAX, i64::MAX), |a| (i(a.liked_at_ms), i(a.user.0)));
+    let scan = c
+        .prepare_cached(
+            "SELECT win, page, users, times FROM liker_pages
+             WHERE kind = $1 AND target = $2 AND (win, page) < ($3, $4)
+             ORDER BY win DESC, page DESC LIMIT $5",
+        )
+        .await
+        .map_err(pg_err)?;
+    let (kind, id) = (i16::from(target.kind.code()), i(target.id));
+    // Pages after (win, page) in the scan order; the cursor's own window comes first.
+    let mut next = (cursor.0 / WINDOW_MS, i64::MAX);
+    let mut out: Vec<(i64, i64)> = Vec::with_capacity(limit);
+    let mut window: Vec<(i64, i64)> = Vec::new();
+    let mut current = None;
+    'pages: loop {
+        metrics::counter!("likewise_shard_reads_total", "op" => "likers").increment(1);
+        let rows = c.query(&scan, &[&kind, &id, &next.0, &next.1, &PAGES_PER_READ]).await.map_err(pg_err)?;
+        let last_read = rows.len() < PAGES_PER_READ as usize;
+        for r in &rows {
+            let win: i64 = r.get(0);
+            if current != Some(win) {
+                flush(&mut window, &mut out);
+                if out.len() >= limit {
+                    break 'pages;
+                }
+                current = Some(win);
+            }
+            next = (win, r.get(1));
+            let users: Vec<i64> = r.get(2);
+            let times: Vec<i64> = r.get(3);
+            window.extend(times.into_iter().zip(users).filter(|e| *e < cursor));
+        }
+        if last_read {
+            flush(&mut window, &mut out);
+            break;
+        }
+    }
+    // With `limit` collected, every paged like from the last window read on (and older than
+    // the cursor) is in `out`, so older unpaged likes cannot make the page; otherwise the
+    // pages ran out and any unpaged like may.
+    let floor = if out.len() >= limit { current.map_or(0, |w| w * WINDOW_MS) } else { 0 };
+    let unpaged = c
+        .prepare_cached(
+            "SELECT liked_at, user_id FROM likes
+             WHERE kind = $1 AND target = $2 AND NOT paged AND (liked_at, user_id) < ($3, $4)
+               AND liked_at >= $5
+             ORDER BY liked_at DESC, user_id DESC LIMIT $6",
+        )
+        .await
+        .map_err(pg_err)?;
+    metrics::counter!("likewise_shard_reads_total", "op" => "likers").increment(1);
+    let rows = c
+        .query(&unpaged, &[&kind, &id, &cursor.0, &cursor.1, &floor, &(limit as i64)])
+        .await
+        .map_err(pg_err)?;
+    out.extend(rows.iter().map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))));
+    out.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(likers_of(out, limit))
+}
+
+/// The first read of [`LikeReader::recent_likers_many`] for one shard's targets (`kinds[k]`,
+/// `ids[k]`): each one's newest liker pages and newest unpaged likes.
+async fn first_reads(
+    c: &deadpool_postgres::Client,
+    kinds: &[i16],
+    ids: &[i64],
+    limit: usize,
+) -> StoreResult<HashMap<Target, FirstRead>> {
+    let pages = c
+        .prepare_cached(
+            "SELECT t.kind, t.target, p.win, p.page, p.users, p.times
+             FROM unnest($1::smallint[], $2::bigint[]) AS t(kind, target)
+             CROSS JOIN LATERAL (
+               SELECT win, page, users, times FROM liker_pages
+               WHERE kind = t.kind AND target = t.target
+               ORDER BY win DESC, page DESC LIMIT $3) p",
+        )
+        .await
+        .map_err(pg_err)?;
+    let unpaged = c
+        .prepare_cached(
+            "SELECT t.kind, t.target, l.liked_at, l.user_id
+             FROM unnest($1::smallint[], $2::bigint[]) AS t(kind, target)
+             CROSS JOIN LATERAL (
+               SELECT liked_at, user_id FROM likes
+               WHERE kind = t.kind AND target = t.target AND NOT paged
+               ORDER BY liked_at DESC, user_id DESC LIMIT $3) l",
+        )
+        .await
+        .map_err(pg_err)?;
+    // Two statements, one round trip: tokio-postgres pipelines them on the connection.
+    metrics::counter!("likewise_shard_reads_total", "op" => "recent_likers").increment(1);
+    let n = limit as i64;
+    let (page_args, unpaged_args): ([&(dyn ToSql + Sync); 3], [&(dyn ToSql + Sync); 3]) =
+        ([&kinds, &ids, &PAGES_PER_READ], [&kinds, &ids, &n]);
+    let (pages, unpaged) =
+        tokio::try_join!(c.query(&pages, &page_args), c.query(&unpaged, &unpaged_args)).map_err(pg_err)?;
+    let mut first: HashMap<Target, FirstRead> = HashMap::with_capacity(ids.len());
+    for r in &pages {
+        let t = target_of(r.get(0), r.get(1))?;
+        first.entry(t).or_default().pages.push((r.get(2), r.get(3), r.get(4), r.get(5)));
+    }
+    for r in &unpaged {
+        let t = target_of(r.get(0), r.get(1))?;
+        first.entry(t).or_default().unpaged.push((r.get(2), r.get(3)));
+    }
+    Ok(first)
 }
 
 /// What the first batched read found for one target: its newest liker pages
@@ -396,7 +428,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn likers_pages_follow_a_model_of_random_batches() {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         let mut rng = StdRng::seed_from_u64(7);
         let mut model: HashMap<(u64, u64), u64> = HashMap::new();
         for batch in 0..40u64 {
@@ -455,7 +487,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_removals_from_one_page_both_hold() {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         s.apply_async(&(1..=5).map(|u| op(42, u, true, T0 + u)).collect::<Vec<_>>()).await.expect("likes");
         let mut other = t.client(0).await;
         let tx = other.transaction().await.expect("begin");
@@ -485,7 +517,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_repair_rebuilds_pages_that_disagree_with_the_rows() {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         s.apply_async(&(1..=50).map(|u| op(42, u, true, T0 + u)).collect::<Vec<_>>()).await.expect("likes");
         let c = t.client(0).await;
         c.batch_execute(
@@ -519,7 +551,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_shard_check_finds_drifted_posts_and_comments() {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         let comment = |id: u64, user: u64| {
             WriteOp::Like(LikeOp {
                 target: Target::comment(id),
@@ -558,7 +590,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn migration_5_pages_the_likes_written_before_it() {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         let mut c = t.client(0).await;
         // Back to the schema of migration 4, then likes written as a build of that time did.
         c.batch_execute(

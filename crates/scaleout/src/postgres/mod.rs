@@ -4,7 +4,8 @@
 //! Routing (see `migrations/`): post-keyed rows (likes, comments, counters, outbox, post
 //! metadata, pins, reports, views) live on `shard_of_post`; user-keyed rows (the reverse index,
 //! profiles, follows, settings, blocks, restricts, hidden words, fingerprints, inboxes) on
-//! `shard_of_user`. A comment's ID carries its shard in its low bits.
+//! `shard_of_user`. Both go through `placement`: IDs map to logical buckets, and the catalog
+//! on shard 0 maps buckets to shards. A comment's ID carries its post's bucket.
 //!
 //! Writes go through the same group committer as the embedded engine: each batch is split by
 //! shard and each shard's part is ONE transaction of multi-row statements (`write.rs`), so a
@@ -14,11 +15,16 @@
 //! JetStream; consumers (counters, reverse index, notifications, ranker) read them there.
 //!
 //! Modules:
-//! - `migrate`: versioned SQL migrations applied to every shard.
+//! - `migrate`: versioned SQL migrations applied to every shard; `placement`: buckets, the
+//!   catalog that places them, and how IDs (new and legacy) are routed; `reshard`: moving
+//!   buckets between shards while the service runs.
 //! - `write`: the write engine: each shard's part of a batch as one transaction (likes, and
 //!   the comment operations `comments` applies); `tx`: that transaction's retry-or-fail errors.
 //! - `likes`, `counters`, `comments`: the hot read ports.
+//! - `replicas`: read replicas: which reads may use a shard's streaming replica, its lag
+//!   measured against the primary, and the fall back to the primary.
 //! - `meta`, `moderation`, `views` (and `hourly_views`), `notifications`: the remaining ports.
+//! - `status`: what each shard holds and how its replica keeps up (`likewise shards status`).
 //! - `outbox`: the outbox as an event log (one shard; tests and `settle`) and the reverse-index
 //!   writes.
 //! - `cluster`: the deployment ports on PostgreSQL: leases (advisory locks), the outbox as the
@@ -55,21 +61,29 @@ pub mod migrate;
 mod moderation;
 mod notifications;
 pub mod outbox;
+pub mod placement;
 mod ranks;
+mod replicas;
+pub mod reshard;
 mod snapshots;
+mod status;
+#[cfg(test)]
+mod test_ops;
 pub mod testing;
 pub mod tls;
 mod tx;
 mod views;
 mod write;
 
+pub use placement::{MAX_SHARDS, Placement};
+pub use replicas::ReplicaStatus;
+pub use status::{ReplicaReport, ShardReport, TableSize};
+
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::{StoreError, StoreResult};
 use std::sync::Arc;
-
-/// Most shards: a comment ID keeps the shard in its low 6 bits.
-pub const MAX_SHARDS: usize = 64;
+use std::time::Duration;
 
 /// How to reach the shards.
 #[derive(Debug, Clone)]
@@ -82,6 +96,23 @@ pub struct PgOptions {
     /// relay records each outbox row's stream sequence) rather than outbox sequences (one
     /// shard read directly: tests and tools).
     pub stream_positions: bool,
+    /// A streaming replica's URL per shard, aligned with `shards`: `""` (or a list shorter
+    /// than `shards`) means that shard has none. Only reads that may lag use it (`replicas`).
+    pub replicas: Vec<String>,
+    /// How far behind its primary a replica may be, as measured, and still serve reads.
+    pub replica_max_lag: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            shards: Vec::new(),
+            pool_size: 16,
+            stream_positions: false,
+            replicas: Vec::new(),
+            replica_max_lag: Duration::from_millis(1000),
+        }
+    }
 }
 
 /// The PostgreSQL store. Cheap to clone.
@@ -91,7 +122,15 @@ pub struct PgStore {
 }
 
 struct Inner {
-    pools: Vec<Pool>,
+    /// Each shard's primary pool: the configured shards, then those registered in the
+    /// catalog since (`load_placement` opens them; a list only ever grows).
+    pools: parking_lot::RwLock<Arc<Vec<Pool>>>,
+    /// The size of a pool opened for a registered shard.
+    pool_size: usize,
+    /// Where posts and users live (the catalog as last read; see `placement`).
+    placement: parking_lot::RwLock<Arc<Placement>>,
+    /// Each shard's read replica, if it has one.
+    replicas: replicas::Replicas,
     /// The runtime the group-commit thread drives its async statements on.
     rt: tokio::runtime::Handle,
     stream_positions: bool,
@@ -100,6 +139,14 @@ struct Inner {
 /// Map a driver or pool error to a store error.
 pub(crate) fn pg_err(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> StoreError {
     let e = e.into();
+    if e.downcast_ref::<tokio_postgres::Error>()
+        .and_then(|p| p.code())
+        .is_some_and(|c| c.code() == reshard::MOVED)
+    {
+        // A write to a bucket that moved (`reshard`): retryable once the catalog is read again,
+        // which every node does within a second.
+        return StoreError::Overloaded { engine: "postgres", source: e };
+    }
     if unreachable(&*e) {
         StoreError::Unreachable { engine: "postgres", source: e }
     } else {
@@ -132,6 +179,49 @@ fn unreachable(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// How long a pool waits for a free connection and for a new one to open.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PoolWaits {
+    wait: Duration,
+    create: Duration,
+}
+
+impl PoolWaits {
+    /// A primary: every connection busy for 10 s is overload.
+    const PRIMARY: PoolWaits = PoolWaits { wait: Duration::from_secs(10), create: Duration::from_secs(5) };
+    /// A replica: a read does not wait long for it, the primary can answer instead.
+    const REPLICA: PoolWaits = PoolWaits { wait: Duration::from_secs(1), create: Duration::from_secs(2) };
+}
+
+/// A pool of connections to one database (a shard's primary or its replica), opened lazily.
+pub(crate) fn pool(url: &str, size: usize, waits: PoolWaits) -> StoreResult<Pool> {
+    // TLS as the URL's `sslmode` and `sslrootcert` say (`tls.rs`); errors never show the
+    // password.
+    let tls::Connect { config: mut cfg, tls, .. } = tls::connect(url).map_err(StoreError::Engine)?;
+    // Hot statements are prepared once per connection (`prepare_cached`: no parse and no
+    // extra round trip per batch), but still planned per execution: a generic plan made while
+    // a table is small (a new shard) would keep a hash join over the whole table as the table
+    // grows.
+    //
+    // A transaction left open by a node that was cut off mid-way (its commit never arrived)
+    // would hold its row locks, such as a consumer's offset row, until the server noticed: the
+    // server ends it after 30 s idle.
+    const OURS: &str = "-c plan_cache_mode=force_custom_plan -c idle_in_transaction_session_timeout=30000";
+    let options = match cfg.get_options() {
+        Some(o) if !o.is_empty() => format!("{o} {OURS}"),
+        _ => OURS.to_string(),
+    };
+    cfg.options(&options);
+    let mgr = Manager::from_config(cfg, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    Pool::builder(mgr)
+        .max_size(size.max(2))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(Some(waits.wait))
+        .create_timeout(Some(waits.create))
+        .build()
+        .map_err(pg_err)
+}
+
 impl PgStore {
     /// Connect to every shard (lazily: connections open on first use). Must be called inside
     /// a Tokio runtime.
@@ -146,36 +236,20 @@ impl PgStore {
             .map_err(|_| StoreError::Engine("the PostgreSQL store needs a Tokio runtime".into()))?;
         let mut pools = Vec::with_capacity(opts.shards.len());
         for url in &opts.shards {
-            // TLS as the URL's `sslmode` and `sslrootcert` say (`tls.rs`); errors never show
-            // the password.
-            let tls::Connect { config: mut cfg, tls, .. } = tls::connect(url).map_err(StoreError::Engine)?;
-            // Hot statements are prepared once per connection (`prepare_cached`: no parse and
-            // no extra round trip per batch), but still planned per execution: a generic plan
-            // made while a table is small (a new shard) would keep a hash join over the
-            // whole table as the table grows.
-            //
-            // A transaction left open by a node that was cut off mid-way (its commit never
-            // arrived) would hold its row locks, such as a consumer's offset row, until the
-            // server noticed: the server ends it after 30 s idle.
-            const OURS: &str =
-                "-c plan_cache_mode=force_custom_plan -c idle_in_transaction_session_timeout=30000";
-            let options = match cfg.get_options() {
-                Some(o) if !o.is_empty() => format!("{o} {OURS}"),
-                _ => OURS.to_string(),
-            };
-            cfg.options(&options);
-            let mgr =
-                Manager::from_config(cfg, tls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
-            let pool = Pool::builder(mgr)
-                .max_size(opts.pool_size.max(2))
-                .runtime(deadpool_postgres::Runtime::Tokio1)
-                .wait_timeout(Some(std::time::Duration::from_secs(10)))
-                .create_timeout(Some(std::time::Duration::from_secs(5)))
-                .build()
-                .map_err(pg_err)?;
-            pools.push(pool);
+            pools.push(pool(url, opts.pool_size, PoolWaits::PRIMARY)?);
         }
-        Ok(PgStore { inner: Arc::new(Inner { pools, rt, stream_positions: opts.stream_positions }) })
+        // Each replica's lag tracker starts here and ends once the store is dropped.
+        let replicas = replicas::Replicas::connect(opts)?;
+        Ok(PgStore {
+            inner: Arc::new(Inner {
+                placement: parking_lot::RwLock::new(Arc::new(Placement::before_catalog(pools.len()))),
+                pools: parking_lot::RwLock::new(Arc::new(pools)),
+                pool_size: opts.pool_size,
+                replicas,
+                rt,
+                stream_positions: opts.stream_positions,
+            }),
+        })
     }
 
     /// Whether consumer offsets are stream sequences (see [`PgOptions::stream_positions`]).
@@ -185,27 +259,107 @@ impl PgStore {
 
     /// Number of shards.
     pub fn shard_count(&self) -> usize {
-        self.inner.pools.len()
+        self.inner.pools.read().len()
+    }
+
+    /// Connect (as [`PgStore::connect`]) and read the placement catalog.
+    pub async fn open(opts: &PgOptions) -> StoreResult<Self> {
+        let pg = Self::connect(opts)?;
+        pg.load_placement().await?;
+        Ok(pg)
+    }
+
+    /// The placement in use.
+    pub fn placement(&self) -> Arc<Placement> {
+        self.inner.placement.read().clone()
+    }
+
+    /// Read the placement catalog from shard 0 and use it. Before migration 15 (no catalog
+    /// yet) the store keeps routing the way the schema's data was written: `id % shards`.
+    pub async fn load_placement(&self) -> StoreResult<Arc<Placement>> {
+        let c = self.conn(0).await?;
+        self.open_registered(&c).await?;
+        let loaded = placement::load(&c, self.shard_count()).await?;
+        let p = Arc::new(loaded.unwrap_or_else(|| Placement::before_catalog(self.shard_count())));
+        let before = std::mem::replace(&mut *self.inner.placement.write(), p.clone());
+        if before.version != p.version {
+            tracing::info!(version = p.version, was = before.version, "placement catalog read");
+        }
+        Ok(p)
+    }
+
+    /// Open the shards registered in the catalog (`likewise shards add`) beyond those open.
+    async fn open_registered(&self, c0: &tokio_postgres::Client) -> StoreResult<()> {
+        let rows = match c0.query("SELECT shard, url FROM placement_shards ORDER BY shard", &[]).await {
+            Ok(rows) => rows,
+            // Before migration 17: no shard is registered.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => return Ok(()),
+            Err(e) => return Err(pg_err(e)),
+        };
+        for r in rows {
+            let (shard, url): (i32, String) = (r.get(0), r.get(1));
+            let known = self.shard_count();
+            if (shard as usize) < known {
+                continue;
+            }
+            if shard as usize != known || known >= MAX_SHARDS {
+                return Err(StoreError::Corrupt {
+                    keyspace: "placement_shards",
+                    detail: format!("shard {shard} is registered, but only {known} shards come before it"),
+                });
+            }
+            let added = pool(&url, self.inner.pool_size, PoolWaits::PRIMARY)?;
+            let mut pools = self.inner.pools.write();
+            if pools.len() == known {
+                let mut grown = Vec::clone(&pools);
+                grown.push(added);
+                *pools = Arc::new(grown);
+                tracing::info!(shard, url = %tls::redact(&url), "opened a shard registered in the catalog");
+            }
+        }
+        Ok(())
+    }
+
+    /// Read the catalog again only if its version moved on (one row, not the 4,096 of the
+    /// map): what the write path does after a write was refused as moved, and the watcher.
+    pub async fn refresh_placement(&self) -> StoreResult<Arc<Placement>> {
+        let seen = self.placement();
+        let c = self.conn(0).await?;
+        let now: Option<i64> = match c.query_opt("SELECT version FROM placement_catalog", &[]).await {
+            Ok(row) => row.map(|r| r.get(0)),
+            // Before migration 15: nothing to refresh.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => None,
+            Err(e) => return Err(pg_err(e)),
+        };
+        drop(c);
+        if now.is_some_and(|v| v != seen.version) { self.load_placement().await } else { Ok(seen) }
     }
 
     /// The shard holding a post's rows.
     pub fn shard_of_post(&self, post: PostId) -> usize {
-        (post.0 % self.inner.pools.len() as u64) as usize
+        self.inner.placement.read().shard_of_post(post)
     }
 
     /// The shard holding a user's rows.
     pub fn shard_of_user(&self, user: UserId) -> usize {
-        (user.0 % self.inner.pools.len() as u64) as usize
+        self.inner.placement.read().shard_of_user(user)
     }
 
-    /// The shard a comment was created on (its low 6 bits).
+    /// The shard holding a comment (its post's shard; the ID carries the post's bucket).
     pub fn shard_of_comment(&self, id: CommentId) -> usize {
-        ((id.0 % MAX_SHARDS as u64) as usize) % self.inner.pools.len()
+        self.inner.placement.read().shard_of_comment(id)
+    }
+
+    /// A shard's primary pool (for a connection of its own kind, such as a lease's).
+    pub(crate) fn pool_of(&self, shard: usize) -> StoreResult<Pool> {
+        self.inner.pools.read().get(shard).cloned().ok_or_else(|| {
+            StoreError::Engine(format!("shard {shard} is neither configured nor registered in the catalog"))
+        })
     }
 
     /// A pooled connection to a shard.
     pub(crate) async fn conn(&self, shard: usize) -> StoreResult<deadpool_postgres::Object> {
-        self.inner.pools[shard].get().await.map_err(|e| match e {
+        self.pool_of(shard)?.get().await.map_err(|e| match e {
             // Every connection stayed busy for the pool's whole wait: overload, not a fault.
             deadpool_postgres::PoolError::Timeout(_) => {
                 metrics::counter!("likewise_pg_pool_timeouts_total").increment(1);
@@ -229,13 +383,23 @@ impl PgStore {
         by.into_iter().enumerate().filter(|(_, v)| !v.is_empty()).collect()
     }
 
-    /// Apply the migrations every shard is missing.
+    /// Apply the migrations `shard` is missing (a shard joining a deployment: the catalog
+    /// stays on shard 0); returns the versions applied.
+    pub async fn migrate_shard(&self, shard: usize) -> StoreResult<Vec<i32>> {
+        let mut c = self.conn(shard).await?;
+        migrate::apply(&mut c).await
+    }
+
+    /// Apply the migrations every shard is missing, then create the placement catalog if
+    /// there is none yet (it needs every shard migrated: it records their highest IDs).
     pub async fn migrate(&self) -> StoreResult<Vec<(usize, Vec<i32>)>> {
         let mut out = Vec::new();
         for shard in 0..self.shard_count() {
             let mut c = self.conn(shard).await?;
             out.push((shard, migrate::apply(&mut c).await?));
         }
+        placement::create_catalog(self).await?;
+        self.load_placement().await?;
         Ok(out)
     }
 
@@ -249,6 +413,12 @@ impl PgStore {
                     "shard {shard} lacks migrations {missing:?}: run `likewise migrate`"
                 )));
             }
+        }
+        let p = self.load_placement().await?;
+        if !p.has_catalog() {
+            return Err(StoreError::Engine(
+                "shard 0 has no placement catalog yet: run `likewise migrate`".into(),
+            ));
         }
         Ok(())
     }
@@ -283,7 +453,7 @@ mod tests {
     #[tokio::test]
     async fn connections_plan_every_execution() {
         let t = TestShards::create(1).await;
-        let c = t.store().conn(0).await.expect("conn");
+        let c = t.store().await.conn(0).await.expect("conn");
         let mode: String = c.query_one("SHOW plan_cache_mode", &[]).await.expect("show").get(0);
         assert_eq!(mode, "force_custom_plan");
     }

@@ -17,11 +17,12 @@
 //! idempotent (an Add of a member or a Remove of a non-member changes no count; replaying a
 //! shard's changes in order rebuilds the same `recent` list and `updated_ms` is a maximum).
 //!
-//! Item IDs are unique across shards: `nextval(notif_item_seq) * 64 + shard`, so the item's
-//! shard is read from its ID ([`PgStore::shard_of_item`]).
+//! Item IDs are unique across shards: `nextval(notif_item_seq) * 4096 + the recipient's
+//! bucket` (`placement`), so the item's shard is read from its ID ([`PgStore::shard_of_item`]).
 
 use super::moderation::lim;
-use super::{MAX_SHARDS, PgStore, i, pg_err, u};
+use super::placement::Placement;
+use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::notify::NotifItem;
@@ -37,9 +38,9 @@ const WRITER_LOCK: i64 = 0x4c_696b_6e6f_7469;
 const ITEM_COLS: &str = "id, recipient, post_id, kind, comment_id, actor_count, recent, updated_ms";
 
 impl PgStore {
-    /// The shard an inbox item lives on (its ID's low 6 bits).
-    fn shard_of_item(&self, item: u64) -> usize {
-        ((item % MAX_SHARDS as u64) as usize) % self.shard_count()
+    /// The shard an inbox item lives on (its ID carries its recipient's bucket).
+    pub(crate) fn shard_of_item(&self, item: u64) -> usize {
+        self.placement().shard_of_item(item)
     }
 }
 
@@ -81,6 +82,7 @@ fn parts(ch: &Change) -> (NotifKey, UserId) {
 async fn apply_shard(
     tx: &Transaction<'_>,
     shard: usize,
+    ids: &Placement,
     changes: &[&Change],
 ) -> StoreResult<Vec<(NotifKey, NotifItem)>> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITER_LOCK]).await.map_err(pg_err)?;
@@ -161,8 +163,8 @@ async fn apply_shard(
     if !fresh.is_empty() {
         let rows = tx
             .query(
-                "SELECT nextval('notif_item_seq') * $2::bigint + $3::bigint FROM generate_series(1, $1::bigint)",
-                &[&(fresh.len() as i64), &(MAX_SHARDS as i64), &(shard as i64)],
+                "SELECT nextval('notif_item_seq') FROM generate_series(1, $1::bigint)",
+                &[&(fresh.len() as i64)],
             )
             .await
             .map_err(pg_err)?;
@@ -171,7 +173,7 @@ async fn apply_shard(
         }
         for (k, r) in fresh.iter().zip(&rows) {
             if let Some(w) = work.get_mut(k) {
-                w.up.item.id = u(r.get(0));
+                w.up.item.id = ids.item_id(k.recipient, shard, u(r.get(0)));
             }
         }
     }
@@ -374,7 +376,8 @@ impl NotificationStore for PgStore {
         }
         let mut touched: HashMap<NotifKey, NotifItem> = HashMap::new();
         let mut home_part = Vec::new();
-        for (shard, idx) in self.group(changes, |ch| self.shard_of_user(parts(ch).0.recipient)) {
+        let ids = self.placement();
+        for (shard, idx) in self.group(changes, |ch| ids.shard_of_user(parts(ch).0.recipient)) {
             let part: Vec<&Change> = idx.iter().map(|k| &changes[*k]).collect();
             if shard == home {
                 home_part = part;
@@ -382,11 +385,11 @@ impl NotificationStore for PgStore {
             }
             let mut c = self.conn(shard).await?;
             let tx = c.transaction().await.map_err(pg_err)?;
-            touched.extend(apply_shard(&tx, shard, &part).await?);
+            touched.extend(apply_shard(&tx, shard, &ids, &part).await?);
             tx.commit().await.map_err(pg_err)?;
         }
         if !home_part.is_empty() {
-            touched.extend(apply_shard(&home_tx, home, &home_part).await?);
+            touched.extend(apply_shard(&home_tx, home, &ids, &home_part).await?);
         }
         put_offset(&home_tx, consumer, offset).await?;
         home_tx.commit().await.map_err(pg_err)?;
@@ -487,7 +490,7 @@ mod tests {
     #[tokio::test]
     async fn matches_the_embedded_engine() {
         let t = TestShards::create(2).await;
-        let pg = t.store();
+        let pg = t.store().await;
         let dir = tempfile::tempdir().expect("tempdir");
         let opts = EmbeddedOptions {
             cache_bytes: 8 << 20,
@@ -570,7 +573,7 @@ mod tests {
     #[tokio::test]
     async fn a_superseded_writer_changes_nothing() {
         let t = TestShards::create(2).await;
-        let pg = t.store();
+        let pg = t.store().await;
         let dir = tempfile::tempdir().expect("tempdir");
         let emb = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded");
         // Recipients 1 and 2 live on different shards: the refusal must cover both.

@@ -260,7 +260,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn new_likes_replays_relikes_and_unlikes_land_as_final_states() {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         let round = [ev(1, true, 7, 42, 100), ev(2, true, 8, 42, 101), ev(3, true, 7, 43, 102)];
         assert_eq!(
             apply_reverse(&s, &reverse_changes(&round)).await.expect("apply"),
@@ -294,7 +294,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_key_inserted_by_another_writer_meanwhile_is_upserted() {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         let mut other = t.client(0).await;
         let tx = other.transaction().await.expect("begin");
         tx.execute("INSERT INTO user_likes VALUES (7, 1, 42, 50)", &[]).await.expect("insert");

@@ -76,15 +76,44 @@ impl TestShards {
             names.push(name);
         }
         let t = TestShards { urls, names, admin };
-        let store = t.store();
-        store.migrate().await.expect("migrating test shards");
+        t.connect().migrate().await.expect("migrating test shards");
         t
     }
 
-    /// Connect a store to these shards.
-    pub fn store(&self) -> PgStore {
-        PgStore::connect(&PgOptions { shards: self.urls.clone(), pool_size: 8, stream_positions: false })
+    /// Create `n` empty databases migrated through version `last` only (an older schema,
+    /// for upgrade tests).
+    pub async fn create_at(n: usize, last: i32) -> TestShards {
+        let mut t = TestShards { urls: Vec::new(), names: Vec::new(), admin: admin_url() };
+        let (client, conn) = tokio_postgres::connect(&t.admin, tokio_postgres::NoTls)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL is not reachable at {}: {e}", t.admin));
+        tokio::spawn(conn);
+        let (tag, born): (u32, u64) = (rand::random(), likewise_store::now_ms() / 1000);
+        for i in 0..n {
+            let name = format!("likewise_test_{born}_{tag:08x}_{i}");
+            client.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("create database");
+            t.urls.push(db_url(&t.admin, &name));
+            t.names.push(name);
+        }
+        for shard in 0..n {
+            let mut c = t.client(shard).await;
+            super::migrate::apply_through(&mut c, last).await.expect("migrate");
+        }
+        t
+    }
+
+    /// A store on these shards that has not read the placement catalog: it routes and
+    /// issues IDs as the code before placement did (for upgrade tests, and for migrating).
+    pub fn connect(&self) -> PgStore {
+        PgStore::connect(&PgOptions { shards: self.urls.clone(), pool_size: 8, ..PgOptions::default() })
             .expect("connect test shards")
+    }
+
+    /// Connect a store to these shards, placed by their catalog.
+    pub async fn store(&self) -> PgStore {
+        let s = self.connect();
+        s.load_placement().await.expect("read the placement catalog");
+        s
     }
 
     /// A plain client of shard `shard`, outside the store's pool (another node's connection).
@@ -97,7 +126,7 @@ impl TestShards {
 
     /// Every port over these shards, with a group committer.
     pub async fn stores(&self) -> Stores {
-        crate::open::from_postgres(self.store(), GroupCommitOptions::default())
+        crate::open::from_postgres(self.store().await, GroupCommitOptions::default())
     }
 }
 

@@ -145,7 +145,7 @@ mod tests {
     #[tokio::test]
     async fn saves_of_one_post_merge_by_register_max() {
         let t = TestShards::create(2).await;
-        let s = t.store();
+        let s = t.store().await;
         s.save_views(&[(PostId(1), vec![0, 3, 1, 0]), (PostId(2), vec![7])]).await.expect("save");
         // Another node's sketch of post 1: the union keeps each register's maximum.
         s.save_views(&[(PostId(1), vec![2, 1, 1, 0])]).await.expect("save");

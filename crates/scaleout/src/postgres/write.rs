@@ -28,10 +28,12 @@
 use super::comments::comment_op;
 use super::idempotency::keyed_comment_op;
 use super::likes::{WINDOW_MS, target_of};
+use super::placement::Placement;
+use super::replicas::Fence;
 use super::tx::{TxError, retryable};
 use super::{PgStore, i, pg_err};
 use deadpool_postgres::Transaction as PoolTx;
-use likewise_core::event::Event;
+use likewise_core::event::{Event, EventKind};
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::{LikeAction, LikeOp, LikeOutcome, Target};
 use likewise_core::ports::WriteEngine;
@@ -41,6 +43,10 @@ use std::collections::{HashMap, HashSet};
 
 /// Attempts of a shard transaction that hit a deadlock or serialization failure.
 const ATTEMPTS: usize = 4;
+
+/// How long a batch's part refused because its buckets are moving keeps being retried (each
+/// time after reading the catalog again): a move's fence lasts one copy of its buckets.
+const MOVED_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl WriteEngine for PgStore {
     fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
@@ -64,18 +70,41 @@ fn op_shard(s: &PgStore, op: &WriteOp) -> usize {
 
 impl PgStore {
     pub(crate) async fn apply_async(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
-        let groups = self.group(ops, |op| op_shard(self, op));
-        let parts = futures::future::try_join_all(
-            groups
-                .iter()
-                .map(|(shard, idx)| self.apply_shard(*shard, idx.iter().map(|i| &ops[*i]).collect())),
-        )
-        .await?;
         let mut out: Vec<Option<WriteOutcome>> = vec![None; ops.len()];
-        for ((_, idx), outcomes) in groups.iter().zip(parts) {
-            for (i, o) in idx.iter().zip(outcomes) {
-                out[*i] = Some(o);
+        let mut pending: Vec<usize> = (0..ops.len()).collect();
+        let started = std::time::Instant::now();
+        while !pending.is_empty() {
+            let groups = self.group(&pending, |k| op_shard(self, &ops[*k]));
+            let parts = futures::future::join_all(groups.iter().map(|(shard, idx)| {
+                self.apply_shard(*shard, idx.iter().map(|i| &ops[pending[*i]]).collect())
+            }))
+            .await;
+            // A shard's part refused because a bucket of it moved (`reshard`) committed
+            // nothing: it runs again on the shards the catalog names now. The other parts
+            // committed.
+            let mut moved = Vec::new();
+            for ((_, idx), part) in groups.iter().zip(parts) {
+                match part {
+                    Ok(outcomes) => {
+                        for (i, o) in idx.iter().zip(outcomes) {
+                            out[pending[*i]] = Some(o);
+                        }
+                    }
+                    Err(e) if super::reshard::moved(&e) && started.elapsed() < MOVED_RETRY_FOR => {
+                        moved.extend(idx.iter().map(|i| pending[*i]))
+                    }
+                    Err(e) => return Err(e),
+                }
             }
+            if !moved.is_empty() {
+                metrics::counter!("likewise_pg_write_moved_retries_total").increment(1);
+                let before = self.placement().version;
+                if self.refresh_placement().await?.version == before {
+                    // Fenced on the source, not yet switched in the catalog: a moment.
+                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                }
+            }
+            pending = moved;
         }
         out.into_iter()
             .map(|o| o.ok_or_else(|| StoreError::Engine("write batch lost an outcome".into())))
@@ -84,13 +113,18 @@ impl PgStore {
 
     async fn apply_shard(&self, shard: usize, ops: Vec<&WriteOp>) -> StoreResult<Vec<WriteOutcome>> {
         let mut c = self.conn(shard).await?;
+        let placement = self.placement();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let tx = c.transaction().await.map_err(pg_err)?;
-            match shard_tx(&tx, shard, &ops).await {
-                Ok(out) => match tx.commit().await {
-                    Ok(()) => return Ok(out),
+            match shard_tx(&tx, shard, &placement, &ops).await {
+                Ok((out, fences)) => match tx.commit().await {
+                    Ok(()) => {
+                        // Before the callers hear of it: their next page read must see it.
+                        self.inner.replicas.wrote(shard, &fences);
+                        return Ok(out);
+                    }
                     Err(e) if retryable(&e) && attempt < ATTEMPTS => continue,
                     Err(e) => return Err(pg_err(e)),
                 },
@@ -112,42 +146,54 @@ impl PgStore {
 /// waiting on the other's). Returns the keys this transaction claimed (new ones); the others
 /// were already stored.
 async fn claim_keys(tx: &PoolTx<'_>, ops: &[&WriteOp], now: u64) -> Result<HashSet<(i64, String)>, TxError> {
-    let mut keys: Vec<(i64, String)> = ops
+    let mut keys: Vec<(i64, String, i64)> = ops
         .iter()
         .filter_map(|op| match op {
-            WriteOp::KeyedComment(_, k) => Some((i(k.caller.0), k.key.as_str().to_string())),
+            WriteOp::KeyedComment(r, k) => Some((i(k.caller.0), k.key.as_str().to_string(), i(r.post.0))),
             _ => None,
         })
         .collect();
     if keys.is_empty() {
         return Ok(HashSet::new());
     }
+    // One row per key: the first create that uses it names the post.
     keys.sort();
-    keys.dedup();
-    let (callers, names): (Vec<i64>, Vec<String>) = keys.into_iter().unzip();
+    keys.dedup_by(|a, b| (a.0, &a.1) == (b.0, &b.1));
+    let (mut callers, mut names, mut posts) = (Vec::new(), Vec::new(), Vec::new());
+    for (c, k, p) in keys {
+        callers.push(c);
+        names.push(k);
+        posts.push(p);
+    }
     let rows = tx
         .query(
-            "INSERT INTO comment_keys (caller, key, created_at_ms, record)
-             SELECT c, k, $3, '' FROM unnest($1::bigint[], $2::text[]) AS t(c, k) ORDER BY c, k
+            "INSERT INTO comment_keys (caller, key, created_at_ms, record, post_id)
+             SELECT c, k, $3, '', p FROM unnest($1::bigint[], $2::text[], $4::bigint[]) AS t(c, k, p) ORDER BY c, k
              ON CONFLICT DO NOTHING RETURNING caller, key",
-            &[&callers, &names, &i(now)],
+            &[&callers, &names, &i(now), &posts],
         )
         .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// One shard's part of a batch, inside its transaction.
-async fn shard_tx(tx: &PoolTx<'_>, shard: usize, ops: &[&WriteOp]) -> Result<Vec<WriteOutcome>, TxError> {
+/// One shard's part of a batch, inside its transaction: the outcomes, and the comment pages
+/// its comment changes touch (read-your-writes on a replica: `replicas`).
+async fn shard_tx(
+    tx: &PoolTx<'_>,
+    shard: usize,
+    ids: &Placement,
+    ops: &[&WriteOp],
+) -> Result<(Vec<WriteOutcome>, Vec<Fence>), TxError> {
     let mut out: Vec<Option<WriteOutcome>> = vec![None; ops.len()];
     let mut events: Vec<(usize, Event)> = Vec::new();
     let now = likewise_store::now_ms();
     let mut claimed = claim_keys(tx, ops, now).await?;
     for (k, op) in ops.iter().enumerate() {
         let (outcome, planned) = match op {
-            WriteOp::Comment(c) => comment_op(tx, shard, c, now).await?,
+            WriteOp::Comment(c) => comment_op(tx, shard, ids, c, now).await?,
             WriteOp::KeyedComment(r, keyed) => {
                 let mine = claimed.remove(&(i(keyed.caller.0), keyed.key.as_str().to_string()));
-                keyed_comment_op(tx, shard, r, keyed, now, mine).await?
+                keyed_comment_op(tx, shard, ids, r, keyed, now, mine).await?
             }
             WriteOp::Like(_) => continue,
         };
@@ -184,9 +230,24 @@ async fn shard_tx(tx: &PoolTx<'_>, shard: usize, ops: &[&WriteOp]) -> Result<Vec
             o.event_seq = Some(seq);
         }
     }
-    out.into_iter()
+    let fences = events.iter().flat_map(|(_, e)| comment_pages(e)).flatten().collect();
+    let out = out
+        .into_iter()
         .map(|o| o.ok_or_else(|| TxError::Fail(StoreError::Engine("shard batch lost an outcome".into()))))
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok((out, fences))
+}
+
+/// The comment pages a comment event's change shows on: its post's top-level comments and,
+/// for a reply, its thread. Every comment row a change writes (a placeholder parent
+/// included) is of the event's post and thread.
+fn comment_pages(e: &Event) -> [Option<Fence>; 2] {
+    match e.kind {
+        EventKind::CommentCreated | EventKind::CommentStatusChanged | EventKind::CommentDeleted => {
+            [Some(Fence::Post(e.post)), (e.parent != 0).then_some(Fence::Thread(e.parent))]
+        }
+        EventKind::LikeCreated | EventKind::LikeRemoved => [None, None],
+    }
 }
 
 /// Apply one round of like/unlike operations (distinct keys); returns the keys that changed.
@@ -438,7 +499,7 @@ mod tests {
     /// and (42, 8) runs. Then that transaction commits (`commit`) or rolls back.
     async fn race(commit: bool) -> (Vec<WriteOutcome>, i64, i64) {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         let mut other = t.client(0).await;
         let tx = other.transaction().await.expect("begin");
         tx.execute("INSERT INTO likes VALUES (1, 42, 7, 42, 1)", &[]).await.expect("insert");
@@ -483,7 +544,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn liking_an_existing_row_again_changes_nothing() {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         let first = s.apply_async(&[like(42, 7)]).await.expect("first");
         let again = s.apply_async(&[like(42, 7), like(42, 9)]).await.expect("again");
         assert!(changed(&first[0]));
@@ -499,7 +560,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn changes_of_a_key_get_increasing_positions() {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         let unlike = |post, user| match like(post, user) {
             WriteOp::Like(l) => WriteOp::Like(LikeOp { action: LikeAction::Unlike, ..l }),
             other => other,
@@ -530,7 +591,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_hot_batchs_outbox_body_is_lz4_compressed() {
         let t = TestShards::create(1).await;
-        let s = t.store();
+        let s = t.store().await;
         let ops: Vec<_> = (1..=2_000).map(|u| like(42, u)).collect();
         s.apply_async(&ops).await.expect("apply");
         let c = s.conn(0).await.expect("conn");

@@ -31,7 +31,7 @@
 //!   `2 * skew` and `3 * skew` into bucket `b + 2` first `UNLINK`s them, so Redis frees a big
 //!   hash in the background instead of blocking on its expiry. No reader needs them then.
 
-use super::Redis;
+use super::{Redis, liked_filter};
 use async_trait::async_trait;
 use likewise_core::ids::UserId;
 use likewise_core::like::{Target, TargetKind};
@@ -64,6 +64,50 @@ impl CachedLikes {
         let (writes, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(redis.clone(), layout.clone(), clock.clone(), rx));
         CachedLikes { inner, redis, layout, clock, writes }
+    }
+}
+
+impl CachedLikes {
+    /// Answer `ask` from the viewer's whole liked set, read once, and store it as the shared
+    /// filter (`liked_filter`); a viewer with more than `max` likes is stored as "too many"
+    /// and `ask` read as before.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_and_build(
+        &self,
+        user: UserId,
+        kind: TargetKind,
+        ask: &[u64],
+        key: &str,
+        max: usize,
+        now: u64,
+        trust_ms: u64,
+    ) -> StoreResult<Vec<bool>> {
+        let all = self.inner.liked_ids(user, kind, max + 1).await?;
+        let (stored, answers) = if all.len() > max {
+            metrics::counter!("likewise_liked_filter_builds_total", "outcome" => "too_many").increment(1);
+            (liked_filter::encode_too_many(now), self.inner.liked_among(user, kind, ask).await?)
+        } else {
+            metrics::counter!("likewise_liked_filter_builds_total", "outcome" => "built").increment(1);
+            let set: std::collections::HashSet<u64> = all.iter().copied().collect();
+            (liked_filter::encode_filter(&all, now), ask.iter().map(|id| set.contains(id)).collect())
+        };
+        // Stored in the background: the page does not wait for it, and a failure only
+        // means the next page reads again.
+        let (mut conn, key) = (self.redis.conn.clone(), key.to_string());
+        tokio::spawn(async move {
+            let set: redis::RedisResult<()> = redis::cmd("SET")
+                .arg(&key)
+                .arg(stored)
+                .arg("PX")
+                .arg(trust_ms.max(1))
+                .query_async(&mut conn)
+                .await;
+            if let Err(e) = set {
+                tracing::debug!(error = %e, "storing a liked-set filter failed");
+                metrics::counter!("likewise_shared_cache_errors_total").increment(1);
+            }
+        });
+        Ok(answers)
     }
 }
 
@@ -219,12 +263,19 @@ impl LikeReader for CachedLikes {
         }
         let fields: Vec<String> = ids.iter().map(|id| field(user, Target { kind, id: *id })).collect();
         let shard = self.layout.shard(user);
+        let now = (self.clock)();
+        let buckets = self.layout.read_buckets(now);
+        let filter_max = self.redis.opts.liked_filter_max;
+        let filter_key = (filter_max > 0).then(|| liked_filter::key(&self.redis.opts.prefix, user, kind));
         let mut pipe = redis::pipe();
-        for b in self.layout.read_buckets((self.clock)()) {
-            pipe.cmd("HMGET").arg(self.layout.key(b, shard)).arg(&fields);
+        for b in &buckets {
+            pipe.cmd("HMGET").arg(self.layout.key(*b, shard)).arg(&fields);
+        }
+        if let Some(k) = &filter_key {
+            pipe.cmd("GET").arg(k);
         }
         let mut conn = self.redis.conn.clone();
-        let per_bucket: Vec<Vec<Option<String>>> = match pipe.query_async(&mut conn).await {
+        let replies: Vec<redis::Value> = match pipe.query_async(&mut conn).await {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "own-likes read failed; asking the reverse index");
@@ -232,12 +283,53 @@ impl LikeReader for CachedLikes {
                 Vec::new()
             }
         };
+        let per_bucket: Vec<Vec<Option<String>>> =
+            replies.iter().take(buckets.len()).filter_map(|v| redis::from_redis_value(v).ok()).collect();
         // The record of the latest commit, whichever bucket holds it.
         let own: Vec<Option<bool>> =
             (0..ids.len()).map(|i| newest(per_bucket.iter().filter_map(|b| b.get(i)?.as_deref()))).collect();
         let ask: Vec<u64> = ids.iter().zip(&own).filter(|(_, o)| o.is_none()).map(|(id, _)| *id).collect();
-        let looked =
-            if ask.is_empty() { Vec::new() } else { self.inner.liked_among(user, kind, &ask).await? };
+        let trust_ms = self.layout.width / 2;
+        let shared = replies
+            .get(buckets.len())
+            .and_then(|v| redis::from_redis_value::<Option<Vec<u8>>>(v).ok().flatten())
+            .and_then(|b| liked_filter::decode(&b))
+            .filter(|f| f.fresh(now, trust_ms));
+        let looked: Vec<bool> = if ask.is_empty() {
+            Vec::new()
+        } else {
+            match (&filter_key, shared) {
+                // The shared filter: "no" is final, only "maybe" is read.
+                (Some(_), Some(f)) => {
+                    let maybe: Vec<u64> = ask.iter().copied().filter(|id| f.may_contain(*id)).collect();
+                    metrics::counter!("likewise_liked_filter_answers_total", "answer" => "no")
+                        .increment((ask.len() - maybe.len()) as u64);
+                    metrics::counter!("likewise_liked_filter_answers_total", "answer" => "maybe")
+                        .increment(maybe.len() as u64);
+                    let read = if maybe.is_empty() {
+                        Vec::new()
+                    } else {
+                        self.inner.liked_among(user, kind, &maybe).await?
+                    };
+                    let mut read = maybe.into_iter().zip(read);
+                    let mut next = read.next();
+                    ask.iter()
+                        .map(|id| match next {
+                            Some((m, liked)) if m == *id => {
+                                next = read.next();
+                                liked
+                            }
+                            _ => false,
+                        })
+                        .collect()
+                }
+                // None fresh: the one read this page needs reads the whole set and builds one.
+                (Some(k), None) => {
+                    self.read_and_build(user, kind, &ask, k, filter_max, now, trust_ms).await?
+                }
+                (None, _) => self.inner.liked_among(user, kind, &ask).await?,
+            }
+        };
         let mut looked = looked.into_iter();
         Ok(own.into_iter().map(|o| o.unwrap_or_else(|| looked.next().unwrap_or(false))).collect())
     }
@@ -364,17 +456,23 @@ mod tests {
     const WIDTH: u64 = 8_000;
     const SKEW: u64 = 1_000;
 
-    /// The reverse index: a fixed set of (user, post) likes.
-    struct Index(Mutex<HashSet<(u64, u64)>>);
+    /// The reverse index: a fixed set of (user, post) likes, and the reads it answered.
+    struct Index(Mutex<HashSet<(u64, u64)>>, AtomicU64);
 
     #[async_trait]
     impl LikeReader for Index {
         async fn liked_among(&self, user: UserId, _: TargetKind, ids: &[u64]) -> StoreResult<Vec<bool>> {
+            self.1.fetch_add(1, Ordering::SeqCst);
             let set = self.0.lock().expect("lock");
             Ok(ids.iter().map(|id| set.contains(&(user.0, *id))).collect())
         }
-        async fn liked_ids(&self, _: UserId, _: TargetKind, _: usize) -> StoreResult<Vec<u64>> {
-            Ok(Vec::new())
+        async fn liked_ids(&self, user: UserId, _: TargetKind, limit: usize) -> StoreResult<Vec<u64>> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            let set = self.0.lock().expect("lock");
+            let mut ids: Vec<u64> = set.iter().filter(|(u, _)| *u == user.0).map(|(_, p)| *p).collect();
+            ids.sort_unstable();
+            ids.truncate(limit);
+            Ok(ids)
         }
         async fn likers(&self, _: Target, _: Option<Liker>, _: usize) -> StoreResult<Vec<Liker>> {
             Ok(Vec::new())
@@ -389,16 +487,27 @@ mod tests {
     }
 
     impl Fixture {
+        /// Own-likes records only (no shared filters).
         async fn new(shards: u64) -> Self {
+            Self::with_filters(shards, 0).await
+        }
+
+        async fn with_filters(shards: u64, liked_filter_max: usize) -> Self {
             let opts = RedisOptions {
                 prefix: format!("lwtest:own:{}", rand::random::<u64>()),
                 own_likes_ttl: Duration::from_millis(WIDTH),
                 own_likes_shards: shards,
+                liked_filter_max,
                 ..Default::default()
             };
             let redis = Redis::connect(&opts).await.expect("Redis must be up at 127.0.0.1:6379");
             let b0 = likewise_store::now_ms() / WIDTH + 4;
-            Fixture { redis, index: Arc::new(Index(Mutex::new(HashSet::new()))), b0 }
+            Fixture { redis, index: Arc::new(Index(Mutex::new(HashSet::new()), AtomicU64::new(0))), b0 }
+        }
+
+        /// Reads the reverse index answered so far.
+        fn reads(&self) -> u64 {
+            self.index.1.load(Ordering::SeqCst)
         }
 
         /// A node whose clock reads what the returned cell holds.
@@ -567,6 +676,39 @@ mod tests {
         f.cleanup().await;
     }
 
+    /// Calls of more than a thousand fields (the script slices its commands): 3,000 viewers on
+    /// one key, then the same fields again from the next bucket, first with older commits
+    /// (nothing changes) and then with newer ones (they win and leave the old bucket).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_of_thousands_of_fields_keep_the_latest_commits() {
+        let f = Fixture::new(1).await;
+        let (node, clock) = f.node();
+        let node = Arc::new(node);
+        let storm = |on: bool, base: u64| {
+            let node = node.clone();
+            futures::future::join_all((0..3_000u64).map(move |u| {
+                let node = node.clone();
+                async move { set(&node, 10_000 + u, 9, on, base + u).await }
+            }))
+        };
+        clock.store(f.at(0, 10), Ordering::SeqCst);
+        storm(true, 1_000_000).await;
+        clock.store(f.at(1, 10), Ordering::SeqCst);
+        storm(false, 1).await;
+        for u in [10_000, 11_234, 12_999] {
+            assert_eq!(liked(&node, u, &[9]).await, [true], "viewer {u}: an older commit replaced a newer");
+        }
+        storm(false, 2_000_000).await;
+        for u in [10_000, 11_234, 12_999] {
+            assert_eq!(liked(&node, u, &[9]).await, [false], "viewer {u}");
+        }
+        let mut conn = f.redis.conn.clone();
+        let old = node.layout.key(f.b0, 0);
+        let left: u64 = redis::cmd("HLEN").arg(&old).query_async(&mut conn).await.expect("redis");
+        assert_eq!(left, 0, "records replaced from a newer bucket leave the older one");
+        f.cleanup().await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_storm_takes_one_key_per_shard_and_old_buckets_are_unlinked() {
         let f = Fixture::new(8).await;
@@ -592,6 +734,85 @@ mod tests {
         let keys = f.keys().await;
         assert_eq!(keys.len(), 1, "only bucket 2's one key is left: {keys:?}");
         assert!(keys[0].ends_with(&format!(":{{{}}}:{}", node.layout.shard(UserId(1)), f.b0 + 2)));
+        f.cleanup().await;
+    }
+
+    /// Wait until the filter a read stored in the background is in Redis.
+    async fn filter_stored(f: &Fixture, user: u64) {
+        let key = liked_filter::key(&f.redis.opts.prefix, UserId(user), TargetKind::Post);
+        for _ in 0..200 {
+            let mut conn = f.redis.conn.clone();
+            let there: bool = redis::cmd("EXISTS").arg(&key).query_async(&mut conn).await.expect("redis");
+            if there {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("no filter stored for {user}");
+    }
+
+    /// The first page that must ask the reverse index reads the viewer's liked set once and
+    /// shares it as a filter: the next pages, on this node or another, read nothing for the
+    /// posts it rules out, and only its "maybe" for the rest. Answers stay exact throughout:
+    /// own-likes records (a like and an unlike after the build) come first.
+    #[tokio::test]
+    async fn a_shared_filter_saves_the_reads_of_later_pages_on_every_node() {
+        let f = Fixture::with_filters(4, 1_000).await;
+        for p in [3, 50, 700] {
+            f.index.0.lock().expect("lock").insert((9, p));
+        }
+        let ((a, _), (b, _)) = (f.node(), f.node());
+        let page1: Vec<u64> = (1..=20).collect();
+        let want1: Vec<bool> = page1.iter().map(|p| *p == 3).collect();
+        assert_eq!(liked(&a, 9, &page1).await, want1);
+        assert_eq!(f.reads(), 1, "one read: the whole liked set, not a lookup and a build");
+        filter_stored(&f, 9).await;
+        // Node b, a page none of whose posts were liked: no read at all.
+        let page2: Vec<u64> = (100..120).collect();
+        assert_eq!(liked(&b, 9, &page2).await, vec![false; 20]);
+        assert_eq!(f.reads(), 1, "the filter ruled every post out");
+        // A page holding a liked post: one read, for the "maybe"s only.
+        let page3: Vec<u64> = (690..710).collect();
+        let want3: Vec<bool> = page3.iter().map(|p| *p == 700).collect();
+        assert_eq!(liked(&b, 9, &page3).await, want3);
+        assert_eq!(f.reads(), 2);
+        // Changes after the build answer from their records, on either node.
+        set(&a, 9, 101, true, 10).await;
+        set(&a, 9, 700, false, 11).await;
+        let got = liked(&b, 9, &[101, 700, 102]).await;
+        assert_eq!(got, vec![true, false, false]);
+        assert_eq!(f.reads(), 2, "records and the filter answered");
+        f.cleanup().await;
+    }
+
+    /// A filter is trusted for half a bucket width after its build (by the reading node's
+    /// clock), then read again; a viewer with more likes than the cap is marked, and read per
+    /// page as without filters.
+    #[tokio::test]
+    async fn a_filter_is_rebuilt_when_old_and_never_built_past_the_cap() {
+        let f = Fixture::with_filters(2, 4).await;
+        f.index.0.lock().expect("lock").insert((5, 1));
+        let (a, clock) = f.node();
+        assert_eq!(liked(&a, 5, &[1, 2]).await, vec![true, false]);
+        filter_stored(&f, 5).await;
+        clock.fetch_add(WIDTH / 2, Ordering::SeqCst);
+        assert_eq!(liked(&a, 5, &[2, 3]).await, vec![false, false]);
+        assert_eq!(f.reads(), 1, "still fresh at half the width");
+        // A like that reached the reverse index with no record (its record expired) is seen
+        // once the filter is old.
+        f.index.0.lock().expect("lock").insert((5, 3));
+        clock.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(liked(&a, 5, &[2, 3]).await, vec![false, true]);
+        assert_eq!(f.reads(), 2, "rebuilt");
+        // Over the cap: marked, and every later page is read.
+        for p in 10..20 {
+            f.index.0.lock().expect("lock").insert((6, p));
+        }
+        assert_eq!(liked(&a, 6, &[10, 30]).await, vec![true, false]);
+        assert_eq!(f.reads(), 4, "the set, found too large, then the page");
+        filter_stored(&f, 6).await;
+        assert_eq!(liked(&a, 6, &[11, 31]).await, vec![true, false]);
+        assert_eq!(f.reads(), 5, "one lookup per page");
         f.cleanup().await;
     }
 }

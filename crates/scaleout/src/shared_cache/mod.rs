@@ -18,6 +18,7 @@
 
 mod connect;
 mod counters;
+mod liked_filter;
 mod likes;
 mod rate;
 
@@ -47,6 +48,9 @@ pub struct RedisOptions {
     pub own_likes_ttl: Duration,
     /// Hashes per own-likes bucket (viewers are spread over them by ID).
     pub own_likes_shards: u64,
+    /// The most likes a viewer's shared liked-set filter holds (`likes/filter.rs`); a viewer
+    /// with more is looked up in the reverse index. 0: no filters.
+    pub liked_filter_max: usize,
 }
 
 impl Default for RedisOptions {
@@ -59,6 +63,7 @@ impl Default for RedisOptions {
             counter_ttl: Duration::from_secs(3600),
             own_likes_ttl: Duration::from_secs(600),
             own_likes_shards: 16,
+            liked_filter_max: 8_192,
         }
     }
 }
@@ -73,6 +78,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("counter_ttl", &self.counter_ttl)
             .field("own_likes_ttl", &self.own_likes_ttl)
             .field("own_likes_shards", &self.own_likes_shards)
+            .field("liked_filter_max", &self.liked_filter_max)
             .finish()
     }
 }

@@ -64,9 +64,9 @@ struct State {
     delivered: Vec<(u64, async_nats::jetstream::Message)>,
     /// Consumer sequence of the last delivery seen (0: none since the consumer was created).
     last_delivery: u64,
-    /// The highest position committed, or the one the consumer was created at: a consumer
-    /// re-created after a lost delivery starts after it, since the reader may read again from
-    /// there (a failed commit, a notifier holding likes read past its offset).
+    /// The highest position committed, or the one the log was created at: the reader may
+    /// read again from there (a failed commit, a notifier holding likes read past its offset),
+    /// so a consumer re-created with nothing held starts after it.
     floor: u64,
 }
 
@@ -91,13 +91,22 @@ impl StreamLog {
         })
     }
 
-    /// Start over right after the committed position on a consumer with a new name (see the
-    /// module docs); the replaced one is deleted in the background.
+    /// Go on, on a consumer with a new name (see the module docs), right after the last
+    /// message held, or the committed position when none is held; the replaced consumer is
+    /// deleted in the background.
+    ///
+    /// What is held stays: every message from the committed position up to the last one held
+    /// was delivered and kept in order (a lost delivery is noticed before anything after it
+    /// is kept), so a reader reading again from its committed position gets it from here,
+    /// and the new consumer need not deliver it again. Starting over from the committed
+    /// position instead threw away everything read since the last commit: after a stream
+    /// outage, consumers far behind lost a delivery again before they could commit, and
+    /// repositioned over and over without getting closer.
     async fn reposition(&self, st: &mut State) -> StoreResult<()> {
         let name = consumer_name(&self.family);
-        st.consumer = create(&self.stream, &name, &self.filter, st.floor).await?;
+        let start = st.delivered.last().map_or(st.floor, |(seq, _)| (*seq).max(st.floor));
+        st.consumer = create(&self.stream, &name, &self.filter, start).await?;
         let old = std::mem::replace(&mut st.name, name);
-        st.delivered.clear();
         st.last_delivery = 0;
         metrics::counter!("likewise_stream_repositions_total").increment(1);
         delete_later(&self.stream, old);
@@ -275,9 +284,9 @@ impl EventLog for StreamLog {
                 // A delivery went missing on the way (a fetch dropped mid-flight, say). With
                 // cumulative acks, acknowledging anything after it would acknowledge it too and
                 // its events would never be applied; waiting for its redelivery would cost
-                // `ack_wait`. So: start again right after the committed position, as on start
-                // (not after `after`: what lies between is uncommitted, and the reader may ask
-                // for it again; it is buffered again on the way).
+                // `ack_wait`. So: a new consumer starts right after the last message held (not
+                // after `after`: what lies between the committed position and `after` may have
+                // been taken back by a failed commit; it is held, and served from here).
                 tracing::warn!(consumer = %st.name, expected, got, "stream delivery lost; repositioning");
                 self.reposition(&mut st).await?;
                 match self.fetch_after(&mut st, after, max).await? {
@@ -295,6 +304,8 @@ impl EventLog for StreamLog {
         st.floor = st.floor.max(upto);
         if let Some(pos) = st.delivered.iter().rposition(|(seq, _)| *seq <= upto) {
             // AckPolicy::All: acknowledging the last one acknowledges everything before it.
+            // (One held from before a reposition goes to the replaced consumer, which is gone
+            // or going: harmless; the current one is acknowledged by the commits of its own.)
             st.delivered[pos].1.ack().await.map_err(nats_err)?;
             st.delivered.drain(..=pos);
         }
@@ -448,13 +459,23 @@ mod tests {
         Ok((first, after_skip))
     }
 
-    async fn reread_after_a_theft(s: &JetStream) -> StoreResult<Vec<u64>> {
-        publish(s, 10).await;
-        let log = StreamLog::durable(s, "notifier", s.shard_filter(0), 0).await?;
-        // Read two messages ahead without committing.
-        let first = log.read_after(0, 3).await?;
-        let second = log.read_after(first.last().map_or(0, |e| e.seq), 3).await?;
-        let read_to = second.last().map_or(0, |e| e.seq);
+    /// After a lost delivery the new consumer goes on after what the log holds: it does not
+    /// deliver again what was read since the last commit (re-reading all of that is what kept
+    /// consumers far behind after a stream outage from ever catching up).
+    #[tokio::test]
+    async fn a_reposition_goes_on_after_what_is_held() {
+        let s = stream().await;
+        let r = tokio::time::timeout(Duration::from_secs(30), reposition_after_held(&s)).await;
+        s.delete().await.expect("delete stream");
+        let (seqs, deliveries, again) = r.expect("in time").expect("reads");
+        assert_eq!(seqs, vec![3, 3, 3], "the lost message's events, once");
+        assert_eq!(deliveries, 1, "the new consumer delivered only the lost message");
+        assert_eq!(again, vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4], "a re-read from the committed position");
+    }
+
+    /// Another client of `log`'s consumer takes its next delivery and never acknowledges it,
+    /// as a fetch dropped mid-flight would lose it. Whether it got one.
+    async fn steal_one_delivery(s: &JetStream, log: &StreamLog) -> StoreResult<bool> {
         let thief: PullConsumer =
             s.js.get_stream(&s.stream_name)
                 .await
@@ -463,7 +484,31 @@ mod tests {
                 .await
                 .map_err(nats_err)?;
         let mut batch = thief.fetch().max_messages(1).messages().await.map_err(nats_err)?;
-        assert!(batch.next().await.is_some(), "the other client got a delivery");
+        Ok(batch.next().await.is_some())
+    }
+
+    async fn reposition_after_held(s: &JetStream) -> StoreResult<(Vec<u64>, u64, Vec<u64>)> {
+        // The fourth message shows the third one lost (its delivery comes after a gap).
+        publish(s, 4).await;
+        let log = StreamLog::durable(s, "notifier", s.shard_filter(0), 0).await?;
+        let held = log.read_after(0, 6).await?;
+        assert_eq!(held.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 1, 1, 2, 2, 2]);
+        assert!(steal_one_delivery(s, &log).await?, "the other client got a delivery");
+        let got = log.read_after(2, 3).await?;
+        let deliveries = log.state.lock().await.last_delivery;
+        // Nothing committed yet: reading again from 0 gets everything, from what is held.
+        let again = log.read_after(0, 100).await?;
+        Ok((got.iter().map(|e| e.seq).collect(), deliveries, again.iter().map(|e| e.seq).collect()))
+    }
+
+    async fn reread_after_a_theft(s: &JetStream) -> StoreResult<Vec<u64>> {
+        publish(s, 10).await;
+        let log = StreamLog::durable(s, "notifier", s.shard_filter(0), 0).await?;
+        // Read two messages ahead without committing.
+        let first = log.read_after(0, 3).await?;
+        let second = log.read_after(first.last().map_or(0, |e| e.seq), 3).await?;
+        let read_to = second.last().map_or(0, |e| e.seq);
+        assert!(steal_one_delivery(s, &log).await?, "the other client got a delivery");
         // The next read sees the gap and repositions.
         log.read_after(read_to, 3).await?;
         // The commit failed: read everything again from the committed position, 0.
@@ -491,17 +536,7 @@ mod tests {
         let mut stolen = false;
         for round in 0..40 {
             if round == 2 {
-                // Someone else takes the next delivery of the same durable consumer and never
-                // acknowledges it.
-                let thief: PullConsumer =
-                    s.js.get_stream(&s.stream_name)
-                        .await
-                        .map_err(nats_err)?
-                        .get_consumer(&log.state.lock().await.name)
-                        .await
-                        .map_err(nats_err)?;
-                let mut batch = thief.fetch().max_messages(1).messages().await.map_err(nats_err)?;
-                stolen = batch.next().await.is_some();
+                stolen = steal_one_delivery(s, &log).await?;
             }
             // One message (three events) per read.
             let got = log.read_after(applied, 3).await?;

@@ -92,9 +92,11 @@ mod tests {
 
     #[test]
     fn usage_counts_entries_and_their_heap_bytes() {
-        let m: TtlMap<u64, Option<Arc<str>>> = TtlMap::new("t", Duration::from_secs(60), 64);
+        // Room for several entries per shard: with one per shard, the two keys below would
+        // share a shard (and evict each other) once in 64 runs.
+        let m: TtlMap<u64, Option<Arc<str>>> = TtlMap::new("t", Duration::from_secs(60), 8 * SHARDS);
         let empty = m.usage();
-        assert_eq!((empty.cache, empty.entries, empty.capacity), ("t", 0, 64));
+        assert_eq!((empty.cache, empty.entries, empty.capacity), ("t", 0, 8 * SHARDS));
         m.put(1, Some("a name of twenty-four b".into()));
         m.put(2, None);
         let u = m.usage();

@@ -54,7 +54,7 @@ pub struct WorkerOptions {
     pub key_retention: Duration,
     /// The integrity consumer.
     pub integrity: crate::integrity::IntegrityWorkerOptions,
-    /// Run the trending consumer (single node; always on in `serve`: off only in
+    /// Run the trending consumer (always on in `serve`: off only in
     /// `bench hot-post --consumers --without`, to measure what it costs).
     pub run_trending: bool,
     /// The same for the integrity consumer.
@@ -84,14 +84,46 @@ pub fn spawn_workers(
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
-    for shard in 0..ports.outbox.shard_count() {
-        let (svc, p, agg) = (svc.clone(), ports.clone(), opts.aggregator.clone());
-        tasks.push(tokio::spawn(lease::leased(
-            ports.leases.clone(),
-            LeaseName::Shard(shard),
-            shutdown.clone(),
-            move |stop| shard::shard_workers(svc.clone(), p.clone(), agg.clone(), shard, stop),
-        )));
+    let shard_task = {
+        let (svc, ports, agg, shutdown) =
+            (svc.clone(), ports.clone(), opts.aggregator.clone(), shutdown.clone());
+        move |shard: usize| {
+            let (svc, p, agg) = (svc.clone(), ports.clone(), agg.clone());
+            tokio::spawn(lease::leased(
+                ports.leases.clone(),
+                LeaseName::Shard(shard),
+                shutdown.clone(),
+                move |stop| shard::shard_workers(svc.clone(), p.clone(), agg.clone(), shard, stop),
+            ))
+        }
+    };
+    let started = ports.outbox.shard_count();
+    tasks.extend((0..started).map(&shard_task));
+    // A shard registered while the process runs (`likewise shards add`) gets its workers
+    // once the store has opened it: the store reads the catalog every half second.
+    {
+        let (ports, mut shutdown) = (ports.clone(), shutdown.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut joined = Vec::new();
+            let mut running = started;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = shutdown.changed() => break,
+                }
+                if *shutdown.borrow() {
+                    break;
+                }
+                while running < ports.outbox.shard_count() {
+                    tracing::info!(shard = running, "a registered shard joined: starting its workers");
+                    joined.push(shard_task(running));
+                    running += 1;
+                }
+            }
+            for t in joined {
+                let _ = t.await;
+            }
+        }));
     }
     if let Some(export) = &opts.export {
         let (svc, p, export) = (svc.clone(), ports.clone(), export.clone());
@@ -122,17 +154,30 @@ pub fn spawn_workers(
     // The trending and integrity consumers share one lease: each holds a connection for as
     // long as it is held, and a small pool should not run out of them for lease holders.
     let (svc2, p2, iopts) = (svc.clone(), ports.clone(), opts.integrity.clone());
-    tasks.push(tokio::spawn(lease::leased(
-        ports.leases.clone(),
-        LeaseName::Trending,
-        shutdown.clone(),
-        move |stop| {
-            let (svc, p, iopts) = (svc2.clone(), p2.clone(), iopts.clone());
-            async move {
-                tokio::join!(trending(&svc, &p, stop.clone()), integrity(&svc, &p, iopts, stop));
-            }
-        },
-    )));
+    let (run_trending, run_integrity) = (opts.run_trending, opts.run_integrity);
+    if run_trending || run_integrity {
+        tasks.push(tokio::spawn(lease::leased(
+            ports.leases.clone(),
+            LeaseName::Trending,
+            shutdown.clone(),
+            move |stop| {
+                let (svc, p, iopts) = (svc2.clone(), p2.clone(), iopts.clone());
+                async move {
+                    let t = async {
+                        if run_trending {
+                            trending(&svc, &p, stop.clone()).await
+                        }
+                    };
+                    let i = async {
+                        if run_integrity {
+                            integrity(&svc, &p, iopts, stop.clone()).await
+                        }
+                    };
+                    tokio::join!(t, i);
+                }
+            },
+        )));
+    }
     // Every worker process expires keys: deleting what is already gone costs nothing, and a
     // standby then needs no lease of its own for it.
     tasks.push(tokio::spawn(crate::key_expiry::run(

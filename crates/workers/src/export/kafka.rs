@@ -5,19 +5,26 @@
 //! producer. It is compiled from source (no system library needed) and only with the `kafka`
 //! feature.
 //!
-//! A batch is enqueued whole (waiting for queue room when full), then every delivery report is
-//! awaited; the batch is acknowledged only when all of them succeeded with `acks=all`. On any
-//! failure the producer is dropped and rebuilt for the next attempt: an idempotent producer
-//! that hit a fatal error refuses further sends, and the caller re-sends the whole batch
-//! (duplicates carry the same `event_id`).
+//! A batch is enqueued whole (waiting for queue room when full), then the sink waits until
+//! the producer holds no message of it: the batch is acknowledged only when none failed, with
+//! `acks=all`. On any failure the producer is dropped and rebuilt for the next attempt: an
+//! idempotent producer that hit a fatal error refuses further sends, and the caller re-sends
+//! the whole batch (duplicates carry the same `event_id`).
+//!
+//! Delivery reports come for failures only (`delivery.report.only.error`), counted by the
+//! producer's context, and no future per message: a report per message (a channel, a future
+//! and its wake-up each) cost the export a sixth of its CPU in a storm (docs/benchmarks.md).
+//! Why the count is enough: librdkafka counts a message as outstanding until its delivery
+//! report has been served (its callback runs before the message is released), so once
+//! nothing is outstanding every failure of the batch has been counted.
 
 use super::{Message, Sink, SinkError};
 use async_trait::async_trait;
-use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
-use std::collections::VecDeque;
-use std::time::Duration;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientConfig, ClientContext};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 /// Where and how to publish.
@@ -33,12 +40,39 @@ pub struct KafkaOptions {
     pub extra: Vec<(String, String)>,
 }
 
+/// Counts failed deliveries and keeps the first error (the producer's context).
+#[derive(Default)]
+struct Failures {
+    count: AtomicU64,
+    first: std::sync::Mutex<Option<String>>,
+}
+
+impl ClientContext for Failures {}
+
+impl ProducerContext for Failures {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.count.fetch_add(1, Ordering::SeqCst);
+            if let Ok(mut first) = self.first.lock() {
+                first.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+}
+
+type Inner = ThreadedProducer<Failures>;
+
 /// The Kafka destination.
 pub struct KafkaSink {
     config: ClientConfig,
     topic: String,
-    producer: Mutex<Option<FutureProducer>>,
+    message_timeout: Duration,
+    producer: Mutex<Option<Inner>>,
 }
+
+/// How often the sink looks whether a batch is out (a cheap counter read).
+const OUT_POLL: Duration = Duration::from_millis(1);
 
 impl KafkaSink {
     /// A sink for `opts`; the producer is created (and its settings checked) now.
@@ -53,50 +87,57 @@ impl KafkaSink {
             // spent 1.1-1.2 s of CPU uncompressed, 0.3 s with lz4 (docs/benchmarks.md).
             .set("compression.type", "lz4")
             .set("message.timeout.ms", opts.message_timeout.as_millis().to_string())
+            .set("delivery.report.only.error", "true")
             .set("client.id", "likewise-export");
         for (k, v) in &opts.extra {
             config.set(k, v);
         }
-        let producer =
-            config.create::<FutureProducer>().map_err(|e| SinkError(format!("kafka producer: {e}")))?;
-        Ok(KafkaSink { config, topic: opts.topic.clone(), producer: Mutex::new(Some(producer)) })
+        let producer = create(&config)?;
+        Ok(KafkaSink {
+            config,
+            topic: opts.topic.clone(),
+            message_timeout: opts.message_timeout,
+            producer: Mutex::new(Some(producer)),
+        })
     }
 
-    async fn send_with(&self, producer: &FutureProducer, batch: &[Message]) -> Result<(), SinkError> {
-        let mut pending: VecDeque<DeliveryFuture> = VecDeque::with_capacity(batch.len());
+    async fn send_with(&self, producer: &Inner, batch: &[Message]) -> Result<(), SinkError> {
+        let failures = &producer.context().count;
+        let failed_before = failures.load(Ordering::SeqCst);
+        let mut key = itoa::Buffer::new();
         for m in batch {
-            let mut record = FutureRecord::to(&self.topic).key(&m.key).payload(&m.value);
+            let mut record = BaseRecord::to(&self.topic).key(key.format(m.post)).payload(&m.value);
             loop {
-                match producer.send_result(record) {
-                    Ok(f) => {
-                        pending.push_back(f);
-                        break;
-                    }
+                match producer.send(record) {
+                    Ok(()) => break,
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                        // Room comes back as deliveries complete: wait for the oldest.
+                        // Room comes back as deliveries complete.
                         record = r;
-                        match pending.pop_front() {
-                            Some(f) => delivered(f).await?,
-                            None => tokio::time::sleep(Duration::from_millis(5)).await,
-                        }
+                        tokio::time::sleep(OUT_POLL).await;
                     }
                     Err((e, _)) => return Err(SinkError(format!("kafka enqueue: {e}"))),
                 }
             }
         }
-        for f in pending {
-            delivered(f).await?;
+        // Every message ends delivered or failed within its timeout; the bound only guards
+        // against a producer that stopped reporting.
+        let deadline = Instant::now() + self.message_timeout + Duration::from_secs(5);
+        while producer.in_flight_count() > 0 {
+            if Instant::now() > deadline {
+                return Err(SinkError("kafka delivery: no report within the message timeout".into()));
+            }
+            tokio::time::sleep(OUT_POLL).await;
+        }
+        if failures.load(Ordering::SeqCst) != failed_before {
+            let first = producer.context().first.lock().ok().and_then(|f| f.clone());
+            return Err(SinkError(format!("kafka delivery: {}", first.unwrap_or_else(|| "failed".into()))));
         }
         Ok(())
     }
 }
 
-async fn delivered(f: DeliveryFuture) -> Result<(), SinkError> {
-    match f.await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err((e, _))) => Err(SinkError(format!("kafka delivery: {e}"))),
-        Err(_) => Err(SinkError("kafka delivery: producer dropped".into())),
-    }
+fn create(config: &ClientConfig) -> Result<Inner, SinkError> {
+    config.create_with_context(Failures::default()).map_err(|e| SinkError(format!("kafka producer: {e}")))
 }
 
 #[async_trait]
@@ -104,11 +145,7 @@ impl Sink for KafkaSink {
     async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
         let mut slot = self.producer.lock().await;
         if slot.is_none() {
-            *slot = Some(
-                self.config
-                    .create::<FutureProducer>()
-                    .map_err(|e| SinkError(format!("kafka producer: {e}")))?,
-            );
+            *slot = Some(create(&self.config)?);
         }
         let producer = slot.as_ref().expect("just created");
         let result = self.send_with(producer, batch).await;

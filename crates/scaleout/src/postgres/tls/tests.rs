@@ -28,7 +28,7 @@ async fn plain(url: &str) -> tokio_postgres::Client {
 async fn with_sslmode_require_every_connection_is_encrypted() {
     let t = TestShards::create(1).await;
     let url = with_params(&t.urls[0], "sslmode=require");
-    let store = PgStore::connect(&PgOptions { shards: vec![url], pool_size: 4, stream_positions: false })
+    let store = PgStore::connect(&PgOptions { shards: vec![url], pool_size: 4, ..PgOptions::default() })
         .expect("connect");
     // Several connections at once: four statements that each hold theirs for a moment.
     let busy = (0..4).map(|_| {
@@ -185,7 +185,7 @@ async fn a_password_in_the_url_logs_in_and_is_never_shown() {
     admin.batch_execute(&format!("GRANT ALL ON DATABASE {db} TO {role}")).await.expect("grant");
     let url = format!("postgres://{role}:p%40ss%3Aw0rd%2Fx@127.0.0.1:5432/{db}?sslmode=require");
     let store =
-        PgStore::connect(&PgOptions { shards: vec![url.clone()], pool_size: 1, stream_positions: false })
+        PgStore::connect(&PgOptions { shards: vec![url.clone()], pool_size: 1, ..PgOptions::default() })
             .expect("connect");
     let c = store.conn(0).await.expect("log in with the password");
     let who: String = c.query_one("SELECT current_user::text", &[]).await.expect("query").get(0);

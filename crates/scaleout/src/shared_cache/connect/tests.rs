@@ -38,7 +38,7 @@ async fn likes_counts_own_likes_and_the_comment_rate_limit_work_over_tls_with_an
     let shards = TestShards::create(1).await;
     let redis = Redis::connect(&options(&server, &acl_user())).await.expect("rediss:// with the ACL user");
     let stores =
-        with_shared_cache(from_postgres(shards.store(), GroupCommitOptions::default()), redis.clone());
+        with_shared_cache(from_postgres(shards.store().await, GroupCommitOptions::default()), redis.clone());
     let (post, author) = (Target::post(42), UserId(7));
 
     // Likes, and each viewer's own-likes record, as the service writes them.
@@ -103,7 +103,7 @@ async fn a_wrong_password_fails_at_start_up_with_a_clear_message() {
         postgres: crate::postgres::PgOptions {
             shards: shards.urls.clone(),
             pool_size: 2,
-            stream_positions: false,
+            ..Default::default()
         },
         redis: options(&server, &format!("{REDIS_USER}:not-the-password@")),
         stream: Default::default(),

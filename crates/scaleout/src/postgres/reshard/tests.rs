@@ -1,0 +1,370 @@
+//! Moving buckets on real shards while two nodes write: every acknowledged like and comment
+//! ends on exactly one shard, the one the catalog names; moves stopped at any step resume.
+
+use super::*;
+use crate::postgres::placement::Placement;
+use crate::postgres::test_ops::{comment, like};
+use crate::postgres::testing::TestShards;
+use likewise_core::ids::{CommentId, PostId};
+use likewise_core::like::Target;
+use likewise_core::ports::{CommentReader, LikeReader};
+use likewise_core::write::{CommentOutcome, WriteOp, WriteOutcome};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Posts 1..=POSTS, each in its own bucket (the bucket count is 4,096).
+const POSTS: u64 = 24;
+
+/// Three shards whose catalog places every bucket on shards 0 and 1: the third was just added.
+async fn two_and_a_new_one() -> TestShards {
+    let t = TestShards::create(3).await;
+    t.client(0)
+        .await
+        .batch_execute(
+            "UPDATE placement SET shard = bucket % 2; UPDATE placement_catalog SET version = version + 1",
+        )
+        .await
+        .expect("place on two shards");
+    t
+}
+
+async fn node(t: &TestShards) -> Arc<PgStore> {
+    let s = t.store().await;
+    s.watch_placement(Duration::from_millis(50));
+    Arc::new(s)
+}
+
+/// What one writer had acknowledged: each like key's last acknowledged state, and the
+/// comments created (with their posts).
+#[derive(Default)]
+struct Acked {
+    likes: HashMap<(Target, u64), (u64, bool)>,
+    comments: Vec<(CommentId, u64)>,
+    tops: Vec<(CommentId, u64)>,
+}
+
+/// A node's writer until `stop`: batches of likes and unlikes of posts and comments by its
+/// own users (a key is only ever written by one writer, in order), and comments and replies.
+async fn writer(s: Arc<PgStore>, me: u64, stop: Arc<AtomicBool>) -> Acked {
+    let mut acked = Acked::default();
+    let mut round = 0u64;
+    let mut failed = 0;
+    while !stop.load(Ordering::Acquire) || round < 3 {
+        round += 1;
+        let mut ops = Vec::new();
+        let mut keys = HashSet::new();
+        for u in 0..12u64 {
+            let user = me * 100_000 + u;
+            let post = (u * 7 + round * 5) % POSTS + 1;
+            let target = match acked.comments.iter().rev().find(|(_, p)| *p == post) {
+                Some((c, _)) if round.is_multiple_of(3) => Target::comment(c.0),
+                _ => Target::post(post),
+            };
+            if keys.insert((target, user)) {
+                let on = !acked.likes.get(&(target, user)).is_some_and(|(_, on)| *on);
+                ops.push(((target, user, post, on), like(target, post, user, on)));
+            }
+        }
+        let post = round % POSTS + 1;
+        // Replies go under a top-level comment (the first of the pair each round).
+        let parent = acked.tops.iter().rev().find(|(_, p)| *p == post).map(|(c, _)| *c);
+        let creates = [(post, None), (post, parent)];
+        let mut batch: Vec<WriteOp> = ops.iter().map(|(_, op)| op.clone()).collect();
+        batch.extend(creates.iter().map(|(p, parent)| comment(*p, *parent, me)));
+        match s.apply_async(&batch).await {
+            Ok(out) => {
+                for (((target, user, post, on), _), o) in ops.iter().zip(&out) {
+                    match o {
+                        WriteOutcome::Like(_) => {
+                            acked.likes.insert((*target, *user), (*post, *on));
+                        }
+                        other => panic!("a like answered {other:?}"),
+                    }
+                }
+                for ((p, parent), o) in creates.iter().zip(&out[ops.len()..]) {
+                    match o {
+                        WriteOutcome::Comment(CommentOutcome::Done(Some(r))) => {
+                            acked.comments.push((r.id, *p));
+                            if parent.is_none() {
+                                acked.tops.push((r.id, *p));
+                            }
+                        }
+                        // A reply under a parent of another post never happens here.
+                        other => panic!("a create answered {other:?}"),
+                    }
+                }
+            }
+            // Nothing of a refused batch is acknowledged (and a moved part committed nothing).
+            Err(e) => {
+                failed += 1;
+                assert!(failed < 5, "writes keep failing: {e}");
+            }
+        }
+    }
+    acked
+}
+
+/// Every acknowledged like and comment is on exactly one shard, the one the catalog names;
+/// nothing unacknowledged or unliked is anywhere; reads through a node agree.
+async fn check(t: &TestShards, s: &PgStore, acked: &[Acked]) {
+    let p = s.load_placement().await.expect("catalog");
+    let mut like_rows: HashMap<(i16, i64, i64), Vec<usize>> = HashMap::new();
+    let mut comment_rows: HashMap<i64, Vec<usize>> = HashMap::new();
+    for shard in 0..3 {
+        let c = t.client(shard).await;
+        for r in c.query("SELECT kind, target, user_id FROM likes", &[]).await.expect("likes") {
+            like_rows.entry((r.get(0), r.get(1), r.get(2))).or_default().push(shard);
+        }
+        for r in c.query("SELECT id FROM comments", &[]).await.expect("comments") {
+            comment_rows.entry(r.get(0)).or_default().push(shard);
+        }
+    }
+    let mut want_likers: HashMap<Target, HashSet<u64>> = HashMap::new();
+    let mut liked = 0;
+    for a in acked {
+        for ((target, user), (post, on)) in &a.likes {
+            let key = (i16::from(target.kind.code()), target.id as i64, *user as i64);
+            let found = like_rows.get(&key).cloned().unwrap_or_default();
+            if *on {
+                liked += 1;
+                assert_eq!(found, vec![p.shard_of_post(PostId(*post))], "like {key:?} of post {post}");
+                want_likers.entry(*target).or_default().insert(*user);
+            } else {
+                assert!(found.is_empty(), "unliked {key:?} still on shards {found:?}");
+            }
+        }
+        for (id, post) in &a.comments {
+            let found = comment_rows.get(&(id.0 as i64)).cloned().unwrap_or_default();
+            assert_eq!(found, vec![p.shard_of_post(PostId(*post))], "comment {id:?} of post {post}");
+            assert_eq!(s.shard_of_comment(*id), p.shard_of_post(PostId(*post)));
+        }
+    }
+    assert!(liked > 50, "the writers liked too little to tell: {liked}");
+    let acked_likes: usize = acked.iter().map(|a| a.likes.values().filter(|(_, on)| *on).count()).sum();
+    assert_eq!(like_rows.len(), acked_likes, "rows nobody acknowledged");
+    let ids: Vec<CommentId> = acked.iter().flat_map(|a| a.comments.iter().map(|(c, _)| *c)).collect();
+    assert_eq!(comment_rows.len(), ids.len(), "comments nobody acknowledged");
+    let read = s.comments(&ids).await.expect("read comments");
+    assert!(read.iter().all(Option::is_some), "every comment reads through the node");
+    for (target, users) in want_likers {
+        let likers = s.likers(target, None, 10_000).await.expect("likers");
+        let got: HashSet<u64> = likers.iter().map(|l| l.user.0).collect();
+        assert_eq!(got, users, "likers of {target:?}");
+    }
+}
+
+fn buckets_on(p: &Placement, shard: usize) -> Vec<u32> {
+    (1..=POSTS as u32).filter(|b| p.shards_of_buckets()[*b as usize] as usize == shard).collect()
+}
+
+/// Two nodes write while the buckets of every post move, half from each shard, to the new
+/// third shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn buckets_move_to_a_new_shard_while_two_nodes_write() {
+    let t = two_and_a_new_one().await;
+    let (a, b, mover) = (node(&t).await, node(&t).await, node(&t).await);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = [(a.clone(), 1), (b.clone(), 2)].map(|(s, me)| tokio::spawn(writer(s, me, stop.clone())));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The writers go on between the bulk copy and the fence: the catch-up must carry what
+    // they write then (likes, unlikes, comments), or `check` finds it missing.
+    let opts = MoveOptions {
+        grace: Duration::from_millis(200),
+        drain: false,
+        pause_after_bulk: Duration::from_millis(300),
+        ..MoveOptions::default()
+    };
+    let p = mover.placement();
+    let version = p.version;
+    for source in [0, 1] {
+        let report = mover.move_buckets(&buckets_on(&p, source), 2, &opts).await.expect("move");
+        assert_eq!((report.source, report.target), (source, 2));
+        assert!(report.rows > report.under_fence && report.caught_up > 0, "{report:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let logged: i64 =
+        t.client(0).await.query_one("SELECT count(*) FROM bucket_changes", &[]).await.expect("log").get(0);
+    assert_eq!(logged, 0, "a finished move leaves no change log");
+    stop.store(true, Ordering::Release);
+    let mut acked = Vec::new();
+    for w in writers {
+        acked.push(w.await.expect("writer"));
+    }
+    let p = mover.load_placement().await.expect("catalog");
+    assert_eq!(p.version, version + 2);
+    assert!(buckets_on(&p, 0).is_empty() && buckets_on(&p, 1).is_empty());
+    assert_eq!(buckets_on(&p, 2).len(), POSTS as usize, "the new shard holds every post");
+    for shard in [0, 1] {
+        let n: i64 =
+            t.client(shard).await.query_one("SELECT count(*) FROM likes", &[]).await.expect("n").get(0);
+        assert_eq!(n, 0, "shard {shard} kept rows of moved buckets");
+    }
+    check(&t, &a, &acked).await;
+    check(&t, &b, &acked).await;
+    let journal: i64 =
+        t.client(0).await.query_one("SELECT count(*) FROM bucket_moves", &[]).await.expect("journal").get(0);
+    assert_eq!(journal, 0, "finished moves leave the journal");
+}
+
+/// A move stopped after each of its steps (as a crash there would) and resumed, while a node
+/// writes: the same guarantees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_move_stopped_at_any_step_resumes() {
+    let t = two_and_a_new_one().await;
+    let (a, mover) = (node(&t).await, node(&t).await);
+    let stop = Arc::new(AtomicBool::new(false));
+    let w = tokio::spawn(writer(a.clone(), 1, stop.clone()));
+    let p = mover.placement();
+    let on_0 = buckets_on(&p, 0);
+    let steps = [Step::Journaled, Step::BulkCopied, Step::Copied, Step::Marked, Step::Switched];
+    for (k, step) in steps.into_iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let group: Vec<u32> = on_0.iter().copied().skip(k * 2).take(2).collect();
+        let opts = MoveOptions {
+            grace: Duration::from_millis(100),
+            drain: false,
+            stop_after: Some(step),
+            ..MoveOptions::default()
+        };
+        let e = mover.move_buckets(&group, 2, &opts).await.expect_err("stopped");
+        assert!(e.to_string().contains("stopped after"), "{e}");
+        let resumed = mover
+            .resume_moves(&MoveOptions {
+                grace: Duration::from_millis(100),
+                drain: false,
+                ..MoveOptions::default()
+            })
+            .await
+            .expect("resume");
+        assert_eq!(resumed.iter().flat_map(|r| r.buckets.clone()).collect::<Vec<_>>(), group, "{step:?}");
+        let now = mover.placement();
+        assert!(group.iter().all(|b| now.shards_of_buckets()[*b as usize] == 2), "{step:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    stop.store(true, Ordering::Release);
+    let acked = w.await.expect("writer");
+    check(&t, &a, &[acked]).await;
+}
+
+#[test]
+fn a_plan_evens_the_buckets_out_in_groups() {
+    let legacy = crate::postgres::placement::Legacy { shards: 2, comment_max: 0, item_max: 0 };
+    let p = Placement::initial(2, legacy, 1);
+    let moves = plan(&p, 3, 16);
+    let mut held = [2048usize, 2048, 0];
+    for (group, to) in &moves {
+        assert!(!group.is_empty() && group.len() <= 16);
+        let from = p.shards_of_buckets()[group[0] as usize] as usize;
+        assert!(
+            group.iter().all(|b| p.shards_of_buckets()[*b as usize] as usize == from),
+            "one source a move"
+        );
+        held[from] -= group.len();
+        held[*to] += group.len();
+    }
+    assert_eq!(held, [1366, 1365, 1365]);
+    assert_eq!(moves.len(), 86);
+    let moved: HashSet<u32> = moves.iter().flat_map(|(g, _)| g.clone()).collect();
+    assert_eq!(moved.len(), 1365, "no bucket moves twice");
+    assert!(plan(&p, 2, 16).is_empty(), "nothing to even out");
+}
+
+/// A node that writes nothing still reads the new catalog: its watcher does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_node_reads_a_switched_catalog_within_the_interval() {
+    let t = two_and_a_new_one().await;
+    let (idle, mover) = (node(&t).await, node(&t).await);
+    let before = idle.placement().version;
+    let opts = MoveOptions { grace: Duration::from_millis(10), drain: false, ..MoveOptions::default() };
+    mover.move_buckets(&[3], 2, &opts).await.expect("move");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(idle.placement().version, before + 1);
+    assert_eq!(idle.shard_of_post(PostId(3)), 2);
+}
+
+/// A comment create retried under its `Idempotency-Key` after its post's bucket moved finds
+/// the key on the new shard: the first comment is answered again, no second one is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_moves_with_its_comment() {
+    use likewise_core::comment::idempotency::{IdempotencyKey, Keyed};
+    let t = two_and_a_new_one().await;
+    let s = node(&t).await;
+    let post = 5u64;
+    let WriteOp::Comment(likewise_core::write::CommentOp::Create(record)) = comment(post, None, 40) else {
+        unreachable!()
+    };
+    let keyed = Keyed {
+        caller: likewise_core::ids::UserId(40),
+        key: IdempotencyKey::parse(b"retry-me-across-a-move").expect("key"),
+        fingerprint: [7; 16],
+    };
+    let create = || WriteOp::KeyedComment(record.clone(), keyed.clone());
+    let first = match s.apply_async(&[create()]).await.expect("create").pop() {
+        Some(WriteOutcome::Comment(CommentOutcome::Done(Some(r)))) => r.id,
+        other => panic!("{other:?}"),
+    };
+    let bucket = s.placement().bucket_of(post);
+    let opts = MoveOptions { grace: Duration::from_millis(10), drain: false, ..MoveOptions::default() };
+    s.move_buckets(&[bucket], 2, &opts).await.expect("move");
+    assert_eq!(s.shard_of_post(PostId(post)), 2);
+    match s.apply_async(&[create()]).await.expect("retry").pop() {
+        Some(WriteOutcome::Comment(CommentOutcome::Replayed(r))) => assert_eq!(r.comment.id, first),
+        other => panic!("the retry made {other:?}"),
+    }
+    let page = s.top_level(PostId(post), true, None, 10).await.expect("page");
+    assert_eq!(page.iter().map(|c| c.id).collect::<Vec<_>>(), vec![first], "one comment");
+}
+
+/// Writes made while a bucket is copied draw the source's sequences on: the target's are
+/// set past them again under the fence, so positions it hands out after the move (own-likes
+/// order, IDs, page numbers) are above those of every row and event of the source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_target_sequences_pass_what_the_source_drew_during_the_copy() {
+    let t = two_and_a_new_one().await;
+    let (s, writer_node) = (node(&t).await, node(&t).await);
+    let post = 6u64;
+    let bucket = s.placement().bucket_of(post);
+    let source = s.shard_of_post(PostId(post));
+    let opts = MoveOptions {
+        grace: Duration::from_millis(10),
+        drain: false,
+        pause_after_bulk: Duration::from_millis(400),
+        ..MoveOptions::default()
+    };
+    let src = t.client(source).await;
+    let writes = tokio::spawn(async move {
+        // Once the bucket is being copied (logging), like it from 20 users, one commit each.
+        loop {
+            let logging: bool = src
+                .query_one("SELECT EXISTS (SELECT 1 FROM bucket_fences WHERE logging)", &[])
+                .await
+                .expect("fences")
+                .get(0);
+            if logging {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for u in 0..20u64 {
+            writer_node.apply_async(&[like(Target::post(post), post, 70_000 + u, true)]).await.expect("like");
+        }
+    });
+    let report = s.move_buckets(&[bucket], 2, &opts).await.expect("move");
+    writes.await.expect("writes");
+    assert!(report.caught_up >= 20, "{report:?}");
+    let drawn: i64 = t
+        .client(source)
+        .await
+        .query_one("SELECT coalesce(max(seq), 0) FROM outbox", &[])
+        .await
+        .expect("outbox")
+        .get(0);
+    let next: i64 =
+        t.client(2).await.query_one("SELECT last_value FROM outbox_seq_seq", &[]).await.expect("seq").get(0);
+    assert!(
+        next >= drawn,
+        "the target's outbox sequence ({next}) is behind the source's last event ({drawn})"
+    );
+}
