@@ -359,6 +359,10 @@ pub struct CacheConfig {
     /// Redis URL; required with the PostgreSQL backend. `rediss://user:password@host:port/db`
     /// for TLS with an ACL user.
     pub redis_url: Option<String>,
+    /// Several Redis servers instead of `redis_url` (client-side sharding): keys are spread
+    /// over them by Redis Cluster hash slot. Every node must list the same URLs in the same
+    /// order; appending one moves about 1/(n+1) of the keys (cache misses, nothing lost).
+    pub redis_urls: Vec<String>,
     /// CA (PEM) a `rediss://` server's certificate must chain to. Unset: the system's roots.
     pub redis_ca_file: Option<PathBuf>,
     /// Prefix of every Redis key (tests isolate runs with it).
@@ -386,6 +390,7 @@ impl Default for CacheConfig {
             viewer_capacity: 100_000,
             bloom_max_items: 100_000,
             redis_url: None,
+            redis_urls: Vec::new(),
             redis_ca_file: None,
             redis_prefix: "likewise".into(),
             hot_replicas: 4,
@@ -584,7 +589,24 @@ impl Config {
                     self.store.postgres_replica_max_lag_ms >= 1,
                     "store.postgres_replica_max_lag_ms must be at least 1"
                 );
-                anyhow::ensure!(self.cache.redis_url.is_some(), "the postgres backend needs cache.redis_url");
+                anyhow::ensure!(
+                    self.cache.redis_url.is_some() || !self.cache.redis_urls.is_empty(),
+                    "the postgres backend needs cache.redis_url (or cache.redis_urls for several servers)"
+                );
+                anyhow::ensure!(
+                    self.cache.redis_url.is_none() || self.cache.redis_urls.is_empty(),
+                    "set cache.redis_url or cache.redis_urls, not both"
+                );
+                anyhow::ensure!(
+                    self.cache.redis_urls.len() <= 255,
+                    "cache.redis_urls lists {} servers: at most 255",
+                    self.cache.redis_urls.len()
+                );
+                let mut seen = std::collections::HashSet::new();
+                for u in &self.cache.redis_urls {
+                    anyhow::ensure!(!u.is_empty(), "cache.redis_urls has an empty URL");
+                    anyhow::ensure!(seen.insert(u), "cache.redis_urls lists a server twice");
+                }
                 anyhow::ensure!(
                     self.auth.secret.is_some(),
                     "the postgres backend needs auth.secret (every node must verify the same tokens and cursors)"
@@ -834,6 +856,26 @@ mod tests {
         }
         c.cache.own_likes_shards = 5;
         c.validate().expect("in range");
+    }
+
+    #[test]
+    fn several_redis_servers_are_listed_once_each_and_not_beside_redis_url() {
+        let mut c = Config::default();
+        c.store.backend = "postgres".into();
+        c.store.postgres_shards = vec!["postgres://db-0/l".into()];
+        c.stream.nats_url = Some("nats://127.0.0.1".into());
+        c.auth.secret = Some("a-secret-long-enough-for-the-checks-0123456789".into());
+        let e = c.validate().expect_err("no Redis");
+        assert!(format!("{e:#}").contains("needs cache.redis_url (or cache.redis_urls"), "{e:#}");
+        c.cache.redis_urls = vec!["redis://cache-0:6379/0".into(), "redis://cache-1:6379/0".into()];
+        c.validate().expect("two servers");
+        c.cache.redis_url = Some("redis://127.0.0.1".into());
+        let e = c.validate().expect_err("both");
+        assert!(format!("{e:#}").contains("not both"), "{e:#}");
+        c.cache.redis_url = None;
+        c.cache.redis_urls.push("redis://cache-0:6379/0".into());
+        let e = c.validate().expect_err("twice");
+        assert!(format!("{e:#}").contains("lists a server twice"), "{e:#}");
     }
 
     #[test]

@@ -147,7 +147,13 @@ mod scaleout {
                 ..pg_options(cfg, cfg.store.postgres_pool_size)
             },
             redis: RedisOptions {
-                url: cfg.cache.redis_url.clone().unwrap_or_default(),
+                url: cfg
+                    .cache
+                    .redis_url
+                    .clone()
+                    .or_else(|| cfg.cache.redis_urls.first().cloned())
+                    .unwrap_or_default(),
+                shard_urls: cfg.cache.redis_urls.iter().skip(1).cloned().collect(),
                 ca_file: cfg.cache.redis_ca_file.clone(),
                 prefix: cfg.cache.redis_prefix.clone(),
                 replicas: cfg.cache.hot_replicas,

@@ -132,6 +132,15 @@ async fn storm_user(
     }
 }
 
+/// The like count each node answers for `post`.
+async fn node_counts(c: &Client, bases: &[String], post: u64) -> Vec<Option<i64>> {
+    let mut out = Vec::new();
+    for b in bases {
+        out.push(c.count(b, post).await);
+    }
+    out
+}
+
 /// `/healthz` of `base`: (status, the `checks` object).
 async fn health(c: &Client, base: &str) -> Option<(u16, Value)> {
     let limit = Duration::from_millis(REQUEST_TIMEOUT_MS) + MARGIN;
@@ -273,7 +282,23 @@ async fn faults_on_each_server_lose_nothing_count_nothing_twice_and_never_hang()
     for post in 1..=POSTS {
         let rows = d.likers_in_rows(1, post).await;
         for base in bases.iter() {
-            c.wait_count(base, post, rows.len() as i64).await;
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                let got = c.count(base, post).await;
+                if got == Some(rows.len() as i64) {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    let other: Vec<_> = node_counts(&c, &bases, post).await;
+                    panic!(
+                        "post {post} on {base}: count {got:?} did not converge to {} rows; counts on the \
+                         nodes {other:?}\n{}",
+                        rows.len(),
+                        d.count_layers(post).await
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
         assert_eq!(c.likers(&bases[0], post).await, rows, "post {post}: likers list");
         let deadline = Instant::now() + Duration::from_secs(30);

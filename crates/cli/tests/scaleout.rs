@@ -580,3 +580,108 @@ async fn top_pages_alternate_between_api_nodes_while_comments_arrive() {
     assert_eq!(unique.len(), seen.len(), "no comment twice");
     assert_eq!(unique, snapshot, "every comment of the first page's moment, and none written after it");
 }
+
+/// Client-side sharding over two Redis servers (`cache.redis_urls`): every key lands on the
+/// server its hash slot names, the service is right with its cache split, and losing one
+/// server (its keys gone) costs misses, never a wrong count or heart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_spread_over_two_redis_servers_and_losing_one_loses_nothing() {
+    use likewise_scaleout::shared_cache::servers::{assign, slot};
+    let mut second = common::deployment::RedisProcess::start().await;
+    let d = Deployment::with_redis_servers(&[second.url.clone()], "[limits]\nlikes_per_minute = 0\n").await;
+    let worker = d.start("worker");
+    let (a, b) = (d.start("api"), d.start("api"));
+    let bases = vec![a.base.clone(), b.base.clone()];
+    let c = Client::new();
+    let posts = [1u64, 2, 3, 4];
+    for p in posts {
+        put_post(&c, &a.base, p, 7).await;
+    }
+    // Who likes what: most users like most posts; some unlike again through the other node.
+    let mut liked = std::collections::HashSet::new();
+    for u in 1..=120u64 {
+        for p in posts {
+            if (u + p) % 3 == 0 {
+                continue;
+            }
+            let i = ((u + p) % 2) as usize;
+            assert!(like_with_retry(&c, &bases, i, p, u).await, "user {u} post {p}");
+            if (u + p) % 5 == 0 {
+                let (st, _) = c
+                    .call(&bases[1 - i], Method::DELETE, &format!("/v1/posts/{p}/like"), u, false, "")
+                    .await
+                    .expect("unlike");
+                assert_eq!(st, 200);
+            } else {
+                liked.insert((u, p));
+            }
+        }
+    }
+    let hearts = |liked: &std::collections::HashSet<(u64, u64)>, users: std::ops::RangeInclusive<u64>| {
+        let (c, bases, liked) = (c.clone(), bases.clone(), liked.clone());
+        async move {
+            for u in users {
+                for p in posts {
+                    for base in &bases {
+                        let got = get_post(&c, base, p, u).await["viewer_has_liked"].as_bool();
+                        assert_eq!(got, Some(liked.contains(&(u, p))), "user {u} post {p} on {base}");
+                    }
+                }
+            }
+        }
+    };
+    let converge = |liked: &std::collections::HashSet<(u64, u64)>| {
+        let (c, bases) = (c.clone(), bases.clone());
+        let want: Vec<(u64, i64)> =
+            posts.iter().map(|p| (*p, liked.iter().filter(|(_, q)| q == p).count() as i64)).collect();
+        let d = &d;
+        async move {
+            for (p, n) in want {
+                assert_eq!(d.rows(p).await, n, "post {p}: rows");
+                for base in &bases {
+                    c.wait_count(base, p, n).await;
+                }
+            }
+        }
+    };
+    converge(&liked).await;
+    hearts(&liked, 1..=120).await;
+
+    // Both servers hold this deployment's keys, each only those of its own slots.
+    let owner = assign(2);
+    for (n, url) in d.redis_servers.iter().enumerate() {
+        let keys = common::deployment::RedisProcess::keys(url, &d.prefix).await;
+        assert!(keys.len() >= 4, "server {n} holds {} keys: {keys:?}", keys.len());
+        for k in keys {
+            assert_eq!(owner[slot(&k) as usize] as usize, n, "{k} is on server {n}");
+        }
+    }
+
+    // The second server is lost with its keys: the service goes on, from PostgreSQL where
+    // the lost slots were, and says the cache is down.
+    second.kill();
+    for u in 121..=150u64 {
+        for p in [1u64, 2] {
+            assert!(like_with_retry(&c, &bases, (u % 2) as usize, p, u).await, "user {u} post {p}");
+            liked.insert((u, p));
+        }
+    }
+    let (st, v) = c.call(&a.base, Method::GET, "/healthz", 1, false, "").await.expect("healthz");
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["checks"]["cache"], "down", "{v}");
+    converge(&liked).await;
+    hearts(&liked, 100..=150).await;
+
+    // Back, empty: keys on its slots refill.
+    second.restart().await;
+    for u in 151..=170u64 {
+        assert!(like_with_retry(&c, &bases, (u % 2) as usize, 3, u).await, "user {u}");
+        liked.insert((u, 3));
+    }
+    converge(&liked).await;
+    hearts(&liked, 140..=170).await;
+    for s in [a, b, worker] {
+        stop(s);
+    }
+    d.cleanup().await;
+}

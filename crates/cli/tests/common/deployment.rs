@@ -14,6 +14,8 @@ pub struct Deployment {
     pub shards: TestShards,
     pub prefix: String,
     pub redis_url: String,
+    /// Every Redis server of the deployment (`cache.redis_urls` when more than one).
+    pub redis_servers: Vec<String>,
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
     started: Mutex<u32>,
@@ -37,7 +39,14 @@ impl Deployment {
 
     /// A deployment whose config file ends with `extra` (TOML sections of its own).
     pub async fn with_config(extra: &str) -> Deployment {
-        Self::build(extra, None).await
+        Self::build(extra, None, Vec::new()).await
+    }
+
+    /// A deployment whose keys are spread over the Redis servers at 127.0.0.1:6379 and
+    /// `more` (`cache.redis_urls`, client-side sharding).
+    #[allow(dead_code)]
+    pub async fn with_redis_servers(more: &[String], extra: &str) -> Deployment {
+        Self::build(extra, None, more.to_vec()).await
     }
 
     /// A deployment whose nodes reach PostgreSQL, Redis and NATS each through a fault proxy
@@ -48,7 +57,7 @@ impl Deployment {
             redis: FaultProxy::start("127.0.0.1:6379").await,
             nats: FaultProxy::start("127.0.0.1:4222").await,
         };
-        let d = Self::build(extra, Some(&proxies)).await;
+        let d = Self::build(extra, Some(&proxies), Vec::new()).await;
         (d, proxies)
     }
 
@@ -56,9 +65,15 @@ impl Deployment {
     fn config_text(&self, urls: &[String], redis_url: &str, nats_url: &str, extra: &str) -> String {
         let urls: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
         let prefix = &self.prefix;
+        let redis = if self.redis_servers.len() > 1 && redis_url == self.redis_url {
+            let all: Vec<String> = self.redis_servers.iter().map(|u| format!("{u:?}")).collect();
+            format!("redis_urls = [{}]", all.join(", "))
+        } else {
+            format!("redis_url = \"{redis_url}\"")
+        };
         format!(
             "[store]\nbackend = \"postgres\"\npostgres_shards = [{}]\npostgres_pool_size = 8\n\
-             [cache]\nredis_url = \"{redis_url}\"\nredis_prefix = \"{prefix}\"\n\
+             [cache]\n{redis}\nredis_prefix = \"{prefix}\"\n\
              [stream]\nnats_url = \"{nats_url}\"\nprefix = \"{prefix}\"\n\
              [aggregator]\nwindow_ms = 50\n[notifications]\nhold_ms = 300\n{extra}",
             urls.join(", ")
@@ -72,16 +87,19 @@ impl Deployment {
         out
     }
 
-    async fn build(extra: &str, proxies: Option<&Proxies>) -> Deployment {
+    async fn build(extra: &str, proxies: Option<&Proxies>, more_redis: Vec<String>) -> Deployment {
         let shards = TestShards::create(2).await;
         let prefix = format!("t{:016x}", rand::random::<u64>());
         let redis_url = "redis://127.0.0.1:6379/0".to_string();
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("likewise.toml");
+        let mut redis_servers = vec![redis_url.clone()];
+        redis_servers.extend(more_redis);
         let d = Deployment {
             shards,
             prefix,
             redis_url,
+            redis_servers,
             dir,
             config,
             started: Mutex::new(0),
@@ -169,6 +187,49 @@ impl Deployment {
             {
                 out.insert(r.get::<_, i64>(0) as u64);
             }
+        }
+        out
+    }
+
+    /// Where a post's like count stands at each layer, for a failure message: the like rows,
+    /// the stored counter and the consumer offsets of each shard, and the Redis entries.
+    #[allow(dead_code)]
+    pub async fn count_layers(&self, post: u64) -> String {
+        let mut out = String::new();
+        for (n, url) in self.shards.urls.iter().enumerate() {
+            let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
+            tokio::spawn(conn);
+            let p = post as i64;
+            let rows: i64 = c
+                .query_one("SELECT count(*) FROM likes WHERE kind = 1 AND target = $1", &[&p])
+                .await
+                .expect("rows")
+                .get(0);
+            let counter: Option<i64> = c
+                .query_opt("SELECT value FROM counters WHERE kind = 1 AND target = $1 AND field = 1", &[&p])
+                .await
+                .expect("counter")
+                .map(|r| r.get(0));
+            let offsets: Vec<String> = c
+                .query("SELECT consumer, upto FROM consumer_offsets ORDER BY consumer", &[])
+                .await
+                .expect("offsets")
+                .iter()
+                .map(|r| format!("{}={}", r.get::<_, String>(0), r.get::<_, i64>(1)))
+                .collect();
+            out.push_str(&format!("shard {n}: rows {rows}, counter {counter:?}, offsets {offsets:?}\n"));
+        }
+        let client = redis::Client::open(self.redis_url.as_str()).expect("redis url");
+        let mut c = client.get_multiplexed_async_connection().await.expect("redis is not reachable");
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:c:*:{post}#r*", self.prefix))
+            .query_async(&mut c)
+            .await
+            .expect("keys");
+        for k in keys {
+            let v: Vec<(String, String)> =
+                redis::cmd("HGETALL").arg(&k).query_async(&mut c).await.expect("hgetall");
+            out.push_str(&format!("redis {k}: {v:?}\n"));
         }
         out
     }
@@ -310,5 +371,77 @@ impl Drop for Deployment {
         }
         super::delete_stream(&self.prefix);
         super::delete_redis_keys(&self.prefix);
+    }
+}
+
+/// A Redis server of a test's own (`redis-server` on a free port, nothing saved), stopped
+/// when dropped: a second server for client-side sharding, which a test can stop and start.
+#[allow(dead_code)]
+pub struct RedisProcess {
+    pub port: u16,
+    pub url: String,
+    child: Option<std::process::Child>,
+}
+
+#[allow(dead_code)]
+impl RedisProcess {
+    /// Start one on a free port and wait until it answers.
+    pub async fn start() -> RedisProcess {
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
+        let mut p = RedisProcess { port, url: format!("redis://127.0.0.1:{port}/0"), child: None };
+        p.restart().await;
+        p
+    }
+
+    /// Start it again on the same port, empty (after `kill`).
+    pub async fn restart(&mut self) {
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is not installed (Debian package redis-server)");
+        self.child = Some(child);
+        let client = redis::Client::open(self.url.as_str()).expect("url");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if let Ok(mut c) = client.get_multiplexed_async_connection().await
+                && redis::cmd("PING").query_async::<String>(&mut c).await.is_ok()
+            {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "redis-server on {} did not start", self.port);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Kill it (a lost server: its keys are gone).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The keys with `prefix` it holds.
+    pub async fn keys(url: &str, prefix: &str) -> Vec<String> {
+        let client = redis::Client::open(url).expect("url");
+        let mut c = client.get_multiplexed_async_connection().await.expect("redis is not reachable");
+        redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut c).await.expect("keys")
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

@@ -14,10 +14,10 @@ use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, TlsCertif
 use std::path::Path;
 use std::time::Duration;
 
-/// A managed connection to the Redis of `opts`, checked with a `PING`.
-pub(super) async fn open(opts: &RedisOptions) -> StoreResult<ConnectionManager> {
+/// A managed connection to the Redis at `url` (one of `opts`' servers), checked with a `PING`.
+pub(super) async fn open(opts: &RedisOptions, url: &str) -> StoreResult<ConnectionManager> {
     crate::tls::install_provider();
-    let (client, user) = client(opts)?;
+    let (client, user) = client(opts, url)?;
     // redis 0.32 hands `factor` to backon as the growth per retry, from a 1 s first delay: its
     // default of 100 waits 1 s, then 60 s, then 60 s (plus jitter), so a refused certificate
     // took minutes to report and a reconnect after an outage could wait a minute. Doubling,
@@ -28,24 +28,20 @@ pub(super) async fn open(opts: &RedisOptions) -> StoreResult<ConnectionManager> 
         .set_number_of_retries(3)
         .set_factor(2)
         .set_max_delay(1_000);
-    let mut conn = ConnectionManager::new_with_config(client, cfg)
-        .await
-        .map_err(|e| start_error(&opts.url, &user, &e))?;
+    let mut conn =
+        ConnectionManager::new_with_config(client, cfg).await.map_err(|e| start_error(url, &user, &e))?;
     // The connection authenticates when it opens; a server that wants a password we did not
     // send answers only the first command (NOAUTH).
     let _: String =
-        redis::cmd("PING").query_async(&mut conn).await.map_err(|e| start_error(&opts.url, &user, &e))?;
+        redis::cmd("PING").query_async(&mut conn).await.map_err(|e| start_error(url, &user, &e))?;
     Ok(conn)
 }
 
-/// The client for `opts` and the ACL user it logs in as.
-fn client(opts: &RedisOptions) -> StoreResult<(redis::Client, String)> {
-    let shown = redact(&opts.url);
-    let info = opts
-        .url
-        .as_str()
-        .into_connection_info()
-        .map_err(|e| StoreError::Engine(format!("bad Redis URL {shown}: {e}")))?;
+/// The client for `url` (with `opts`' CA file) and the ACL user it logs in as.
+fn client(opts: &RedisOptions, url: &str) -> StoreResult<(redis::Client, String)> {
+    let shown = redact(url);
+    let info =
+        url.into_connection_info().map_err(|e| StoreError::Engine(format!("bad Redis URL {shown}: {e}")))?;
     let user = info.redis.username.clone().unwrap_or_else(|| "default".into());
     let tls = matches!(info.addr, ConnectionAddr::TcpTls { .. });
     let client = match (&opts.ca_file, tls) {

@@ -59,47 +59,54 @@ impl CachedCounters {
     /// Read one replica of each target; `None` where any field is missing.
     async fn read(&self, targets: &[Target]) -> StoreResult<Vec<Option<Counts>>> {
         let r = self.replica();
-        let mut pipe = redis::pipe();
+        let mut pipe = self.redis.servers.pipe();
         for t in targets {
-            pipe.cmd("HMGET").arg(self.key(*t, r)).arg(&FIELDS[..]);
+            let k = self.key(*t, r);
+            pipe.add(&k, redis::cmd("HMGET").arg(&k).arg(&FIELDS[..]).clone());
         }
-        let mut conn = self.redis.conn.clone();
-        let rows: Vec<Vec<Option<i64>>> = pipe.query_async(&mut conn).await.map_err(redis_err)?;
-        Ok(rows
-            .into_iter()
-            .map(|v| match v.as_slice() {
-                [Some(l), Some(c), Some(r)] => Some(Counts { likes: *l, comments: *c, replies: *r }),
-                _ => None,
+        let rows = pipe.query().await.map_err(redis_err)?;
+        rows.iter()
+            .map(|v| {
+                let v: Vec<Option<i64>> = redis::from_redis_value(v).map_err(redis_err)?;
+                Ok(match v.as_slice() {
+                    [Some(l), Some(c), Some(r)] => Some(Counts { likes: *l, comments: *c, replies: *r }),
+                    _ => None,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Fill every replica of each target with HSETNX (never overwriting a fresher value).
     async fn fill(&self, values: &[(Target, Counts)]) -> StoreResult<()> {
-        let mut pipe = redis::pipe();
+        let mut pipe = self.redis.servers.pipe();
         let ttl = self.redis.opts.counter_ttl.as_secs().max(1) as i64;
         for (t, c) in values {
             for r in 0..self.redis.opts.replicas.max(1) {
                 let k = self.key(*t, r);
-                pipe.cmd("HSETNX").arg(&k).arg("l").arg(c.likes).ignore();
-                pipe.cmd("HSETNX").arg(&k).arg("c").arg(c.comments).ignore();
-                pipe.cmd("HSETNX").arg(&k).arg("r").arg(c.replies).ignore();
-                pipe.cmd("EXPIRE").arg(&k).arg(ttl).ignore();
+                pipe.add_ignored(&k, redis::cmd("HSETNX").arg(&k).arg("l").arg(c.likes).clone());
+                pipe.add_ignored(&k, redis::cmd("HSETNX").arg(&k).arg("c").arg(c.comments).clone());
+                pipe.add_ignored(&k, redis::cmd("HSETNX").arg(&k).arg("r").arg(c.replies).clone());
+                pipe.add_ignored(&k, redis::cmd("EXPIRE").arg(&k).arg(ttl).clone());
             }
         }
-        let mut conn = self.redis.conn.clone();
-        pipe.query_async::<()>(&mut conn).await.map_err(redis_err)
+        pipe.query().await.map(|_| ()).map_err(redis_err)
     }
 
     /// Load misses from the inner store, one node per key at a time (lease), and fill Redis.
     async fn load_misses(&self, targets: &[Target]) -> StoreResult<Vec<Counts>> {
         let token: u64 = rand::random();
-        let mut pipe = redis::pipe();
+        let mut pipe = self.redis.servers.pipe();
         for t in targets {
-            pipe.cmd("SET").arg(self.key(*t, 0) + ":lease").arg(token).arg("NX").arg("PX").arg(LEASE_MS);
+            let k = self.key(*t, 0) + ":lease";
+            pipe.add(&k, redis::cmd("SET").arg(&k).arg(token).arg("NX").arg("PX").arg(LEASE_MS).clone());
         }
-        let mut conn = self.redis.conn.clone();
-        let won: Vec<Option<String>> = pipe.query_async(&mut conn).await.map_err(redis_err)?;
+        let won: Vec<Option<String>> = pipe
+            .query()
+            .await
+            .map_err(redis_err)?
+            .iter()
+            .map(|v| redis::from_redis_value(v).map_err(redis_err))
+            .collect::<StoreResult<_>>()?;
         let mut out: Vec<Option<Counts>> = vec![None; targets.len()];
         let mine: Vec<usize> =
             (0..targets.len()).filter(|i| won.get(*i).is_some_and(Option::is_some)).collect();
@@ -109,11 +116,12 @@ impl CachedCounters {
             metrics::counter!("likewise_shared_cache_fills_total").increment(want.len() as u64);
             let values: Vec<(Target, Counts)> = want.iter().copied().zip(loaded.iter().copied()).collect();
             self.fill(&values).await?;
-            let mut release = redis::pipe();
+            let mut release = self.redis.servers.pipe();
             for t in &want {
-                release.cmd("EVAL").arg(RELEASE).arg(1).arg(self.key(*t, 0) + ":lease").arg(token).ignore();
+                let k = self.key(*t, 0) + ":lease";
+                release.add_ignored(&k, redis::cmd("EVAL").arg(RELEASE).arg(1).arg(&k).arg(token).clone());
             }
-            let _ = release.query_async::<()>(&mut conn).await;
+            let _ = release.query().await;
             for (i, c) in mine.iter().zip(loaded) {
                 out[*i] = Some(c);
             }
@@ -140,17 +148,16 @@ impl CachedCounters {
 
     /// Write new absolute values to every replica (after the inner commit).
     async fn publish(&self, values: &[(CounterKey, i64)]) -> StoreResult<()> {
-        let mut pipe = redis::pipe();
+        let mut pipe = self.redis.servers.pipe();
         let ttl = self.redis.opts.counter_ttl.as_secs().max(1) as i64;
         for (k, v) in values {
             for r in 0..self.redis.opts.replicas.max(1) {
                 let key = self.key(k.target, r);
-                pipe.cmd("HSET").arg(&key).arg(field_name(k.field)).arg(*v).ignore();
-                pipe.cmd("EXPIRE").arg(&key).arg(ttl).ignore();
+                pipe.add_ignored(&key, redis::cmd("HSET").arg(&key).arg(field_name(k.field)).arg(*v).clone());
+                pipe.add_ignored(&key, redis::cmd("EXPIRE").arg(&key).arg(ttl).clone());
             }
         }
-        let mut conn = self.redis.conn.clone();
-        pipe.query_async::<()>(&mut conn).await.map_err(redis_err)
+        pipe.query().await.map(|_| ()).map_err(redis_err)
     }
 }
 

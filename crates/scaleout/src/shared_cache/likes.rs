@@ -93,15 +93,10 @@ impl CachedLikes {
         };
         // Stored in the background: the page does not wait for it, and a failure only
         // means the next page reads again.
-        let (mut conn, key) = (self.redis.conn.clone(), key.to_string());
+        let mut pipe = self.redis.servers.pipe();
+        pipe.add_ignored(key, redis::cmd("SET").arg(key).arg(stored).arg("PX").arg(trust_ms.max(1)).clone());
         tokio::spawn(async move {
-            let set: redis::RedisResult<()> = redis::cmd("SET")
-                .arg(&key)
-                .arg(stored)
-                .arg("PX")
-                .arg(trust_ms.max(1))
-                .query_async(&mut conn)
-                .await;
+            let set = pipe.query().await;
             if let Err(e) = set {
                 tracing::debug!(error = %e, "storing a liked-set filter failed");
                 metrics::counter!("likewise_shared_cache_errors_total").increment(1);
@@ -267,15 +262,15 @@ impl LikeReader for CachedLikes {
         let buckets = self.layout.read_buckets(now);
         let filter_max = self.redis.opts.liked_filter_max;
         let filter_key = (filter_max > 0).then(|| liked_filter::key(&self.redis.opts.prefix, user, kind));
-        let mut pipe = redis::pipe();
+        let mut pipe = self.redis.servers.pipe();
         for b in &buckets {
-            pipe.cmd("HMGET").arg(self.layout.key(*b, shard)).arg(&fields);
+            let k = self.layout.key(*b, shard);
+            pipe.add(&k, redis::cmd("HMGET").arg(&k).arg(&fields).clone());
         }
         if let Some(k) = &filter_key {
-            pipe.cmd("GET").arg(k);
+            pipe.add(k, redis::cmd("GET").arg(k).clone());
         }
-        let mut conn = self.redis.conn.clone();
-        let replies: Vec<redis::Value> = match pipe.query_async(&mut conn).await {
+        let replies: Vec<redis::Value> = match pipe.query().await {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "own-likes read failed; asking the reverse index");
@@ -385,7 +380,7 @@ async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::Un
             }
         }
         let now = clock();
-        let mut pipe = redis::pipe();
+        let mut pipe = redis.servers.pipe();
         let bucket = layout.bucket(now);
         for (shard, records) in by_shard(&layout, &batch) {
             let mut keys = vec![layout.key(bucket, shard)];
@@ -396,26 +391,20 @@ async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::Un
             for (f, r) in &records {
                 call.arg(f).arg(r);
             }
-            pipe.add_command(call).ignore();
+            // Every key of the call has the shard's hash tag: one server holds them all.
+            pipe.add_ignored(&keys[0], call);
         }
         if let Some(old) = layout.unlinkable(now).filter(|old| unlinked != Some(*old)) {
             // One key per command: keys of one bucket live on different cluster slots.
             for shard in 0..layout.shards {
-                pipe.cmd("UNLINK").arg(layout.key(old, shard)).ignore();
+                let k = layout.key(old, shard);
+                pipe.add_ignored(&k, redis::cmd("UNLINK").arg(&k).clone());
             }
             unlinked = Some(old);
         }
-        let mut conn = redis.conn.clone();
-        let mut result = pipe.query_async::<()>(&mut conn).await;
-        if result.as_ref().is_err_and(|e| e.kind() == redis::ErrorKind::NoScriptError) {
-            // A restarted or flushed Redis: load the script and send the pipeline again (it
-            // is idempotent: a record never replaces an equal one).
-            result = match script.prepare_invoke().load_async(&mut conn).await {
-                Ok(_) => pipe.query_async::<()>(&mut conn).await,
-                Err(e) => Err(e),
-            };
-        }
-        let result = result.map_err(|e| e.to_string());
+        // A restarted or flushed server is sent the script and its part again (idempotent: a
+        // record never replaces an equal one).
+        let result = pipe.query_loading(Some(&script)).await.map(|_| ()).map_err(|e| e.to_string());
         metrics::histogram!("likewise_own_likes_pipeline_size").record(batch.len() as f64);
         for w in batch {
             let _ = w.reply.send(result.clone().map_err(|e| StoreError::Engine(format!("redis: {e}"))));
@@ -528,7 +517,7 @@ mod tests {
         }
 
         async fn keys(&self) -> Vec<String> {
-            let mut conn = self.redis.conn.clone();
+            let mut conn = self.redis.servers.conn_for("");
             redis::cmd("KEYS")
                 .arg(format!("{}*", self.redis.opts.prefix))
                 .query_async(&mut conn)
@@ -539,7 +528,7 @@ mod tests {
         async fn cleanup(self) {
             let keys = self.keys().await;
             if !keys.is_empty() {
-                let mut conn = self.redis.conn.clone();
+                let mut conn = self.redis.servers.conn_for("");
                 let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut conn).await.expect("redis");
             }
         }
@@ -702,7 +691,7 @@ mod tests {
         for u in [10_000, 11_234, 12_999] {
             assert_eq!(liked(&node, u, &[9]).await, [false], "viewer {u}");
         }
-        let mut conn = f.redis.conn.clone();
+        let mut conn = f.redis.servers.conn_for("");
         let old = node.layout.key(f.b0, 0);
         let left: u64 = redis::cmd("HLEN").arg(&old).query_async(&mut conn).await.expect("redis");
         assert_eq!(left, 0, "records replaced from a newer bucket leave the older one");
@@ -722,7 +711,7 @@ mod tests {
         futures::future::join_all(writes).await;
         let keys = f.keys().await;
         assert_eq!(keys.len(), 8, "2,000 viewers, one key per shard: {keys:?}");
-        let mut conn = f.redis.conn.clone();
+        let mut conn = f.redis.servers.conn_for("");
         for k in &keys {
             let ttl: i64 = redis::cmd("PTTL").arg(k).query_async(&mut conn).await.expect("redis");
             assert!(ttl > 0, "{k} has no expiry");
@@ -741,7 +730,7 @@ mod tests {
     async fn filter_stored(f: &Fixture, user: u64) {
         let key = liked_filter::key(&f.redis.opts.prefix, UserId(user), TargetKind::Post);
         for _ in 0..200 {
-            let mut conn = f.redis.conn.clone();
+            let mut conn = f.redis.servers.conn_for("");
             let there: bool = redis::cmd("EXISTS").arg(&key).query_async(&mut conn).await.expect("redis");
             if there {
                 return;

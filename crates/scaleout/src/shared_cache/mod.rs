@@ -14,20 +14,22 @@
 //!   sharded by viewer) and asks the reverse index only for the rest.
 //! - [`RedisRateLimiter`]: per-user limits shared by every API node (GCRA in a Lua script).
 //!
-//! `connect` opens the connection: plaintext or TLS (`rediss://`), with an ACL user.
+//! `connect` opens the connections: plaintext or TLS (`rediss://`), with an ACL user. With
+//! several servers (`cache.redis_urls`) keys are spread over them by hash slot (`servers`).
 
 mod connect;
 mod counters;
 mod liked_filter;
 mod likes;
 mod rate;
+pub mod servers;
 
 pub use counters::CachedCounters;
 pub use likes::CachedLikes;
 pub use rate::RedisRateLimiter;
 
 use likewise_core::{StoreError, StoreResult};
-use redis::aio::ConnectionManager;
+use servers::Servers;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,6 +38,9 @@ use std::time::Duration;
 pub struct RedisOptions {
     /// `redis://host:port/db`, or `rediss://user:password@host:port/db` for TLS with an ACL user.
     pub url: String,
+    /// Further servers (client-side sharding, `servers`): keys are spread over `url` and
+    /// these by hash slot. Every node lists the same servers in the same order.
+    pub shard_urls: Vec<String>,
     /// The CA (PEM) a `rediss://` server's certificate must chain to; `None`: the system's roots.
     pub ca_file: Option<PathBuf>,
     /// Key prefix (tests isolate runs with it).
@@ -57,6 +62,7 @@ impl Default for RedisOptions {
     fn default() -> Self {
         RedisOptions {
             url: "redis://127.0.0.1:6379/0".into(),
+            shard_urls: Vec::new(),
             ca_file: None,
             prefix: "likewise".into(),
             replicas: 4,
@@ -72,6 +78,10 @@ impl std::fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisOptions")
             .field("url", &crate::postgres::tls::redact(&self.url))
+            .field(
+                "shard_urls",
+                &self.shard_urls.iter().map(|u| crate::postgres::tls::redact(u)).collect::<Vec<_>>(),
+            )
             .field("ca_file", &self.ca_file)
             .field("prefix", &self.prefix)
             .field("replicas", &self.replicas)
@@ -97,11 +107,11 @@ pub(crate) fn redis_err(e: impl Into<Box<dyn std::error::Error + Send + Sync + '
     }
 }
 
-/// A managed connection (reconnects by itself) plus the options.
+/// Managed connections (each reconnects by itself) to the servers, plus the options.
 #[derive(Clone)]
 pub struct Redis {
-    /// The connection.
-    pub conn: ConnectionManager,
+    /// The servers, and which holds which key.
+    pub servers: Servers,
     /// Options.
     pub opts: RedisOptions,
 }
@@ -112,9 +122,12 @@ impl likewise_store::Probe for Redis {
         "cache"
     }
 
+    /// Every server answers (each holds a part of the keys).
     async fn probe(&self) -> StoreResult<()> {
-        let mut c = self.conn.clone();
-        redis::cmd("PING").query_async::<()>(&mut c).await.map_err(redis_err)
+        let pings = self.servers.all().into_iter().map(|mut c| async move {
+            redis::cmd("PING").query_async::<()>(&mut c).await.map_err(redis_err)
+        });
+        futures::future::try_join_all(pings).await.map(|_| ())
     }
 }
 
@@ -122,8 +135,11 @@ impl Redis {
     /// Connect (fails when Redis is unreachable, refuses the credentials or is not trusted: a
     /// node should not start half-configured).
     pub async fn connect(opts: &RedisOptions) -> StoreResult<Self> {
-        let conn = connect::open(opts).await?;
-        Ok(Redis { conn, opts: opts.clone() })
+        let mut conns = vec![connect::open(opts, &opts.url).await?];
+        for url in &opts.shard_urls {
+            conns.push(connect::open(opts, url).await?);
+        }
+        Ok(Redis { servers: Servers::new(conns), opts: opts.clone() })
     }
 
     /// `<prefix>:<rest>`.

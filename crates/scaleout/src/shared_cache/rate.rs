@@ -38,15 +38,20 @@ impl RedisRateLimiter {
 impl SharedRateLimiter for RedisRateLimiter {
     async fn check(&self, key: &str, burst: u32, per_minute: u32) -> StoreResult<Option<u64>> {
         let interval = 60_000 / u64::from(per_minute.max(1));
-        let mut conn = self.redis.conn.clone();
-        let wait: i64 = self
-            .script
-            .key(self.redis.key(&format!("rl:{key}")))
-            .arg(interval)
-            .arg(burst.max(1))
-            .invoke_async(&mut conn)
-            .await
-            .map_err(redis_err)?;
+        let k = self.redis.key(&format!("rl:{key}"));
+        let mut pipe = self.redis.servers.pipe();
+        pipe.add(
+            &k,
+            redis::cmd("EVALSHA")
+                .arg(self.script.get_hash())
+                .arg(1)
+                .arg(&k)
+                .arg(interval)
+                .arg(burst.max(1))
+                .clone(),
+        );
+        let answers = pipe.query_loading(Some(&self.script)).await.map_err(redis_err)?;
+        let wait: i64 = answers.first().map_or(Ok(-1), redis::from_redis_value).map_err(redis_err)?;
         Ok((wait >= 0).then_some(wait as u64))
     }
 }

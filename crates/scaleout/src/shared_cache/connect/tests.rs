@@ -73,7 +73,7 @@ async fn likes_counts_own_likes_and_the_comment_rate_limit_work_over_tls_with_an
     let upto = batch.last_seq().expect("three events");
     stores.counters.apply_deltas("agg", 0, upto, &batch.into_deltas()).await.expect("commit counts");
     assert_eq!(stores.counters.counts(&[post]).await.expect("counts")[0].likes, 3);
-    let mut conn = redis.conn.clone();
+    let mut conn = redis.servers.conn_for("");
     let cached: Option<i64> =
         redis::cmd("HGET").arg(redis.key("c:1:42#r0")).arg("l").query_async(&mut conn).await.expect("HGET");
     assert_eq!(cached, Some(3), "the count is in the TLS Redis");
