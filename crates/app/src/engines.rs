@@ -248,6 +248,21 @@ mod scaleout {
                 )?,
             }
         }
+        // The cache tier's shape (not contacted: it holds nothing that must be checked here).
+        let servers: Vec<String> = cfg
+            .cache
+            .redis_url
+            .iter()
+            .chain(&cfg.cache.redis_urls)
+            .map(|u| likewise_scaleout::postgres::tls::redact(u))
+            .collect();
+        writeln!(
+            out,
+            "redis: {} server(s), keys spread by hash slot (client-side sharding; every node must list the \
+             same servers in the same order; at most 255): {}",
+            servers.len(),
+            servers.join(", ")
+        )?;
         anyhow::ensure!(failed == 0, "{out}{failed} shard(s) unreachable");
         Ok(out)
     }

@@ -132,6 +132,7 @@ async fn two_api_nodes_and_a_worker_converge_to_the_rows() {
         "shard 1: ",
         "  likes ",
         "replica: none",
+        "redis: 1 server(s)",
     ] {
         assert!(text.contains(want), "{want:?} missing from:\n{text}");
     }
