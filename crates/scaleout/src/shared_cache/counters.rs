@@ -37,19 +37,33 @@ const RELEASE: &str =
 pub struct CachedCounters {
     inner: Arc<dyn CounterStore>,
     redis: Redis,
-    /// Values committed to PostgreSQL whose Redis write failed: retried with the next commit
-    /// (a newer value for the same key replaces them).
-    unsynced: Mutex<HashMap<CounterKey, i64>>,
+    /// Values committed to PostgreSQL whose Redis write failed, and the order of writes.
+    sync: Arc<Sync>,
 }
+
+/// Values committed to PostgreSQL whose Redis write failed: retried with the next commit and,
+/// while none comes, every [`RETRY_EVERY`] in the background, so a key whose last change
+/// was not written to Redis does not serve the value before it until its TTL. Writes of
+/// values (a commit's, a retry's) take `order` for their whole round trip, so an older value
+/// never lands after a newer one; a newer value for the same key replaces an unsynced one.
+#[derive(Default)]
+struct Sync {
+    unsynced: Mutex<HashMap<CounterKey, i64>>,
+    order: tokio::sync::Mutex<()>,
+    retrying: std::sync::atomic::AtomicBool,
+}
+
+/// How often unsynced values are written again while no commit comes.
+const RETRY_EVERY: Duration = Duration::from_millis(500);
 
 impl CachedCounters {
     /// Wrap `inner`.
     pub fn new(inner: Arc<dyn CounterStore>, redis: Redis) -> Self {
-        CachedCounters { inner, redis, unsynced: Mutex::new(HashMap::new()) }
+        CachedCounters { inner, redis, sync: Arc::default() }
     }
 
     fn key(&self, t: Target, replica: u32) -> String {
-        self.redis.key(&format!("c:{}:{}#r{replica}", t.kind.code(), t.id))
+        counter_key(&self.redis, t, replica)
     }
 
     fn replica(&self) -> u32 {
@@ -148,17 +162,78 @@ impl CachedCounters {
 
     /// Write new absolute values to every replica (after the inner commit).
     async fn publish(&self, values: &[(CounterKey, i64)]) -> StoreResult<()> {
-        let mut pipe = self.redis.servers.pipe();
-        let ttl = self.redis.opts.counter_ttl.as_secs().max(1) as i64;
-        for (k, v) in values {
-            for r in 0..self.redis.opts.replicas.max(1) {
-                let key = self.key(k.target, r);
-                pipe.add_ignored(&key, redis::cmd("HSET").arg(&key).arg(field_name(k.field)).arg(*v).clone());
-                pipe.add_ignored(&key, redis::cmd("EXPIRE").arg(&key).arg(ttl).clone());
-            }
-        }
-        pipe.query().await.map(|_| ()).map_err(redis_err)
+        publish(&self.redis, values).await
     }
+
+    /// Write `values` and whatever is unsynced, in commit order; what fails stays unsynced
+    /// and is retried in the background until it is written.
+    async fn sync(&self, values: &[(CounterKey, i64)]) {
+        let _order = self.sync.order.lock().await;
+        let mut all: HashMap<CounterKey, i64> = std::mem::take(&mut *self.sync.unsynced.lock());
+        all.extend(values.iter().copied());
+        if all.is_empty() {
+            return;
+        }
+        let all: Vec<(CounterKey, i64)> = all.into_iter().collect();
+        if let Err(e) = self.publish(&all).await {
+            tracing::warn!(error = %e, counters = all.len(), "writing counters to Redis failed; retrying");
+            metrics::counter!("likewise_shared_cache_errors_total").increment(1);
+            let mut un = self.sync.unsynced.lock();
+            for (k, v) in all {
+                un.entry(k).or_insert(v);
+            }
+            drop(un);
+            self.retry_later();
+        }
+    }
+
+    /// Start the background retry unless it runs.
+    fn retry_later(&self) {
+        use std::sync::atomic::Ordering;
+        if self.sync.retrying.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (sync, redis) = (self.sync.clone(), self.redis.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RETRY_EVERY).await;
+                let _order = sync.order.lock().await;
+                let all: Vec<(CounterKey, i64)> =
+                    std::mem::take(&mut *sync.unsynced.lock()).into_iter().collect();
+                if all.is_empty() {
+                    sync.retrying.store(false, Ordering::Release);
+                    return;
+                }
+                if publish(&redis, &all).await.is_ok() {
+                    metrics::counter!("likewise_shared_cache_resyncs_total").increment(all.len() as u64);
+                    continue; // one more round ends the task, or writes what failed meanwhile
+                }
+                let mut un = sync.unsynced.lock();
+                for (k, v) in all {
+                    un.entry(k).or_insert(v);
+                }
+            }
+        });
+    }
+}
+
+/// A counter's Redis key: `<prefix>:c:<kind>:<id>#r<replica>`.
+fn counter_key(redis: &Redis, t: Target, replica: u32) -> String {
+    redis.key(&format!("c:{}:{}#r{replica}", t.kind.code(), t.id))
+}
+
+/// Write new absolute values to every replica of their keys.
+async fn publish(redis: &Redis, values: &[(CounterKey, i64)]) -> StoreResult<()> {
+    let mut pipe = redis.servers.pipe();
+    let ttl = redis.opts.counter_ttl.as_secs().max(1) as i64;
+    for (k, v) in values {
+        for r in 0..redis.opts.replicas.max(1) {
+            let key = counter_key(redis, k.target, r);
+            pipe.add_ignored(&key, redis::cmd("HSET").arg(&key).arg(field_name(k.field)).arg(*v).clone());
+            pipe.add_ignored(&key, redis::cmd("EXPIRE").arg(&key).arg(ttl).clone());
+        }
+    }
+    pipe.query().await.map(|_| ()).map_err(redis_err)
 }
 
 #[async_trait]
@@ -204,19 +279,7 @@ impl CounterStore for CachedCounters {
         deltas: &[(CounterKey, i64)],
     ) -> StoreResult<Vec<(CounterKey, i64)>> {
         let values = self.inner.apply_deltas(consumer, from, upto, deltas).await?;
-        let mut all: HashMap<CounterKey, i64> = std::mem::take(&mut *self.unsynced.lock());
-        all.extend(values.iter().copied());
-        let all: Vec<(CounterKey, i64)> = all.into_iter().collect();
-        if !all.is_empty()
-            && let Err(e) = self.publish(&all).await
-        {
-            tracing::warn!(error = %e, counters = all.len(), "writing counters to Redis failed; retrying next commit");
-            metrics::counter!("likewise_shared_cache_errors_total").increment(1);
-            let mut un = self.unsynced.lock();
-            for (k, v) in all {
-                un.entry(k).or_insert(v);
-            }
-        }
+        self.sync(&values).await;
         Ok(values)
     }
 
@@ -242,5 +305,79 @@ impl CounterStore for CachedCounters {
 
     async fn counted_posts(&self, after: Option<PostId>, limit: usize) -> StoreResult<Vec<PostId>> {
         self.inner.counted_posts(after, limit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Against a `redis-server` of the test's own (killed and started again on its port), so
+    //! other tests' Redis is never disturbed; the counters' truth is an embedded store.
+    use super::*;
+    use crate::shared_cache::RedisOptions;
+    use likewise_core::counter::CounterField;
+    use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
+
+    fn start_redis(port: u16) -> std::process::Child {
+        std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server is not installed (Debian package redis-server)")
+    }
+
+    async fn hget(port: u16, key: &str) -> Option<i64> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/0")).expect("url");
+        let mut c = client.get_multiplexed_async_connection().await.ok()?;
+        redis::cmd("HGET").arg(key).arg("l").query_async(&mut c).await.ok()?
+    }
+
+    /// A commit whose Redis write failed, with no commit after it: the value is written by the
+    /// background retry once Redis is back, not left to the value before it for the TTL.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_value_redis_missed_is_written_once_it_is_back_without_another_commit() {
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let mut server = start_redis(port);
+        let opts = RedisOptions {
+            url: format!("redis://127.0.0.1:{port}/0"),
+            prefix: format!("lwtest:resync:{}", rand::random::<u64>()),
+            replicas: 2,
+            ..RedisOptions::default()
+        };
+        let mut redis = None;
+        for _ in 0..100 {
+            if let Ok(r) = Redis::connect(&opts).await {
+                redis = Some(r);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let redis = redis.expect("the test's redis-server did not start");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let emb = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded");
+        let counters = CachedCounters::new(Arc::new(emb), redis.clone());
+        let key = CounterKey { target: Target::post(42), field: CounterField::Likes };
+        let redis_key = |r| counter_key(&redis, Target::post(42), r);
+
+        counters.apply_deltas("agg", 0, 1, &[(key, 5)]).await.expect("commit");
+        assert_eq!(hget(port, &redis_key(0)).await, Some(5));
+        // Redis goes away; the next commit reaches the store but not Redis.
+        let _ = server.kill();
+        let _ = server.wait();
+        counters.apply_deltas("agg", 1, 2, &[(key, 3)]).await.expect("commit without Redis");
+        // Back, empty, and no further commit comes.
+        let mut server = start_redis(port);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let (a, b) = (hget(port, &redis_key(0)).await, hget(port, &redis_key(1)).await);
+            if (a, b) == (Some(8), Some(8)) {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "replicas hold {a:?} and {b:?}, not 8");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(counters.sync.unsynced.lock().is_empty());
+        let _ = server.kill();
+        let _ = server.wait();
     }
 }
