@@ -53,6 +53,16 @@ struct Sync {
     retrying: std::sync::atomic::AtomicBool,
 }
 
+impl Sync {
+    /// Keep values whose write failed, behind any newer value kept for the same key meanwhile.
+    fn keep(&self, values: Vec<(CounterKey, i64)>) {
+        let mut un = self.unsynced.lock();
+        for (k, v) in values {
+            un.entry(k).or_insert(v);
+        }
+    }
+}
+
 /// How often unsynced values are written again while no commit comes.
 const RETRY_EVERY: Duration = Duration::from_millis(500);
 
@@ -160,11 +170,6 @@ impl CachedCounters {
         Ok(out.into_iter().map(Option::unwrap_or_default).collect())
     }
 
-    /// Write new absolute values to every replica (after the inner commit).
-    async fn publish(&self, values: &[(CounterKey, i64)]) -> StoreResult<()> {
-        publish(&self.redis, values).await
-    }
-
     /// Write `values` and whatever is unsynced, in commit order; what fails stays unsynced
     /// and is retried in the background until it is written.
     async fn sync(&self, values: &[(CounterKey, i64)]) {
@@ -175,14 +180,10 @@ impl CachedCounters {
             return;
         }
         let all: Vec<(CounterKey, i64)> = all.into_iter().collect();
-        if let Err(e) = self.publish(&all).await {
+        if let Err(e) = publish(&self.redis, &all).await {
             tracing::warn!(error = %e, counters = all.len(), "writing counters to Redis failed; retrying");
             metrics::counter!("likewise_shared_cache_errors_total").increment(1);
-            let mut un = self.sync.unsynced.lock();
-            for (k, v) in all {
-                un.entry(k).or_insert(v);
-            }
-            drop(un);
+            self.sync.keep(all);
             self.retry_later();
         }
     }
@@ -208,10 +209,7 @@ impl CachedCounters {
                     metrics::counter!("likewise_shared_cache_resyncs_total").increment(all.len() as u64);
                     continue; // one more round ends the task, or writes what failed meanwhile
                 }
-                let mut un = sync.unsynced.lock();
-                for (k, v) in all {
-                    un.entry(k).or_insert(v);
-                }
+                sync.keep(all);
             }
         });
     }

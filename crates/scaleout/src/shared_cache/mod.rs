@@ -93,14 +93,16 @@ impl std::fmt::Debug for RedisOptions {
     }
 }
 
+/// A connection that broke, timed out or was refused: the server is unreachable (a 503, and
+/// a server skipped for a moment: `servers`).
+pub(crate) fn unreachable(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
 /// Map a Redis error to a store error.
 pub(crate) fn redis_err(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> StoreError {
     let e = e.into();
-    // A connection that broke, timed out or was refused: Redis is unreachable (a 503).
-    let down = e.downcast_ref::<redis::RedisError>().is_some_and(|r| {
-        r.is_io_error() || r.is_connection_dropped() || r.is_connection_refusal() || r.is_timeout()
-    });
-    if down {
+    if e.downcast_ref::<redis::RedisError>().is_some_and(unreachable) {
         StoreError::Unreachable { engine: "redis", source: e }
     } else {
         StoreError::backend("redis", e)

@@ -97,7 +97,7 @@ impl Servers {
     /// Note how a call to server `n` went: one that could not reach it starts a skip.
     fn outcome<T>(&self, n: usize, r: &RedisResult<T>) {
         if let Err(e) = r
-            && (e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout())
+            && super::unreachable(e)
         {
             self.down_until[n].store(self.now_ms() + DOWN_FOR.as_millis() as u64, Ordering::Relaxed);
             metrics::counter!("likewise_redis_server_skips_total").increment(1);
@@ -166,11 +166,6 @@ impl RoutedPipe {
         let (_, (pipe, _)) = self.part(key);
         pipe.add_command(cmd).ignore();
         self
-    }
-
-    /// Whether nothing was added.
-    pub fn is_empty(&self) -> bool {
-        self.pipes.iter().all(Option::is_none)
     }
 
     /// Run every server's part concurrently; the answers in the order added. Any part's
