@@ -193,7 +193,7 @@ redis)
   # Right after `like`: the own-likes bucket still holds that load's records.
   $RCLI --scan --pattern 'lwcap:*' > "$W/keys.txt"
   sed 's/^/MEMORY USAGE /; s/$/ SAMPLES 0/' "$W/keys.txt" | $RCLI > "$W/mem.txt"
-  sed 's/^/HLEN /' "$W/keys.txt" | $RCLI > "$W/hlen.txt"
+  awk '{ print ($0 ~ /:olz:/ ? "ZCARD " : "HLEN ") $0 }' "$W/keys.txt" | $RCLI > "$W/hlen.txt"
   paste -d' ' "$W/keys.txt" "$W/mem.txt" "$W/hlen.txt" |
     awk '{ f = $1; sub(/^lwcap:/, "", f); split(f, p, ":"); fam = p[1]; if (fam == "c") fam = "c:" p[2]
            n[fam]++; b[fam] += $2; h[fam] += $3 }

@@ -225,8 +225,15 @@ async fn shard_tx(
         }
     }
     let positions = insert_events(tx, &events).await?;
-    for ((k, _), seq) in events.iter().zip(positions) {
-        if let Some(WriteOutcome::Like(o)) = &mut out[*k] {
+    // Only a key's last change in this transaction carries its position: the own-likes
+    // records order changes by their outbox row alone (`seq`, the position without its
+    // index), so two records of one key must never share a row. The last change's record says
+    // the state the transaction left.
+    let mut last: HashSet<(Target, UserId)> = HashSet::new();
+    for ((k, _), seq) in events.iter().zip(positions).rev() {
+        if let (WriteOp::Like(l), Some(WriteOutcome::Like(o))) = (ops[*k], &mut out[*k])
+            && last.insert((l.target, l.user))
+        {
             o.event_seq = Some(seq);
         }
     }
@@ -555,8 +562,9 @@ mod tests {
         assert_eq!(events, 2);
     }
 
-    /// The positions that order own-likes records: every change of a key, in one batch or
-    /// in the next, gets a larger one; an operation that changed nothing gets none.
+    /// The positions that order own-likes records: every change of a key in a later batch
+    /// gets a later outbox row; within one batch only the key's last change carries one (the
+    /// state the batch left); an operation that changed nothing gets none.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn changes_of_a_key_get_increasing_positions() {
         let t = TestShards::create(1).await;
@@ -565,8 +573,8 @@ mod tests {
             WriteOp::Like(l) => WriteOp::Like(LikeOp { action: LikeAction::Unlike, ..l }),
             other => other,
         };
-        let position = |o: &WriteOutcome| match o {
-            WriteOutcome::Like(l) => l.event_seq,
+        let outcome = |o: &WriteOutcome| match o {
+            WriteOutcome::Like(l) => (l.liked, l.event_seq),
             WriteOutcome::Comment(_) => panic!("not a like"),
         };
         let first = s
@@ -574,16 +582,14 @@ mod tests {
             .await
             .expect("first");
         let then = s.apply_async(&[unlike(42, 7)]).await.expect("then");
-        let got: Vec<Option<u64>> = first.iter().chain(&then).map(position).collect();
-        let of_7: Vec<u64> =
-            [got[1], got[2], got[3], got[5]].into_iter().map(|p| p.expect("a change")).collect();
-        assert!(of_7.windows(2).all(|w| w[0] < w[1]), "increasing in commit order: {got:?}");
-        assert_eq!(got[4], None, "liking again changed nothing");
-        assert_eq!(
-            of_7[0] >> crate::postgres::outbox::INDEX_BITS,
-            of_7[2] >> crate::postgres::outbox::INDEX_BITS,
-            "one outbox row per batch and partition"
-        );
+        let got: Vec<(bool, Option<u64>)> = first.iter().chain(&then).map(outcome).collect();
+        assert!(got[0].1.is_some(), "user 8's one change: {got:?}");
+        assert_eq!((got[1].1, got[2].1), (None, None), "superseded in their own batch: {got:?}");
+        assert_eq!(got[4].1, None, "liking again changed nothing");
+        let (last, next) = (got[3].1.expect("the batch's last change"), got[5].1.expect("a change"));
+        assert!(got[3].0 && !got[5].0);
+        let row = |p: u64| p >> crate::postgres::outbox::INDEX_BITS;
+        assert!(row(last) < row(next), "a later batch, a later row: {got:?}");
     }
 
     /// A hot post's packed outbox body is big enough to be compressed, and is compressed

@@ -12,14 +12,21 @@
 //! `HMGET` per bucket looked at; a shard's buckets share a cluster slot (the `{<shard>}` hash
 //! tag), so one script sees them all.
 //!
-//! **Commit order, not arrival order.** A record is the position of the commit that made the
-//! change (the event's outbox position on its shard, increasing per key in commit order)
-//! followed by `1` (liked) or `0`, in decimal. Two API nodes can commit a user's like and
-//! unlike in one order and write their records in the other; the write script ([`RECORD`])
-//! therefore keeps, per field, the record of the later position over the buckets readers look
-//! at: a record older than one there is dropped, and a newer one replaces it (written into
-//! the writer's bucket, deleted from the other). A reader takes the record with the highest
-//! position among the buckets it reads; with none, it asks the reverse index.
+//! **Commit order, not arrival order.** Two API nodes can commit a user's like and unlike in
+//! one order and write their records in the other. So a bucket is a sorted set, not a hash:
+//! a record is a member (the field) whose score is the commit's outbox row on its shard (the
+//! position without its event index; a key has at most one recorded change per row) times
+//! two, plus 1 when liked. `ZADD GT` keeps, natively and per member, the record of the later
+//! commit, so the common write is one command with no script. A reader takes the highest
+//! score among the buckets it reads; with none, it asks the reverse index.
+//!
+//! Across buckets, `GT` cannot help: a later commit's record may land in an older bucket (a
+//! node whose clock is behind, or a write just before the bucket turned) and an earlier one
+//! in the newer bucket, which outlives it. So a write also reads the field's score in the other buckets readers look at (`ZMSCORE`,
+//! in the same pipeline, after its `ZADD`), and where one holds a record, writes the higher
+//! of the two into both. Of two racing writers the later `ZADD` is followed by a read that
+//! sees the earlier one, so every bucket holding a record of a key ends up holding its
+//! latest; the second round trip happens only for keys recorded in two buckets.
 //!
 //! Rules (the clocks of API nodes may differ by up to `skew`, an eighth of the bucket width
 //! and at most 5 s):
@@ -32,6 +39,7 @@
 //!   hash in the background instead of blocking on its expiry. No reader needs them then.
 
 use super::{Redis, liked_filter};
+use crate::postgres::outbox::INDEX_BITS;
 use async_trait::async_trait;
 use likewise_core::ids::UserId;
 use likewise_core::like::{Target, TargetKind};
@@ -119,7 +127,9 @@ impl Layout {
     fn new(redis: &Redis) -> Self {
         let width = (redis.opts.own_likes_ttl.as_millis() as u64).max(8);
         Layout {
-            prefix: redis.key("ol"),
+            // Sorted sets since commit-ordered records: a new name, so a rolling upgrade never
+            // meets a hash of the older layout under it.
+            prefix: redis.key("olz"),
             width,
             skew: (width / 8).min(5_000),
             shards: redis.opts.own_likes_shards.max(1),
@@ -174,81 +184,17 @@ fn field(user: UserId, target: Target) -> String {
     format!("{}:{}:{}", user.0, target.kind.code(), target.id)
 }
 
-/// A record: the position, then `1` (liked) or `0`.
-fn record(liked: bool, position: u64) -> String {
-    format!("{position}{}", u8::from(liked))
+/// A record's score: the commit's outbox row on its shard, times two, plus 1 when liked.
+/// Rows are below 2^48 (a position is the row shifted by `INDEX_BITS` in a `u64`), so a
+/// score is below 2^49: exact in the double Redis keeps.
+fn score(liked: bool, position: u64) -> u64 {
+    ((position >> INDEX_BITS) << 1) | u64::from(liked)
 }
 
-/// `a` is a record of a later commit than `b` (decimal strings without leading zeros: the
-/// longer is larger, else the comparison of the digits; exact for any `u64`, unlike Lua's
-/// doubles).
-fn later(a: &str, b: &str) -> bool {
-    a.len() > b.len() || a.len() == b.len() && a > b
+/// The state the highest of `scores` says, if there is one.
+fn newest(scores: impl Iterator<Item = f64>) -> Option<bool> {
+    scores.map(|s| s as u64).max().map(|s| s & 1 == 1)
 }
-
-/// The state the newest of `records` says, if there is one.
-fn newest<'a>(records: impl Iterator<Item = &'a str>) -> Option<bool> {
-    records.reduce(|a, b| if later(b, a) { b } else { a }).map(|r| r.ends_with('1'))
-}
-
-/// The write: see the module docs. KEYS[1]: the bucket written; KEYS[2..]: the other buckets
-/// readers look at. ARGV[1]: when KEYS[1] expires (Unix ms); then field, record pairs (one
-/// per field). Returns the records written.
-const RECORD: &str = r"
-local function later(a, b)
-  if #a ~= #b then return #a > #b end
-  return a > b
-end
--- Lua passes at most a few thousand values to one call: long lists go in slices (a
--- pipeline's share of one shard is usually a few dozen fields, one call).
-local function sliced(cmd, key, list)
-  local out = {}
-  for s = 1, #list, 1000 do
-    local got = redis.call(cmd, key, unpack(list, s, math.min(s + 999, #list)))
-    if type(got) == 'table' then
-      for j = 1, #got do out[s + j - 1] = got[j] end
-    end
-  end
-  return out
-end
-local n = (#ARGV - 1) / 2
-local fields = {}
-for j = 1, n do fields[j] = ARGV[2 * j] end
-local old = {}
-for k = 1, #KEYS do
-  if n <= 1000 then
-    old[k] = redis.call('HMGET', KEYS[k], unpack(fields))
-  else
-    old[k] = sliced('HMGET', KEYS[k], fields)
-  end
-end
-local set, drop = {}, {}
-for j = 1, n do
-  local rec = ARGV[2 * j + 1]
-  local newest = true
-  for k = 1, #KEYS do
-    local o = old[k][j]
-    if o and not later(rec, o) then
-      newest = false
-      break
-    end
-  end
-  if newest then
-    set[#set + 1] = fields[j]
-    set[#set + 1] = rec
-    for k = 2, #KEYS do
-      if old[k][j] then
-        drop[k] = drop[k] or {}
-        drop[k][#drop[k] + 1] = fields[j]
-      end
-    end
-  end
-end
-if #set > 0 then sliced('HSET', KEYS[1], set) end
-for k, list in pairs(drop) do sliced('HDEL', KEYS[k], list) end
-redis.call('PEXPIREAT', KEYS[1], ARGV[1])
-return #set / 2
-";
 
 #[async_trait]
 impl LikeReader for CachedLikes {
@@ -265,7 +211,7 @@ impl LikeReader for CachedLikes {
         let mut pipe = self.redis.servers.pipe();
         for b in &buckets {
             let k = self.layout.key(*b, shard);
-            pipe.add(&k, redis::cmd("HMGET").arg(&k).arg(&fields).clone());
+            pipe.add(&k, redis::cmd("ZMSCORE").arg(&k).arg(&fields).clone());
         }
         if let Some(k) = &filter_key {
             pipe.add(k, redis::cmd("GET").arg(k).clone());
@@ -278,11 +224,11 @@ impl LikeReader for CachedLikes {
                 Vec::new()
             }
         };
-        let per_bucket: Vec<Vec<Option<String>>> =
+        let per_bucket: Vec<Vec<Option<f64>>> =
             replies.iter().take(buckets.len()).filter_map(|v| redis::from_redis_value(v).ok()).collect();
         // The record of the latest commit, whichever bucket holds it.
         let own: Vec<Option<bool>> =
-            (0..ids.len()).map(|i| newest(per_bucket.iter().filter_map(|b| b.get(i)?.as_deref()))).collect();
+            (0..ids.len()).map(|i| newest(per_bucket.iter().filter_map(|b| *b.get(i)?))).collect();
         let ask: Vec<u64> = ids.iter().zip(&own).filter(|(_, o)| o.is_none()).map(|(id, _)| *id).collect();
         let trust_ms = self.layout.width / 2;
         let shared = replies
@@ -367,9 +313,9 @@ struct OwnWrite {
 const MAX_PIPELINE: usize = 4_096;
 
 /// Write every queued own-like record in ONE pipeline (per shard of the current bucket: one
-/// call of [`RECORD`]), then answer each caller.
+/// `ZADD GT`, and one `ZMSCORE` per other bucket readers look at), then repair the keys found
+/// in another bucket (module docs), then answer each caller.
 async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::UnboundedReceiver<OwnWrite>) {
-    let script = redis::Script::new(RECORD);
     let mut unlinked = None;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
@@ -380,19 +326,30 @@ async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::Un
             }
         }
         let now = clock();
-        let mut pipe = redis.servers.pipe();
         let bucket = layout.bucket(now);
-        for (shard, records) in by_shard(&layout, &batch) {
-            let mut keys = vec![layout.key(bucket, shard)];
-            let others = layout.read_buckets(now).into_iter().filter(|b| *b != bucket);
-            keys.extend(others.map(|b| layout.key(b, shard)));
-            let mut call = redis::cmd("EVALSHA");
-            call.arg(script.get_hash()).arg(keys.len()).arg(&keys).arg(layout.expires_at(bucket));
-            for (f, r) in &records {
-                call.arg(f).arg(r);
+        let others: Vec<u64> = layout.read_buckets(now).into_iter().filter(|b| *b != bucket).collect();
+        let shards = by_shard(&layout, &batch);
+        let mut pipe = redis.servers.pipe();
+        for (shard, records) in &shards {
+            let key = layout.key(bucket, *shard);
+            let mut zadd = redis::cmd("ZADD");
+            zadd.arg(&key).arg("GT");
+            for (f, s) in records {
+                zadd.arg(*s).arg(f);
             }
-            // Every key of the call has the shard's hash tag: one server holds them all.
-            pipe.add_ignored(&keys[0], call);
+            pipe.add_ignored(&key, zadd);
+            pipe.add_ignored(&key, redis::cmd("PEXPIREAT").arg(&key).arg(layout.expires_at(bucket)).clone());
+            // After the ZADD on the same connection (one hash tag, one server): of two racing
+            // writers, the later one's read sees the earlier one's record.
+            for o in &others {
+                let k = layout.key(*o, *shard);
+                let mut read = redis::cmd("ZMSCORE");
+                read.arg(&k);
+                for (f, _) in records {
+                    read.arg(f);
+                }
+                pipe.add(&k, read);
+            }
         }
         if let Some(old) = layout.unlinkable(now).filter(|old| unlinked != Some(*old)) {
             // One key per command: keys of one bucket live on different cluster slots.
@@ -402,18 +359,89 @@ async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::Un
             }
             unlinked = Some(old);
         }
-        // A restarted or flushed server is sent the script and its part again (idempotent: a
-        // record never replaces an equal one).
-        let result = pipe.query_loading(Some(&script)).await.map(|_| ()).map_err(|e| e.to_string());
+        let mut result = pipe.query().await.map_err(|e| e.to_string());
+        if let Ok(found) = &result {
+            let repairs = repairs(bucket, &others, &shards, found);
+            if !repairs.is_empty() {
+                metrics::counter!("likewise_own_likes_repairs_total").increment(repairs.len() as u64);
+                result =
+                    repair(&redis, &layout, repairs).await.map_err(|e| e.to_string()).map(|_| Vec::new());
+            }
+        }
         metrics::histogram!("likewise_own_likes_pipeline_size").record(batch.len() as f64);
+        let result = result.map(|_| ());
         for w in batch {
             let _ = w.reply.send(result.clone().map_err(|e| StoreError::Engine(format!("redis: {e}"))));
         }
     }
 }
 
-/// The batch's records by shard, as (field, record) pairs: one per field, the latest commit's.
-fn by_shard(layout: &Layout, batch: &[OwnWrite]) -> HashMap<u64, Vec<(String, String)>> {
+/// One key's record to raise: in bucket `bucket` of shard `shard`, member `field` to `score`.
+struct Repair<'a> {
+    bucket: u64,
+    shard: u64,
+    field: &'a str,
+    score: u64,
+}
+
+/// For every field some other bucket holds, the higher of its records into each bucket that
+/// holds one (ours included): `found` are the `ZMSCORE` answers, per shard in `shards`'
+/// order, then per bucket of `others`.
+fn repairs<'a>(
+    bucket: u64,
+    others: &[u64],
+    shards: &'a [(u64, Vec<(String, u64)>)],
+    found: &[redis::Value],
+) -> Vec<Repair<'a>> {
+    let mut out = Vec::new();
+    let mut answers = found.iter();
+    for (shard, records) in shards {
+        let per_bucket: Vec<Vec<Option<f64>>> = others
+            .iter()
+            .map(|_| answers.next().and_then(|v| redis::from_redis_value(v).ok()).unwrap_or_default())
+            .collect();
+        for (i, (field, ours)) in records.iter().enumerate() {
+            let held: Vec<(u64, u64)> = others
+                .iter()
+                .zip(&per_bucket)
+                .filter_map(|(b, scores)| Some((*b, (*scores.get(i)?)? as u64)))
+                .collect();
+            if held.is_empty() {
+                continue;
+            }
+            let top = held.iter().map(|(_, s)| *s).max().unwrap_or(0).max(*ours);
+            for (b, s) in std::iter::once((bucket, *ours)).chain(held) {
+                if s < top {
+                    out.push(Repair { bucket: b, shard: *shard, field, score: top });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Write `repairs` (`ZADD GT`, so a record never goes down), each key keeping its expiry.
+async fn repair(redis: &Redis, layout: &Layout, repairs: Vec<Repair<'_>>) -> redis::RedisResult<()> {
+    let mut by_key: HashMap<(u64, u64), Vec<(&str, u64)>> = HashMap::new();
+    for r in repairs {
+        by_key.entry((r.bucket, r.shard)).or_default().push((r.field, r.score));
+    }
+    let mut pipe = redis.servers.pipe();
+    for ((bucket, shard), records) in by_key {
+        let key = layout.key(bucket, shard);
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(&key).arg("GT");
+        for (f, s) in records {
+            zadd.arg(s).arg(f);
+        }
+        pipe.add_ignored(&key, zadd);
+        pipe.add_ignored(&key, redis::cmd("PEXPIREAT").arg(&key).arg(layout.expires_at(bucket)).clone());
+    }
+    pipe.query().await.map(|_| ())
+}
+
+/// The batch's records by shard, as (field, score) pairs: one per field, the latest commit's.
+fn by_shard(layout: &Layout, batch: &[OwnWrite]) -> Vec<(u64, Vec<(String, u64)>)> {
     let mut latest: HashMap<(UserId, Target), &OwnWrite> = HashMap::with_capacity(batch.len());
     for w in batch {
         let e = latest.entry((w.user, w.target)).or_insert(w);
@@ -421,13 +449,13 @@ fn by_shard(layout: &Layout, batch: &[OwnWrite]) -> HashMap<u64, Vec<(String, St
             *e = w;
         }
     }
-    let mut out: HashMap<u64, Vec<(String, String)>> = HashMap::new();
+    let mut out: HashMap<u64, Vec<(String, u64)>> = HashMap::new();
     for w in latest.into_values() {
         out.entry(layout.shard(w.user))
             .or_default()
-            .push((field(w.user, w.target), record(w.liked, w.position)));
+            .push((field(w.user, w.target), score(w.liked, w.position)));
     }
-    out
+    out.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -538,7 +566,9 @@ mod tests {
         node.liked_among(UserId(user), TargetKind::Post, ids).await.expect("own likes")
     }
 
-    async fn set(node: &CachedLikes, user: u64, post: u64, on: bool, position: u64) {
+    /// Record a change committed in outbox row `row` (at an event index that orders nothing).
+    async fn set(node: &CachedLikes, user: u64, post: u64, on: bool, row: u64) {
+        let position = row << INDEX_BITS | (user % 7);
         node.record(UserId(user), Target::post(post), on, position).await.expect("own likes");
     }
 
@@ -560,16 +590,18 @@ mod tests {
     }
 
     #[test]
-    fn the_record_of_the_highest_position_wins() {
-        assert_eq!(record(true, 42), "421");
-        assert!(
-            later("10000", "9991") && !later("9991", "10000") && later("9992", "9991") && !later("51", "51")
-        );
-        assert_eq!(newest(["71", "120", "90"].into_iter()), Some(false));
-        assert_eq!(newest(["71", "9"].into_iter()), Some(true));
+    fn the_record_of_the_latest_row_wins_and_is_exact_as_a_double() {
+        assert_eq!(score(true, 42 << INDEX_BITS | 9), 85);
+        assert_eq!(score(false, 42 << INDEX_BITS), 84);
+        assert_eq!(newest([71.0, 120.0, 90.0].into_iter()), Some(false));
+        assert_eq!(newest([71.0, 9.0].into_iter()), Some(true));
         assert_eq!(newest([].into_iter()), None);
-        let big = record(false, u64::MAX);
-        assert!(later(&big, &record(true, u64::MAX - 1)));
+        // The highest rows a position can carry still compare exactly after Redis's double.
+        let (top, below) = (score(false, u64::MAX), score(true, u64::MAX - (1 << INDEX_BITS)));
+        assert!(top > below);
+        assert_eq!(top as f64 as u64, top);
+        assert_eq!(below as f64 as u64, below);
+        assert_eq!(newest([below as f64, top as f64].into_iter()), Some(false));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -606,7 +638,7 @@ mod tests {
         assert_eq!(liked(&behind, 5, &[77]).await, [true], "a reader behind sees the next bucket");
         set(&behind, 5, 77, false, 101).await;
         assert_eq!(liked(&behind, 5, &[77]).await, [false]);
-        assert_eq!(liked(&ahead, 5, &[77]).await, [false], "the older record in bucket 1 was deleted");
+        assert_eq!(liked(&ahead, 5, &[77]).await, [false], "the older record in bucket 1 was raised");
         // Later, when bucket 0 is no longer read, nothing older shadows the index.
         ahead_at.store(f.at(2, 100), Ordering::SeqCst);
         assert_eq!(liked(&ahead, 5, &[77]).await, [false]);
@@ -620,21 +652,29 @@ mod tests {
         a_at.store(f.at(0, 100), Ordering::SeqCst);
         b_at.store(f.at(0, 100), Ordering::SeqCst);
         // Node B committed the unlike after node A's like, but its record lands first.
-        set(&b, 3, 42, false, 7 << 16).await;
-        set(&a, 3, 42, true, 6 << 16 | 9).await;
+        set(&b, 3, 42, false, 7).await;
+        set(&a, 3, 42, true, 6).await;
         assert_eq!(liked(&a, 3, &[42]).await, [false]);
         assert_eq!(liked(&b, 3, &[42]).await, [false]);
         // A stale record a bucket later still loses to the later one in the bucket before...
         a_at.store(f.at(1, 100), Ordering::SeqCst);
-        set(&a, 3, 42, true, 6 << 16).await;
+        set(&a, 3, 42, true, 6).await;
         assert_eq!(liked(&a, 3, &[42]).await, [false]);
-        // ...and was not written: once bucket 0 is no longer read, the index answers.
-        a_at.store(f.at(2, 100), Ordering::SeqCst);
+        // ...and bucket 1 was given the later record: once bucket 0 is no longer read, it
+        // still says so, without asking the index (which has not caught up).
         f.index.0.lock().expect("lock").insert((3, 42));
-        assert_eq!(liked(&a, 3, &[42]).await, [true], "no record: the index answers");
-        // Positions past 2^53 compare exactly (Lua's numbers are doubles).
-        set(&a, 3, 43, true, (1 << 60) + 1).await;
-        set(&a, 3, 43, false, 1 << 60).await;
+        a_at.store(f.at(2, 100), Ordering::SeqCst);
+        let reads = f.reads();
+        assert_eq!(liked(&a, 3, &[42]).await, [false]);
+        assert_eq!(f.reads(), reads, "answered by the record");
+        // Once no bucket read holds a record, the index answers.
+        f.index.0.lock().expect("lock").remove(&(3, 42));
+        a_at.store(f.at(4, 100), Ordering::SeqCst);
+        assert_eq!(liked(&a, 3, &[42]).await, [false]);
+        assert_eq!(f.reads(), reads + 1, "no record: the index answered");
+        // The highest rows compare exactly (a score is a double in Redis).
+        set(&a, 3, 43, true, (1 << 48) - 1).await;
+        set(&a, 3, 43, false, (1 << 48) - 2).await;
         assert_eq!(liked(&a, 3, &[43]).await, [true]);
         f.cleanup().await;
     }
@@ -665,9 +705,48 @@ mod tests {
         f.cleanup().await;
     }
 
-    /// Calls of more than a thousand fields (the script slices its commands): 3,000 viewers on
-    /// one key, then the same fields again from the next bucket, first with older commits
-    /// (nothing changes) and then with newer ones (they win and leave the old bucket).
+    /// The race across a bucket's turn: one node still in bucket 0, the other already in 1,
+    /// both writing changes of the same 300 viewers in an order unrelated to their commits.
+    /// Every answer is the latest commit's, also once bucket 0 is no longer read (the index
+    /// knows nothing, so any stale record left in bucket 1 would show).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_racing_across_a_buckets_turn_keep_each_keys_latest_commit() {
+        let f = Fixture::new(4).await;
+        let ((a, a_at), (b, b_at)) = (f.node(), f.node());
+        a_at.store(f.at(1, 0) - 300, Ordering::SeqCst);
+        b_at.store(f.at(1, 200), Ordering::SeqCst);
+        let (a, b) = (Arc::new(a), Arc::new(b));
+        let state = |row: u64| row % 3 == 0;
+        let mut writes = Vec::new();
+        for u in 0..300u64 {
+            for k in 0..8u64 {
+                let row = u * 8 + (k * 3 + u) % 8 + 1;
+                let node = if (u * 7 + k) % 3 == 0 { a.clone() } else { b.clone() };
+                writes.push(async move { set(&node, u, 1, state(row), row).await });
+            }
+        }
+        futures::future::join_all(writes).await;
+        let check = |when: &'static str| {
+            let (a, b) = (a.clone(), b.clone());
+            async move {
+                for u in 0..300u64 {
+                    let want = [state(u * 8 + 8)];
+                    assert_eq!(liked(&a, u, &[1]).await, want, "user {u} on a, {when}");
+                    assert_eq!(liked(&b, u, &[1]).await, want, "user {u} on b, {when}");
+                }
+            }
+        };
+        check("at the turn").await;
+        a_at.store(f.at(2, 100), Ordering::SeqCst);
+        b_at.store(f.at(2, 100), Ordering::SeqCst);
+        check("bucket 0 no longer read").await;
+        assert_eq!(f.reads(), 0, "every answer came from a record");
+        f.cleanup().await;
+    }
+
+    /// Calls of thousands of fields: 3,000 viewers on one key, then the same fields again
+    /// from the next bucket, first with older commits (nothing changes) and then with newer
+    /// ones (they win, and the older bucket is raised to them).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn calls_of_thousands_of_fields_keep_the_latest_commits() {
         let f = Fixture::new(1).await;
@@ -693,8 +772,13 @@ mod tests {
         }
         let mut conn = f.redis.servers.conn_for("");
         let old = node.layout.key(f.b0, 0);
-        let left: u64 = redis::cmd("HLEN").arg(&old).query_async(&mut conn).await.expect("redis");
-        assert_eq!(left, 0, "records replaced from a newer bucket leave the older one");
+        for u in [10_000u64, 11_234, 12_999] {
+            let member = field(UserId(u), Target::post(9));
+            let got: f64 =
+                redis::cmd("ZSCORE").arg(&old).arg(&member).query_async(&mut conn).await.expect("redis");
+            let want = score(false, (2_000_000 + u - 10_000) << INDEX_BITS);
+            assert_eq!(got as u64, want, "viewer {u}: the older bucket holds the latest record too");
+        }
         f.cleanup().await;
     }
 
