@@ -716,7 +716,7 @@ mod tests {
         a_at.store(f.at(1, 0) - 300, Ordering::SeqCst);
         b_at.store(f.at(1, 200), Ordering::SeqCst);
         let (a, b) = (Arc::new(a), Arc::new(b));
-        let state = |row: u64| row % 3 == 0;
+        let state = |row: u64| row.is_multiple_of(3);
         let mut writes = Vec::new();
         for u in 0..300u64 {
             for k in 0..8u64 {
