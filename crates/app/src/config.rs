@@ -369,7 +369,7 @@ pub struct CacheConfig {
     pub redis_prefix: String,
     /// Replicas of each counter key in Redis (hot-key protection).
     pub hot_replicas: u32,
-    /// Hashes each own-likes time bucket in Redis is split into, by viewer (see
+    /// Keys (sorted sets) each own-likes time bucket in Redis is split into, by viewer (see
     /// `shared_cache::likes`): fewer means fewer Redis commands per like, more means smaller keys.
     pub own_likes_shards: u64,
     /// Scale-out: the most likes a viewer's shared liked-set filter in Redis holds (0: no

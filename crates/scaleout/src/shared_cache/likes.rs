@@ -1,16 +1,16 @@
 //! Viewer likes through Redis (see the module docs of `shared_cache`).
 //!
 //! A viewer's own changes are kept for read-your-writes until the reverse index has them. They
-//! are stored in **time buckets**, not one hash per viewer: the bucket of width `own_likes_ttl`
-//! that the write falls in, split into `own_likes_shards` hashes by viewer
-//! (`<prefix>:ol:{<shard>}:<bucket>`, field `<user>:<kind>:<id>`).
+//! are stored in **time buckets**, not one key per viewer: the bucket of width `own_likes_ttl`
+//! that the write falls in, split into `own_likes_shards` sorted sets by viewer
+//! (`<prefix>:olz:{<shard>}:<bucket>`, member `<user>:<kind>:<id>`).
 //!
 //! Why: a hash per viewer costs every like a new key, an `HSET` and an `EXPIRE` of its own; in
 //! a like storm that was 7 us of the machine's CPU per like, a third of the whole hot path on
 //! this machine (`docs/benchmarks.md`). Buckets turn a pipeline of thousands of records into
-//! one script call per shard. A viewer's fields stay on one key per bucket, so a read is one
-//! `HMGET` per bucket looked at; a shard's buckets share a cluster slot (the `{<shard>}` hash
-//! tag), so one script sees them all.
+//! one command per shard. A viewer's members stay on one key per bucket, so a read is one
+//! `ZMSCORE` per bucket looked at; a shard's buckets share a cluster slot (the `{<shard>}`
+//! hash tag), so one server holds them all.
 //!
 //! **Commit order, not arrival order.** Two API nodes can commit a user's like and unlike in
 //! one order and write their records in the other. So a bucket is a sorted set, not a hash:

@@ -51,7 +51,7 @@ pub struct RedisOptions {
     pub counter_ttl: Duration,
     /// How long a viewer's own writes are kept at least (the width of an own-likes bucket).
     pub own_likes_ttl: Duration,
-    /// Hashes per own-likes bucket (viewers are spread over them by ID).
+    /// Keys (sorted sets) per own-likes bucket (viewers are spread over them by ID).
     pub own_likes_shards: u64,
     /// The most likes a viewer's shared liked-set filter holds (`likes/filter.rs`); a viewer
     /// with more is looked up in the reverse index. 0: no filters.
