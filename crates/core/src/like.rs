@@ -88,7 +88,8 @@ pub struct LikeOutcome {
     /// The position of the event this change produced in its log (none when unchanged).
     /// Changes of one (target, user) key get increasing positions in commit order: the
     /// embedded log is one sequence; a PostgreSQL shard's is the outbox row's `seq` and the
-    /// event's index in it (a key always lives on one shard).
+    /// event's index in it (a key always lives on one shard). On PostgreSQL only a key's last
+    /// change in a batch carries one, so two positions of a key never share an outbox row.
     pub event_seq: Option<u64>,
 }
 
