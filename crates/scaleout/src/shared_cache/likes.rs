@@ -38,6 +38,7 @@
 //!   `2 * skew` and `3 * skew` into bucket `b + 2` first `UNLINK`s them, so Redis frees a big
 //!   hash in the background instead of blocking on its expiry. No reader needs them then.
 
+use super::servers::RoutedPipe;
 use super::{Redis, liked_filter};
 use crate::postgres::outbox::INDEX_BITS;
 use async_trait::async_trait;
@@ -331,14 +332,7 @@ async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::Un
         let shards = by_shard(&layout, &batch);
         let mut pipe = redis.servers.pipe();
         for (shard, records) in &shards {
-            let key = layout.key(bucket, *shard);
-            let mut zadd = redis::cmd("ZADD");
-            zadd.arg(&key).arg("GT");
-            for (f, s) in records {
-                zadd.arg(*s).arg(f);
-            }
-            pipe.add_ignored(&key, zadd);
-            pipe.add_ignored(&key, redis::cmd("PEXPIREAT").arg(&key).arg(layout.expires_at(bucket)).clone());
+            add_records(&mut pipe, &layout, bucket, *shard, records.iter().map(|(f, s)| (f.as_str(), *s)));
             // After the ZADD on the same connection (one hash tag, one server): of two racing
             // writers, the later one's read sees the earlier one's record.
             for o in &others {
@@ -359,41 +353,67 @@ async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::Un
             }
             unlinked = Some(old);
         }
-        let mut result = pipe.query().await.map_err(|e| e.to_string());
-        if let Ok(found) = &result {
-            let repairs = repairs(bucket, &others, &shards, found);
-            if !repairs.is_empty() {
-                metrics::counter!("likewise_own_likes_repairs_total").increment(repairs.len() as u64);
-                result =
-                    repair(&redis, &layout, repairs).await.map_err(|e| e.to_string()).map(|_| Vec::new());
-            }
-        }
+        let result = write(&redis, &layout, pipe, bucket, &others, &shards).await.map_err(|e| e.to_string());
         metrics::histogram!("likewise_own_likes_pipeline_size").record(batch.len() as f64);
-        let result = result.map(|_| ());
         for w in batch {
             let _ = w.reply.send(result.clone().map_err(|e| StoreError::Engine(format!("redis: {e}"))));
         }
     }
 }
 
-/// One key's record to raise: in bucket `bucket` of shard `shard`, member `field` to `score`.
-struct Repair<'a> {
+/// `ZADD GT` `records` into bucket `bucket` of shard `shard` (a record never goes down), and
+/// give the key its expiry.
+fn add_records<'a>(
+    pipe: &mut RoutedPipe,
+    layout: &Layout,
     bucket: u64,
     shard: u64,
-    field: &'a str,
-    score: u64,
+    records: impl Iterator<Item = (&'a str, u64)>,
+) {
+    let key = layout.key(bucket, shard);
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(&key).arg("GT");
+    for (f, s) in records {
+        zadd.arg(s).arg(f);
+    }
+    pipe.add_ignored(&key, zadd);
+    pipe.add_ignored(&key, redis::cmd("PEXPIREAT").arg(&key).arg(layout.expires_at(bucket)).clone());
+}
+
+/// Run the records' pipeline, then repair the keys it found in another bucket (a second round
+/// trip, only when there are any).
+async fn write(
+    redis: &Redis,
+    layout: &Layout,
+    pipe: RoutedPipe,
+    bucket: u64,
+    others: &[u64],
+    shards: &[(u64, Vec<(String, u64)>)],
+) -> redis::RedisResult<()> {
+    let found = pipe.query().await?;
+    let repairs = repairs(bucket, others, shards, &found);
+    if repairs.is_empty() {
+        return Ok(());
+    }
+    let raised: usize = repairs.values().map(Vec::len).sum();
+    metrics::counter!("likewise_own_likes_repairs_total").increment(raised as u64);
+    let mut pipe = redis.servers.pipe();
+    for ((b, shard), records) in repairs {
+        add_records(&mut pipe, layout, b, shard, records.into_iter());
+    }
+    pipe.query().await.map(|_| ())
 }
 
 /// For every field some other bucket holds, the higher of its records into each bucket that
-/// holds one (ours included): `found` are the `ZMSCORE` answers, per shard in `shards`'
-/// order, then per bucket of `others`.
+/// holds one (ours included), by (bucket, shard): `found` are the `ZMSCORE` answers, per shard
+/// in `shards`' order, then per bucket of `others`.
 fn repairs<'a>(
     bucket: u64,
     others: &[u64],
     shards: &'a [(u64, Vec<(String, u64)>)],
     found: &[redis::Value],
-) -> Vec<Repair<'a>> {
-    let mut out = Vec::new();
+) -> HashMap<(u64, u64), Vec<(&'a str, u64)>> {
+    let mut out: HashMap<(u64, u64), Vec<(&'a str, u64)>> = HashMap::new();
     let mut answers = found.iter();
     for (shard, records) in shards {
         let per_bucket: Vec<Vec<Option<f64>>> = others
@@ -406,38 +426,17 @@ fn repairs<'a>(
                 .zip(&per_bucket)
                 .filter_map(|(b, scores)| Some((*b, (*scores.get(i)?)? as u64)))
                 .collect();
-            if held.is_empty() {
+            let Some(top) = held.iter().map(|(_, s)| *s).max().map(|t| t.max(*ours)) else {
                 continue;
-            }
-            let top = held.iter().map(|(_, s)| *s).max().unwrap_or(0).max(*ours);
+            };
             for (b, s) in std::iter::once((bucket, *ours)).chain(held) {
                 if s < top {
-                    out.push(Repair { bucket: b, shard: *shard, field, score: top });
+                    out.entry((b, *shard)).or_default().push((field, top));
                 }
             }
         }
     }
     out
-}
-
-/// Write `repairs` (`ZADD GT`, so a record never goes down), each key keeping its expiry.
-async fn repair(redis: &Redis, layout: &Layout, repairs: Vec<Repair<'_>>) -> redis::RedisResult<()> {
-    let mut by_key: HashMap<(u64, u64), Vec<(&str, u64)>> = HashMap::new();
-    for r in repairs {
-        by_key.entry((r.bucket, r.shard)).or_default().push((r.field, r.score));
-    }
-    let mut pipe = redis.servers.pipe();
-    for ((bucket, shard), records) in by_key {
-        let key = layout.key(bucket, shard);
-        let mut zadd = redis::cmd("ZADD");
-        zadd.arg(&key).arg("GT");
-        for (f, s) in records {
-            zadd.arg(s).arg(f);
-        }
-        pipe.add_ignored(&key, zadd);
-        pipe.add_ignored(&key, redis::cmd("PEXPIREAT").arg(&key).arg(layout.expires_at(bucket)).clone());
-    }
-    pipe.query().await.map(|_| ())
 }
 
 /// The batch's records by shard, as (field, score) pairs: one per field, the latest commit's.
