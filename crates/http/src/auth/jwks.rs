@@ -5,8 +5,8 @@
 //!   `alg`, or the one its type implies (`RSA`: RS256; `EC` on P-256: ES256; `OKP` on
 //!   Ed25519: EdDSA). A token whose header names another algorithm is refused, so a key never
 //!   verifies under an algorithm its owner did not choose.
-//! - Keys of other kinds (symmetric keys, other curves, encryption keys, RS384, ...) and keys
-//!   without a `kid` are skipped with a warning. A document without one usable key is an
+//! - Keys of other kinds (symmetric keys, other curves, encryption keys, RS384, ...), RSA
+//!   keys shorter than [`MIN_RSA_BITS`] and keys without a `kid` are skipped with a warning. A document without one usable key is an
 //!   error at start-up.
 //! - The file is re-read when it changes, so keys rotate without a restart: at most once per
 //!   [`CHECK_INTERVAL`] a request looks at the file's modification time, size and inode (one
@@ -17,17 +17,23 @@
 //!   previous keys, with a warning.
 //! - `auth.issuer` and `auth.audience`, when set, must be in every token these keys sign
 //!   ([`Expected`]); a token carrying an `aud` is refused unless `auth.audience` is among its
-//!   values (RFC 7519, 4.1.3).
+//!   values (RFC 7519, 4.1.3). HS256 tokens may name the same audience (see
+//!   `TokenKeys::with_jwks`).
 
-use super::{Claims, decode_error, validation};
+use super::{Claims, decode_claims, validation};
 use crate::error::ApiError;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
-use jsonwebtoken::{Algorithm, DecodingKey, Header, Validation, decode};
+use jsonwebtoken::{Algorithm, DecodingKey, Header, Validation};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
+
+/// The shortest RSA modulus accepted, in bits: shorter keys (1024 bits, say) can be factored
+/// by a determined attacker and are disallowed for signatures since 2013 (NIST SP 800-131A).
+pub const MIN_RSA_BITS: usize = 2048;
 
 /// How often a request may look at the JWKS file for changes.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -52,7 +58,7 @@ pub enum JwksError {
         source: serde_json::Error,
     },
     /// No key of the document can verify tokens here.
-    #[error("{} holds no usable key (RSA, EC P-256 or Ed25519, each with a kid)", path.display())]
+    #[error("{} holds no usable key (RSA of 2048 bits or more, EC P-256 or Ed25519, each with a kid)", path.display())]
     NoUsableKey {
         /// The file.
         path: PathBuf,
@@ -111,6 +117,8 @@ pub struct Jwks {
 
 struct Inner {
     path: PathBuf,
+    /// `aud` tokens must carry (`auth.audience`).
+    audience: Option<String>,
     /// Validation per accepted algorithm: RS256, ES256, EdDSA.
     validations: [Validation; 3],
     current: parking_lot::RwLock<Arc<KeySet>>,
@@ -158,6 +166,7 @@ impl Jwks {
         Ok(Jwks {
             inner: Arc::new(Inner {
                 path,
+                audience: expected.audience.clone(),
                 validations,
                 current: parking_lot::RwLock::new(Arc::new(set)),
                 generation: AtomicU64::new(1),
@@ -179,6 +188,11 @@ impl Jwks {
     pub fn generation(&self) -> u64 {
         self.reload_if_due();
         self.inner.generation.load(Ordering::Acquire)
+    }
+
+    /// The audience its tokens must name (`auth.audience`), if one is set.
+    pub fn audience(&self) -> Option<&str> {
+        self.inner.audience.as_deref()
     }
 
     /// The key IDs currently accepted, sorted.
@@ -204,7 +218,7 @@ impl Jwks {
             .position(|a| *a == key.alg)
             .map(|i| &self.inner.validations[i])
             .ok_or_else(|| ApiError::unauthenticated("invalid token"))?;
-        let claims = decode::<Claims>(token, &key.key, v).map_err(decode_error)?.claims;
+        let claims = decode_claims(token, &key.key, v)?;
         Ok((claims, set.generation))
     }
 
@@ -293,22 +307,36 @@ fn parse(path: &Path, source: Vec<u8>, generation: u64) -> Result<KeySet, JwksEr
             Ok((kid, key)) => {
                 keys.insert(kid, key);
             }
-            Err(why) => tracing::warn!(path = %path.display(), key = n, kid, why, "JWKS: key skipped"),
+            Err(why) => tracing::warn!(path = %path.display(), key = n, kid, why = %why, "JWKS: key skipped"),
         }
     }
     Ok(KeySet { generation, keys, source })
 }
 
 /// A JWK's key ID and verifying key, or why it cannot verify tokens here.
-fn usable(value: serde_json::Value) -> Result<(String, VerifyKey), &'static str> {
+fn usable(value: serde_json::Value) -> Result<(String, VerifyKey), Cow<'static, str>> {
     let jwk: Jwk = serde_json::from_value(value).map_err(|_| "not a JWK of a known key type")?;
     let kid = jwk.common.key_id.clone().ok_or("no kid")?;
     if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)) {
-        return Err("an encryption key (use: enc)");
+        return Err("an encryption key (use: enc)".into());
     }
     let alg = pinned_algorithm(&jwk)?;
+    if let AlgorithmParameters::RSA(p) = &jwk.algorithm {
+        let bits = modulus_bits(&p.n).ok_or("malformed key parameters")?;
+        if bits < MIN_RSA_BITS {
+            return Err(format!("an RSA key of {bits} bits (at least {MIN_RSA_BITS} are needed)").into());
+        }
+    }
     let key = DecodingKey::from_jwk(&jwk).map_err(|_| "malformed key parameters")?;
     Ok((kid, VerifyKey { alg, key }))
+}
+
+/// The length in bits of an RSA modulus given as a JWK's `n` (unpadded base64url, big-endian).
+fn modulus_bits(n: &str) -> Option<usize> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(n).ok()?;
+    let first = bytes.iter().position(|b| *b != 0)?;
+    Some((bytes.len() - first) * 8 - bytes[first].leading_zeros() as usize)
 }
 
 /// The one algorithm a key verifies: its `alg` when given, which must fit its type, else the

@@ -10,7 +10,13 @@
 //! - HS256 with the secret when one is configured; RS256, ES256 or EdDSA with the JWKS key
 //!   the header's `kid` names, under that key's one algorithm; nothing else;
 //! - `exp` and `sub` are required; `nbf`, when present, is honoured; both with a clock
-//!   leeway of [`LEEWAY_SECS`] seconds;
+//!   leeway of [`LEEWAY_SECS`] seconds; `exp` may be fractional (a NumericDate, RFC 7519),
+//!   and counts rounded down;
+//! - `iss`, when present, is one string (an array is refused, even one holding the accepted
+//!   issuer: RFC 7519, 4.1.1);
+//! - `aud`, when present, must contain `auth.audience` (set with `auth.jwks_file`), or the
+//!   token is refused (RFC 7519, 4.1.3); HS256 tokens need none, as the ones we mint carry
+//!   none;
 //! - a token whose `exp` lies further ahead than the configured maximum lifetime
 //!   (`auth.max_token_ttl`, default [`DEFAULT_MAX_TTL`]) is refused: a stolen long-lived
 //!   token would otherwise stay valid for years.
@@ -44,7 +50,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct Claims {
     /// The user ID, as a decimal string.
     pub sub: String,
-    /// Expiry, seconds since the Unix epoch.
+    /// Expiry, seconds since the Unix epoch (a fractional NumericDate counts rounded down).
+    #[serde(deserialize_with = "numeric_date")]
     pub exp: u64,
     /// `"service"` for trusted internal callers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -68,6 +75,37 @@ fn validation(alg: Algorithm) -> Validation {
     v
 }
 
+/// A NumericDate (RFC 7519, 2): seconds since the Unix epoch, an integer or not; a fraction
+/// is dropped, so a token never counts as valid later than it says.
+fn numeric_date<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    n.as_u64()
+        .or_else(|| {
+            n.as_f64().filter(|f| f.is_finite() && (0.0..u64::MAX as f64).contains(f)).map(|f| f as u64)
+        })
+        .ok_or_else(|| serde::de::Error::custom("a NumericDate must be a non-negative number of seconds"))
+}
+
+/// What is read of a token's claims: [`Claims`], and `iss` to check its form.
+#[derive(Deserialize)]
+struct Decoded {
+    #[serde(flatten)]
+    claims: Claims,
+    #[serde(default)]
+    iss: Option<serde_json::Value>,
+}
+
+/// Verify `token` with `key` under `validation`, and check what `jsonwebtoken` lets through:
+/// it accepts an `iss` array that contains an accepted issuer, where RFC 7519 allows one
+/// string only.
+fn decode_claims(token: &str, key: &DecodingKey, validation: &Validation) -> Result<Claims, ApiError> {
+    let d = decode::<Decoded>(token, key, validation).map_err(decode_error)?.claims;
+    if !matches!(d.iss, None | Some(serde_json::Value::String(_))) {
+        return Err(ApiError::unauthenticated("token iss must be a single string"));
+    }
+    Ok(d.claims)
+}
+
 /// The 401 for a token `jsonwebtoken` refused.
 fn decode_error(e: jsonwebtoken::errors::Error) -> ApiError {
     use jsonwebtoken::errors::ErrorKind as K;
@@ -89,7 +127,6 @@ fn unix_now() -> u64 {
 struct Secret {
     encoding: EncodingKey,
     decoding: DecodingKey,
-    validation: Validation,
     fast: fast::FastVerifier,
 }
 
@@ -99,6 +136,8 @@ struct Secret {
 pub struct TokenKeys {
     max_ttl: u64,
     secret: Option<Arc<Secret>>,
+    /// The rules of HS256 tokens (with the identity provider's audience, when it has one).
+    hs256: Arc<Validation>,
     jwks: Option<Jwks>,
     verified: Arc<VerifiedTokens>,
 }
@@ -114,7 +153,6 @@ impl TokenKeys {
         let s = Secret {
             encoding: EncodingKey::from_secret(secret),
             decoding: DecodingKey::from_secret(secret),
-            validation: validation(Algorithm::HS256),
             fast: fast::FastVerifier::new(secret, LEEWAY_SECS),
         };
         TokenKeys { secret: Some(Arc::new(s)), ..Self::from_jwks_inner(None) }
@@ -129,13 +167,21 @@ impl TokenKeys {
         TokenKeys {
             max_ttl: DEFAULT_MAX_TTL.as_secs(),
             secret: None,
+            hs256: Arc::new(validation(Algorithm::HS256)),
             jwks,
             verified: Arc::new(VerifiedTokens::new(100_000)),
         }
     }
 
-    /// Also accept tokens signed by the identity provider's keys.
+    /// Also accept tokens signed by the identity provider's keys. Its audience
+    /// (`auth.audience`) is then also accepted in the `aud` of HS256 tokens: a token naming
+    /// this service is refused by no key (README), though HS256 tokens need no `aud`.
     pub fn with_jwks(mut self, jwks: Jwks) -> Self {
+        let mut v = validation(Algorithm::HS256);
+        if let Some(aud) = jwks.audience() {
+            v.set_audience(&[aud]);
+        }
+        self.hs256 = Arc::new(v);
         self.jwks = Some(jwks);
         self
     }
@@ -193,8 +239,7 @@ impl TokenKeys {
         let header = decode_header(token).map_err(|_| ApiError::unauthenticated("invalid token"))?;
         match (header.alg, &self.secret, &self.jwks) {
             (Algorithm::HS256, Some(s), _) => {
-                let claims =
-                    decode::<Claims>(token, &s.decoding, &s.validation).map_err(decode_error)?.claims;
+                let claims = decode_claims(token, &s.decoding, &self.hs256)?;
                 s.fast.learn(token);
                 Ok((claims, generation))
             }
@@ -370,6 +415,20 @@ mod tests {
         assert!(keys.mint(UserId(1), false, Duration::from_secs(7200)).is_err());
         let minted = keys.mint(UserId(1), false, Duration::from_secs(3600)).expect("at the maximum");
         assert!(keys.caller(&minted).is_ok());
+    }
+
+    #[test]
+    fn a_fractional_exp_is_accepted() {
+        let keys = TokenKeys::new(b"secret-one");
+        let t = now();
+        let sign = |c: serde_json::Value| {
+            encode(&Header::new(Algorithm::HS256), &c, &encoding(&keys)).expect("encode")
+        };
+        let token = sign(serde_json::json!({"sub": "3", "exp": t as f64 + 600.5}));
+        assert_eq!(keys.caller(&token).expect("NumericDate may be fractional").expires_at, t + 600);
+        assert_eq!(keys.verify(&token).expect("verify").exp, t + 600);
+        let token = sign(serde_json::json!({"sub": "3", "exp": t as f64 - 60.5}));
+        assert_eq!(keys.caller(&token).err().map(|e| e.status().as_u16()), Some(401));
     }
 
     #[test]

@@ -72,6 +72,18 @@ impl TestKey {
         TestKey { kid: kid.into(), alg, encoding, jwk }
     }
 
+    /// A fresh RS256 key pair of `bits` bits named `kid` (for keys too short to trust).
+    pub fn generate_rsa(bits: u32, kid: &str) -> TestKey {
+        let opt = format!("rsa_keygen_bits:{bits}");
+        let pem = openssl(&["genpkey", "-algorithm", "RSA", "-pkeyopt", &opt], b"");
+        let der = openssl(&["rsa", "-traditional", "-outform", "DER"], &pem);
+        let encoding = EncodingKey::from_rsa_der(&der);
+        let jwk = Jwk::from_encoding_key(&encoding, Algorithm::RS256).expect("rsa jwk");
+        let mut jwk = serde_json::to_value(jwk).expect("jwk json");
+        jwk["kid"] = serde_json::json!(kid);
+        TestKey { kid: kid.into(), alg: Algorithm::RS256, encoding, jwk }
+    }
+
     /// The public JWK without its `alg` (the algorithm is then derived from `kty` and `crv`).
     pub fn jwk_without_alg(&self) -> serde_json::Value {
         let mut j = self.jwk.clone();

@@ -272,3 +272,70 @@ fn the_secret_and_the_identity_provider_verify_side_by_side() {
     let secret_only = TokenKeys::new(b"a-secret-of-sixteen-or-more");
     assert!(refused(secret_only.caller(&k.rsa.sign(&claims("9")))).contains("invalid"));
 }
+
+#[test]
+fn an_issuer_given_as_an_array_is_refused() {
+    let k = keys();
+    let (_dir, path) = file(&[&k.ec.jwk]);
+    let expected = Expected { issuer: Some("https://idp.test".into()), audience: None };
+    let keys = provider(&path, expected);
+    let mut c = claims("5");
+    c["iss"] = json!("https://idp.test");
+    assert!(keys.caller(&k.ec.sign(&c)).is_ok());
+    // RFC 7519, 4.1.1: `iss` is one StringOrURI, never a list that merely contains ours.
+    c["iss"] = json!(["https://idp.test"]);
+    assert!(refused(keys.caller(&k.ec.sign(&c))).contains("iss"));
+    c["iss"] = json!(["https://idp.test", "https://evil.test"]);
+    assert!(refused(keys.caller(&k.ec.sign(&c))).contains("iss"));
+    let open = provider(&path, Expected::default());
+    assert!(refused(open.caller(&k.ec.sign(&c))).contains("iss"), "malformed even when not checked");
+}
+
+#[test]
+fn hs256_tokens_naming_the_configured_audience_are_accepted() {
+    let k = keys();
+    let (_dir, path) = file(&[&k.ec.jwk]);
+    let expected = Expected { issuer: Some("https://idp.test".into()), audience: Some("likewise".into()) };
+    let jwks_ = Jwks::open(&path, expected).expect("open");
+    let keys = TokenKeys::new(b"a-secret-of-sixteen-or-more").with_jwks(jwks_);
+    let secret = jsonwebtoken::EncodingKey::from_secret(b"a-secret-of-sixteen-or-more");
+    let hs = |aud: Option<serde_json::Value>| {
+        let mut c = claims("6");
+        if let Some(a) = aud {
+            c["aud"] = a;
+        }
+        keys.caller(&jsonwebtoken::encode(&Header::new(Algorithm::HS256), &c, &secret).expect("sign"))
+    };
+    assert_eq!(hs(Some(json!("likewise"))).expect("its audience").user, UserId(6));
+    assert!(hs(Some(json!(["other", "likewise"]))).is_ok(), "among its values");
+    assert!(hs(None).is_ok(), "our own tokens need no aud");
+    assert!(refused(hs(Some(json!("other")))).contains("audience"));
+}
+
+#[test]
+fn rsa_keys_shorter_than_2048_bits_are_skipped() {
+    let k = keys();
+    let short = TestKey::generate_rsa(1024, "rsa-1024");
+    let (_dir, path) = file(&[&short.jwk, &k.ec.jwk]);
+    let jwks_ = Jwks::open(&path, Expected::default()).expect("open");
+    assert_eq!(jwks_.key_ids(), ["ec-1"]);
+    let keys = TokenKeys::from_jwks(jwks_);
+    assert!(refused(keys.caller(&short.sign(&claims("1")))).contains("unknown key"));
+    let (_d, only) = file(&[&short.jwk]);
+    assert!(matches!(Jwks::open(&only, Expected::default()), Err(JwksError::NoUsableKey { .. })));
+    let (_d, long) = file(&[&k.rsa.jwk]);
+    assert_eq!(Jwks::open(&long, Expected::default()).expect("2048 bits").key_ids(), ["rsa-1"]);
+}
+
+#[test]
+fn a_fractional_exp_is_accepted() {
+    let k = keys();
+    let (_dir, path) = file(&[&k.ed.jwk]);
+    let keys = provider(&path, Expected::default());
+    let t = unix_now();
+    let c = keys.caller(&k.ed.sign(&json!({"sub": "1", "exp": t as f64 + 600.75}))).expect("NumericDate");
+    assert_eq!(c.expires_at, t + 600, "rounded down: never later than the token says");
+    assert!(
+        refused(keys.caller(&k.ed.sign(&json!({"sub": "1", "exp": t as f64 - 10.5})))).contains("expired")
+    );
+}
