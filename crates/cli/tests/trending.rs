@@ -10,10 +10,10 @@ use hyper::Method;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-/// (post, likes, comments) of the ranking, best first.
-async fn ranking(app: &TestApp, window: &str) -> Vec<(String, u64, u64)> {
+/// (post, likes, comments) of the ranking as `viewer` sees it, best first.
+async fn ranking(app: &TestApp, viewer: u64, window: &str) -> Vec<(String, u64, u64)> {
     let (st, v) =
-        app.call(Method::GET, &format!("/v1/trending?window={window}"), Some(&app.user(1)), None).await;
+        app.call(Method::GET, &format!("/v1/trending?window={window}"), Some(&app.user(viewer)), None).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["next_cursor"], Value::Null);
     v["items"]
@@ -31,11 +31,16 @@ async fn ranking(app: &TestApp, window: &str) -> Vec<(String, u64, u64)> {
         .collect()
 }
 
+/// Wait until both windows rank `want` for a viewer who sees every count in it.
 async fn wait_ranking(app: &TestApp, want: &[(&str, u64, u64)]) {
+    wait_ranking_as(app, 1, want).await;
+}
+
+async fn wait_ranking_as(app: &TestApp, viewer: u64, want: &[(&str, u64, u64)]) {
     let want: Vec<(String, u64, u64)> = want.iter().map(|(p, l, c)| (p.to_string(), *l, *c)).collect();
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let (hour, day) = (ranking(app, "1h").await, ranking(app, "24h").await);
+        let (hour, day) = (ranking(app, viewer, "1h").await, ranking(app, viewer, "24h").await);
         if hour == want && day == want {
             return;
         }
@@ -89,5 +94,43 @@ async fn likes_and_visible_comments_rank_posts_and_survive_a_restart() {
         app.like(user, 1, true).await;
     }
     wait_ranking(&app, &[("1", 50, 0), ("2", 10, 15)]).await;
+    app.stop().await;
+}
+
+/// The `likes` of post `post` in the 1h ranking as `viewer` sees it, once the post is ranked.
+async fn trending_likes(app: &TestApp, viewer: u64, post: &str) -> Value {
+    let (st, v) = app.call(Method::GET, "/v1/trending?window=1h", Some(&app.user(viewer)), None).await;
+    assert_eq!(st, 200, "{v}");
+    let item = v["items"].as_array().expect("items").iter().find(|i| i["post_id"] == post).cloned();
+    item.unwrap_or_else(|| panic!("post {post} not in trending: {v}"))["likes"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hidden_like_count_is_null_in_trending_except_for_the_posts_author() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let app = TestApp::start(dir.path()).await;
+    let (author, stranger, hider) = (100, 5_000, 5_001);
+    app.post(45, author, true).await;
+    app.post(46, author, false).await;
+    for user in 1_000..1_012 {
+        app.like(user, 45, true).await;
+    }
+    for user in 1_000..1_011 {
+        app.like(user, 46, true).await;
+    }
+    let (st, v) = app
+        .call(Method::PUT, "/v1/me/settings", Some(&app.user(hider)), Some(r#"{"hide_like_counts":true}"#))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    wait_ranking_as(&app, author, &[("45", 12, 0), ("46", 11, 0)]).await;
+    let hidden = Value::Null;
+    // The post hides its count: null to others, shown to its author.
+    assert_eq!(trending_likes(&app, stranger, "45").await, hidden);
+    assert_eq!(trending_likes(&app, hider, "45").await, hidden);
+    assert_eq!(trending_likes(&app, author, "45").await, serde_json::json!(12));
+    // The viewer hides counts: null to them on others' posts only.
+    assert_eq!(trending_likes(&app, stranger, "46").await, serde_json::json!(11));
+    assert_eq!(trending_likes(&app, hider, "46").await, hidden);
+    assert_eq!(app.view(stranger, 45).await["like_count"], hidden);
     app.stop().await;
 }

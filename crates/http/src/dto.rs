@@ -207,8 +207,10 @@ pub struct LikersPage {
 pub struct TrendingItem {
     #[schema(value_type = String)]
     pub post_id: PostId,
-    /// Net likes in the window.
-    pub likes: u64,
+    /// Net likes in the window; null when the post's like count is hidden from this viewer
+    /// (the post hides it, or the viewer's `hide_like_counts` is on, and the viewer is not its
+    /// author), as `like_count` of a post.
+    pub likes: Option<u64>,
     /// Net visible comments in the window.
     pub comments: u64,
     /// Engagement velocity: recent engagement weighs more.

@@ -8,7 +8,6 @@ use crate::extract::QueryParams;
 use crate::paging::parse_limit;
 use axum::Json;
 use axum::extract::State;
-use likewise_core::ids::PostId;
 use likewise_core::trending::Window;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -27,7 +26,8 @@ pub struct TrendingQuery {
 }
 
 /// Posts ranked by recent engagement velocity: likes and visible comments in the window,
-/// recent ones weighing more.
+/// recent ones weighing more. `likes` is null where the post's like count is hidden from this
+/// viewer (as `like_count` of a post).
 #[utoipa::path(get, path = "/v1/trending", operation_id = "list_trending_posts", tag = "trending",
     params(TrendingQuery),
     responses((status = 200, body = TrendingPage), (status = 400, body = crate::error::ErrorBody),
@@ -35,7 +35,7 @@ pub struct TrendingQuery {
     security(("bearer" = [])))]
 pub async fn trending(
     State(state): State<Arc<AppState>>,
-    _viewer: Viewer,
+    viewer: Viewer,
     QueryParams(q): QueryParams<TrendingQuery>,
 ) -> ApiResult<Json<TrendingPage>> {
     let window = match q.window.as_deref() {
@@ -49,15 +49,10 @@ pub async fn trending(
     let items = state
         .svc
         .trending
-        .top(window, limit)
+        .top(viewer.0.user, window, limit)
         .await?
         .into_iter()
-        .map(|r| TrendingItem {
-            post_id: PostId(r.post),
-            likes: r.likes,
-            comments: r.comments,
-            score: r.score,
-        })
+        .map(|r| TrendingItem { post_id: r.post, likes: r.likes, comments: r.comments, score: r.score })
         .collect();
     Ok(Json(TrendingPage { items, next_cursor: None }))
 }
