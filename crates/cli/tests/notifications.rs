@@ -409,3 +409,71 @@ async fn live_pushes_stop_above_the_per_post_like_rate_and_the_inbox_still_count
     assert_eq!(total, 60);
     assert_eq!(free.iter().max(), Some(&60), "without a threshold the last state is pushed: {free:?}");
 }
+
+/// A like of a comment deleted or hidden within the hold never notifies its author, and a
+/// reply deleted together with its parent (within one notifier step) leaves the parent's
+/// author no `replied` item. Each time a later witness shows the notifier got past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn likes_and_replies_of_comments_gone_within_the_hold_leave_no_item() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = common::test_config(dir.path());
+    cfg.notifications.hold_ms = 1_500; // ample time to delete, even on a slow machine
+    let app = TestApp::start_with(cfg).await;
+    app.post(1, 7, false).await;
+    app.post(2, 8, false).await; // the witness's post
+    let comment = |user: u64, body: Value| {
+        let app = &app;
+        async move {
+            let (st, c) = app
+                .call(Method::POST, "/v1/posts/1/comments", Some(&app.user(user)), Some(&body.to_string()))
+                .await;
+            assert_eq!(st, StatusCode::CREATED, "{c}");
+            c["comment_id"].as_str().expect("id").to_string()
+        }
+    };
+    let delete = |user: u64, cid: String| {
+        let app = &app;
+        async move {
+            let path = format!("/v1/comments/{cid}");
+            let (st, v) = app.call(Method::DELETE, &path, Some(&app.user(user)), None).await;
+            assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+        }
+    };
+    let like_comment = |user: u64, cid: &str| {
+        let (app, path) = (&app, format!("/v1/comments/{cid}/like"));
+        async move {
+            let (st, v) = app.call(Method::PUT, &path, Some(&app.user(user)), None).await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+        }
+    };
+    // Deleted within the hold.
+    let deleted = comment(20, json!({"text": "soon deleted"})).await;
+    like_comment(24, &deleted).await;
+    delete(20, deleted).await;
+    // Hidden by a moderator within the hold.
+    let hidden = comment(21, json!({"text": "soon hidden"})).await;
+    like_comment(24, &hidden).await;
+    let body = json!({"action": "hide"}).to_string();
+    let path = format!("/v1/moderation/comments/{hidden}");
+    let (st, v) = app.call(Method::POST, &path, Some(&app.service()), Some(&body)).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    app.like(25, 2, true).await;
+    wait_item(&app, 8, "post_liked").await;
+    for author in [20, 21] {
+        assert_eq!(item(&app, author, "comment_liked").await, None, "user {author} was notified of a like");
+    }
+
+    // A reply, delivered; then the reply and its parent deleted one right after the other.
+    let parent = comment(30, json!({"text": "a parent"})).await;
+    let reply = comment(31, json!({"text": "a reply", "parent_id": parent})).await;
+    wait_item(&app, 30, "replied").await;
+    delete(31, reply).await;
+    delete(30, parent).await;
+    let (st, _) = app
+        .call(Method::POST, "/v1/posts/2/comments", Some(&app.user(32)), Some(r#"{"text": "witness"}"#))
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    wait_item(&app, 8, "commented").await;
+    assert_eq!(item(&app, 30, "replied").await, None, "the deleted reply still notifies");
+    app.stop().await;
+}

@@ -154,7 +154,26 @@ pub struct Holder {
     /// Events up to this position may be read again after an earlier run delivered them
     /// (see [`Holder::replaying_upto`]).
     replayed_upto: u64,
+    /// Replies withdrawn after their top-level parent's record was gone (a reply and its
+    /// parent deleted in quick succession), by (parent, seq): who must be withdrawn from the
+    /// parent author's `replied` item is known, whose item is not until the parent's own
+    /// event (always later in the log: a parent is removed with or after its last reply)
+    /// names its author. Each pins the committable offset below it, as a held like does.
+    orphans: BTreeMap<(u64, u64), Orphan>,
 }
+
+/// A withdrawn reply waiting for its parent's author (see `Holder::orphans`).
+#[derive(Debug, Clone, Copy)]
+struct Orphan {
+    post: PostId,
+    replier: UserId,
+    ts_ms: u64,
+}
+
+/// How long (in event time) a withdrawn reply waits for its parent's event: that event is
+/// written within milliseconds of it, so one that never comes (a parent gone some other way)
+/// must not pin the offset for ever.
+const ORPHAN_WAIT_MS: u64 = 60_000;
 
 impl Holder {
     /// A holder with the given hold window.
@@ -165,6 +184,7 @@ impl Holder {
             by_due: BTreeSet::new(),
             by_seq: BTreeSet::new(),
             replayed_upto: 0,
+            orphans: BTreeMap::new(),
         }
     }
 
@@ -243,15 +263,74 @@ impl Holder {
         }
     }
 
+    /// A comment that others can no longer see (hidden or deleted) takes its held likes
+    /// along: they were never delivered, so nothing is withdrawn, and releasing them later
+    /// would notify of a like of a comment that is gone. (Likes an earlier run may have
+    /// delivered are withdrawn, as an unlike read again withdraws them.)
+    fn cancel_comment_likes(&mut self, e: &Event, out: &mut Vec<Change>) {
+        let comment = Some(CommentId(e.target.id));
+        // A comment event's actor is the comment's author: the recipient of its likes.
+        let key = NotifKey { recipient: e.actor, post: PostId(e.post), kind: NotifKind::CommentLiked };
+        let likers: Vec<UserId> = self
+            .pending
+            .range((key, UserId(0))..=(key, UserId(u64::MAX)))
+            .filter(|(_, h)| h.comment == comment)
+            .map(|((_, actor), _)| *actor)
+            .collect();
+        for actor in likers {
+            if self.cancel(key, actor).is_some_and(|h| h.seq <= self.replayed_upto) {
+                out.push(Change::Remove { key, actor });
+            }
+        }
+    }
+
+    /// Withdraw the replies waiting for the author of the comment `e` concerns (see
+    /// `Holder::orphans`), and give up on those that waited too long.
+    fn settle_orphans(&mut self, e: &Event, out: &mut Vec<Change>) {
+        if self.orphans.is_empty() {
+            return;
+        }
+        if e.target.kind == TargetKind::Comment {
+            // A like's target author, or a comment event's actor, is the comment's author.
+            let author = if e.kind.is_like() { e.target_author } else { e.actor };
+            let waiting: Vec<(u64, u64)> =
+                self.orphans.range((e.target.id, 0)..=(e.target.id, u64::MAX)).map(|(k, _)| *k).collect();
+            for k in waiting {
+                if let Some(o) = self.orphans.remove(&k)
+                    && o.replier != author
+                {
+                    let key = NotifKey { recipient: author, post: o.post, kind: NotifKind::Replied };
+                    out.push(Change::Remove { key, actor: o.replier });
+                }
+            }
+        }
+        self.orphans.retain(|_, o| o.ts_ms.saturating_add(ORPHAN_WAIT_MS) >= e.ts_ms);
+    }
+
     /// Feed one event (in log order). Returns the changes to apply now.
     pub fn on_event(&mut self, e: &Event, ctx: Option<CommentContext>) -> Vec<Change> {
+        let mut out = Vec::new();
+        self.settle_orphans(e, &mut out);
+        let withdrawn = matches!(e.kind, EventKind::CommentStatusChanged | EventKind::CommentDeleted)
+            && e.delta < 0
+            && e.target.kind == TargetKind::Comment;
+        if withdrawn {
+            self.cancel_comment_likes(e, &mut out);
+        }
         let actor = match (e.kind.is_like(), ctx) {
             (true, _) => e.actor,
             (false, Some(c)) => c.author,
-            (false, None) => return Vec::new(),
+            (false, None) => return out,
         };
+        if let Some(c) = ctx
+            && withdrawn
+            && e.parent != 0
+            && c.parent_author.is_none()
+        {
+            let o = Orphan { post: PostId(e.post), replier: actor, ts_ms: e.ts_ms };
+            self.orphans.insert((e.parent, e.seq), o);
+        }
         let comment = (e.target.kind == TargetKind::Comment).then_some(CommentId(e.target.id));
-        let mut out = Vec::new();
         for (recipient, kind) in Self::recipients(e, ctx) {
             if recipient == actor {
                 continue; // nobody is notified of their own actions
@@ -299,8 +378,10 @@ impl Holder {
     /// The highest log position that may be committed after processing up to `processed`:
     /// just below the oldest event still held.
     pub fn safe_offset(&self, processed: u64) -> u64 {
-        match self.by_seq.first() {
-            Some(&(oldest, _, _)) => processed.min(oldest.saturating_sub(1)),
+        let held = self.by_seq.first().map(|&(seq, _, _)| seq);
+        let orphan = self.orphans.keys().map(|&(_, seq)| seq).min();
+        match held.into_iter().chain(orphan).min() {
+            Some(oldest) => processed.min(oldest.saturating_sub(1)),
             None => processed,
         }
     }
@@ -531,6 +612,67 @@ mod tests {
         assert!(h.on_event(&hidden, Some(ctx)).iter().all(|c| matches!(c, Change::Remove { .. })));
         // A comment held by moderation (delta 0) notifies nobody.
         assert!(h.on_event(&Event { delta: 0, ..e }, Some(ctx)).is_empty());
+    }
+
+    fn comment_event(seq: u64, kind: EventKind, comment: u64, author: u64, parent: u64, delta: i8) -> Event {
+        Event {
+            seq,
+            kind,
+            target: Target::comment(comment),
+            target_author: UserId(7),
+            actor: UserId(author),
+            ts_ms: 1_000 + seq,
+            post: 42,
+            parent,
+            delta,
+        }
+    }
+
+    /// A like of a comment, held, then the comment is deleted or hidden within the hold: the
+    /// like is never released (after delivery the same change withdraws it instead).
+    #[test]
+    fn a_like_of_a_comment_deleted_or_hidden_within_the_hold_never_notifies() {
+        for kind in [EventKind::CommentDeleted, EventKind::CommentStatusChanged] {
+            let mut h = Holder::new(5_000);
+            let like = |seq, actor, comment| {
+                Event::like(seq, true, Target::comment(comment), UserId(20), UserId(actor), 1_000, 42)
+            };
+            h.on_event(&like(1, 24, 5), None);
+            h.on_event(&like(2, 25, 6), None); // another comment of the same author stays
+            let ctx = CommentContext { author: UserId(20), parent_author: None, reply_to_user: None };
+            let out = h.on_event(&comment_event(3, kind, 5, 20, 0, -1), Some(ctx));
+            assert!(
+                out.iter()
+                    .all(|c| matches!(c, Change::Remove { key, .. } if key.kind == NotifKind::Commented)),
+                "nothing of the like was delivered, so nothing is withdrawn: {out:?}"
+            );
+            let out = h.release_due(u64::MAX);
+            assert!(matches!(out[..], [Change::Add { actor: UserId(25), .. }]), "{kind:?}: {out:?}");
+            assert_eq!(h.safe_offset(3), 3);
+        }
+    }
+
+    /// A reply deleted after its parent's record was gone (both deleted within a notifier
+    /// step): the parent's own event, later in the log, names whose `replied` item loses the
+    /// replier; until then the offset stays below the reply's event.
+    #[test]
+    fn a_reply_deleted_with_its_parent_is_withdrawn_from_the_parent_authors_item() {
+        let mut h = Holder::new(5_000);
+        let no_parent = CommentContext { author: UserId(30), parent_author: None, reply_to_user: None };
+        let reply_gone = comment_event(10, EventKind::CommentDeleted, 900, 30, 800, -1);
+        assert!(h.on_event(&reply_gone, Some(no_parent)).is_empty());
+        assert_eq!(h.safe_offset(10), 9, "the withdrawal waits");
+        let parent_ctx = CommentContext { author: UserId(11), parent_author: None, reply_to_user: None };
+        let parent_gone = comment_event(11, EventKind::CommentDeleted, 800, 11, 0, -1);
+        let out = h.on_event(&parent_gone, Some(parent_ctx));
+        let replied = NotifKey { recipient: UserId(11), post: PostId(42), kind: NotifKind::Replied };
+        assert!(out.contains(&Change::Remove { key: replied, actor: UserId(30) }), "{out:?}");
+        assert_eq!(h.safe_offset(11), 11);
+        // One whose parent never shows up stops waiting after a minute of event time.
+        h.on_event(&Event { seq: 12, ..reply_gone }, Some(no_parent));
+        assert_eq!(h.safe_offset(12), 11);
+        h.on_event(&like(13, true, 100, 1_012 + ORPHAN_WAIT_MS + 1), None);
+        assert_eq!(h.safe_offset(13), 12, "only the like is held now");
     }
 
     #[test]
