@@ -250,6 +250,64 @@ async fn the_fifth_copy_of_a_text_across_posts_is_held_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spam_with_a_word_changed_each_time_is_held_from_the_fifth_copy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    let spam = "Get 1000 free followers now, link in my bio";
+    let copies = [
+        spam.to_string(),
+        format!("{spam}!"),
+        format!("{spam} ok"),
+        spam.replace("now", "today"),
+        format!("{spam} today"),
+        format!("hey {spam}"),
+        format!("{spam} lol"),
+        format!("{spam} pls"),
+        format!("{spam} now"),
+        format!("omg {spam}"),
+    ];
+    for (i, text) in copies.iter().enumerate() {
+        let p = 1 + i as u64;
+        app.post(p, 7, false).await;
+        let c = comment(&app, 40, p, text).await;
+        let seen = list(&app, 41, p, "newest").await.iter().any(|x| id(x) == id(&c));
+        assert_eq!(seen, i < 4, "copy {} ({text:?}) seen by others: {seen}", i + 1);
+        assert!(list(&app, 40, p, "newest").await.iter().any(|x| id(x) == id(&c)), "its author sees it");
+    }
+    let held: Vec<Value> = queue(&app).await.into_iter().filter(|x| x["author_id"] == "40").collect();
+    assert_eq!(held.len(), 6, "{held:?}");
+    assert!(held.iter().all(|x| x["held_by"] == "near_duplicate"), "{held:?}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn different_short_comments_by_one_user_are_never_held() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    // What one person leaves under friends' posts in an evening: short, alike in tone.
+    let texts = [
+        "nice!",
+        "love this",
+        "great shot",
+        "great pic",
+        "so cute",
+        "nice one",
+        "so beautiful",
+        "great work",
+        "love this so much",
+        "congrats, so happy for you!",
+    ];
+    for (i, text) in texts.iter().enumerate() {
+        let p = 1 + i as u64;
+        app.post(p, 7, false).await;
+        let c = comment(&app, 42, p, text).await;
+        assert!(list(&app, 41, p, "newest").await.iter().any(|x| id(x) == id(&c)), "{text:?} held");
+    }
+    assert!(queue(&app).await.is_empty());
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_comments_meets_a_429_but_a_few_never_do() {
     let dir = tempfile::tempdir().expect("tempdir");
     let app = TestApp::start(dir.path()).await;

@@ -41,7 +41,7 @@ pub use classify::{Classifier, RulesClassifier, Verdict, should_hold};
 pub use hidden_words::{HiddenWords, HiddenWordsError};
 pub use id::{CommentIdGen, first_id_at, id_timestamp_ms};
 pub use rank::{RankInput, base_score, order_top, viewer_score};
-pub use simhash::{hamming, near_duplicate, simhash64};
+pub use simhash::{duplicate_radius, hamming, near_duplicate, simhash64};
 pub use spam::{SpamSignals, spam_score};
 pub use status::{Audience, CommentStatus, shown_as};
 pub use text::{MAX_COMMENT_CHARS, TextError, mentions, normalize_text};
