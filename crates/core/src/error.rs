@@ -56,6 +56,17 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// The write may or may not have been stored: the connection failed while its commit was
+    /// on its way. Not a 503 (which says nothing was created): the client is told to retry
+    /// with the same `Idempotency-Key`, which answers the stored write if there is one.
+    #[error("{engine} did not confirm the commit")]
+    OutcomeUnknown {
+        /// Which engine.
+        engine: &'static str,
+        /// The library's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
 }
 
 /// An error and its sources as one line, `outer: inner: innermost`: for logs, where only
@@ -81,6 +92,8 @@ pub enum ErrorKind {
     Unavailable,
     /// An internal fault: not the caller's doing.
     Internal,
+    /// A write whose outcome is not known (it may be stored): retry it with its key.
+    OutcomeUnknown,
 }
 
 impl StoreError {
@@ -112,6 +125,9 @@ impl StoreError {
             StoreError::Unreachable { engine, source } => {
                 StoreError::Unreachable { engine, source: text(&**source) }
             }
+            StoreError::OutcomeUnknown { engine, source } => {
+                StoreError::OutcomeUnknown { engine, source: text(&**source) }
+            }
         }
     }
 
@@ -125,6 +141,7 @@ impl StoreError {
             | StoreError::Backend { .. }
             | StoreError::Corrupt { .. }
             | StoreError::Superseded(_) => ErrorKind::Internal,
+            StoreError::OutcomeUnknown { .. } => ErrorKind::OutcomeUnknown,
         }
     }
 }

@@ -84,6 +84,19 @@ impl ApiError {
     pub fn unavailable(msg: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg)
     }
+    /// 504 outcome_unknown: a write that may or may not have been stored (the storage did not
+    /// confirm its commit, or it was still committing when the request's time ran out). Not
+    /// a 503, which says nothing was created: retrying with the same `Idempotency-Key` (a
+    /// like or unlike: the same call) answers the stored write if there is one.
+    pub fn outcome_unknown() -> Self {
+        let mut e = Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "outcome_unknown",
+            "the write may or may not have been stored; retry it with the same Idempotency-Key",
+        );
+        e.retry_after = Some(1);
+        e
+    }
     /// 500 internal, without internals.
     pub fn internal() -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
@@ -112,6 +125,10 @@ impl From<ServiceError> for ApiError {
                 _ => 1,
             }),
             Kind::Unavailable => ApiError::unavailable("service is shutting down or storage is unavailable"),
+            Kind::OutcomeUnknown => {
+                tracing::warn!(error = %likewise_core::error::chain(&e), "write outcome unknown");
+                ApiError::outcome_unknown()
+            }
             Kind::Internal => {
                 tracing::error!(error = %likewise_core::error::chain(&e), "internal error");
                 ApiError::internal()

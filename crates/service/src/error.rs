@@ -49,6 +49,8 @@ pub enum Kind {
     Unavailable,
     /// 500.
     Internal,
+    /// 504: a write that may or may not be stored; retry it with its key.
+    OutcomeUnknown,
 }
 
 impl ServiceError {
@@ -64,6 +66,7 @@ impl ServiceError {
             ServiceError::Store(e) => match e.kind() {
                 StoreKind::Unavailable => Kind::Unavailable,
                 StoreKind::Internal => Kind::Internal,
+                StoreKind::OutcomeUnknown => Kind::OutcomeUnknown,
             },
         }
     }

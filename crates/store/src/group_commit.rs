@@ -22,6 +22,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, oneshot};
 
+use crate::write_gate::{OpGate, RequestWrites};
+
 /// Most operations in one write batch (`write.max_batch`): a scale-out engine packs a batch's
 /// events of one partition into one outbox row, which indexes them in 16 bits.
 pub const MAX_BATCH: usize = 65_535;
@@ -59,7 +61,8 @@ pub struct Committed<T> {
 }
 
 enum Msg {
-    Op(WriteOp, oneshot::Sender<StoreResult<Committed<WriteOutcome>>>),
+    /// An operation, where to answer it, and its request's gate (`write_gate`).
+    Op(WriteOp, Reply, Option<Arc<OpGate>>),
     /// From the syncer: this many applied batches are durable and answered.
     Synced(usize),
     Close,
@@ -156,7 +159,7 @@ impl GroupCommitter {
             let tx = self.tx.lock();
             let lane = lane_of(&op, tx.len());
             let tx = tx.get(lane).ok_or(StoreError::Closed)?;
-            tx.send(Msg::Op(op, reply)).map_err(|_| StoreError::Closed)?;
+            tx.send(Msg::Op(op, reply, RequestWrites::gate())).map_err(|_| StoreError::Closed)?;
         }
         rx.await.map_err(|_| StoreError::Closed)?
     }
@@ -213,11 +216,13 @@ impl Drop for GroupCommitter {
     }
 }
 
-type Replies = Vec<oneshot::Sender<StoreResult<Committed<WriteOutcome>>>>;
+type Reply = oneshot::Sender<StoreResult<Committed<WriteOutcome>>>;
+type Replies = Vec<Reply>;
 
-/// A batch the writer has applied (visible, not yet durable), on its way to the syncer.
+/// A batch the writer has applied (visible, not yet durable), on its way to the syncer: one
+/// result per operation (an engine whose batch spans several servers can commit part of it).
 struct Applied {
-    outcomes: StoreResult<Vec<WriteOutcome>>,
+    outcomes: Vec<StoreResult<WriteOutcome>>,
     replies: Replies,
 }
 
@@ -253,6 +258,7 @@ fn writer_loop(
     // Reused from batch to batch: allocating them afresh showed in profiles as page faults.
     let mut ops: Vec<WriteOp> = Vec::with_capacity(opts.max_batch.min(4096));
     let mut replies: Replies = Vec::with_capacity(opts.max_batch.min(4096));
+    let mut gates: Vec<Option<Arc<OpGate>>> = Vec::with_capacity(opts.max_batch.min(4096));
     let enough = (opts.max_batch / 16).max(1);
     loop {
         // Apply when the syncer can take the batch at once, or when it is big enough to be
@@ -279,12 +285,13 @@ fn writer_loop(
             let mut next = Some(first);
             while let Some(msg) = next {
                 match msg {
-                    Msg::Op(op, r) => {
+                    Msg::Op(op, r, g) => {
                         if ops.is_empty() {
                             first_at = Instant::now();
                         }
                         ops.push(op);
                         replies.push(r);
+                        gates.push(g);
                     }
                     Msg::Synced(n) => syncing -= n,
                     Msg::Close => closing = true,
@@ -293,8 +300,20 @@ fn writer_loop(
             }
             continue;
         }
+        // The batch takes only operations whose callers still wait: a request past its
+        // deadline cancelled its queued writes, a disconnected client dropped its answer.
+        // Running them would store what nobody is told of, and under overload it would spend
+        // the capacity on work already given up (`write_gate`).
+        let queued = ops.len();
+        take_live(&mut ops, &mut replies, &mut gates);
+        if ops.len() < queued {
+            m.dropped.increment((queued - ops.len()) as u64);
+        }
+        if ops.is_empty() {
+            continue;
+        }
         let started = Instant::now();
-        let outcomes = engine.apply(&ops);
+        let outcomes = engine.apply_each(&ops);
         m.batch_size.record(ops.len() as f64);
         m.apply.record(started.elapsed().as_secs_f64());
         ops.clear();
@@ -345,32 +364,49 @@ fn sync_and_answer(
     m: &WriterMetrics,
 ) {
     let started = Instant::now();
-    let synced = if batches.iter().any(|b| b.outcomes.is_ok()) { engine.sync() } else { Ok(()) };
+    let synced =
+        if batches.iter().any(|b| b.outcomes.iter().any(|o| o.is_ok())) { engine.sync() } else { Ok(()) };
     m.fsync.record(started.elapsed().as_secs_f64());
     for Applied { outcomes, mut replies } in batches {
-        let outcomes = match (&synced, outcomes) {
-            (Ok(()), o) => o,
-            (Err(e), _) => Err(e.duplicate()),
-        };
-        match outcomes {
-            Ok(outcomes) => {
-                let first = order.fetch_add(replies.len() as u64, Ordering::SeqCst);
-                for (k, (reply, outcome)) in replies.drain(..).zip(outcomes).enumerate() {
-                    let _ = reply.send(Ok(Committed { outcome, order: first + 1 + k as u64 }));
-                }
-            }
-            Err(e) => {
+        let first = order.fetch_add(replies.len() as u64, Ordering::SeqCst);
+        let mut failed: Option<StoreError> = None;
+        for (k, (reply, outcome)) in replies.drain(..).zip(outcomes).enumerate() {
+            let answer = match (&synced, outcome) {
+                (Ok(()), Ok(outcome)) => Ok(Committed { outcome, order: first + 1 + k as u64 }),
                 // Each request hears the same kind of failure: a server out of reach stays a
-                // 503 for every request of the batch, not a 500.
-                tracing::error!(error = %likewise_core::error::chain(&e), batch = replies.len(), "group commit failed");
-                m.failures.increment(1);
-                for reply in replies.drain(..) {
-                    let _ = reply.send(Err(e.duplicate()));
-                }
+                // 503 for every request it failed, not a 500.
+                (Err(e), _) => Err(e.duplicate()),
+                (Ok(()), Err(e)) => Err(e),
+            };
+            if let (Err(e), None) = (&answer, &failed) {
+                failed = Some(e.duplicate());
             }
+            let _ = reply.send(answer);
+        }
+        if let Some(e) = failed {
+            tracing::error!(error = %likewise_core::error::chain(&e), "group commit failed");
+            m.failures.increment(1);
         }
         let _ = recycle.send(replies);
     }
+}
+
+/// Keep only the operations whose callers still wait for them, taking each into the batch
+/// (`OpGate::take`); the three vectors stay aligned.
+fn take_live(ops: &mut Vec<WriteOp>, replies: &mut Replies, gates: &mut Vec<Option<Arc<OpGate>>>) {
+    let live: Vec<bool> = replies
+        .iter()
+        .zip(gates.iter())
+        .map(|(r, g)| !r.is_closed() && g.as_ref().is_none_or(|g| g.take()))
+        .collect();
+    gates.clear();
+    if live.iter().all(|l| *l) {
+        return;
+    }
+    let mut keep = live.iter();
+    ops.retain(|_| *keep.next().unwrap_or(&true));
+    let mut keep = live.iter();
+    replies.retain(|_| *keep.next().unwrap_or(&true));
 }
 
 /// The writer's metric handles, registered once: a registry lookup per batch showed in profiles.
@@ -380,6 +416,7 @@ struct WriterMetrics {
     apply: metrics::Histogram,
     fsync: metrics::Histogram,
     failures: metrics::Counter,
+    dropped: metrics::Counter,
 }
 
 impl WriterMetrics {
@@ -389,6 +426,7 @@ impl WriterMetrics {
             apply: metrics::histogram!("likewise_group_commit_apply_seconds"),
             fsync: metrics::histogram!("likewise_group_commit_fsync_seconds"),
             failures: metrics::counter!("likewise_group_commit_failures_total"),
+            dropped: metrics::counter!("likewise_group_commit_dropped_total"),
         }
     }
 }
@@ -485,6 +523,94 @@ mod tests {
         }
         gc.close();
         assert_eq!(engine.state.lock().applied, 3200);
+    }
+
+    /// Hold the engine's fsyncs and start one write, which is then being synced: the next
+    /// small writes wait in the writer's queue.
+    async fn one_write_held_in_fsync(
+        engine: &Arc<Recorder>,
+        gc: &Arc<GroupCommitter>,
+    ) -> tokio::task::JoinHandle<StoreResult<Committed<LikeOutcome>>> {
+        engine.state.lock().hold = true;
+        let first = tokio::spawn({
+            let gc = gc.clone();
+            async move { gc.submit(op(1)).await }
+        });
+        let mut s = engine.state.lock();
+        while !s.syncing {
+            let timed_out = engine.changed.wait_for(&mut s, Duration::from_secs(10)).timed_out();
+            assert!(!timed_out, "the first batch was never synced");
+        }
+        first
+    }
+
+    fn release(engine: &Recorder) {
+        engine.state.lock().hold = false;
+        engine.changed.notify_all();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_whose_request_gave_up_before_its_batch_never_runs() {
+        let engine = Arc::new(Recorder::default());
+        let gc = GroupCommitter::start(engine.clone(), opts(64));
+        let first = one_write_held_in_fsync(&engine, &gc).await;
+        let req = Arc::new(RequestWrites::default());
+        let second = tokio::spawn(req.clone().scope({
+            let gc = gc.clone();
+            async move { gc.submit(op(2)).await }
+        }));
+        while req.writes() == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let must_wait = req.cancel_pending();
+        release(&engine);
+        assert!(!must_wait, "the second write was still queued: the request may give up");
+        first.await.expect("test step").expect("the first write");
+        assert!(second.await.expect("test step").is_err(), "a cancelled write has no outcome");
+        gc.submit(op(3)).await.expect("a later write");
+        assert_eq!(engine.state.lock().applied, 2, "the cancelled write was applied");
+        gc.close();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_whose_caller_disconnected_before_its_batch_never_runs() {
+        let engine = Arc::new(Recorder::default());
+        let gc = GroupCommitter::start(engine.clone(), opts(64));
+        let first = one_write_held_in_fsync(&engine, &gc).await;
+        let (queued_tx, queued) = tokio::sync::oneshot::channel();
+        let second = tokio::spawn({
+            let gc = gc.clone();
+            async move {
+                let submit = gc.submit(op(2));
+                tokio::pin!(submit);
+                // Polled once (so it is queued), then dropped as a disconnected client's
+                // handler is.
+                assert!(futures_util_poll_once(submit.as_mut()).await.is_none());
+                let _ = queued_tx.send(());
+                std::future::pending::<()>().await;
+            }
+        });
+        queued.await.expect("queued");
+        second.abort();
+        let _ = second.await;
+        release(&engine);
+        first.await.expect("test step").expect("the first write");
+        gc.submit(op(3)).await.expect("a later write");
+        assert_eq!(engine.state.lock().applied, 2, "the abandoned write was applied");
+        gc.close();
+    }
+
+    /// Poll a future once: its output if it was ready.
+    async fn futures_util_poll_once<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        let mut f = Some(f);
+        std::future::poll_fn(move |cx| {
+            let r = f.take().map(|f| f.poll(cx));
+            std::task::Poll::Ready(match r {
+                Some(std::task::Poll::Ready(v)) => Some(v),
+                _ => None,
+            })
+        })
+        .await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

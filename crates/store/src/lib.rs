@@ -4,6 +4,8 @@
 //! - [`durable_dir`]: creating and fsyncing directories, so new entries survive a power cut.
 //! - [`group_commit`]: coalesces concurrent like/unlike requests into one atomic batch and one
 //!   fsync, acknowledging each request only once its batch is durable.
+//! - [`write_gate`]: a request's deadline travels with its writes: dropped before they run
+//!   once the request has gone, waited for once they are committing.
 //! - [`keys`]: the embedded engine's key layouts.
 //! - [`open`]: opens the embedded engine; [`Stores`] bundles an engine's ports and [`Engine`]
 //!   is what a process needs of the engine itself (stop, settle, gauges). The scale-out
@@ -21,6 +23,7 @@ pub mod keys;
 pub mod open;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod write_gate;
 
 pub use open::{Engine, Probe, StoreConfig, Stores, open};
 

@@ -34,6 +34,16 @@ use async_trait::async_trait;
 pub trait WriteEngine: Send + Sync {
     /// Apply a batch atomically; outcomes are in the order of `ops`.
     fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>>;
+    /// Apply a batch, one result per operation, in the order of `ops`. An engine whose batch
+    /// spans several servers (PostgreSQL shards) commits it in parts, and an operation of a
+    /// part that committed must hear its outcome even when another part failed: an error
+    /// for a stored write would make a client retry it. By default, `apply`'s result for all.
+    fn apply_each(&self, ops: &[WriteOp]) -> Vec<StoreResult<WriteOutcome>> {
+        match self.apply(ops) {
+            Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+            Err(e) => ops.iter().map(|_| Err(e.duplicate())).collect(),
+        }
+    }
     /// Make all applied batches durable (one fsync for many batches).
     fn sync(&self) -> StoreResult<()>;
 }
@@ -297,20 +307,23 @@ pub trait ModerationStore: Send + Sync {
     /// [`crate::comment::pins::change_pins`] and written as one atomic step, so concurrent
     /// changes of one post's pins apply one after the other. Returns what the rule decided.
     async fn change_pin(&self, post: PostId, comment: CommentId, pin: bool) -> StoreResult<PinChange>;
-    /// Record a report (one per reporter and comment); returns the comment's distinct reports.
+    /// Record a report (one per reporter and comment): whether it counted, the comment's
+    /// distinct reports, and how many of them came after its last approval
+    /// ([`crate::comment::report`]).
     async fn add_report(
         &self,
         comment: CommentId,
         reporter: UserId,
         reason: ReportReason,
-    ) -> StoreResult<u32>;
+    ) -> StoreResult<crate::comment::report::ReportOutcome>;
     /// Distinct reports of each comment, in order.
     async fn report_counts(&self, comments: &[CommentId]) -> StoreResult<Vec<u32>>;
     /// Put a comment in (or take it out of) the review queue.
     async fn set_queued(&self, comment: CommentId, queued: bool) -> StoreResult<()>;
     /// Queued comments, oldest first, strictly after `after`.
     async fn queue(&self, after: Option<CommentId>, limit: usize) -> StoreResult<Vec<CommentId>>;
-    /// Record which layer holds a comment (`None` clears it: approved).
+    /// Record which layer holds a comment. `None` clears it: approved, and in the same atomic
+    /// write every report so far counts as reviewed (hiding it again takes new reporters).
     async fn set_held_by(&self, comment: CommentId, held_by: Option<HeldBy>) -> StoreResult<()>;
     /// Record the author's appeal of a comment, once: `false` (and nothing written) when the
     /// comment was already appealed. Two concurrent appeals: exactly one gets `true`.

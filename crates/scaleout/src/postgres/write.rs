@@ -50,7 +50,11 @@ const MOVED_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl WriteEngine for PgStore {
     fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
-        self.block_on(self.apply_async(ops))
+        self.apply_each(ops).into_iter().collect()
+    }
+
+    fn apply_each(&self, ops: &[WriteOp]) -> Vec<StoreResult<WriteOutcome>> {
+        self.block_on(self.apply_each_async(ops))
     }
 
     fn sync(&self) -> StoreResult<()> {
@@ -69,8 +73,15 @@ fn op_shard(s: &PgStore, op: &WriteOp) -> usize {
 }
 
 impl PgStore {
+    /// Apply a batch, the first error for all (tests and tools that write whole batches).
     pub(crate) async fn apply_async(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
-        let mut out: Vec<Option<WriteOutcome>> = vec![None; ops.len()];
+        self.apply_each_async(ops).await.into_iter().collect()
+    }
+
+    /// Apply a batch, one shard transaction per shard it touches: each operation hears its own
+    /// part's result, since one part can commit while another fails.
+    pub(crate) async fn apply_each_async(&self, ops: &[WriteOp]) -> Vec<StoreResult<WriteOutcome>> {
+        let mut out: Vec<Option<StoreResult<WriteOutcome>>> = (0..ops.len()).map(|_| None).collect();
         let mut pending: Vec<usize> = (0..ops.len()).collect();
         let started = std::time::Instant::now();
         while !pending.is_empty() {
@@ -82,24 +93,39 @@ impl PgStore {
             // A shard's part refused because a bucket of it moved (`reshard`) committed
             // nothing: it runs again on the shards the catalog names now. The other parts
             // committed.
+            // A part that failed committed nothing (or, `OutcomeUnknown`, may have): only its
+            // own operations hear its error.
             let mut moved = Vec::new();
             for ((_, idx), part) in groups.iter().zip(parts) {
                 match part {
                     Ok(outcomes) => {
                         for (i, o) in idx.iter().zip(outcomes) {
-                            out[pending[*i]] = Some(o);
+                            out[pending[*i]] = Some(Ok(o));
                         }
                     }
                     Err(e) if super::reshard::moved(&e) && started.elapsed() < MOVED_RETRY_FOR => {
                         moved.extend(idx.iter().map(|i| pending[*i]))
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        for i in idx {
+                            out[pending[*i]] = Some(Err(e.duplicate()));
+                        }
+                    }
                 }
             }
             if !moved.is_empty() {
                 metrics::counter!("likewise_pg_write_moved_retries_total").increment(1);
                 let before = self.placement().version;
-                if self.refresh_placement().await?.version == before {
+                let refreshed = match self.refresh_placement().await {
+                    Ok(p) => p,
+                    Err(e) => {
+                        for i in moved {
+                            out[i] = Some(Err(e.duplicate()));
+                        }
+                        break;
+                    }
+                };
+                if refreshed.version == before {
                     // Fenced on the source, not yet switched in the catalog: a moment.
                     tokio::time::sleep(std::time::Duration::from_millis(25)).await;
                 }
@@ -107,7 +133,7 @@ impl PgStore {
             pending = moved;
         }
         out.into_iter()
-            .map(|o| o.ok_or_else(|| StoreError::Engine("write batch lost an outcome".into())))
+            .map(|o| o.unwrap_or_else(|| Err(StoreError::Engine("write batch lost an outcome".into()))))
             .collect()
     }
 
@@ -126,7 +152,13 @@ impl PgStore {
                         return Ok(out);
                     }
                     Err(e) if retryable(&e) && attempt < ATTEMPTS => continue,
-                    Err(e) => return Err(pg_err(e)),
+                    // Refused by the server (a serialization failure): rolled back.
+                    Err(e) if e.code().is_some() => return Err(pg_err(e)),
+                    // The connection failed while COMMIT was on its way: the server may have
+                    // committed. The caller must not hear "nothing happened".
+                    Err(e) => {
+                        return Err(StoreError::OutcomeUnknown { engine: "postgres", source: e.into() });
+                    }
                 },
                 Err(TxError::Retry(e)) if attempt < ATTEMPTS => {
                     tracing::debug!(error = %e, shard, attempt, "write transaction retried");
