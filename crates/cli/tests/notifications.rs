@@ -477,3 +477,27 @@ async fn likes_and_replies_of_comments_gone_within_the_hold_leave_no_item() {
     assert_eq!(item(&app, 30, "replied").await, None, "the deleted reply still notifies");
     app.stop().await;
 }
+
+/// The preference in force when a like is made decides: `post_liked` turned off, a like,
+/// and the kind turned on again within the hold leave no item; a like made after it is on
+/// again notifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_like_made_while_its_kind_was_off_stays_muted_when_it_is_turned_on_within_the_hold() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = common::test_config(dir.path());
+    cfg.notifications.hold_ms = 1_500; // ample time to turn the kind on again
+    let app = TestApp::start_with(cfg).await;
+    app.post(1, 7, false).await;
+    app.post(2, 7, false).await;
+    let (st, _) = put_prefs(&app, 7, r#"{"post_liked": "off"}"#).await;
+    assert_eq!(st, StatusCode::OK);
+    app.like(40, 1, true).await;
+    let (st, v) = put_prefs(&app, 7, r#"{"post_liked": "all"}"#).await;
+    assert_eq!((st, &v["post_liked"]), (StatusCode::OK, &json!("all")));
+    app.like(41, 2, true).await; // made while on: notifies, after the muted one was due
+    wait_item(&app, 7, "post_liked").await;
+    let items = inbox(&app, 7).await;
+    assert_eq!(items.len(), 1, "the like made while muted made an item: {items:?}");
+    assert_eq!(items[0]["post_id"], "2", "{items:?}");
+    app.stop().await;
+}

@@ -90,14 +90,18 @@ impl Upstream {
     }
 
     /// Change some of a viewer's settings: the stored ones (not a cached copy) with `change`
-    /// applied. Returns the new settings.
+    /// applied, and each notification preference it changed recorded with the time (the
+    /// notifier decides by the preference in force when an action was made). Returns the new
+    /// settings.
     pub async fn update_settings(
         &self,
         user: UserId,
         change: impl FnOnce(&mut ViewerSettings),
     ) -> ServiceResult<ViewerSettings> {
         let mut s = self.shared.stores.meta.settings(user).await?;
+        let before = s.notifications;
         change(&mut s);
+        s.record_pref_changes(&before, crate::now_ms());
         self.put_settings(user, s).await?;
         Ok(s)
     }

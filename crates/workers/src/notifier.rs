@@ -110,24 +110,25 @@ impl Notifier {
     }
 
     /// Drop the additions their recipients muted (`/v1/me/notification-settings`): `off`, or
-    /// `following` and the actor is not followed. Withdrawals always pass (removing an actor
-    /// that was never added is a no-op), so muting never leaves a stale name behind, and
-    /// turning a kind back on replays nothing.
+    /// `following` and the actor is not followed, as the preference stood when the action
+    /// was made (a like held while its kind was turned off and on again stays muted).
+    /// Withdrawals always pass (removing an actor that was never added is a no-op), so muting
+    /// never leaves a stale name behind, and turning a kind back on replays nothing.
     async fn without_muted(&self, changes: Vec<Change>) -> StoreResult<Vec<Change>> {
         let upstream = &self.svc.upstream;
-        let mut prefs = std::collections::HashMap::new();
+        let mut settings = std::collections::HashMap::new();
         let mut kept = Vec::with_capacity(changes.len());
         for c in changes {
-            if let Change::Add { key, actor, .. } = c {
-                let p = match prefs.get(&key.recipient) {
-                    Some(p) => *p,
+            if let Change::Add { key, actor, ts_ms, .. } = c {
+                let s = match settings.get(&key.recipient) {
+                    Some(s) => *s,
                     None => {
                         let s = upstream.viewer_settings(key.recipient).await.map_err(service_err)?;
-                        prefs.insert(key.recipient, s.notifications);
-                        s.notifications
+                        settings.insert(key.recipient, s);
+                        s
                     }
                 };
-                let keep = match p.for_kind(key.kind) {
+                let keep = match s.pref_at(key.kind, ts_ms) {
                     NotifPref::All => true,
                     NotifPref::Off => false,
                     NotifPref::Following => {
