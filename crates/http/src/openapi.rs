@@ -200,7 +200,7 @@ fn complete_json(doc: &mut serde_json::Value) {
     for (path, item) in paths.iter_mut() {
         let Some(item) = item.as_object_mut() else { continue };
         let v1 = path.starts_with("/v1/");
-        for op in item.values_mut() {
+        for (method, op) in item.iter_mut() {
             if let Some(example) = op
                 .pointer("/requestBody/content/application~1json/schema/$ref")
                 .and_then(|r| r.as_str())
@@ -254,7 +254,13 @@ fn complete_json(doc: &mut serde_json::Value) {
                 responses.entry(code.to_string()).or_insert_with(|| error_response(text));
             };
             add("401", "Missing, malformed or expired bearer token.");
-            add("503", "The request timed out, or storage is unavailable; retry later.");
+            add("503", "The request timed out, or storage is unavailable; nothing was written: retry later.");
+            if method != "get" {
+                add(
+                    "504",
+                    "outcome_unknown: the write may or may not have been stored; retry it with the same Idempotency-Key.",
+                );
+            }
             // Any /v1 request may carry two Authorization headers, which is a 400.
             add(
                 "400",
