@@ -651,3 +651,44 @@ async fn a_blocked_user_cannot_reply_to_or_like_the_blockers_comments() {
     assert!(!from_rex, "the blocker was notified of rex: {v}");
     app.stop().await;
 }
+
+/// A block refuses new likes, never the undoing of earlier ones: a like left standing would
+/// go on counting and naming the blocked user on the blocker's post and comments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_user_can_still_undo_their_earlier_likes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let (commenter, rex) = (30u64, 31u64);
+    let theirs = comment(&app, commenter, 1, "the commenter's comment").await;
+    let others = comment(&app, 32, 1, "someone else's comment").await;
+    app.like(rex, 1, true).await;
+    for liked in [&theirs, &others] {
+        let (st, v) = app
+            .call(Method::PUT, &format!("/v1/comments/{}/like", id(liked)), Some(&app.user(rex)), None)
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+    app.wait_count(7, 1, 1).await;
+    // The post's author and the commenter both block rex.
+    for blocker in [7, commenter] {
+        let (st, _) =
+            app.call(Method::PUT, &format!("/v1/me/blocks/{rex}"), Some(&app.user(blocker)), None).await;
+        assert_eq!(st, StatusCode::NO_CONTENT);
+    }
+    assert_eq!(app.like(rex, 1, false).await, (false, true));
+    for liked in [&theirs, &others] {
+        let path = format!("/v1/comments/{}/like", id(liked));
+        let (st, v) = app.call(Method::DELETE, &path, Some(&app.user(rex)), None).await;
+        assert_eq!((st, &v), (StatusCode::OK, &json!({"liked": false, "changed": true})));
+        // Liking again is still refused.
+        let (st, v) = app.call(Method::PUT, &path, Some(&app.user(rex)), None).await;
+        assert_error(st, &v, 403, "forbidden");
+    }
+    let (st, v) = app.call(Method::PUT, "/v1/posts/1/like", Some(&app.user(rex)), None).await;
+    assert_error(st, &v, 403, "forbidden");
+    app.wait_count(7, 1, 0).await;
+    let (st, v) = app.call(Method::GET, "/v1/posts/1/likers", Some(&app.user(7)), None).await;
+    assert_eq!((st, &v["items"]), (StatusCode::OK, &json!([])), "{v}");
+    app.stop().await;
+}

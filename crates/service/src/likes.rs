@@ -43,7 +43,8 @@ impl Likes {
         Likes { shared, upstream, moderation }
     }
 
-    /// Like or unlike a post as `viewer`. Durable before it returns.
+    /// Like or unlike a post as `viewer`: a like (not an unlike) is refused when the post's
+    /// author blocked them. Durable before it returns.
     pub async fn set_post_like(
         &self,
         viewer: UserId,
@@ -52,7 +53,11 @@ impl Likes {
     ) -> ServiceResult<LikeResult> {
         self.moderation.check_like_rate(viewer)?;
         let meta = self.upstream.require_post(post).await?;
-        self.moderation.check_not_blocked(meta.author, viewer).await?;
+        // A block stops new likes; undoing an earlier one is always allowed, or the like
+        // would go on counting and naming the blocked user.
+        if action == LikeAction::Like {
+            self.moderation.check_not_blocked(meta.author, viewer).await?;
+        }
         let op = LikeOp {
             target: Target::post(post.0),
             user: viewer,
@@ -84,8 +89,8 @@ impl Likes {
         Ok(LikersPage { items: likers.into_iter().zip(names).collect(), next })
     }
 
-    /// Like or unlike a comment as `viewer`: only a comment the viewer can see, and not on a
-    /// post whose author blocked them.
+    /// Like or unlike a comment as `viewer`: only a comment the viewer can see; a like (not
+    /// an unlike) is refused on a post whose author, or by a commenter who, blocked them.
     pub async fn set_comment_like(
         &self,
         viewer: UserId,
@@ -95,8 +100,11 @@ impl Likes {
         self.moderation.check_like_rate(viewer)?;
         let reader = Reader { user: viewer, moderator: false };
         let r = standing_for(&self.upstream, reader, id).await?;
-        self.moderation.check_not_blocked(r.post_author, viewer).await?;
-        self.moderation.check_not_blocked_by_commenter(r.author, viewer).await?;
+        if action == LikeAction::Like {
+            // As for posts: a block refuses a like, never an unlike.
+            self.moderation.check_not_blocked(r.post_author, viewer).await?;
+            self.moderation.check_not_blocked_by_commenter(r.author, viewer).await?;
+        }
         let op = LikeOp {
             target: Target::comment(id.0),
             user: viewer,

@@ -269,12 +269,11 @@ pub async fn like(
     set_like(&state, viewer, id, LikeAction::Like).await
 }
 
-/// Remove a like from a comment (idempotent).
+/// Remove a like from a comment (idempotent; never refused for a block).
 #[utoipa::path(delete, path = "/v1/comments/{comment_id}/like", operation_id = "unlike_comment", tag = "likes",
     params(("comment_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody)),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn unlike(
     State(state): State<Arc<AppState>>,

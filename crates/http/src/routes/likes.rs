@@ -41,12 +41,12 @@ pub async fn like(
     set(&state, viewer, post, LikeAction::Like).await
 }
 
-/// Remove a like (idempotent).
+/// Remove a like (idempotent; never refused for a block, so a blocked user can take back an
+/// earlier like).
 #[utoipa::path(delete, path = "/v1/posts/{post_id}/like", operation_id = "unlike_post", tag = "likes",
     params(("post_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody)),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn unlike(
     State(state): State<Arc<AppState>>,
