@@ -692,3 +692,39 @@ async fn a_blocked_user_can_still_undo_their_earlier_likes() {
     assert_eq!((st, &v["items"]), (StatusCode::OK, &json!([])), "{v}");
     app.stop().await;
 }
+
+/// The post's author (7) pins comment `c` of post 1.
+async fn pin(app: &TestApp, c: &Value) -> (StatusCode, Value) {
+    app.call(Method::PUT, &format!("/v1/posts/1/pins/{}", id(c)), Some(&app.user(7)), None).await
+}
+
+/// A deleted comment gives its pin slot back, whoever deletes it: with three pins, deleting
+/// a pinned comment leaves room for another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_pinned_comment_frees_its_pin_slot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let mut cs = Vec::new();
+    for u in 10..15u64 {
+        cs.push(comment(&app, u, 1, &format!("comment number {u}")).await);
+    }
+    for c in &cs[..3] {
+        assert_eq!(pin(&app, c).await.0, StatusCode::NO_CONTENT);
+    }
+    let (st, v) = pin(&app, &cs[3]).await;
+    assert_error(st, &v, 409, "conflict");
+    // Deleted by its own author, then by the post's author.
+    for (c, next, by) in [(&cs[0], &cs[3], 10), (&cs[1], &cs[4], 7)] {
+        let (st, v) =
+            app.call(Method::DELETE, &format!("/v1/comments/{}", id(c)), Some(&app.user(by)), None).await;
+        assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+        let (st, v) = pin(&app, next).await;
+        assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    }
+    let (_, v) = app.call(Method::GET, "/v1/posts/1/comments?limit=3", Some(&app.user(5)), None).await;
+    let pinned: Vec<String> =
+        v["items"].as_array().expect("items").iter().filter(|c| c["pinned"] == true).map(id).collect();
+    assert_eq!(pinned, [id(&cs[2]), id(&cs[3]), id(&cs[4])]);
+    app.stop().await;
+}

@@ -9,6 +9,7 @@ use crate::{ServiceError, ServiceResult};
 use likewise_core::comment::appeal::{HeldBy, QueueNote, appeal_is_reviewed, appeal_message};
 use likewise_core::comment::pins::PinChange;
 use likewise_core::comment::rank::MAX_PINS;
+use likewise_core::comment::report::hides;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::ReportReason;
@@ -81,10 +82,11 @@ impl Review {
     /// Report a comment; enough distinct reporters hide it pending review.
     pub async fn report(&self, reader: Reader, id: CommentId, reason: ReportReason) -> ServiceResult<()> {
         let r = standing_for(&self.upstream, reader, id).await?;
-        let count = self.shared.stores.moderation.add_report(id, reader.user, reason).await?;
+        let outcome = self.shared.stores.moderation.add_report(id, reader.user, reason).await?;
         self.shared.stores.moderation.set_queued(id, true).await?;
         metrics::counter!("likewise_comment_reports_total").increment(1);
-        if count >= self.moderation.report_threshold() && r.status == CommentStatus::Visible {
+        // A repeat report, or reports an approval already weighed, never hide it again.
+        if hides(&outcome, self.moderation.report_threshold()) && r.status == CommentStatus::Visible {
             self.shared.stores.moderation.set_held_by(id, Some(HeldBy::Reports)).await?;
             self.set_status(id, CommentStatus::Pending, reader.user).await?;
             metrics::counter!("likewise_comments_held_total", "layer" => "reports").increment(1);
@@ -176,8 +178,10 @@ impl Review {
                 r.status.as_str()
             )));
         }
-        let r = self.set_status(id, CommentStatus::Visible, viewer).await?;
+        // The reports so far are weighed before it shows again, so none of them can hide it
+        // in between (as in `moderate`).
         self.shared.stores.moderation.set_held_by(id, None).await?;
+        let r = self.set_status(id, CommentStatus::Visible, viewer).await?;
         self.shared.stores.moderation.set_queued(id, false).await?;
         self.comments.decorate(reader, vec![r]).await?.pop().ok_or(ServiceError::NotFound("comment"))
     }
@@ -196,7 +200,11 @@ impl Review {
                 return Err(ServiceError::NotFound("comment"));
             }
         }
-        match self.shared.stores.moderation.change_pin(post, id, pin).await? {
+        let mut change = self.shared.stores.moderation.change_pin(post, id, pin).await?;
+        if change == PinChange::Full && self.unpin_deleted(post).await? {
+            change = self.shared.stores.moderation.change_pin(post, id, pin).await?;
+        }
+        match change {
             PinChange::Full => {
                 return Err(ServiceError::Conflict(format!("at most {MAX_PINS} comments can be pinned")));
             }
@@ -208,8 +216,62 @@ impl Review {
         Ok(())
     }
 
+    /// Free the pin slots of deleted comments (a delete unpins its comment, but a pin racing
+    /// the delete, or one stored before deletes unpinned, can still hold a slot): read from
+    /// storage, not the record cache. Whether any slot was freed.
+    async fn unpin_deleted(&self, post: PostId) -> ServiceResult<bool> {
+        let pins = self.shared.stores.moderation.pins(post).await?;
+        let recs = self.shared.stores.comments.comments(&pins).await?;
+        let mut freed = false;
+        for (p, r) in pins.into_iter().zip(recs) {
+            if r.is_none_or(|r| r.status.is_deleted()) {
+                freed |= matches!(
+                    self.shared.stores.moderation.change_pin(post, p, false).await?,
+                    PinChange::Changed(_)
+                );
+            }
+        }
+        Ok(freed)
+    }
+
     /// The pinned comments of a post.
     pub async fn pins(&self, post: PostId) -> ServiceResult<Vec<CommentId>> {
         Ok(self.shared.stores.moderation.pins(post).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Engagement, ServiceOptions};
+    use likewise_core::ids::{CommentId, PostId, UserId};
+    use likewise_core::model::{CommentsPolicy, PostMeta};
+    use likewise_core::write::CommentOp;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pin_left_on_a_deleted_comment_gives_its_slot_to_the_next_pin() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let svc = Engagement::new(likewise_store::testing::open_small(dir.path()), ServiceOptions::default());
+        let (post, author) = (PostId(1), UserId(7));
+        let meta = PostMeta { author, hide_like_count: false, comments: CommentsPolicy::Everyone };
+        svc.upstream.put_post(post, meta).await.expect("post");
+        let mut ids: Vec<CommentId> = Vec::new();
+        for u in 10..14u64 {
+            let v = svc.comments.create(UserId(u), post, &format!("comment by {u}"), None, None).await;
+            ids.push(v.expect("comment").record.id);
+        }
+        for id in &ids[..3] {
+            svc.review.set_pin(author, post, *id, true).await.expect("pin");
+        }
+        // Deleted past the service (as a delete racing a pin, or one stored before deletes
+        // unpinned): the pin is still in the list.
+        svc.stores()
+            .writer
+            .submit_comment(CommentOp::Delete { id: ids[0], actor: UserId(10) })
+            .await
+            .expect("delete");
+        assert_eq!(svc.review.pins(post).await.expect("pins"), ids[..3]);
+        svc.review.set_pin(author, post, ids[3], true).await.expect("the deleted comment's slot is free");
+        assert_eq!(svc.review.pins(post).await.expect("pins"), ids[1..]);
+        svc.stores().close().expect("close");
     }
 }

@@ -177,6 +177,11 @@ impl Comments {
             ));
         }
         self.shared.stores.writer.submit_comment(CommentOp::Delete { id, actor: reader.user }).await?;
+        // A deleted comment gives its pin slot back (`comment_changed` below drops the post's
+        // cached ranking). Read first: most deleted comments were never pinned.
+        if r.parent.is_none() && self.shared.stores.moderation.pins(r.post).await?.contains(&id) {
+            self.shared.stores.moderation.change_pin(r.post, id, false).await?;
+        }
         self.shared.comment_changed(&r);
         self.indexer.reindex(&touched(&r)).await;
         // Nothing is left to decide about a deleted comment.
