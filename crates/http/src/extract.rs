@@ -23,17 +23,38 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathPar
     }
 }
 
-/// Query parameters.
+/// Query parameters. A 400 names the parameter at fault, in our words: a parameter given
+/// twice, or one whose value does not parse (axum's own rejection says only "Failed to
+/// deserialize query string").
 pub struct QueryParams<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for QueryParams<T> {
     type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|q| QueryParams(q.0))
-            .map_err(|e| ApiError::invalid(format!("bad query: {}", e.body_text())))
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        parse_query(parts.uri.query().unwrap_or_default()).map(QueryParams)
     }
+}
+
+/// Parse a query string (`a=1&b=2`, form-encoded) into `T`.
+pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
+    let pairs = form_urlencoded::parse(query.as_bytes());
+    // serde would say "duplicate field" only for fields it knows, and without the query's
+    // wording; any parameter given twice is ambiguous (proxies and servers pick differently).
+    let mut seen = std::collections::HashSet::new();
+    for (name, _) in pairs {
+        if !seen.insert(name.clone()) {
+            return Err(ApiError::invalid(format!("query parameter {name} is given more than once")));
+        }
+    }
+    serde_path_to_error::deserialize(serde_urlencoded::Deserializer::new(pairs)).map_err(|e| {
+        let name = e.path().to_string();
+        let why = e.into_inner();
+        if name == "." {
+            ApiError::invalid(format!("invalid query string: {why}"))
+        } else {
+            ApiError::invalid(format!("query parameter {name} is not valid: {why}"))
+        }
+    })
 }
 
 /// True when `headers` declare a JSON body: exactly one `Content-Type`, whose media type is
@@ -84,6 +105,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 /// serde's derived structs would also take an array of the field values in order
 /// (`["hi"]` as a comment), which the contract does not offer, so any other JSON is a 422.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // JSON is UTF-8 (RFC 8259, 8.1). serde_json skips the strings it ignores without looking
+    // at their bytes, so the check below would call such a body well-formed (422).
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(ApiError::invalid(format!(
+            "malformed JSON: the body is not UTF-8 (at byte {})",
+            e.valid_up_to()
+        )));
+    }
     let well_formed = || serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(if well_formed() {
@@ -141,6 +170,38 @@ mod tests {
         ] {
             assert!(!is_json_media_type(bad.as_bytes()), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_body_that_is_not_utf8_is_malformed_json() {
+        for body in [&b"{\"a\":\"\xff\"}"[..], b"{\"a\":true,\"b\":\"\xc3\x28\"}", b"\xfe{}"] {
+            let e = parse_json::<Body>(body).expect_err("refused");
+            assert_eq!(e.status().as_u16(), 400, "{body:?}: {e:?}");
+            assert!(format!("{e:?}").contains("UTF-8"), "{e:?}");
+        }
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Query {
+        limit: Option<String>,
+        count: Option<u32>,
+    }
+
+    #[test]
+    fn query_errors_name_the_parameter_in_our_words() {
+        let message = |q: &str| {
+            let e = parse_query::<Query>(q).expect_err("refused");
+            assert_eq!(e.status().as_u16(), 400, "{q}");
+            let m = format!("{e:?}");
+            assert!(!m.contains("Failed to deserialize"), "{m}");
+            m
+        };
+        assert!(message("limit=1&limit=2").contains("limit is given more than once"));
+        assert!(message("x=1&cursor=a&x=2").contains("x is given more than once"));
+        assert!(message("count=ten").contains("count is not valid"));
+        let q = parse_query::<Query>("limit=5&count=3&other=x").expect("valid");
+        assert_eq!((q.limit.as_deref(), q.count), (Some("5"), Some(3)));
     }
 
     #[test]

@@ -9,12 +9,16 @@
 //!   stops accepting, so the kernel's backlog (not our memory) absorbs the excess.
 //! - **Header limits**: hyper parses up to [`HYPER_MAX_HEADERS`] fields in a head of up to
 //!   [`HYPER_MAX_BUF`] bytes, well past the API's own limits (`middleware::limit_headers`),
-//!   so an oversized request is answered by our 431 with the JSON error body. Only heads past
-//!   hyper's limits, or that hyper cannot parse at all, get hyper's own bare 400 or 431.
+//!   so an oversized request is answered by our 431 with the JSON error body. Heads past
+//!   hyper's limits, or that hyper cannot parse at all, get hyper's own 400, 414 or 431,
+//!   given the JSON error body too by the connection's I/O wrapper ([`error_bodies`]).
 //! - **Graceful drain**: on shutdown the listener closes, idle connections are closed, and
 //!   in-flight requests get up to `drain_timeout` to finish.
 
+mod error_bodies;
+
 use axum::Router;
+use error_bodies::ErrorBodies;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
@@ -90,7 +94,10 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router.clone()));
+        let conn = http.serve_connection(
+            TokioIo::new(ErrorBodies::new(stream)),
+            TowerToHyperService::new(router.clone()),
+        );
         let conn = graceful.watch(conn);
         metrics::gauge!("likewise_http_connections").increment(1.0);
         tokio::spawn(async move {

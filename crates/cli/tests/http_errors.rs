@@ -1,0 +1,141 @@
+//! Every error carries the JSON error body of API.md, `{"error", "message"}`: also the ones
+//! hyper answers before a request reaches the router (a request line or header it cannot
+//! parse, a request target or header section past its limits), sent here over a raw socket;
+//! query-string errors name the parameter in our words; a body that is not UTF-8 is a 400
+//! like other malformed JSON.
+
+mod common;
+
+use common::{TestApp, test_config};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A response read off the socket: status, head (lowercased) and body.
+struct Raw {
+    status: u16,
+    head: String,
+    body: Vec<u8>,
+}
+
+/// Send `request` on a new connection (written while the answer is read: the server may
+/// answer before the client has sent it all) and read the response until the server closes.
+async fn exchange(app: &TestApp, request: Vec<u8>) -> Raw {
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let stream = TcpStream::connect(&addr).await.expect("connect");
+    let (mut rd, mut wr) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        // The server may stop reading once it has answered: a failed write is expected.
+        let _ = wr.write_all(&request).await;
+        wr
+    });
+    let mut bytes = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut buf = [0u8; 8192];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            }
+            // One response is all that is asked for; stop once it is complete.
+            if complete(&bytes) {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "no complete response: {}", String::from_utf8_lossy(&bytes));
+    drop(writer);
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, _) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no response head: {text:?}"));
+    let body = bytes[head.len() + 4..].to_vec();
+    let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{head}"));
+    Raw { status, head: head.to_ascii_lowercase(), body }
+}
+
+/// True when `bytes` hold a whole response with a `content-length` body.
+fn complete(bytes: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(bytes).to_ascii_lowercase();
+    let Some((head, _)) = text.split_once("\r\n\r\n") else { return false };
+    let len = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    len.is_some_and(|len| bytes.len() >= head.len() + 4 + len)
+}
+
+/// Assert `r` is a `status` with the JSON error body of kind `kind`; its message.
+fn assert_json_error(r: &Raw, status: u16, kind: &str) -> String {
+    let body = String::from_utf8_lossy(&r.body);
+    assert_eq!(r.status, status, "{}\n\n{body}", r.head);
+    assert!(r.head.contains("\r\ncontent-type: application/json"), "{}", r.head);
+    assert!(r.head.contains(&format!("\r\ncontent-length: {}", r.body.len())), "{}", r.head);
+    let v: serde_json::Value =
+        serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("not JSON ({e}): {body:?}"));
+    assert_eq!(v["error"].as_str(), Some(kind), "{v}");
+    let message = v["message"].as_str().unwrap_or_default().to_string();
+    assert!(!message.is_empty(), "{v}");
+    message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_hyper_refuses_before_the_router_get_the_json_error_body() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start_with(test_config(dir.path())).await;
+
+    let long_target = format!("GET /v1/posts/{} HTTP/1.1\r\nHost: x\r\n\r\n", "1".repeat(70_000));
+    assert_json_error(&exchange(&app, long_target.into_bytes()).await, 414, "too_large");
+
+    let mut huge_header = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
+    huge_header.extend(std::iter::repeat_n(b'a', 1 << 20));
+    huge_header.extend_from_slice(b"\r\n\r\n");
+    assert_json_error(&exchange(&app, huge_header).await, 431, "too_large");
+
+    let bad_line = b"GET /healthz HTTP/1.1 extra\r\nHost: x\r\n\r\n".to_vec();
+    assert_json_error(&exchange(&app, bad_line).await, 400, "invalid");
+
+    let control = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\n\r\n".to_vec();
+    assert_json_error(&exchange(&app, control).await, 400, "invalid");
+
+    // The router's own answers on the same server are untouched.
+    let ok = exchange(&app, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec()).await;
+    assert_eq!(ok.status, 200, "{}", ok.head);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_parameter_given_twice_is_named_in_the_400() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start_with(test_config(dir.path())).await;
+    let token = app.user(5);
+    let req = format!(
+        "GET /v1/posts/1/likers?limit=1&limit=2 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let message = assert_json_error(&exchange(&app, req.into_bytes()).await, 400, "invalid");
+    assert!(message.contains("limit") && message.contains("more than once"), "{message}");
+    assert!(!message.contains("Failed to deserialize"), "{message}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_not_utf8_is_a_400_like_other_malformed_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start_with(test_config(dir.path())).await;
+    let token = app.user(5);
+    let send = |body: &[u8]| {
+        let mut req = format!(
+            "PUT /v1/me/settings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(body);
+        req
+    };
+    let not_utf8 = exchange(&app, send(b"{\"hide_like_counts\":\"\xff\xfe\"}")).await;
+    assert!(assert_json_error(&not_utf8, 400, "invalid").contains("UTF-8"));
+    let truncated = exchange(&app, send(b"{\"hide_like_counts\":")).await;
+    assert_json_error(&truncated, 400, "invalid");
+    app.stop().await;
+}
