@@ -202,3 +202,45 @@ async fn invisible_text_is_empty_and_hidden_words_hide_only_their_own_words() {
     }
     app.stop().await;
 }
+
+async fn report(app: &TestApp, user: u64, c: &Value) {
+    let path = format!("/v1/comments/{}/reports", id(c));
+    let (st, v) = app.call(Method::POST, &path, Some(&app.user(user)), Some(r#"{"reason":"spam"}"#)).await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_stands_until_a_fresh_threshold_of_new_reporters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let c = comment(&app, 10, 1, "an opinion some people dislike").await;
+    for u in 20..25 {
+        report(&app, u, &c).await;
+    }
+    assert!(!visible_to(&app, 30, 1, &c).await, "five reporters hide it pending review");
+    let path = format!("/v1/comments/{}/approve", id(&c));
+    let (st, v) = app.call(Method::POST, &path, Some(&app.user(7)), None).await;
+    assert_eq!((st, v["status"].as_str()), (StatusCode::OK, Some("visible")), "{v}");
+    // One of the five reports again, then one new reporter: the approval stands.
+    report(&app, 22, &c).await;
+    assert!(visible_to(&app, 30, 1, &c).await, "a repeat report undid the approval");
+    report(&app, 25, &c).await;
+    assert!(visible_to(&app, 30, 1, &c).await, "one new reporter undid the approval");
+    let item = queued(&app, &c).await.expect("a new report queues it");
+    assert_eq!((item["status"].as_str(), item["report_count"].as_u64()), (Some("visible"), Some(6)));
+    assert!(item["held_by"].is_null(), "{item}");
+    // The author's one appeal is still theirs to use.
+    let (st, v) = appeal(&app, &app.user(10), &c, None).await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{v}");
+    // Four more new reporters make a fresh five since the approval: hidden again.
+    for u in 26..29 {
+        report(&app, u, &c).await;
+        assert!(visible_to(&app, 30, 1, &c).await);
+    }
+    report(&app, 29, &c).await;
+    assert!(!visible_to(&app, 30, 1, &c).await, "five new reporters hide it again");
+    let item = queued(&app, &c).await.expect("queued");
+    assert_eq!((item["status"].as_str(), item["held_by"].as_str()), (Some("pending"), Some("reports")));
+    app.stop().await;
+}

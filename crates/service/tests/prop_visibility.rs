@@ -1,8 +1,9 @@
 //! Visibility under any sequence of actions, against a reference model written from
 //! `docs/moderation.md` (not from the code): posts with and without hidden like counts, viewers
 //! who hide counts, follower-only comments, restricted and blocked commenters, hidden-words
-//! hits, reports that make a comment pending, approvals, moderators' decisions, deletions,
-//! likes of posts and comments. After any prefix, for every viewer:
+//! hits, reports that make a comment pending (a repeat report never does, and an approved
+//! comment only with a fresh threshold of new reporters), approvals, appeals (once each, only
+//! by the author), moderators' decisions, deletions, likes of posts and comments. After any prefix, for every viewer:
 //! - comment lists (newest, oldest; random page sizes), replies and top comments show exactly
 //!   the comments the rules let this viewer see, each with the status the rules say they are
 //!   shown (shadowed ones as `visible` to their author), placeholders without text;
@@ -21,7 +22,7 @@ use likewise_service::comments::{CommentView, Order, Reader};
 use likewise_service::moderation::ModerationOptions;
 use likewise_service::ranking::TopCursor;
 use likewise_service::review::Decision;
-use likewise_service::{Engagement, ServiceOptions};
+use likewise_service::{Engagement, ServiceError, ServiceOptions};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -89,6 +90,10 @@ enum Op {
         user: u64,
         nth: usize,
     },
+    Appeal {
+        user: u64,
+        nth: usize,
+    },
     Moderate {
         nth: usize,
         approve: bool,
@@ -119,6 +124,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (3u64..7, any::<bool>()).prop_map(|(user, on)| Op::Follow { user, on }),
         2 => (user(), nth()).prop_map(|(user, nth)| Op::Report { user, nth }),
         2 => (user(), nth()).prop_map(|(user, nth)| Op::Approve { user, nth }),
+        1 => (user(), nth()).prop_map(|(user, nth)| Op::Appeal { user, nth }),
         1 => (nth(), any::<bool>()).prop_map(|(nth, approve)| Op::Moderate { nth, approve }),
         2 => (user(), nth()).prop_map(|(user, nth)| Op::Delete { user, nth }),
         2 => (1usize..5).prop_map(|limit| Op::Check { limit }),
@@ -137,6 +143,9 @@ struct MComment {
     removed: bool,
     text: String,
     reporters: BTreeSet<UserId>,
+    /// Reporters weighed by the last approval (author's or moderator's).
+    reviewed: usize,
+    appealed: bool,
 }
 
 /// The reference model: what the rules say, kept independently of the service.
@@ -294,13 +303,16 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
                 removed: false,
                 text,
                 reporters: BTreeSet::new(),
+                reviewed: 0,
+                appealed: false,
             });
         }
         Op::Like { user, post, on } => {
             let (post_id, author, _) = POSTS[post];
             let action = if on { LikeAction::Like } else { LikeAction::Unlike };
             let res = svc.likes.set_post_like(UserId(user), post_id, action).await;
-            if m.blocks.contains(&(author, UserId(user))) {
+            // A block refuses likes, never unlikes: a blocked user may take a like back.
+            if on && m.blocks.contains(&(author, UserId(user))) {
                 assert!(res.is_err(), "a blocked user's like was accepted");
             } else {
                 let r = res.expect("like");
@@ -318,8 +330,9 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
             let res = svc.likes.set_comment_like(UserId(user), c.id, action).await;
             let ok = !c.status.is_deleted()
                 && shown(user_reader(user), &c).is_some()
-                && !m.blocks.contains(&(c.post_author, UserId(user)))
-                && !m.blocks.contains(&(c.author, UserId(user)));
+                && (!on
+                    || !m.blocks.contains(&(c.post_author, UserId(user)))
+                        && !m.blocks.contains(&(c.author, UserId(user))));
             assert_eq!(res.is_ok(), ok, "like of {c:?} by {user}: {res:?}");
             if ok {
                 if on {
@@ -368,8 +381,9 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
             assert_eq!(res.is_ok(), ok, "report of {c:?} by {user}: {res:?}");
             if ok {
                 let mc = &mut m.comments[nth];
-                mc.reporters.insert(UserId(user));
-                if mc.reporters.len() >= REPORTS_TO_HIDE as usize && mc.status == Visible {
+                let fresh = mc.reporters.insert(UserId(user));
+                let unreviewed = mc.reporters.len() - mc.reviewed;
+                if fresh && unreviewed >= REPORTS_TO_HIDE as usize && mc.status == Visible {
                     mc.status = Pending;
                 }
             }
@@ -382,7 +396,25 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
                 && matches!(c.status, Restricted | Pending);
             assert_eq!(res.is_ok(), ok, "approval of {c:?} by {user}: {res:?}");
             if ok {
-                m.comments[nth].status = Visible;
+                let mc = &mut m.comments[nth];
+                mc.status = Visible;
+                mc.reviewed = mc.reporters.len();
+            }
+        }
+        Op::Appeal { user, nth } => {
+            let Some(c) = m.comments.get(nth).cloned() else { return };
+            let res = svc.review.appeal(UserId(user), c.id, Some("please look again")).await;
+            if c.removed {
+                // A removed comment's record may be gone: nothing the rules promise about it.
+                return;
+            }
+            if c.author != UserId(user) {
+                assert!(matches!(res, Err(ServiceError::NotFound(_))), "appeal of {c:?} by {user}: {res:?}");
+            } else if c.appealed {
+                assert!(matches!(res, Err(ServiceError::Conflict(_))), "second appeal of {c:?}: {res:?}");
+            } else {
+                assert!(res.is_ok(), "first appeal of {c:?}: {res:?}");
+                m.comments[nth].appealed = true;
             }
         }
         Op::Moderate { nth, approve } => {
@@ -392,7 +424,11 @@ async fn apply(svc: &Engagement, m: &mut Model, op: &Op, serial: &mut usize) {
             let ok = !c.removed && !c.status.is_deleted();
             assert_eq!(res.is_ok(), ok, "decision on {c:?}: {res:?}");
             if ok {
-                m.comments[nth].status = if approve { Visible } else { HiddenByFilter };
+                let mc = &mut m.comments[nth];
+                mc.status = if approve { Visible } else { HiddenByFilter };
+                if approve {
+                    mc.reviewed = mc.reporters.len();
+                }
             }
         }
         Op::Delete { user, nth } => {

@@ -17,6 +17,7 @@ pub use hourly::*;
 pub use integrity::*;
 pub use keys::*;
 use likewise_core::comment::appeal::{HeldBy, QueueNote};
+use likewise_core::comment::report::ReportOutcome;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::counter::{CounterField, CounterKey};
 use likewise_core::event::EventKind;
@@ -531,10 +532,11 @@ pub async fn concurrent_pin_changes_all_take_effect_under_the_cap(s: &Stores) {
 pub async fn reports_count_each_reporter_once(s: &Stores) {
     let m = &s.moderation;
     let (c, other) = (CommentId(5), CommentId(6));
-    assert_eq!(m.add_report(c, UserId(1), ReportReason::Spam).await.expect("report"), 1);
-    assert_eq!(m.add_report(c, UserId(1), ReportReason::Bullying).await.expect("again"), 1);
-    assert_eq!(m.add_report(c, UserId(2), ReportReason::Other).await.expect("second"), 2);
-    assert_eq!(m.add_report(other, UserId(1), ReportReason::Spam).await.expect("other"), 1);
+    let n = |o: ReportOutcome| (o.counted, o.count);
+    assert_eq!(n(m.add_report(c, UserId(1), ReportReason::Spam).await.expect("report")), (true, 1));
+    assert_eq!(n(m.add_report(c, UserId(1), ReportReason::Bullying).await.expect("again")), (false, 1));
+    assert_eq!(n(m.add_report(c, UserId(2), ReportReason::Other).await.expect("second")), (true, 2));
+    assert_eq!(n(m.add_report(other, UserId(1), ReportReason::Spam).await.expect("other")), (true, 1));
     assert_eq!(m.report_counts(&[c, CommentId(99), other]).await.expect("counts"), vec![2, 0, 1]);
     // 20 reporters, each reporting twice, all at once: exactly 20 distinct reports. Blocking
     // threads rather than tasks, so the calls truly overlap even on a current-thread runtime.
@@ -550,11 +552,37 @@ pub async fn reports_count_each_reporter_once(s: &Stores) {
         .collect();
     let mut seen = Vec::new();
     for t in tasks {
-        seen.push(t.await.expect("join").expect("report"));
+        seen.push(t.await.expect("join").expect("report").count);
     }
     assert!(seen.iter().all(|&n| (1..=20).contains(&n)), "{seen:?}");
     assert_eq!(seen.iter().max(), Some(&20));
     assert_eq!(m.report_counts(&[racing]).await.expect("counts"), vec![20]);
+}
+
+/// An approval (a hold cleared) weighs the reports so far: later reports count toward a fresh
+/// threshold, only those of reporters new to the comment; a hold set again keeps them weighed.
+pub async fn an_approval_weighs_the_reports_so_far(s: &Stores) {
+    let m = &s.moderation;
+    let c = CommentId(8);
+    for u in 1..=5 {
+        let o = m.add_report(c, UserId(u), ReportReason::Spam).await.expect("report");
+        assert_eq!((o.count, o.unreviewed), (u as u32, u as u32));
+    }
+    m.set_held_by(c, Some(HeldBy::Reports)).await.expect("held");
+    m.set_held_by(c, None).await.expect("approved");
+    let again = m.add_report(c, UserId(3), ReportReason::Other).await.expect("repeat");
+    assert_eq!(again, ReportOutcome { counted: false, count: 5, unreviewed: 0 });
+    let new = m.add_report(c, UserId(6), ReportReason::Spam).await.expect("new");
+    assert_eq!(new, ReportOutcome { counted: true, count: 6, unreviewed: 1 });
+    m.set_held_by(c, Some(HeldBy::Moderator)).await.expect("hidden");
+    let more = m.add_report(c, UserId(7), ReportReason::Spam).await.expect("more");
+    assert_eq!(more, ReportOutcome { counted: true, count: 7, unreviewed: 2 }, "a hold keeps the weighing");
+    assert_eq!(m.report_counts(&[c]).await.expect("counts"), vec![7], "the queue's count is every reporter");
+    // Approving a comment never reported writes no count.
+    m.set_held_by(CommentId(9), None).await.expect("approve unreported");
+    assert_eq!(m.report_counts(&[CommentId(9)]).await.expect("none"), vec![0]);
+    let first = m.add_report(CommentId(9), UserId(1), ReportReason::Spam).await.expect("first");
+    assert_eq!((first.count, first.unreviewed), (1, 1));
 }
 
 /// The review queue lists comment IDs ascending and pages strictly after the cursor.
@@ -770,6 +798,7 @@ macro_rules! conformance_suite {
             pins_keep_their_order,
             concurrent_pin_changes_all_take_effect_under_the_cap,
             reports_count_each_reporter_once,
+            an_approval_weighs_the_reports_so_far,
             review_queue_pages_in_id_order,
             holds_and_appeals_are_recorded_once,
             fingerprints_are_newest_first_and_time_bounded,

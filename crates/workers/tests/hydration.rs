@@ -211,7 +211,7 @@ impl ModerationStore for Counting {
         comment: CommentId,
         reporter: UserId,
         reason: ReportReason,
-    ) -> StoreResult<u32> {
+    ) -> StoreResult<likewise_core::comment::report::ReportOutcome> {
         self.count("add_report");
         self.inner.moderation.add_report(comment, reporter, reason).await
     }

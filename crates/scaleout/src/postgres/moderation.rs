@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use futures::future::try_join_all;
 use likewise_core::comment::appeal::{HeldBy, QueueNote};
 use likewise_core::comment::pins::{PinChange, change_pins};
-use likewise_core::comment::report::report;
+use likewise_core::comment::report::{ReportOutcome, report};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::{ModerationStore, ReportReason};
 use likewise_core::{StoreError, StoreResult};
@@ -221,22 +221,22 @@ impl ModerationStore for PgStore {
         comment: CommentId,
         reporter: UserId,
         reason: ReportReason,
-    ) -> StoreResult<u32> {
+    ) -> StoreResult<ReportOutcome> {
         let mut c = self.conn(self.shard_of_comment(comment)).await?;
         let tx = c.transaction().await.map_err(pg_err)?;
         // Hold the comment's count row (created at 0 by its first report) to the end of the
         // transaction: reports of one comment then apply one at a time, so none is lost, and
         // the next statement sees every report committed before this one.
-        let count: i64 = tx
+        let row = tx
             .query_one(
                 "INSERT INTO report_counts (comment_id, reports) VALUES ($1, 0)
                  ON CONFLICT (comment_id) DO UPDATE SET reports = report_counts.reports
-                 RETURNING reports",
+                 RETURNING reports, reviewed",
                 &[&i(comment.0)],
             )
             .await
-            .map_err(pg_err)?
-            .get(0);
+            .map_err(pg_err)?;
+        let (count, reviewed): (i64, i64) = (row.get(0), row.get(1));
         let reported: bool = tx
             .query_one(
                 "SELECT EXISTS (SELECT 1 FROM reports WHERE comment_id = $1 AND reporter = $2)",
@@ -245,7 +245,7 @@ impl ModerationStore for PgStore {
             .await
             .map_err(pg_err)?
             .get(0);
-        let outcome = report(reported, count32(count));
+        let outcome = report(reported, count32(count), count32(reviewed));
         if outcome.counted {
             // The report row and its count move together.
             tx.execute(
@@ -257,7 +257,7 @@ impl ModerationStore for PgStore {
             .map_err(pg_err)?;
         }
         tx.commit().await.map_err(pg_err)?;
-        Ok(outcome.count)
+        Ok(outcome)
     }
 
     async fn report_counts(&self, comments: &[CommentId]) -> StoreResult<Vec<u32>> {
@@ -332,7 +332,16 @@ impl ModerationStore for PgStore {
                 )
                 .await
             }
-            None => c.execute("DELETE FROM comment_holds WHERE comment_id = $1", &[&i(comment.0)]).await,
+            // Approved: the hold goes and the reports so far are weighed, in one statement
+            // (atomic); the count row's lock orders it with concurrent reports.
+            None => {
+                c.execute(
+                    "WITH del AS (DELETE FROM comment_holds WHERE comment_id = $1)
+                     UPDATE report_counts SET reviewed = reports WHERE comment_id = $1",
+                    &[&i(comment.0)],
+                )
+                .await
+            }
         }
         .map_err(pg_err)?;
         Ok(())

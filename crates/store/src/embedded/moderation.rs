@@ -8,7 +8,7 @@
 //! | `hidden_words`  | owner(8)               | v1 words joined by `\n` | one small list per owner          |
 //! | `pins`          | post(8)                | v1 comment(8)*          | pin order is the stored order     |
 //! | `reports`       | comment(8) reporter(8) | v1 reason(1)            | one report per reporter           |
-//! | `report_counts` | comment(8)             | v1 count(8)             | O(1) count, no scan of `reports`  |
+//! | `report_counts` | comment(8)             | v1 count(8) [reviewed(8)] | O(1) count, no scan of `reports` |
 //! | `mod_queue`     | comment(8)             | (empty)                 | IDs are time-sortable: FIFO pages |
 //! | `holds`         | comment(8)             | v1 held_by code(1)      | why the queue holds it            |
 //! | `appeals`       | comment(8)             | v1 message (UTF-8)      | one appeal per comment, ever      |
@@ -18,14 +18,16 @@
 //! changes (a block, a report) that must not silently vanish in a crash. A write touching two
 //! keyspaces (a report row and its count) is one atomic batch, so the count always equals the
 //! number of report rows; whether a report counts is `likewise_core::comment::report`'s rule.
+//! `reviewed` is the count when the comment was last approved (absent: never, 0): the
+//! approval removes the hold and records it in one batch.
 
 use super::{EmbeddedStore, engine_err};
-use crate::keys::{V1, be_u64, num_value, pair_key, parse_num};
+use crate::keys::{V1, be_u64, pair_key};
 use async_trait::async_trait;
 use fjall::Keyspace;
 use likewise_core::comment::appeal::{HeldBy, QueueNote};
 use likewise_core::comment::pins::{PinChange, change_pins};
-use likewise_core::comment::report::report;
+use likewise_core::comment::report::{ReportOutcome, report};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::{ModerationStore, ReportReason};
 use likewise_core::{StoreError, StoreResult};
@@ -91,9 +93,28 @@ fn decode_pins(v: &[u8]) -> StoreResult<Vec<CommentId>> {
     }
 }
 
-/// A stored report count, clamped into the port's `u32`.
-fn parse_count(v: &[u8]) -> StoreResult<u32> {
-    Ok(u32::try_from(parse_num("report_counts", v)?).unwrap_or(u32::MAX))
+/// A stored report count and how many of those reports the last approval weighed, each
+/// clamped into the port's `u32`. Records written before approvals were recorded have no
+/// `reviewed` part: none was.
+fn parse_count(v: &[u8]) -> StoreResult<(u32, u32)> {
+    let num = |i: usize| u32::try_from(be_u64(v, i)).unwrap_or(u32::MAX);
+    match v.len() {
+        9 if v[0] == V1 => Ok((num(1), 0)),
+        17 if v[0] == V1 => Ok((num(1), num(9))),
+        n => Err(StoreError::Corrupt {
+            keyspace: "report_counts",
+            detail: format!("bad count record of {n} bytes"),
+        }),
+    }
+}
+
+/// Encode a [`parse_count`] record.
+fn count_value(count: u32, reviewed: u32) -> [u8; 17] {
+    let mut b = [0u8; 17];
+    b[0] = V1;
+    b[1..9].copy_from_slice(&u64::from(count).to_be_bytes());
+    b[9..17].copy_from_slice(&u64::from(reviewed).to_be_bytes());
+    b
 }
 
 /// Decode a `holds` value: the version byte, then a [`HeldBy`] code.
@@ -215,39 +236,39 @@ impl ModerationStore for EmbeddedStore {
         comment: CommentId,
         reporter: UserId,
         reason: ReportReason,
-    ) -> StoreResult<u32> {
+    ) -> StoreResult<ReportOutcome> {
         let s = &*self.inner;
         let row = pair_key(comment.0, reporter.0);
         let count_key = comment.0.to_be_bytes();
-        let count = {
+        let outcome = {
             // Read-modify-write of the count: without the lock two concurrent first reports of
             // one comment would both read n and both write n + 1. No `.await` while it is held.
             let _guard = s.report_lock.lock();
-            let current = match s.report_counts.get(count_key).map_err(engine_err)? {
+            let (current, reviewed) = match s.report_counts.get(count_key).map_err(engine_err)? {
                 Some(v) => parse_count(&v)?,
-                None => 0,
+                None => (0, 0),
             };
-            let outcome = report(s.reports.contains_key(row).map_err(engine_err)?, current);
+            let outcome = report(s.reports.contains_key(row).map_err(engine_err)?, current, reviewed);
             if outcome.counted {
                 let mut batch = s.db.batch();
                 batch.insert(&s.reports, row, [V1, reason.code()]);
-                batch.insert(&s.report_counts, count_key, num_value(u64::from(outcome.count)));
+                batch.insert(&s.report_counts, count_key, count_value(outcome.count, reviewed));
                 batch.commit().map_err(engine_err)?;
             }
-            outcome.count
+            outcome
         };
         // Outside the lock: one fsync covers every batch committed before it, so concurrent
         // reporters need not queue behind each other's fsync. Also on the repeat path, since
         // the count read may come from a concurrent caller's batch not yet synced.
         self.persist_async().await?;
-        Ok(count)
+        Ok(outcome)
     }
 
     async fn report_counts(&self, comments: &[CommentId]) -> StoreResult<Vec<u32>> {
         comments
             .iter()
             .map(|c| match self.inner.report_counts.get(c.0.to_be_bytes()).map_err(engine_err)? {
-                Some(v) => parse_count(&v),
+                Some(v) => parse_count(&v).map(|(count, _)| count),
                 None => Ok(0),
             })
             .collect()
@@ -275,13 +296,23 @@ impl ModerationStore for EmbeddedStore {
     }
 
     async fn set_held_by(&self, comment: CommentId, held_by: Option<HeldBy>) -> StoreResult<()> {
-        let ks = &self.inner.holds;
+        let s = &*self.inner;
         let key = comment.0.to_be_bytes();
         match held_by {
-            Some(h) => ks.insert(key, [V1, h.code()]),
-            None => ks.remove(key),
+            Some(h) => s.holds.insert(key, [V1, h.code()]).map_err(engine_err)?,
+            None => {
+                // Approved: the reports so far are weighed. Under the reports' lock, so a
+                // report counted concurrently is either weighed or counts as new.
+                let _guard = s.report_lock.lock();
+                let mut batch = s.db.batch();
+                batch.remove(&s.holds, key);
+                if let Some(v) = s.report_counts.get(key).map_err(engine_err)? {
+                    let (count, _) = parse_count(&v)?;
+                    batch.insert(&s.report_counts, key, count_value(count, count));
+                }
+                batch.commit().map_err(engine_err)?;
+            }
         }
-        .map_err(engine_err)?;
         self.persist_async().await
     }
 
