@@ -501,3 +501,85 @@ async fn a_like_made_while_its_kind_was_off_stays_muted_when_it_is_turned_on_wit
     assert_eq!(items[0]["post_id"], "2", "{items:?}");
     app.stop().await;
 }
+
+/// Open `user`'s notification stream, resuming after `last_event_id` if given.
+async fn open_stream(app: &TestApp, user: u64, last_event_id: Option<&str>) -> hyper::body::Incoming {
+    let mut req = hyper::Request::get(format!("{}/v1/me/notifications/stream", app.base))
+        .header("authorization", format!("Bearer {}", app.user(user)));
+    if let Some(id) = last_event_id {
+        req = req.header("last-event-id", id);
+    }
+    let req = req.body(http_body_util::Full::new(bytes::Bytes::new())).expect("req");
+    let resp = app.client.request(req).await.expect("stream");
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.into_body()
+}
+
+/// The (id, data) of the stream's events, read until one's data satisfies `last`.
+async fn events_until(
+    body: &mut hyper::body::Incoming,
+    last: impl Fn(&Value) -> bool,
+) -> Vec<(String, Value)> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let (mut text, mut events) = (String::new(), Vec::new());
+    loop {
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let field =
+                |name: &str| block.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string());
+            if let (Some(id), Some(data)) = (field("id:"), field("data:")) {
+                let data: Value = serde_json::from_str(&data).expect("event data");
+                let done = last(&data);
+                events.push((id, data));
+                if done {
+                    return events;
+                }
+            }
+        }
+        let frame =
+            tokio::time::timeout_at(deadline, body.frame()).await.expect("events in time: {events:?}");
+        if let Some(d) = frame.expect("open").expect("frame").data_ref() {
+            text.push_str(&String::from_utf8_lossy(d));
+        }
+    }
+}
+
+/// A like held while a later comment is pushed, then released while the client is away:
+/// resuming after the comment's event delivers the like, once, and not the comment again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_resumed_after_a_later_comment_delivers_a_like_released_meanwhile_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = common::test_config(dir.path());
+    cfg.notifications.hold_ms = 1_500; // the comment is pushed while the like is held
+    let app = TestApp::start_with(cfg).await;
+    app.post(1, 7, false).await;
+    app.post(2, 7, false).await;
+    let mut body = open_stream(&app, 7, None).await;
+    app.like(80, 1, true).await;
+    let (st, _) = app
+        .call(Method::POST, "/v1/posts/2/comments", Some(&app.user(81)), Some(r#"{"text": "first!"}"#))
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let seen = events_until(&mut body, |d| d["kind"] == "commented").await;
+    assert!(seen.iter().all(|(_, d)| d["kind"] != "post_liked"), "the like is still held: {seen:?}");
+    let (comment_event_id, _) = seen.last().expect("the comment's event").clone();
+    drop(body); // away while the like is released
+    wait_item(&app, 7, "post_liked").await;
+    let mut body = open_stream(&app, 7, Some(&comment_event_id)).await;
+    // A witness after the like, pushed live to the resumed stream.
+    let (st, _) = app
+        .call(Method::POST, "/v1/posts/1/comments", Some(&app.user(82)), Some(r#"{"text": "witness"}"#))
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let resumed = events_until(&mut body, |d| d["kind"] == "commented" && d["post_id"] == "1").await;
+    let kinds: Vec<(String, String)> = resumed
+        .iter()
+        .map(|(_, d)| (d["kind"].as_str().unwrap_or("").into(), d["post_id"].as_str().unwrap_or("").into()))
+        .collect();
+    let want = [("post_liked", "1"), ("commented", "1")].map(|(k, p)| (k.to_string(), p.to_string()));
+    assert_eq!(kinds, want, "the released like once, then the witness; not the comment again: {resumed:?}");
+    let ids: Vec<&String> = resumed.iter().map(|(id, _)| id).collect();
+    assert!(ids.iter().all(|id| **id != comment_event_id), "{ids:?}");
+    drop(body);
+    app.stop().await;
+}

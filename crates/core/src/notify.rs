@@ -29,7 +29,8 @@ pub struct NotifItem {
     pub actor_count: u64,
     /// Most recent actors, newest first (at most 8).
     pub recent: Vec<UserId>,
-    /// Last change, ms since the epoch.
+    /// Its last change in the inbox, ms since the epoch: the stamp of the batch that changed
+    /// it ([`next_stamp`]), strictly increasing over an inbox's changes.
     pub updated_ms: u64,
 }
 
@@ -722,6 +723,26 @@ mod tests {
         assert!(!up.needs_refill());
     }
 
+    /// A batch that changes an item stamps it past the last batch, even when the clock
+    /// stands still or went back; a batch that changes nothing (a replay) keeps its stamp.
+    #[test]
+    fn changed_items_take_the_batch_stamp_and_replays_keep_theirs() {
+        assert_eq!(next_stamp(0, 5_000), 5_000);
+        assert_eq!(next_stamp(5_000, 5_000), 5_001);
+        assert_eq!(next_stamp(5_001, 4_000), 5_002, "a clock behind the last stamp");
+        let key = NotifKey { recipient: UserId(7), post: PostId(42), kind: NotifKind::PostLiked };
+        let add = Change::Add { key, actor: UserId(1), comment: None, ts_ms: 10 };
+        let new = NotifItem { id: 1, key, comment: None, actor_count: 0, recent: vec![], updated_ms: 0 };
+        let mut up = ItemUpdate::new(new);
+        up.apply(&add, false);
+        up.stamp(6_000);
+        assert_eq!(up.item.updated_ms, 6_000, "the release, not the like's time");
+        let mut again = ItemUpdate::new(up.item.clone());
+        again.apply(&add, true);
+        again.stamp(7_000);
+        assert_eq!(again.item.updated_ms, 6_000, "nothing changed");
+    }
+
     #[test]
     fn texts_name_two_and_count_the_rest() {
         let n = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -745,6 +766,15 @@ mod tests {
 /// Most recent actors an inbox item keeps (newest first).
 pub const RECENT_ACTORS: usize = 8;
 
+/// The change stamp of a batch of inbox changes: `now_ms`, or just past the previous
+/// batch's stamp `last` when the clock has not moved past it (a restart, another node's
+/// clock). Stamps strictly increase from batch to batch, so an item's `updated_ms` orders
+/// every change of an inbox, and a stream resumed after one change (`Last-Event-ID`) finds
+/// every later one, a held like released late included.
+pub fn next_stamp(last: u64, now_ms: u64) -> u64 {
+    now_ms.max(last.saturating_add(1))
+}
+
 /// An inbox item being changed by one batch of [`Change`]s: the item plus the actors the
 /// batch added and removed (what the engine must write to the item's actor set).
 #[derive(Debug, Clone)]
@@ -755,12 +785,29 @@ pub struct ItemUpdate {
     pub added: std::collections::HashSet<UserId>,
     /// Actors this batch removed.
     pub removed: std::collections::HashSet<UserId>,
+    /// The item as it was stored before the batch.
+    before: NotifItem,
 }
 
 impl ItemUpdate {
     /// Start from `item` as stored (or a new, empty one).
     pub fn new(item: NotifItem) -> Self {
-        ItemUpdate { item, added: Default::default(), removed: Default::default() }
+        ItemUpdate { before: item.clone(), item, added: Default::default(), removed: Default::default() }
+    }
+
+    /// Did the batch change what the item shows (a replayed batch changes nothing)?
+    pub fn changed(&self) -> bool {
+        let (a, b) = (&self.item, &self.before);
+        a.actor_count != b.actor_count || a.recent != b.recent || a.comment != b.comment
+    }
+
+    /// Give a changed item the batch's stamp ([`next_stamp`]) as its `updated_ms`: the time of
+    /// its last change in the inbox (of a held like: its release), which a live stream's event
+    /// IDs and its resume follow. An unchanged item keeps its stamp.
+    pub fn stamp(&mut self, stamp: u64) {
+        if self.changed() {
+            self.item.updated_ms = stamp;
+        }
     }
 
     /// Is `actor` a member now? `stored` says whether it was one before this batch.
@@ -799,7 +846,7 @@ impl ItemUpdate {
     /// no-op (replays are harmless).
     pub fn apply(&mut self, ch: &Change, member: bool) {
         match ch {
-            Change::Add { actor, comment, ts_ms, .. } => {
+            Change::Add { actor, comment, .. } => {
                 if !member {
                     self.item.actor_count += 1;
                     self.added.insert(*actor);
@@ -811,7 +858,6 @@ impl ItemUpdate {
                 if comment.is_some() {
                     self.item.comment = *comment;
                 }
-                self.item.updated_ms = self.item.updated_ms.max(*ts_ms);
             }
             Change::Remove { actor, .. } => {
                 if member {

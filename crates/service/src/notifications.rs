@@ -31,7 +31,8 @@ pub struct NotifView {
     pub actor_count: u64,
     /// Rendered text.
     pub text: String,
-    /// Last change, ms since the epoch.
+    /// Its last change in the inbox, ms since the epoch (strictly increasing over the
+    /// inbox's changes: see `likewise_core::notify::next_stamp`).
     pub updated_ms: u64,
 }
 
@@ -159,8 +160,10 @@ impl Notifications {
     }
 
     /// Push stored inbox changes to this node's live listeners (the notifier's own node, or
-    /// any node receiving them from the notifier's).
-    pub async fn push_live(&self, items: Vec<NotifItem>) -> ServiceResult<()> {
+    /// any node receiving them from the notifier's), in the order of their `(updated_ms, id)`:
+    /// the order of a stream's event IDs, which its resume (`Last-Event-ID`) relies on.
+    pub async fn push_live(&self, mut items: Vec<NotifItem>) -> ServiceResult<()> {
+        items.sort_by_key(|it| (it.updated_ms, it.id));
         if self.live.tx.receiver_count() == 0 {
             // Nobody listens on this node: rendering views (follow lookups, names) would be
             // wasted, and a listener that connects later reads its inbox (or resumes by

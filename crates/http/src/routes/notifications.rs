@@ -155,9 +155,27 @@ fn sse_event(v: &NotifView) -> Event {
     Event::default().id(format!("{}.{}", v.updated_ms, v.id)).event("notification").data(data)
 }
 
+/// The most items a resumed stream replays (the rest are in the inbox).
+const MAX_RESUMED: usize = 10_000;
+
+/// Where a `Last-Event-ID` (`<updated_ms>.<item id>`) leaves off: every change of an inbox
+/// has its own `(updated_ms, id)`, larger than any before it (the notifier stamps each batch
+/// past the last, and a held like gets the stamp of its release, not the like's time), so
+/// the items to replay are exactly those after it. A bare `<updated_ms>` leaves off after
+/// every item of that stamp.
+fn parse_last_event_id(last: &str) -> Option<(u64, u64)> {
+    let mut parts = last.splitn(2, '.');
+    let ms = parts.next()?.parse().ok()?;
+    let id = match parts.next() {
+        Some(id) => id.parse().ok()?,
+        None => u64::MAX,
+    };
+    Some((ms, id))
+}
+
 /// Live notifications as Server-Sent Events (event `notification`, data: a notification;
-/// an item whose `actor_count` is 0 was withdrawn). Reconnect with `Last-Event-ID` to
-/// receive what changed meanwhile. The stream ends when the token expires; at most
+/// an item whose `actor_count` is 0 was withdrawn; id `<updated_ms>.<item id>`). Reconnect
+/// with `Last-Event-ID` to receive, once each, the items changed meanwhile. The stream ends when the token expires; at most
 /// `notifications.max_streams_per_user` are open per user (one more is a 429).
 #[utoipa::path(get, path = "/v1/me/notifications/stream", operation_id = "stream_notifications", tag = "notifications",
     responses((status = 200, description = "text/event-stream of notification events", content_type = "text/event-stream"),
@@ -175,14 +193,27 @@ pub async fn stream(
     // Subscribe first, then read the backlog: nothing can fall between the two.
     let (rx, closing) = state.svc.notifications.subscribe();
     let mut backlog = VecDeque::new();
+    // Live changes up to the newest one replayed are in the replay already (in their latest
+    // state): each item changed meanwhile is sent once.
+    let mut replayed_upto = None;
     if let Some(last) = headers.get("last-event-id").and_then(|h| h.to_str().ok()) {
-        let since: u64 = last
-            .split('.')
-            .next()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| ApiError::invalid("bad Last-Event-ID"))?;
-        let (items, _) = state.svc.notifications.inbox(me, None, 100).await?;
-        backlog.extend(items.into_iter().filter(|i| i.updated_ms > since).rev());
+        let since = parse_last_event_id(last).ok_or_else(|| ApiError::invalid("bad Last-Event-ID"))?;
+        // Newest first, page by page, down to the last event the client saw.
+        let mut after = None;
+        'pages: loop {
+            let (items, next) = state.svc.notifications.inbox(me, after, 100).await?;
+            for it in items {
+                if (it.updated_ms, it.id) <= since || backlog.len() >= MAX_RESUMED {
+                    break 'pages;
+                }
+                backlog.push_front(it);
+            }
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        replayed_upto = backlog.back().map(|v: &NotifView| (v.updated_ms, v.id));
     }
     let expiry = Box::pin(tokio::time::sleep_until(expiry));
     let events = stream::unfold(
@@ -197,6 +228,9 @@ pub async fn stream(
                 }
                 tokio::select! {
                     msg = rx.recv() => match msg {
+                        Ok(v) if v.recipient == me && replayed_upto.is_some_and(|r| (v.updated_ms, v.id) <= r) => {
+                            continue;
+                        }
                         Ok(v) if v.recipient == me => {
                             return Some((Ok(sse_event(&v)), (backlog, rx, closing, expiry, slot)));
                         }

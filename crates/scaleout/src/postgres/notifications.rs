@@ -15,7 +15,10 @@
 //! With several shards, a crash between shard transactions leaves the offset behind changes
 //! already applied: the consumer replays them, which is harmless, because changes are
 //! idempotent (an Add of a member or a Remove of a non-member changes no count; replaying a
-//! shard's changes in order rebuilds the same `recent` list and `updated_ms` is a maximum).
+//! shard's changes in order rebuilds the same `recent` list, and an item a replay leaves as
+//! it was keeps its `updated_ms`). An item's `updated_ms` is the stamp of the batch that last
+//! changed it, strictly increasing from batch to batch (the last one is kept in the
+//! `<consumer>#stamp` row beside the offset, read under the fence row's lock).
 //!
 //! Item IDs are unique across shards: `nextval(notif_item_seq) * 4096 + the recipient's
 //! bucket` (`placement`), so the item's shard is read from its ID ([`PgStore::shard_of_item`]).
@@ -26,7 +29,7 @@ use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::notify::NotifItem;
-use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind, RECENT_ACTORS};
+use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind, RECENT_ACTORS, next_stamp};
 use likewise_core::ports::NotificationStore;
 use likewise_core::{StoreError, StoreResult};
 use std::collections::{HashMap, HashSet};
@@ -84,6 +87,7 @@ async fn apply_shard(
     shard: usize,
     ids: &Placement,
     changes: &[&Change],
+    stamp: u64,
 ) -> StoreResult<Vec<(NotifKey, NotifItem)>> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITER_LOCK]).await.map_err(pg_err)?;
 
@@ -255,6 +259,7 @@ async fn apply_shard(
                 .map_err(pg_err)?;
             w.up.refill(rows.iter().map(|r| UserId(u(r.get(0)))));
         }
+        w.up.stamp(stamp);
     }
     for k in &keys {
         let Some(w) = work.get(k) else { continue };
@@ -324,6 +329,12 @@ fn fence_key(consumer: &str) -> String {
     format!("{consumer}#fence")
 }
 
+/// The `consumer_offsets` row holding the change stamp of `consumer`'s last batch
+/// (`likewise_core::notify::next_stamp`), on its offset shard.
+fn stamp_key(consumer: &str) -> String {
+    format!("{consumer}#stamp")
+}
+
 /// How long the server keeps a fenced transaction that hears nothing from its client: a
 /// writer cut off while holding the fence row's lock must not keep its successor waiting.
 const FENCED_TX_IDLE_LIMIT: &str = "5s";
@@ -374,6 +385,14 @@ impl NotificationStore for PgStore {
         if current.map_or(0, u) != fence {
             return Err(StoreError::Superseded(consumer.to_string()));
         }
+        // The batch's change stamp, past the last one (read under the fence row's lock, so
+        // no other writer moves it meanwhile).
+        let last_stamp: Option<i64> = home_tx
+            .query_opt("SELECT upto FROM consumer_offsets WHERE consumer = $1", &[&stamp_key(consumer)])
+            .await
+            .map_err(pg_err)?
+            .map(|r| r.get(0));
+        let stamp = next_stamp(last_stamp.map_or(0, u), likewise_store::now_ms());
         let mut touched: HashMap<NotifKey, NotifItem> = HashMap::new();
         let mut home_part = Vec::new();
         let ids = self.placement();
@@ -385,13 +404,14 @@ impl NotificationStore for PgStore {
             }
             let mut c = self.conn(shard).await?;
             let tx = c.transaction().await.map_err(pg_err)?;
-            touched.extend(apply_shard(&tx, shard, &ids, &part).await?);
+            touched.extend(apply_shard(&tx, shard, &ids, &part, stamp).await?);
             tx.commit().await.map_err(pg_err)?;
         }
         if !home_part.is_empty() {
-            touched.extend(apply_shard(&home_tx, home, &ids, &home_part).await?);
+            touched.extend(apply_shard(&home_tx, home, &ids, &home_part, stamp).await?);
         }
         put_offset(&home_tx, consumer, offset).await?;
+        put_offset(&home_tx, &stamp_key(consumer), stamp).await?;
         home_tx.commit().await.map_err(pg_err)?;
         // In the order each item was first touched, as the embedded engine returns them.
         let mut out = Vec::with_capacity(touched.len());
@@ -467,9 +487,20 @@ mod tests {
     use likewise_core::ports::CounterStore;
     use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
 
-    /// An item without its ID (IDs differ between engines).
-    fn shape(it: &NotifItem) -> NotifItem {
-        NotifItem { id: 0, ..it.clone() }
+    /// An item without its ID (IDs differ between engines), its change stamp (from each
+    /// engine's clock) as the rank of the batch that stamped it.
+    fn shape(it: &NotifItem, ranks: &mut HashMap<u64, u64>) -> NotifItem {
+        let next = ranks.len() as u64;
+        let rank = *ranks.entry(it.updated_ms).or_insert(next);
+        NotifItem { id: 0, updated_ms: rank, ..it.clone() }
+    }
+
+    /// An inbox as [`shape`]s, in an order that does not depend on IDs (items changed in
+    /// one batch share their stamp, and their IDs break the tie).
+    fn inbox_shape(items: &[NotifItem], ranks: &mut HashMap<u64, u64>) -> Vec<NotifItem> {
+        let mut v: Vec<NotifItem> = items.iter().map(|it| shape(it, ranks)).collect();
+        v.sort_by_key(|it| (std::cmp::Reverse(it.updated_ms), it.key));
+        v
     }
 
     /// A recipient's whole inbox, paged two at a time through the keyset cursor.
@@ -530,6 +561,7 @@ mod tests {
         batches.push(batches[3].clone());
         batches.push(batches[39].clone());
         let mut emptied = 0;
+        let (mut ranks_a, mut ranks_b, mut last_stamp) = (HashMap::new(), HashMap::new(), 0);
         let (fa, fb) = (
             emb.fence_notifications("notifier").await.expect("fence"),
             pg.fence_notifications("notifier").await.expect("fence"),
@@ -538,10 +570,14 @@ mod tests {
             let a = emb.apply_notifications("notifier", fa, n as u64, batch).await.expect("embedded");
             let b = pg.apply_notifications("notifier", fb, n as u64, batch).await.expect("postgres");
             assert_eq!(
-                a.iter().map(shape).collect::<Vec<_>>(),
-                b.iter().map(shape).collect::<Vec<_>>(),
+                a.iter().map(|it| shape(it, &mut ranks_a)).collect::<Vec<_>>(),
+                b.iter().map(|it| shape(it, &mut ranks_b)).collect::<Vec<_>>(),
                 "{n}"
             );
+            // Each batch's stamp is past every earlier one.
+            let newest = b.iter().map(|it| it.updated_ms).max().unwrap_or(0);
+            assert!(b.iter().all(|it| it.updated_ms == newest || it.updated_ms <= last_stamp), "{n}: {b:?}");
+            last_stamp = last_stamp.max(newest);
             for it in &b {
                 assert_eq!(pg.shard_of_item(it.id), pg.shard_of_user(it.key.recipient), "{it:?}");
             }
@@ -553,9 +589,10 @@ mod tests {
             let a = emb.inbox(UserId(r), None, 100).await.expect("embedded");
             let b = pg.inbox(UserId(r), None, 100).await.expect("postgres");
             assert!(!b.is_empty());
-            assert_eq!(a.iter().map(shape).collect::<Vec<_>>(), b.iter().map(shape).collect::<Vec<_>>());
+            assert_eq!(inbox_shape(&a, &mut ranks_a), inbox_shape(&b, &mut ranks_b));
             assert_eq!(paged(&pg, UserId(r)).await, b, "keyset pages");
-            for (x, y) in a.iter().zip(&b) {
+            for y in &b {
+                let x = a.iter().find(|x| x.key == y.key).expect("the same item");
                 let ma = emb.notif_members(x.id, &actors).await.expect("embedded");
                 let mb = pg.notif_members(y.id, &actors).await.expect("postgres");
                 assert_eq!(ma, mb);

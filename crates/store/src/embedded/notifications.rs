@@ -11,20 +11,24 @@
 //! removes idempotent (a redelivered event changes nothing). Each actor's time lets an item
 //! whose named actors were removed name the newest remaining ones instead (rows written
 //! before the time was kept hold no value and count as oldest). `notif_time` orders an inbox
-//! newest first (the timestamp is stored inverted).
+//! newest first (the timestamp is stored inverted): an item's `updated_ms` is the stamp of
+//! the batch that last changed it, strictly increasing from batch to batch (the last one is
+//! kept in `offsets`), so the order is the order of the inbox's changes.
 
 use super::{EmbeddedStore, engine_err};
 use crate::keys::{be_u64, num_value, pair_key, parse_num};
 use async_trait::async_trait;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::notify::NotifItem;
-use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind};
+use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind, next_stamp};
 use likewise_core::ports::NotificationStore;
 use likewise_core::{StoreError, StoreResult};
 use std::collections::HashMap;
 
 const ITEM_V1: u8 = 1;
 const NEXT_ID: &[u8] = b"notif:next_id";
+/// The change stamp of the last batch applied (`likewise_core::notify::next_stamp`).
+const LAST_STAMP: &[u8] = b"notif:last_stamp";
 
 fn key_bytes(k: &NotifKey) -> [u8; 17] {
     let mut b = [0u8; 17];
@@ -158,6 +162,11 @@ impl NotificationStore for EmbeddedStore {
             Some(v) => parse_num("offsets", &v)?,
             None => 1,
         };
+        let last_stamp = match s.offsets.get(LAST_STAMP).map_err(engine_err)? {
+            Some(v) => parse_num("offsets", &v)?,
+            None => 0,
+        };
+        let stamp = next_stamp(last_stamp, crate::now_ms());
         let mut work: HashMap<NotifKey, Work> = HashMap::new();
         let mut order: Vec<NotifKey> = Vec::new();
         for ch in changes {
@@ -186,6 +195,7 @@ impl NotificationStore for EmbeddedStore {
             if w.old_updated.is_some() && w.up.needs_refill() {
                 w.up.refill(newest_actors(s, w.up.item.id)?);
             }
+            w.up.stamp(stamp);
             let it = w.up.item;
             let r = it.key.recipient.0;
             for a in &w.up.added {
@@ -213,6 +223,7 @@ impl NotificationStore for EmbeddedStore {
             }
         }
         batch.insert(&s.offsets, NEXT_ID, num_value(next_id));
+        batch.insert(&s.offsets, LAST_STAMP, num_value(stamp));
         batch.insert(&s.offsets, consumer.as_bytes(), num_value(offset));
         batch.commit().map_err(engine_err)?;
         Ok(out)

@@ -125,7 +125,11 @@ impl NotificationStore for SimPorts {
         if w.offsets.get(&format!("{consumer}#fence")).copied().unwrap_or(0) != fence {
             return Err(likewise_core::StoreError::Superseded(consumer.to_string()));
         }
-        // The same item arithmetic as the engines (`ItemUpdate`), over an exact actor set.
+        // The same item arithmetic as the engines (`ItemUpdate`), over an exact actor set,
+        // and the same change stamps (on a clock that never moves: each batch's stamp is
+        // just past the last).
+        let stamp_key = format!("{consumer}#stamp");
+        let stamp = likewise_core::notify::next_stamp(w.offsets.get(&stamp_key).copied().unwrap_or(0), 0);
         let mut order = Vec::new();
         let mut work: std::collections::HashMap<_, (ItemUpdate, bool)> = Default::default();
         for ch in changes {
@@ -178,6 +182,7 @@ impl NotificationStore for SimPorts {
                 newest.sort_unstable_by(|a, b| b.cmp(a));
                 up.refill(newest.into_iter().map(|(_, a)| a));
             }
+            up.stamp(stamp);
             let item = up.item;
             if item.actor_count == 0 {
                 w.inbox.remove(&key);
@@ -189,6 +194,7 @@ impl NotificationStore for SimPorts {
             }
         }
         w.offsets.insert(consumer.to_string(), offset);
+        w.offsets.insert(stamp_key, stamp);
         if fault == Fault::After {
             return Err(w.injected("apply_notifications answer lost after the commit"));
         }
