@@ -125,6 +125,9 @@ struct Inner {
     /// Each shard's primary pool: the configured shards, then those registered in the
     /// catalog since (`load_placement` opens them; a list only ever grows).
     pools: parking_lot::RwLock<Arc<Vec<Pool>>>,
+    /// Each shard's URL without its password, as `pools`, and whether it was configured
+    /// (`store.postgres_shards`) rather than registered in the catalog: for messages.
+    shown: parking_lot::RwLock<Vec<(String, bool)>>,
     /// The size of a pool opened for a registered shard.
     pool_size: usize,
     /// Where posts and users live (the catalog as last read; see `placement`).
@@ -177,6 +180,35 @@ fn unreachable(e: &(dyn std::error::Error + 'static)) -> bool {
         next = e.source();
     }
     false
+}
+
+/// Why a connection could not be had, in one line: the server's own words (`FATAL: password
+/// authentication failed for user "x"`), the system's (`Connection refused`), or a timeout
+/// (`waited` seconds). Each cause once: the driver's and the pool's messages each repeat
+/// their source ("db error: db error: FATAL ...").
+pub(crate) fn cause(e: &deadpool_postgres::PoolError, waited: u64) -> String {
+    use deadpool_postgres::PoolError;
+    match e {
+        PoolError::Timeout(_) => {
+            format!("no answer within {waited} s (is a PostgreSQL server listening there, and reachable?)")
+        }
+        PoolError::Backend(pg) => {
+            if let Some(db) = pg.as_db_error() {
+                return format!("{}: {}", db.severity(), db.message());
+            }
+            let mut text = pg.to_string();
+            let mut next = std::error::Error::source(pg);
+            while let Some(s) = next {
+                let more = s.to_string();
+                if !text.contains(&more) {
+                    text = format!("{text}: {more}");
+                }
+                next = s.source();
+            }
+            text
+        }
+        other => other.to_string(),
+    }
 }
 
 /// How long a pool waits for a free connection and for a new one to open.
@@ -244,6 +276,7 @@ impl PgStore {
             inner: Arc::new(Inner {
                 placement: parking_lot::RwLock::new(Arc::new(Placement::before_catalog(pools.len()))),
                 pools: parking_lot::RwLock::new(Arc::new(pools)),
+                shown: parking_lot::RwLock::new(opts.shards.iter().map(|u| (tls::redact(u), true)).collect()),
                 pool_size: opts.pool_size,
                 replicas,
                 rt,
@@ -314,6 +347,7 @@ impl PgStore {
                 let mut grown = Vec::clone(&pools);
                 grown.push(added);
                 *pools = Arc::new(grown);
+                self.inner.shown.write().push((tls::redact(&url), false));
                 tracing::info!(shard, url = %tls::redact(&url), "opened a shard registered in the catalog");
             }
         }
@@ -403,10 +437,26 @@ impl PgStore {
         Ok(out)
     }
 
+    /// A connection to `shard` at start-up: a failure says, in one line, which shard (its URL
+    /// without the password), which setting names it, and why.
+    async fn startup_conn(&self, shard: usize) -> StoreResult<deadpool_postgres::Object> {
+        let pool = self.pool_of(shard)?;
+        pool.get().await.map_err(|e| {
+            let (url, configured) = self.inner.shown.read().get(shard).cloned().unwrap_or_default();
+            let setting = if configured {
+                "store.postgres_shards"
+            } else {
+                "the placement catalog (`likewise shards add`)"
+            };
+            let waited = pool.timeouts().create.map_or(0, |d| d.as_secs());
+            StoreError::Engine(format!("{setting}: shard {shard} ({url}): {}", cause(&e, waited)))
+        })
+    }
+
     /// Fail unless every shard has every migration (a node never runs on an old schema).
     pub async fn check_schema(&self) -> StoreResult<()> {
         for shard in 0..self.shard_count() {
-            let c = self.conn(shard).await?;
+            let c = self.startup_conn(shard).await?;
             let missing = migrate::missing(&c).await?;
             if !missing.is_empty() {
                 return Err(StoreError::Engine(format!(

@@ -14,8 +14,32 @@ use redis::{ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, TlsCertif
 use std::path::Path;
 use std::time::Duration;
 
-/// A managed connection to the Redis at `url` (one of `opts`' servers), checked with a `PING`.
+/// The longest start-up waits for a Redis server to connect and answer `PING`, whatever the
+/// retries inside: a listener that accepts and never answers (another service's port, a
+/// firewall that holds connections) must fail start-up in seconds, not hang it.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// A managed connection to the Redis at `url` (one of `opts`' servers), checked with a `PING`
+/// within [`CONNECT_TIMEOUT`]. Errors name the setting (`cache.redis_url` or
+/// `cache.redis_urls`).
 pub(super) async fn open(opts: &RedisOptions, url: &str) -> StoreResult<ConnectionManager> {
+    let setting = if opts.shard_urls.is_empty() { "cache.redis_url" } else { "cache.redis_urls" };
+    match tokio::time::timeout(CONNECT_TIMEOUT, open_within(opts, url)).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(StoreError::Engine(m))) if !m.contains(setting) => {
+            Err(StoreError::Engine(format!("{setting}: {m}")))
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(StoreError::Engine(format!(
+            "{setting}: Redis at {} did not answer within {} s (is a Redis server listening there, \
+             and reachable?)",
+            redact(url),
+            CONNECT_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+async fn open_within(opts: &RedisOptions, url: &str) -> StoreResult<ConnectionManager> {
     crate::tls::install_provider();
     let (client, user) = client(opts, url)?;
     // redis 0.32 hands `factor` to backon as the growth per retry, from a 1 s first delay: its

@@ -72,8 +72,30 @@ pub fn redact(url: &str) -> String {
         .join(",")
 }
 
-/// Connect to the NATS servers of `opts`.
+/// The longest start-up waits for NATS to connect and greet the client. The client's own
+/// `connection_timeout` bounds only the TCP connect: a listener that accepts and never sends
+/// NATS's `INFO` (another service's port, PostgreSQL's for one) would hang start-up forever.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// Connect to the NATS servers of `opts`, within [`CONNECT_TIMEOUT`]. Errors name the setting
+/// (`stream.nats_url`) and the cause.
 pub(super) async fn open(opts: &StreamOptions) -> StoreResult<async_nats::Client> {
+    let shown = redact(&opts.url);
+    match tokio::time::timeout(CONNECT_TIMEOUT, open_within(opts)).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(StoreError::Engine(m))) if !m.contains("stream.nats_url") => {
+            Err(StoreError::Engine(format!("stream.nats_url: {m}")))
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(StoreError::Engine(format!(
+            "stream.nats_url: no NATS server answered at {shown} within {} s (is it a NATS \
+             server's client port, and reachable?)",
+            CONNECT_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+async fn open_within(opts: &StreamOptions) -> StoreResult<async_nats::Client> {
     crate::tls::install_provider();
     let (addrs, auth) = servers(&opts.url).map_err(StoreError::Engine)?;
     let shown = addrs.iter().map(|a| a.clone().into_inner().to_string()).collect::<Vec<_>>().join(",");
