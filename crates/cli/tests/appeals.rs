@@ -244,3 +244,33 @@ async fn an_approval_stands_until_a_fresh_threshold_of_new_reporters() {
     assert_eq!((item["status"].as_str(), item["held_by"].as_str()), (Some("pending"), Some("reports")));
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn format_characters_are_dropped_or_refused_wherever_text_enters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let words = json!({"words": ["scam\u{2060}link"]}).to_string();
+    let (st, v) = app.call(Method::PUT, "/v1/me/hidden-words", Some(&app.user(7)), Some(&words)).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    // Hidden words see through every format character, not only the zero-width ones.
+    for (u, c) in
+        [(10u64, '\u{FFF9}'), (11, '\u{FFFB}'), (12, '\u{13430}'), (13, '\u{0600}'), (14, '\u{2029}')]
+    {
+        let held = comment(&app, u, 1, &format!("visit scam{c}link today")).await;
+        assert!(!visible_to(&app, 30, 1, &held).await, "{c:?} let the hidden word through");
+    }
+    // Tag characters are not stored; an emoji's joiners are.
+    let tagged = comment(&app, 20, 1, "hello\u{E0041}\u{E0042} there").await;
+    assert_eq!(tagged["text"], "hello there");
+    let coder = comment(&app, 21, 1, "👩\u{200D}💻 all night").await;
+    assert_eq!(coder["text"], "👩\u{200D}💻 all night");
+    // A name never holds a zero-width space; an appeal never holds an override.
+    let body = json!({"username": "al\u{200B}ice", "verified": false}).to_string();
+    let (st, v) = app.call(Method::PUT, "/v1/users/50", Some(&app.service()), Some(&body)).await;
+    assert_error(st, &v, 400, "invalid");
+    let body = json!({"message": "please \u{202E}kool"}).to_string();
+    let (st, v) = appeal(&app, &app.user(20), &tagged, Some(&body)).await;
+    assert_error(st, &v, 400, "invalid");
+    app.stop().await;
+}

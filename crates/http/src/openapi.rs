@@ -75,8 +75,6 @@ const BIDI: &str = r"\u202a-\u202e\u2066-\u2069";
 const WS: &str = r"\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";
 /// Every control character (Unicode Cc, `char::is_control`).
 const ALL_CC: &str = r"\x00-\x1f\x7f-\x9f";
-/// Bidi formatting characters (`likewise_core::names::is_bidi_control`).
-const BIDI_ALL: &str = r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069";
 /// What shows nothing besides whitespace and controls (`likewise_core::names::is_invisible`):
 /// format characters, separators and other default-ignorables. Characters beyond the BMP are
 /// written `\UXXXXXXXX`, which Rust's `regex` and Python's `re` (schemathesis) both read.
@@ -86,6 +84,22 @@ const INVISIBLE: &str = concat!(
     r"\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a",
     r"\U000e0001\U000e0020-\U000e007f",
     r"\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef",
+);
+
+/// The invisible characters a name refuses but in emoji sequences
+/// (`likewise_core::names::is_format_like`): [`INVISIBLE`] less the blank fillers, plus the
+/// unassigned default-ignorables.
+const FORMAT_LIKE: &str = concat!(
+    r"\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e",
+    r"\u2060-\u206f\ufeff\ufff0-\ufffb\u2028\u2029",
+    r"\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a",
+    r"\U000e0000-\U000e0fff",
+    r"\u034f\u17b4\u17b5\u180b-\u180f\ufe00-\ufe0f",
+);
+/// Pictographs (`likewise_core::names::is_pictograph`).
+const PICTOGRAPH: &str = concat!(
+    r"\xa9\xae\u203c\u2049\u2122\u2139\u2194-\u21aa\u2300-\u23ff\u24c2\u25a0-\u27bf",
+    r"\u2900-\u297f\u2b00-\u2bff\u3030\u303d\u3297\u3299\U0001f000-\U0001faff",
 );
 
 /// Constraints serde cannot express on the DTOs: ID formats, and the text rules of
@@ -124,12 +138,15 @@ fn complete_schemas(doc: &mut serde_json::Value, id: &str) {
     if let Some(p) = schemas.get_mut("UserPut").and_then(|s| s.pointer_mut("/properties/username")) {
         p["minLength"] = json!(1);
         p["maxLength"] = json!(crate::routes::upstream::MAX_USERNAME);
-        // Trimmed, it is not empty and holds no control character (tabs included) and no bidi
-        // control, and at least one visible character (first, last or inside); the edges
-        // that trimming removes may hold any whitespace (`routes::upstream::check_username`).
-        let edge = format!("[^{WS}{ALL_CC}{BIDI_ALL}]");
-        let mid = format!("[^{ALL_CC}{BIDI_ALL}]*");
-        let vis = format!("[^{WS}{ALL_CC}{INVISIBLE}]");
+        // Trimmed, it is not empty and holds no control character (tabs included) and no
+        // invisible character but in an emoji sequence (a pictograph, its selector U+FE0F,
+        // joined to the next by U+200D), and at least one visible character (first, last or
+        // inside); the edges that trimming removes may hold any whitespace
+        // (`routes::upstream::check_username`).
+        let emoji = format!("[{PICTOGRAPH}]\\ufe0f?(?:\\u200d[{PICTOGRAPH}]\\ufe0f?)*");
+        let edge = format!("(?:[^{WS}{ALL_CC}{FORMAT_LIKE}]|{emoji})");
+        let mid = format!("(?:[^{ALL_CC}{FORMAT_LIKE}]|{emoji})*");
+        let vis = format!("(?:[^{WS}{ALL_CC}{INVISIBLE}{FORMAT_LIKE}]|{emoji})");
         p["pattern"] = json!(format!(
             "^[{WS}]*(?:{vis}|{vis}{mid}{edge}|{edge}{mid}{vis}|{edge}{mid}{vis}{mid}{edge})[{WS}]*$"
         ));
@@ -449,6 +466,10 @@ mod tests {
             '\u{fe0f}',
             'é',
             '\u{10437}',
+            '👩',
+            '❤',
+            '\u{e007f}',
+            '\u{2065}',
         ]);
         prop::collection::vec(chars, 0..70).prop_map(|v| v.into_iter().collect())
     }
@@ -468,7 +489,15 @@ mod tests {
     #[test]
     fn username_examples() {
         let schema = username_rule();
-        for ok in ["alice", " alice ", "\talice\n", "a b", "\u{200b}a\u{200b}", "👨\u{200d}👩"] {
+        for ok in [
+            "alice",
+            " alice ",
+            "\talice\n",
+            "a b",
+            "👨\u{200d}👩",
+            "❤\u{fe0f}\u{200d}🔥 fan",
+            "\u{2028}bob\u{2028}",
+        ] {
             assert!(schema(ok) && crate::routes::upstream::valid_username(ok).is_some(), "{ok:?}");
         }
         for bad in [
@@ -484,6 +513,13 @@ mod tests {
             " \u{200d}\u{2800} ",
             "\u{e0041}",
             "\u{2066}bob",
+            "\u{200b}a\u{200b}",
+            "al\u{200b}ice",
+            "al\u{200d}ice",
+            "bob\u{e0041}",
+            "x\u{fff9}y",
+            "x\u{2028}y",
+            "a\u{fe0f}",
         ] {
             assert!(!schema(bad) && crate::routes::upstream::valid_username(bad).is_none(), "{bad:?}");
         }

@@ -244,7 +244,10 @@ impl Moderation {
 
     /// Replace `owner`'s hidden words (validated: count and length limits).
     pub async fn put_hidden_words(&self, owner: UserId, words: Vec<String>) -> ServiceResult<()> {
-        let words: Vec<String> = words.into_iter().map(|w| w.trim().to_string()).collect();
+        // Invisible characters are dropped as from comment text (`names`): the matcher sees
+        // through them anyway, and the list read back shows what is matched.
+        let words: Vec<String> =
+            words.into_iter().map(|w| likewise_core::names::strip_invisible(&w).trim().to_string()).collect();
         if words.iter().any(|w| w.contains('\n')) {
             return Err(ServiceError::Invalid("hidden words cannot contain line breaks".into()));
         }

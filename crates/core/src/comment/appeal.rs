@@ -86,13 +86,25 @@ pub enum AppealError {
         /// Its length in characters.
         chars: usize,
     },
+    /// Contains a bidirectional override or isolate, which can make text display reversed.
+    #[error("the appeal message contains a text-direction override character")]
+    BidiControl,
 }
 
 /// The stored form of an appeal message: trimmed, at most [`MAX_APPEAL_CHARS`] characters,
-/// control characters other than newline and tab removed (the queue is read by people).
+/// control characters other than newline and tab removed (the queue is read by people),
+/// bidi overrides refused and other invisible characters dropped as in comment text
+/// ([`crate::names`]).
 pub fn appeal_message(raw: Option<&str>) -> Result<String, AppealError> {
-    let text: String =
-        raw.unwrap_or("").trim().chars().filter(|c| !c.is_control() || matches!(c, '\n' | '\t')).collect();
+    let raw = raw.unwrap_or("");
+    if raw.chars().any(super::text::is_bidi_control) {
+        return Err(AppealError::BidiControl);
+    }
+    let text: String = crate::names::strip_invisible(raw)
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
+        .collect();
     let chars = text.chars().count();
     if chars > MAX_APPEAL_CHARS {
         return Err(AppealError::TooLong { chars });
@@ -146,5 +158,15 @@ mod tests {
             appeal_message(Some(&"é".repeat(MAX_APPEAL_CHARS + 1))),
             Err(AppealError::TooLong { chars: MAX_APPEAL_CHARS + 1 })
         );
+    }
+
+    #[test]
+    fn appeal_messages_refuse_overrides_and_drop_invisible_characters() {
+        for c in ['\u{202E}', '\u{202A}', '\u{2066}', '\u{2069}'] {
+            assert_eq!(appeal_message(Some(&format!("please {c}look again"))), Err(AppealError::BidiControl));
+        }
+        let sneaky = "it was\u{200B} a joke\u{E0041}\u{FFF9}";
+        assert_eq!(appeal_message(Some(sneaky)).as_deref(), Ok("it was a joke"));
+        assert_eq!(appeal_message(Some("fair 👍\u{FE0F}")).as_deref(), Ok("fair 👍\u{FE0F}"));
     }
 }

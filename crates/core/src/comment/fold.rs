@@ -179,6 +179,16 @@ mod tests {
             "rub\u{2060}bish",
             "rub\u{ad}bish",
             "rub\u{feff}bish",
+            // Every format character, not only the zero-width ones.
+            "rub\u{fff9}bish",
+            "rub\u{fffa}bish",
+            "rub\u{fffb}bish",
+            "rub\u{13430}bish",
+            "rub\u{13438}bish",
+            "rub\u{0600}bish",
+            "rub\u{06dd}bish",
+            "rub\u{070f}bish",
+            "rub\u{e0041}bish",
         ] {
             assert_eq!(folded(hidden), "rubbish", "{hidden:?}");
         }

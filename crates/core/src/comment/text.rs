@@ -36,31 +36,39 @@ pub enum TextError {
 }
 
 /// True for the bidi embedding/override (U+202A..=U+202E) and isolate (U+2066..=U+2069)
-/// controls: they are general category Cf, so `is_control` does not catch them.
-fn is_bidi_control(c: char) -> bool {
+/// controls: they are general category Cf, so `is_control` does not catch them. Free text
+/// refuses them (they make text display reversed); the marks (LRM, RLM, ALM) are only dropped.
+pub fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
-/// Characters that render as nothing (or as blank space) yet are not whitespace: Unicode's
-/// default-ignorable code points (zero-width space and joiners, word joiner, soft hyphen,
-/// byte-order mark, variation selectors, invisible operators, tag characters) and the blank
-/// fillers (Hangul fillers, braille blank). A comment made only of these is empty, and word
-/// filters see through them.
+/// Characters that render as nothing (or as blank space) yet are not whitespace: controls,
+/// format characters and the other default-ignorable code points
+/// ([`crate::names::is_invisible`], the one rule), and the blank fillers (Hangul fillers,
+/// braille blank). A comment made only of these is empty, and word filters see through them.
 pub fn is_invisible(c: char) -> bool {
-    matches!(c,
-        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
-        | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
-        | '\u{2060}'..='\u{206F}' | '\u{2800}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
-        | '\u{FFA0}' | '\u{FFF0}'..='\u{FFF8}' | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
-        | '\u{E0000}'..='\u{E0FFF}')
+    crate::names::is_invisible(c) && !c.is_whitespace()
 }
 
-/// The stored form of a comment: line endings unified to `\n`, surrounding whitespace trimmed,
+/// The stored form of a comment: line endings unified to `\n`, invisible format characters
+/// (the line and paragraph separators too) dropped but for what emoji and joining scripts
+/// need ([`crate::names::strip_invisible`]), surrounding whitespace trimmed,
 /// 1..=[`MAX_COMMENT_CHARS`] characters, and no control or bidi-control characters except
-/// newline and tab. Text made only of whitespace and invisible characters ([`is_invisible`])
-/// is empty.
+/// newline and tab (refused). Text made only of whitespace and invisible characters
+/// ([`is_invisible`]) is empty.
 pub fn normalize_text(raw: &str) -> Result<String, TextError> {
-    let unified = raw.replace("\r\n", "\n").replace('\r', "\n");
+    // Refused before anything is dropped: an override silently removed would still have
+    // been an attempt to make the text read otherwise.
+    for c in raw.chars() {
+        // `char::is_control` is exactly Unicode general category Cc.
+        if c.is_control() && !matches!(c, '\n' | '\t' | '\r') {
+            return Err(TextError::ControlCharacter);
+        }
+        if is_bidi_control(c) {
+            return Err(TextError::BidiControl);
+        }
+    }
+    let unified = crate::names::strip_invisible(&raw.replace("\r\n", "\n").replace('\r', "\n"));
     let text = unified.trim();
     let chars = text.chars().count();
     if chars == 0 {
@@ -68,15 +76,6 @@ pub fn normalize_text(raw: &str) -> Result<String, TextError> {
     }
     if chars > MAX_COMMENT_CHARS {
         return Err(TextError::TooLong { chars });
-    }
-    for c in text.chars() {
-        // `char::is_control` is exactly Unicode general category Cc.
-        if c.is_control() && c != '\n' && c != '\t' {
-            return Err(TextError::ControlCharacter);
-        }
-        if is_bidi_control(c) {
-            return Err(TextError::BidiControl);
-        }
     }
     if text.chars().all(|c| c.is_whitespace() || is_invisible(c)) {
         return Err(TextError::Empty);
@@ -160,9 +159,20 @@ mod tests {
         ] {
             assert_eq!(normalize_text(blank), Err(TextError::Empty), "{blank:?}");
         }
-        // Invisible characters beside visible ones are kept: emoji sequences need joiners.
-        assert_eq!(normalize_text("a\u{200b}").as_deref(), Ok("a\u{200b}"));
-        assert!(normalize_text("👩\u{200d}💻").is_ok());
+        // Beside visible ones, they are dropped but for what emoji sequences need.
+        assert_eq!(normalize_text("a\u{200b}").as_deref(), Ok("a"));
+        assert_eq!(normalize_text("👩\u{200d}💻").as_deref(), Ok("👩\u{200d}💻"));
+    }
+
+    #[test]
+    fn format_characters_are_never_stored() {
+        for c in ['\u{FFF9}', '\u{FFFB}', '\u{13430}', '\u{0600}', '\u{06DD}', '\u{070F}', '\u{E0041}'] {
+            assert_eq!(normalize_text(&format!("scam{c}link")).as_deref(), Ok("scamlink"), "{c:?}");
+        }
+        assert_eq!(normalize_text("scam\u{2028}link\u{2029}").as_deref(), Ok("scamlink"));
+        assert_eq!(normalize_text("\u{E0041}\u{E0042}"), Err(TextError::Empty), "tags alone");
+        let family = "👨\u{200D}👩\u{200D}👧 at the beach";
+        assert_eq!(normalize_text(family).as_deref(), Ok(family));
     }
 
     #[test]

@@ -42,13 +42,14 @@ pub fn valid_username(raw: &str) -> Option<String> {
 
 /// The name to store for `raw`: at most [`MAX_USERNAME`] characters as sent (what the
 /// OpenAPI schema's maxLength says), then trimmed of surrounding whitespace, leaving at least
-/// one character and no control character (422 otherwise); no bidi control anywhere and at
-/// least one visible character (400 otherwise: these are the spoofing attempts, such as
-/// `adm\u{202E}nimi` or a name of zero-width spaces); stored in Unicode NFC, so one name
-/// has one spelling. The OpenAPI pattern states the same rule (`openapi.rs`, tested against
-/// this function).
+/// one character and no control character (422 otherwise); no bidi control, no invisible
+/// character but the joiners and selectors of emoji sequences, and at least one visible
+/// character (400 otherwise: these are the spoofing attempts, such as `adm\u{202E}nimi`,
+/// `al\u{200B}ice` or a name of zero-width spaces; `likewise_core::names`); stored in Unicode
+/// NFC, so one name has one spelling. The OpenAPI pattern states the same rule
+/// (`openapi.rs`, tested against this function).
 pub fn check_username(raw: &str) -> Result<String, ApiError> {
-    use likewise_core::names::{is_bidi_control, is_invisible};
+    use likewise_core::names::{is_bidi_control, is_clean_name, is_invisible};
     use unicode_normalization::UnicodeNormalization;
     let name = raw.trim();
     if name.is_empty() || raw.chars().count() > MAX_USERNAME || name.chars().any(char::is_control) {
@@ -61,6 +62,9 @@ pub fn check_username(raw: &str) -> Result<String, ApiError> {
     }
     if name.chars().all(is_invisible) {
         return Err(ApiError::invalid("username must contain a visible character"));
+    }
+    if !is_clean_name(name) {
+        return Err(ApiError::invalid("username must not contain invisible characters"));
     }
     Ok(name.nfc().collect())
 }
