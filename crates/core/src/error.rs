@@ -56,6 +56,14 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
+    /// The write was refused before it was queued: the queue ahead of it would outlast the
+    /// request's deadline (admission control). Nothing was written; retry after the given
+    /// number of seconds.
+    #[error("too many writes queued; retry in {retry_after_secs} s")]
+    Shed {
+        /// When a retry has a fair chance.
+        retry_after_secs: u64,
+    },
     /// The write may or may not have been stored: the connection failed while its commit was
     /// on its way. Not a 503 (which says nothing was created): the client is told to retry
     /// with the same `Idempotency-Key`, which answers the stored write if there is one.
@@ -128,15 +136,17 @@ impl StoreError {
             StoreError::OutcomeUnknown { engine, source } => {
                 StoreError::OutcomeUnknown { engine, source: text(&**source) }
             }
+            StoreError::Shed { retry_after_secs } => StoreError::Shed { retry_after_secs: *retry_after_secs },
         }
     }
 
     /// The kind of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            StoreError::Closed | StoreError::Overloaded { .. } | StoreError::Unreachable { .. } => {
-                ErrorKind::Unavailable
-            }
+            StoreError::Closed
+            | StoreError::Overloaded { .. }
+            | StoreError::Unreachable { .. }
+            | StoreError::Shed { .. } => ErrorKind::Unavailable,
             StoreError::Engine(_)
             | StoreError::Backend { .. }
             | StoreError::Corrupt { .. }

@@ -124,7 +124,15 @@ impl From<ServiceError> for ApiError {
                 ServiceError::RateLimited(secs) => secs,
                 _ => 1,
             }),
-            Kind::Unavailable => ApiError::unavailable("service is shutting down or storage is unavailable"),
+            Kind::Unavailable => match e {
+                ServiceError::Store(likewise_core::StoreError::Shed { retry_after_secs }) => {
+                    let mut e =
+                        ApiError::unavailable("too many writes queued; nothing was written, retry later");
+                    e.retry_after = Some(retry_after_secs.max(1));
+                    e
+                }
+                _ => ApiError::unavailable("service is shutting down or storage is unavailable"),
+            },
             Kind::OutcomeUnknown => {
                 tracing::warn!(error = %likewise_core::error::chain(&e), "write outcome unknown");
                 ApiError::outcome_unknown()

@@ -87,7 +87,8 @@ const COMMITTING_GRACE: std::time::Duration = std::time::Duration::from_secs(30)
 /// for it instead and answers its real outcome; if even that does not come within
 /// [`COMMITTING_GRACE`], 504 `outcome_unknown`.
 pub async fn timeout(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let writes = Arc::new(likewise_store::write_gate::RequestWrites::default());
+    let deadline = std::time::Instant::now() + state.opts.request_timeout;
+    let writes = Arc::new(likewise_store::write_gate::RequestWrites::until(deadline));
     let handler = writes.clone().scope(next.run(req));
     tokio::pin!(handler);
     tokio::select! {

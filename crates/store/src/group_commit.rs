@@ -71,6 +71,7 @@ enum Msg {
 /// Handle to the writer thread. Clone freely; `close` stops it after draining.
 pub struct GroupCommitter {
     tx: parking_lot::Mutex<Vec<Sender<Msg>>>,
+    load: Arc<Load>,
     permits: Arc<Semaphore>,
     threads: parking_lot::Mutex<Vec<JoinHandle<()>>>,
 }
@@ -90,18 +91,63 @@ fn lane_of(op: &WriteOp, lanes: usize) -> usize {
     ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % lanes as u64) as usize
 }
 
+/// Fewest queued writes that admission control ever refuses to join: below it, the queue
+/// drains within a few batches whatever the estimate says.
+const SHED_FLOOR: usize = 256;
+
+/// What admission control knows: writes queued or committing, and each lane's recent commit
+/// rate (operations per second of a round, as `f64` bits).
+struct Load {
+    queued: AtomicU64,
+    rates: Vec<AtomicU64>,
+}
+
+impl Load {
+    /// The expected wait, in seconds, of a write that joins the queue now.
+    fn expected_wait(&self) -> f64 {
+        let rate: f64 = self.rates.iter().map(|r| f64::from_bits(r.load(Ordering::Relaxed))).sum();
+        self.queued.load(Ordering::Relaxed) as f64 / rate.max(1.0)
+    }
+
+    /// A lane answered `ops` writes `elapsed` after its first one was applied: fold that rate
+    /// into the lane's estimate. Rounds are big under load, so the estimate is the capacity
+    /// when it matters; a lightly loaded lane's low estimate only matters past `SHED_FLOOR`.
+    fn record(&self, lane: usize, ops: usize, elapsed: Duration) {
+        let Some(r) = self.rates.get(lane) else { return };
+        let now = ops as f64 / elapsed.as_secs_f64().max(1e-4);
+        let before = f64::from_bits(r.load(Ordering::Relaxed));
+        let next = if before == 0.0 { now } else { 0.8 * before + 0.2 * now };
+        r.store(next.to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Counts a write as queued until its caller has its answer or gives up.
+struct Queued<'a>(&'a AtomicU64);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl GroupCommitter {
     /// Start the writer thread over `engine`.
     pub fn start(engine: Arc<dyn WriteEngine>, opts: GroupCommitOptions) -> Arc<Self> {
         let order = Arc::new(AtomicU64::new(0));
+        let lanes = opts.lanes.max(1);
+        let load = Arc::new(Load {
+            queued: AtomicU64::new(0),
+            rates: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
+        });
         let mut txs = Vec::new();
         let mut threads = Vec::new();
-        for lane in 0..opts.lanes.max(1) {
+        for lane in 0..lanes {
             let (tx, rx) = channel();
             let (o, engine, order, wake) = (opts.clone(), engine.clone(), order.clone(), tx.clone());
+            let load = load.clone();
             if let Ok(t) = std::thread::Builder::new()
                 .name(format!("likewise-group-commit-{lane}"))
-                .spawn(move || writer_loop(engine, rx, wake, o, order))
+                .spawn(move || writer_loop(engine, rx, wake, o, order, (lane, load)))
             {
                 txs.push(tx);
                 threads.push(t);
@@ -109,6 +155,7 @@ impl GroupCommitter {
         }
         Arc::new(GroupCommitter {
             tx: parking_lot::Mutex::new(txs),
+            load,
             permits: Arc::new(Semaphore::new(opts.max_in_flight)),
             threads: parking_lot::Mutex::new(threads),
         })
@@ -152,7 +199,23 @@ impl GroupCommitter {
     }
 
     /// Submit one operation and wait until its batch is durable.
+    ///
+    /// Admission control: inside a request with a deadline (`write_gate`), a write that would
+    /// wait in the queue past that deadline is refused at once with [`StoreError::Shed`]
+    /// rather than queued to time out: under overload, the capacity goes to writes that can
+    /// still be answered in time.
     pub async fn submit_op(&self, op: WriteOp) -> StoreResult<Committed<WriteOutcome>> {
+        if let Some(deadline) = RequestWrites::deadline() {
+            let queued = self.load.queued.load(Ordering::Relaxed) as usize;
+            let wait = self.load.expected_wait();
+            let left = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
+            if queued >= SHED_FLOOR && wait > left {
+                metrics::counter!("likewise_group_commit_shed_total").increment(1);
+                return Err(StoreError::Shed { retry_after_secs: wait.ceil().clamp(1.0, 30.0) as u64 });
+            }
+        }
+        self.load.queued.fetch_add(1, Ordering::Relaxed);
+        let _queued = Queued(&self.load.queued);
         let _permit = self.permits.acquire().await.map_err(|_| StoreError::Closed)?;
         let (reply, rx) = oneshot::channel();
         {
@@ -224,6 +287,8 @@ type Replies = Vec<Reply>;
 struct Applied {
     outcomes: Vec<StoreResult<WriteOutcome>>,
     replies: Replies,
+    /// When the writer began applying it.
+    started: Instant,
 }
 
 fn writer_loop(
@@ -232,6 +297,7 @@ fn writer_loop(
     wake: Sender<Msg>,
     opts: GroupCommitOptions,
     order: Arc<AtomicU64>,
+    (lane, load): (usize, Arc<Load>),
 ) {
     let m = WriterMetrics::new();
     // The fsync runs on a thread of its own (`syncer_loop`), so this thread resolves and
@@ -239,10 +305,11 @@ fn writer_loop(
     let (to_syncer, applied_rx) = channel::<Applied>();
     let (recycle, recycled) = channel::<Replies>();
     let syncer = {
-        let (engine, order, m, recycle) = (engine.clone(), order.clone(), m.clone(), recycle.clone());
+        let (engine, order, m, recycle, load) =
+            (engine.clone(), order.clone(), m.clone(), recycle.clone(), load.clone());
         std::thread::Builder::new()
             .name(format!("{}-sync", std::thread::current().name().unwrap_or("likewise-group-commit")))
-            .spawn(move || syncer_loop(&*engine, applied_rx, recycle, wake, &order, &m))
+            .spawn(move || syncer_loop(&*engine, applied_rx, recycle, wake, &order, &m, (lane, &load)))
     };
     let syncer = match syncer {
         Ok(t) => Some(t),
@@ -318,13 +385,13 @@ fn writer_loop(
         m.apply.record(started.elapsed().as_secs_f64());
         ops.clear();
         let next = recycled.try_recv().unwrap_or_else(|_| Vec::with_capacity(opts.max_batch.min(4096)));
-        let batch = Applied { outcomes, replies: std::mem::replace(&mut replies, next) };
+        let batch = Applied { outcomes, replies: std::mem::replace(&mut replies, next), started };
         if syncer.is_some() {
             syncing += 1;
             // The syncer only ends when this sender is dropped, below.
             let _ = to_syncer.send(batch);
         } else {
-            sync_and_answer(&*engine, vec![batch], &recycle, &order, &m);
+            sync_and_answer(&*engine, vec![batch], &recycle, &order, &m, (lane, &load));
         }
     }
     // Anything left in the queue after Close gets `Closed` when its sender is dropped here;
@@ -344,12 +411,13 @@ fn syncer_loop(
     wake: Sender<Msg>,
     order: &AtomicU64,
     m: &WriterMetrics,
+    load: (usize, &Load),
 ) {
     while let Ok(first) = rx.recv() {
         let mut batches = vec![first];
         batches.extend(rx.try_iter());
         let n = batches.len();
-        sync_and_answer(engine, batches, &recycle, order, m);
+        sync_and_answer(engine, batches, &recycle, order, m, load);
         let _ = wake.send(Msg::Synced(n));
     }
 }
@@ -362,12 +430,18 @@ fn sync_and_answer(
     recycle: &Sender<Replies>,
     order: &AtomicU64,
     m: &WriterMetrics,
+    (lane, load): (usize, &Load),
 ) {
+    let first_applied = batches.iter().map(|b| b.started).min();
+    let ops: usize = batches.iter().map(|b| b.replies.len()).sum();
     let started = Instant::now();
     let synced =
         if batches.iter().any(|b| b.outcomes.iter().any(|o| o.is_ok())) { engine.sync() } else { Ok(()) };
     m.fsync.record(started.elapsed().as_secs_f64());
-    for Applied { outcomes, mut replies } in batches {
+    if let Some(t) = first_applied {
+        load.record(lane, ops, t.elapsed());
+    }
+    for Applied { outcomes, mut replies, .. } in batches {
         let first = order.fetch_add(replies.len() as u64, Ordering::SeqCst);
         let mut failed: Option<StoreError> = None;
         for (k, (reply, outcome)) in replies.drain(..).zip(outcomes).enumerate() {
@@ -597,6 +671,46 @@ mod tests {
         first.await.expect("test step").expect("the first write");
         gc.submit(op(3)).await.expect("a later write");
         assert_eq!(engine.state.lock().applied, 2, "the abandoned write was applied");
+        gc.close();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_that_would_outwait_its_deadline_is_refused_at_once() {
+        let engine = Arc::new(Recorder::default());
+        let gc = GroupCommitter::start(engine.clone(), opts(64));
+        let first = one_write_held_in_fsync(&engine, &gc).await;
+        // A queue that the (still unmeasured) commit rate would take minutes to drain.
+        let queued: Vec<_> = (0..SHED_FLOOR as u64)
+            .map(|u| {
+                let gc = gc.clone();
+                tokio::spawn(async move { gc.submit(op(10 + u)).await })
+            })
+            .collect();
+        while (gc.load.queued.load(Ordering::Relaxed) as usize) <= SHED_FLOOR {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let within_a_second = || Arc::new(RequestWrites::until(Instant::now() + Duration::from_secs(1)));
+        // Refused at once: it must not join the held queue (bounded, so a regression fails
+        // instead of hanging).
+        let shed =
+            tokio::time::timeout(Duration::from_secs(5), within_a_second().scope(gc.submit(op(99_999))))
+                .await
+                .map_err(|_| "queued instead of refused");
+        assert!(matches!(shed, Ok(Err(StoreError::Shed { retry_after_secs: 1..=30 }))), "{shed:?}");
+        // Without a deadline (workers, tools), a write always joins the queue.
+        let patient = tokio::spawn({
+            let gc = gc.clone();
+            async move { gc.submit(op(99_998)).await }
+        });
+        release(&engine);
+        first.await.expect("test step").expect("the first write");
+        for q in queued {
+            q.await.expect("test step").expect("a queued write");
+        }
+        patient.await.expect("test step").expect("the patient write");
+        assert_eq!(engine.state.lock().applied, SHED_FLOOR as u64 + 2, "the refused write was applied");
+        // Drained, a write with a deadline is taken again.
+        within_a_second().scope(gc.submit(op(5))).await.expect("admitted once drained");
         gc.close();
     }
 

@@ -50,13 +50,24 @@ tokio::task_local! {
     static REQUEST: Arc<RequestWrites>;
 }
 
-/// The writes one request has handed to the committer.
+/// The writes one request has handed to the committer, and its deadline.
 #[derive(Debug, Default)]
 pub struct RequestWrites {
     gates: parking_lot::Mutex<Vec<Arc<OpGate>>>,
+    deadline: Option<std::time::Instant>,
 }
 
 impl RequestWrites {
+    /// A request that must be answered by `deadline`.
+    pub fn until(deadline: std::time::Instant) -> Self {
+        RequestWrites { gates: Default::default(), deadline: Some(deadline) }
+    }
+
+    /// The current request's deadline, if the caller runs inside a scope that has one.
+    pub(crate) fn deadline() -> Option<std::time::Instant> {
+        REQUEST.try_with(|r| r.deadline).ok().flatten()
+    }
+
     /// Run `f` (a request's handler) with this request's writes tracked.
     pub fn scope<F: Future>(self: Arc<Self>, f: F) -> impl Future<Output = F::Output> {
         REQUEST.scope(self, f)
