@@ -165,7 +165,7 @@ impl Likes {
                 self.state.insert(key, St::Known(liked));
                 Sent::Acked
             }
-            Ok((503, _)) => Sent::Unanswered,
+            Ok((503 | 504, _)) => Sent::Unanswered,
             Ok((st, v)) => panic!("{} as {} answered {st}: {v}", self.path(key.0), key.1),
             Err(_) => Sent::Dead,
         }
@@ -358,7 +358,7 @@ impl Task {
                 self.comments.push(MyComment { id, post, author, deletable, state: CState::Alive });
                 Sent::Acked
             }
-            Ok((503, _)) => {
+            Ok((503 | 504, _)) => {
                 self.unknown_comments += 1;
                 Sent::Unanswered
             }
@@ -378,7 +378,7 @@ impl Task {
                 self.comments[i].state = CState::Deleted;
                 Sent::Acked
             }
-            Ok((503, _)) => Sent::Unanswered,
+            Ok((503 | 504, _)) => Sent::Unanswered,
             Ok((st, v)) => panic!("DELETE comment {id} as {author} answered {st}: {v}"),
             Err(_) => Sent::Dead,
         }

@@ -159,7 +159,7 @@ async fn ballast(c: Arc<Client>, base: String, stop: Arc<AtomicBool>, seed: u64)
         let body = serde_json::json!({ "words": words }).to_string();
         let user = rng.random_range(900_000..900_100);
         match c.call(&base, Method::PUT, "/v1/me/hidden-words", user, false, &body).await {
-            Ok((200 | 503, _)) => {}
+            Ok((200 | 503 | 504, _)) => {}
             Ok((st, v)) => panic!("hidden words answered {st}: {v}"),
             Err(_) => return,
         }

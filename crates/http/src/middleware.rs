@@ -77,15 +77,12 @@ pub async fn require_json(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-/// How long a request past its deadline waits for a write it has in a committing batch.
-/// Storage bounds its own calls well within this; it only guards against a hung engine.
-const COMMITTING_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Answer 503 `unavailable` when a request takes longer than the configured timeout, and
 /// only when that is true: its writes still queued are cancelled first, so they never run
 /// (`likewise_store::write_gate`). A request with a write already in a committing batch waits
-/// for it instead and answers its real outcome; if even that does not come within
-/// [`COMMITTING_GRACE`], 504 `outcome_unknown`.
+/// for it instead and answers its real outcome; if even that does not come within half the
+/// timeout more (at most 5 s: a server cut off mid-commit), 504 `outcome_unknown`.
 pub async fn timeout(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let deadline = std::time::Instant::now() + state.opts.request_timeout;
     let writes = Arc::new(likewise_store::write_gate::RequestWrites::until(deadline));
@@ -99,7 +96,8 @@ pub async fn timeout(State(state): State<Arc<AppState>>, req: Request, next: Nex
                 return ApiError::unavailable("request timed out").into_response();
             }
             metrics::counter!("likewise_http_timeouts_committing_total").increment(1);
-            match tokio::time::timeout(COMMITTING_GRACE, handler).await {
+            let grace = (state.opts.request_timeout / 2).min(std::time::Duration::from_secs(5));
+            match tokio::time::timeout(grace, handler).await {
                 Ok(resp) => resp,
                 Err(_) => ApiError::outcome_unknown().into_response(),
             }
