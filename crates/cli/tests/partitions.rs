@@ -3,7 +3,7 @@
 //! each of PostgreSQL, Redis and NATS. Two API nodes, a worker and a standby worker serve a
 //! storm of likes, unlikes and comments while each fault (blackhole, 500 ms delay, dropped
 //! connections, half-open connections, a 16 KiB/s throttle) is applied to each server in
-//! turn for `LIKEWISE_PARTITION_FAULT_SECONDS` (10) seconds, then healed. Then the active
+//! turn for `LIKEWISE_PARTITION_FAULT_SECONDS` (6) seconds, then healed. Then the active
 //! worker alone is cut off from PostgreSQL, and the standby must take over.
 //!
 //! Checked throughout: every request is answered within `server.request_timeout_ms` (half
@@ -37,7 +37,7 @@ fn author(post: u64) -> u64 {
 }
 
 fn fault_time() -> Duration {
-    let s = std::env::var("LIKEWISE_PARTITION_FAULT_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    let s = std::env::var("LIKEWISE_PARTITION_FAULT_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(6);
     Duration::from_secs(s)
 }
 

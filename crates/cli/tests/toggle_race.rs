@@ -112,7 +112,9 @@ async fn toggles_racing_over_two_nodes_leave_viewer_has_liked_equal_to_the_rows(
     let _worker = d.start("worker");
     let (a, b) = (d.start("api"), d.start("api"));
     let bases = vec![a.base.clone(), b.base.clone()];
-    for seed in 1..=5u64 {
+    // Three rounds in CI; LIKEWISE_TOGGLE_ROUNDS for more.
+    let rounds = std::env::var("LIKEWISE_TOGGLE_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3u64);
+    for seed in 1..=rounds {
         // A client per round: the nodes close connections idle for 10 s, as the last round's
         // are by now.
         let c = Client::new();
