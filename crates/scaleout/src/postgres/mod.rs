@@ -192,23 +192,27 @@ pub(crate) fn cause(e: &deadpool_postgres::PoolError, waited: u64) -> String {
         PoolError::Timeout(_) => {
             format!("no answer within {waited} s (is a PostgreSQL server listening there, and reachable?)")
         }
-        PoolError::Backend(pg) => {
-            if let Some(db) = pg.as_db_error() {
-                return format!("{}: {}", db.severity(), db.message());
-            }
-            let mut text = pg.to_string();
-            let mut next = std::error::Error::source(pg);
-            while let Some(s) = next {
-                let more = s.to_string();
-                if !text.contains(&more) {
-                    text = format!("{text}: {more}");
-                }
-                next = s.source();
-            }
-            text
-        }
+        PoolError::Backend(pg) => pg_cause(pg),
         other => other.to_string(),
     }
+}
+
+/// A driver error in one line: the server's words (`FATAL: ...`), else the driver's with
+/// each source once (`error connecting to server: Connection refused (os error 111)`).
+pub(crate) fn pg_cause(pg: &tokio_postgres::Error) -> String {
+    if let Some(db) = pg.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
+    }
+    let mut text = pg.to_string();
+    let mut next = std::error::Error::source(pg);
+    while let Some(s) = next {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        next = s.source();
+    }
+    text
 }
 
 /// How long a pool waits for a free connection and for a new one to open.
@@ -440,17 +444,21 @@ impl PgStore {
     /// A connection to `shard` at start-up: a failure says, in one line, which shard (its URL
     /// without the password), which setting names it, and why.
     async fn startup_conn(&self, shard: usize) -> StoreResult<deadpool_postgres::Object> {
-        let pool = self.pool_of(shard)?;
-        pool.get().await.map_err(|e| {
+        self.conn_or_cause(shard).await.map_err(|why| {
             let (url, configured) = self.inner.shown.read().get(shard).cloned().unwrap_or_default();
             let setting = if configured {
                 "store.postgres_shards"
             } else {
                 "the placement catalog (`likewise shards add`)"
             };
-            let waited = pool.timeouts().create.map_or(0, |d| d.as_secs());
-            StoreError::Engine(format!("{setting}: shard {shard} ({url}): {}", cause(&e, waited)))
+            StoreError::Engine(format!("{setting}: shard {shard} ({url}): {why}"))
         })
+    }
+
+    /// A connection to `shard`'s primary, or why there is none, in one line ([`cause`]).
+    pub(crate) async fn conn_or_cause(&self, shard: usize) -> Result<deadpool_postgres::Object, String> {
+        let pool = self.pool_of(shard).map_err(|e| e.to_string())?;
+        pool.get().await.map_err(|e| cause(&e, pool.timeouts().create.map_or(0, |d| d.as_secs())))
     }
 
     /// Fail unless every shard has every migration (a node never runs on an old schema).

@@ -56,7 +56,8 @@ pub struct ShardReport {
 impl PgStore {
     /// Report on `shard` (an error when its primary cannot be reached).
     pub async fn shard_report(&self, shard: usize) -> StoreResult<ShardReport> {
-        let c = self.conn(shard).await?;
+        // The cause, not just "unreachable": a refused password and a dead port need different fixes.
+        let c = self.conn_or_cause(shard).await.map_err(likewise_core::StoreError::Engine)?;
         let version: String = c.query_one("SHOW server_version", &[]).await.map_err(pg_err)?.get(0);
         let missing_migrations = migrate::missing(&c).await?;
         let database_bytes: i64 =
@@ -79,7 +80,7 @@ impl PgStore {
             .collect();
         let replica = match self.replica_conn(shard).await {
             None => None,
-            Some(Err(e)) => Some(Err(e.to_string())),
+            Some(Err(why)) => Some(Err(why)),
             Some(Ok(rc)) => {
                 let primary_lsn: String =
                     c.query_one("SELECT pg_current_wal_lsn()::text", &[]).await.map_err(pg_err)?.get(0);

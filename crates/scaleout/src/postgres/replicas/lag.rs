@@ -104,12 +104,9 @@ impl Link {
     }
 }
 
-/// A driver error with the server's message, when there is one.
+/// A driver error in one line, with its cause (`postgres::pg_cause`).
 fn describe(e: tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => db.to_string(),
-        None => e.to_string(),
-    }
+    crate::postgres::pg_cause(&e)
 }
 
 /// Measures one replica against its primary; its task is aborted with the store.
@@ -123,6 +120,10 @@ pub(super) struct Tracker {
     samples: Samples,
     /// The replica was found not to be a standby (warned once per finding).
     not_standby: bool,
+    /// The replica's URL without its password, for the warning.
+    shown: String,
+    /// The last probe of the replica failed (warned once per outage, also one from the start).
+    failing: bool,
 }
 
 impl Tracker {
@@ -144,6 +145,8 @@ impl Tracker {
             every,
             samples: Samples::default(),
             not_standby: false,
+            shown: tls::redact(replica),
+            failing: false,
         })
     }
 
@@ -177,6 +180,7 @@ impl Tracker {
                     tracing::info!(shard, "replica answers; it serves reads while fresh");
                 }
                 self.not_standby = false;
+                self.failing = false;
             }
             Ok(None) => {
                 state.up.store(false, Ordering::Release);
@@ -189,8 +193,16 @@ impl Tracker {
                 }
             }
             Err(e) => {
-                if state.up.swap(false, Ordering::AcqRel) {
-                    tracing::warn!(shard, error = %e, "replica unreachable; reads go to the primary");
+                state.up.store(false, Ordering::Release);
+                // Once per outage, also when the replica never answered (a wrong password, a
+                // dead port): else a misconfigured replica went unnoticed, reads quietly on the
+                // primary.
+                if !std::mem::replace(&mut self.failing, true) {
+                    tracing::warn!(
+                        "store.postgres_replicas: shard {shard}'s replica ({}) is unusable: {e}; reads go to \
+                         the primary",
+                        self.shown
+                    );
                 }
             }
         }

@@ -212,9 +212,10 @@ impl PgStore {
 
     /// A connection to `shard`'s replica whatever its state (`shards status`); `None` when it
     /// has none.
-    pub(crate) async fn replica_conn(&self, shard: usize) -> Option<StoreResult<Object>> {
+    pub(crate) async fn replica_conn(&self, shard: usize) -> Option<Result<Object, String>> {
         let r = self.inner.replicas.by_shard.get(shard)?.as_ref()?;
-        Some(r.conn().await)
+        let waited = r.pool.timeouts().create.map_or(0, |d| d.as_secs());
+        Some(r.pool.get().await.map_err(|e| super::cause(&e, waited)))
     }
 
     /// What `shard`'s replica is doing; `None` when it has none.
