@@ -73,7 +73,8 @@ fn op_shard(s: &PgStore, op: &WriteOp) -> usize {
 }
 
 impl PgStore {
-    /// Apply a batch, the first error for all (tests and tools that write whole batches).
+    /// Apply a batch, the first error for all (tests that write whole batches).
+    #[cfg(test)]
     pub(crate) async fn apply_async(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
         self.apply_each_async(ops).await.into_iter().collect()
     }

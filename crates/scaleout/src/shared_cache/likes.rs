@@ -313,13 +313,43 @@ struct OwnWrite {
 /// Most writes per pipeline.
 const MAX_PIPELINE: usize = 4_096;
 
+/// How soon records whose write failed are written again when no new write comes first.
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Most records kept for another try (about 100 B each); past it, new failures are counted
+/// and left to the reverse index.
+const MAX_PENDING: usize = 100_000;
+
 /// Write every queued own-like record in ONE pipeline (per shard of the current bucket: one
 /// `ZADD GT`, and one `ZMSCORE` per other bucket readers look at), then repair the keys found
 /// in another bucket (module docs), then answer each caller.
+///
+/// A pipeline that fails (a Redis server down, restarting empty, or skipped for a moment)
+/// keeps its records and writes them again with the next pipeline or within
+/// [`RETRY_EVERY`]: left unwritten, a viewer's newer record would be missing while an older
+/// one of theirs may still stand, and their heart would show that older state until it
+/// expired. `ZADD GT` makes a late write harmless: a record never replaces a newer one.
 async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::UnboundedReceiver<OwnWrite>) {
     let mut unlinked = None;
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
+    let mut pending: HashMap<String, (u64, u64)> = HashMap::new();
+    loop {
+        // A closed channel (shutdown) ends the loop; records still pending are left to the
+        // reverse index, as any record the process did not live to write.
+        let first = if pending.is_empty() {
+            match rx.recv().await {
+                Some(w) => Some(w),
+                None => return,
+            }
+        } else {
+            tokio::select! {
+                w = rx.recv() => match w {
+                    Some(w) => Some(w),
+                    None => return,
+                },
+                () = tokio::time::sleep(RETRY_EVERY) => None,
+            }
+        };
+        let mut batch: Vec<OwnWrite> = first.into_iter().collect();
         while batch.len() < MAX_PIPELINE {
             match rx.try_recv() {
                 Ok(w) => batch.push(w),
@@ -329,7 +359,8 @@ async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::Un
         let now = clock();
         let bucket = layout.bucket(now);
         let others: Vec<u64> = layout.read_buckets(now).into_iter().filter(|b| *b != bucket).collect();
-        let shards = by_shard(&layout, &batch);
+        let retried = pending.len();
+        let shards = by_shard(&layout, &batch, std::mem::take(&mut pending));
         let mut pipe = redis.servers.pipe();
         for (shard, records) in &shards {
             add_records(&mut pipe, &layout, bucket, *shard, records.iter().map(|(f, s)| (f.as_str(), *s)));
@@ -354,6 +385,25 @@ async fn write_loop(redis: Redis, layout: Layout, clock: Clock, mut rx: mpsc::Un
             unlinked = Some(old);
         }
         let result = write(&redis, &layout, pipe, bucket, &others, &shards).await.map_err(|e| e.to_string());
+        match &result {
+            Ok(()) if retried > 0 => {
+                metrics::counter!("likewise_own_likes_rewritten_total").increment(retried as u64);
+            }
+            Ok(()) => {}
+            Err(_) => {
+                for (shard, records) in shards {
+                    for (field, score) in records {
+                        if pending.len() < MAX_PENDING || pending.contains_key(&field) {
+                            let e = pending.entry(field).or_insert((shard, score));
+                            e.1 = e.1.max(score);
+                        } else {
+                            metrics::counter!("likewise_own_likes_unwritten_total").increment(1);
+                        }
+                    }
+                }
+            }
+        }
+        metrics::gauge!("likewise_own_likes_pending").set(pending.len() as f64);
         metrics::histogram!("likewise_own_likes_pipeline_size").record(batch.len() as f64);
         for w in batch {
             let _ = w.reply.send(result.clone().map_err(|e| StoreError::Engine(format!("redis: {e}"))));
@@ -439,8 +489,13 @@ fn repairs<'a>(
     out
 }
 
-/// The batch's records by shard, as (field, score) pairs: one per field, the latest commit's.
-fn by_shard(layout: &Layout, batch: &[OwnWrite]) -> Vec<(u64, Vec<(String, u64)>)> {
+/// The batch's records and the `pending` ones (field -> (shard, score)) by shard, as (field,
+/// score) pairs: one per field, the latest commit's.
+fn by_shard(
+    layout: &Layout,
+    batch: &[OwnWrite],
+    pending: HashMap<String, (u64, u64)>,
+) -> Vec<(u64, Vec<(String, u64)>)> {
     let mut latest: HashMap<(UserId, Target), &OwnWrite> = HashMap::with_capacity(batch.len());
     for w in batch {
         let e = latest.entry((w.user, w.target)).or_insert(w);
@@ -448,11 +503,15 @@ fn by_shard(layout: &Layout, batch: &[OwnWrite]) -> Vec<(u64, Vec<(String, u64)>
             *e = w;
         }
     }
-    let mut out: HashMap<u64, Vec<(String, u64)>> = HashMap::new();
+    let mut fields = pending;
     for w in latest.into_values() {
-        out.entry(layout.shard(w.user))
-            .or_default()
-            .push((field(w.user, w.target), score(w.liked, w.position)));
+        let (f, s) = (field(w.user, w.target), score(w.liked, w.position));
+        let e = fields.entry(f).or_insert((layout.shard(w.user), s));
+        e.1 = e.1.max(s);
+    }
+    let mut out: HashMap<u64, Vec<(String, u64)>> = HashMap::new();
+    for (f, (shard, s)) in fields {
+        out.entry(shard).or_default().push((f, s));
     }
     out.into_iter().collect()
 }
@@ -886,5 +945,79 @@ mod tests {
         assert_eq!(liked(&a, 6, &[11, 31]).await, vec![true, false]);
         assert_eq!(f.reads(), 5, "one lookup per page");
         f.cleanup().await;
+    }
+
+    /// A record whose write failed while its Redis server was down is written again once the
+    /// server is back (empty, as a restarted cache is), with no other write after it: the
+    /// viewer's heart follows their last commit, not the reverse index's lag or an expiry.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_redis_missed_is_written_once_the_server_is_back() {
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let start = || {
+            std::process::Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("redis-server is not installed (Debian package redis-server)")
+        };
+        let mut server = start();
+        let opts = RedisOptions {
+            url: format!("redis://127.0.0.1:{port}/0"),
+            prefix: format!("lwtest:ownretry:{}", rand::random::<u64>()),
+            own_likes_ttl: Duration::from_millis(WIDTH),
+            own_likes_shards: 4,
+            ..Default::default()
+        };
+        let mut redis = None;
+        for _ in 0..100 {
+            if let Ok(r) = Redis::connect(&opts).await {
+                redis = Some(r);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let redis = redis.expect("the test's redis-server did not start");
+        let index = Arc::new(Index(Mutex::new(HashSet::new()), AtomicU64::new(0)));
+        let at = (likewise_store::now_ms() / WIDTH + 4) * WIDTH + 100;
+        let node = CachedLikes::with_clock(index, redis.clone(), Arc::new(move || at));
+        set(&node, 9, 42, true, 7).await;
+        let _ = server.kill();
+        let _ = server.wait();
+        // The unlike commits while the server is gone: its record cannot be written now.
+        let position = 8 << INDEX_BITS;
+        assert!(node.record(UserId(9), Target::post(42), false, position).await.is_err());
+        let mut server = start();
+        let layout = Layout::new(&redis);
+        let key = layout.key(layout.bucket(at), layout.shard(UserId(9)));
+        let client = redis::Client::open(opts.url.clone()).expect("url");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        let stored = loop {
+            let got: Option<f64> = match client.get_multiplexed_async_connection().await {
+                Ok(mut c) => redis::cmd("ZSCORE")
+                    .arg(&key)
+                    .arg(field(UserId(9), Target::post(42)))
+                    .query_async(&mut c)
+                    .await
+                    .unwrap_or(None),
+                Err(_) => None,
+            };
+            if got.is_some() || tokio::time::Instant::now() > deadline {
+                break got;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let _ = server.kill();
+        let _ = server.wait();
+        assert_eq!(stored, Some(score(false, position) as f64), "the missed unlike was never written again");
     }
 }
