@@ -494,8 +494,7 @@ async fn top_pages_hold_across_a_restart_with_comments_arriving() {
             total += 1;
         }
     }
-    // Every like ranked before the walk: a score that moves while someone pages may cross
-    // their cursor (the documented limit of a stateless order).
+    // Every like ranked before the walk, so the order is known to be settled.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while top_walk(&app, 71, 9, 100).await.iter().map(|c| c["like_count"].as_i64().unwrap_or(0)).sum::<i64>()
         != total
@@ -531,5 +530,106 @@ async fn top_pages_hold_across_a_restart_with_comments_arriving() {
         missing.is_empty() && extra.is_empty(),
         "missing {missing:?}, written after the first page {extra:?}"
     );
+    Arc::try_unwrap(app).ok().expect("sole owner").stop().await;
+}
+
+/// Like comment `c` as each of `users`.
+async fn like_comment(app: &TestApp, c: u64, users: std::ops::Range<u64>) {
+    for u in users {
+        let (st, v) =
+            app.call(Method::PUT, &format!("/v1/comments/{c}/like"), Some(&app.user(u)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+}
+
+/// Likers of [`walk_lifting`], and the comments it lifted.
+struct Lifter {
+    next_user: u64,
+    lifted: Vec<u64>,
+}
+
+/// Walk post 72's top order 7 at a time as user 9. After each of the first three pages, an
+/// unseen comment is liked to the top (more likes than the top one has) and the walk waits
+/// until the index ranks it there: it then sits above the cursor, where a walk ranking by
+/// today's scores never looks again.
+/// With `restart`, the server restarts after the second page.
+async fn walk_lifting(
+    mut app: Arc<TestApp>,
+    all: &[u64],
+    restart: bool,
+    l: &mut Lifter,
+) -> (Vec<u64>, Arc<TestApp>) {
+    let mut seen: Vec<u64> = Vec::new();
+    let mut cursor = String::new();
+    for page in 0.. {
+        let path = format!("/v1/posts/72/comments?order=top&limit=7{cursor}");
+        let (st, v) = app.call(Method::GET, &path, Some(&app.user(9)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        seen.extend(ids(&v));
+        let Some(next) = v["next_cursor"].as_str() else { break };
+        cursor = format!("&cursor={next}");
+        let top = "/v1/posts/72/comments?order=top&limit=1";
+        let unseen = all.iter().find(|c| !seen.contains(c) && !l.lifted.contains(c));
+        if let Some(&target) = unseen.filter(|_| page < 3) {
+            l.lifted.push(target);
+            let (_, v) = app.call(Method::GET, top, Some(&app.user(9)), None).await;
+            let n = v["items"][0]["like_count"].as_u64().expect("like_count") + 6;
+            like_comment(&app, target, l.next_user..l.next_user + n).await;
+            l.next_user += n;
+            // Generous: likes reach the index through the aggregator, behind a loaded machine.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
+                let (_, v) = app.call(Method::GET, top, Some(&app.user(9)), None).await;
+                if v["items"][0]["comment_id"] == json!(target.to_string()) {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "{target} with {n} likes never led: {v}");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        if restart && page == 1 {
+            let dir = app.data_dir.clone();
+            Arc::try_unwrap(app).ok().expect("sole owner").stop_for_restart().await;
+            app = Arc::new(TestApp::start(&dir).await);
+        }
+    }
+    (seen, app)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_pages_show_every_comment_once_while_comments_are_liked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = Arc::new(TestApp::start(dir.path()).await);
+    app.post(72, 7, false).await;
+    comments_concurrently(&app, 72, 700_000..700_060, prose).await;
+    let all: Vec<u64> = newest_ids(&app, 72, 9).await;
+    assert_eq!(all.len(), 60);
+    // A few likes a second on random comments, for the whole first walk.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let liker = {
+        let (app, stop, all) = (app.clone(), stop.clone(), all.clone());
+        tokio::spawn(async move {
+            let mut u = 800_000u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let c = all[rand::random_range(0..all.len())];
+                like_comment(&app, c, u..u + 1).await;
+                u += 1;
+                // Pacing of the load, not a wait for anything.
+                tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+            }
+        })
+    };
+    let mut lifter = Lifter { next_user: 900_000, lifted: Vec::new() };
+    let (seen, app) = walk_lifting(app, &all, false, &mut lifter).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    liker.await.expect("liker");
+    let unique: HashSet<u64> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "no comment twice: {seen:?}");
+    assert_eq!(unique, all.iter().copied().collect(), "all 60 comments, once each");
+    // Once more, with a restart of the server between two pages.
+    let (seen, app) = walk_lifting(app, &all, true, &mut lifter).await;
+    let unique: HashSet<u64> = seen.iter().copied().collect();
+    assert_eq!(unique.len(), seen.len(), "no comment twice across a restart: {seen:?}");
+    assert_eq!(unique, all.iter().copied().collect(), "all 60 comments across a restart");
     Arc::try_unwrap(app).ok().expect("sole owner").stop().await;
 }

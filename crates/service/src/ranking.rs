@@ -14,13 +14,16 @@
 //! come first on the first page.
 //!
 //! Paging is stateless, so any node continues any cursor, after restarts too: the cursor is
-//! the last comment's viewer score and ID, and the time of the first page. The next page is
-//! the viewer's order strictly below that point, read from the index: an entry's viewer score
-//! is its score or its score plus the boost, so the walk reads the index from the cursor down
-//! until no entry further down can beat the page's last one. Comments written after the first
-//! page are left out, so the walk is over the comments of that moment; a comment whose score
-//! crosses the cursor while someone pages can be missed or seen twice, as in any order that
-//! changes while it is read.
+//! the last comment's viewer score and ID, the time of the first page and the post's index
+//! version then (`RankIndex::rank_version`). The next page is the viewer's order strictly
+//! below that point, read from the index as it was at that version (`RankIndex::ranked_at`:
+//! the store keeps where entries were before likes or moderation moved them), so a walk shows
+//! every comment of its first page's moment once, ranked as of that moment, however scores
+//! change while it pages. An entry's viewer score is its score or its score plus the boost,
+//! so the walk reads the index from the cursor down until no entry further down can beat the
+//! page's last one. Comments written after the first page are left out. The store remembers
+//! moves for `RANK_HISTORY_MS` (15 minutes): a walk paged for longer sees later moves, and a
+//! comment whose score crossed its cursor after that can be missed or seen twice.
 //!
 //! Feed previews come from [`TopCache`]: the best `TOP_K` entries of a post with the authors
 //! and statuses a viewer's filter needs, recomputed by the ranker when events touch the post.
@@ -126,6 +129,9 @@ pub struct TopCursor {
     pub id: CommentId,
     /// Comments with this ID or higher (written after the first page) are left out.
     pub bound: u64,
+    /// The post's index version at the first page: later pages rank as of it. `None` for
+    /// cursors issued before versions existed (they rank as of each page).
+    pub version: Option<u64>,
 }
 
 /// A page of top comments.
@@ -155,6 +161,8 @@ struct Walk {
     after: Option<(f64, CommentId)>,
     /// Comments with this ID or higher are left out.
     bound: u64,
+    /// Rank as of this index version (`None`: as of now).
+    version: Option<u64>,
 }
 
 /// `(score, id)` after `(cursor score, cursor id)` in best-first order?
@@ -269,9 +277,9 @@ impl Ranking {
         let meta = self.upstream.require_post(post).await?;
         let (pins, followees) = tokio::join!(self.review.pins(post), self.upstream.followees(reader.user));
         let (pins, followees) = (pins?, followees?);
-        let (after, bound) = match cursor {
-            Some(c) => (Some((c.score, c.id)), c.bound),
-            None => (None, first_id_at(now_ms() + 1)),
+        let (after, bound, mut version) = match cursor {
+            Some(c) => (Some((c.score, c.id)), c.bound, c.version),
+            None => (None, first_id_at(now_ms() + 1), None),
         };
         let mut recs: Vec<CommentRecord> = Vec::with_capacity(limit);
         if after.is_none() {
@@ -279,6 +287,8 @@ impl Ranking {
             if self.shared.stores.ranks.ranked(post, None, 1).await?.is_empty() {
                 self.comments.indexer.backfill(post).await?;
             }
+            // Read after any backfill, so the walk's moment includes what it indexed.
+            version = Some(self.shared.stores.ranks.rank_version(post).await?);
             for r in self.upstream.comment_records(&pins).await?.into_iter().flatten() {
                 if let Some(seen) = as_seen_by(reader, &r)
                     && (!seen.status.is_deleted() || self.comments.placeholder_shown(reader, &seen).await?)
@@ -293,12 +303,12 @@ impl Ranking {
             // A page of pins only: the next one starts at the top of the walk.
             (Vec::new(), true)
         } else {
-            let walk = Walk { reader, post, post_author: meta.author, after, bound };
+            let walk = Walk { reader, post, post_author: meta.author, after, bound, version };
             self.walk(&walk, &pins, &followees, want).await?
         };
         let next = match (more, walked.last()) {
-            (true, Some((score, r))) => Some(TopCursor { score: *score, id: r.id, bound }),
-            (true, None) => Some(TopCursor { score: f64::INFINITY, id: CommentId(u64::MAX), bound }),
+            (true, Some((score, r))) => Some(TopCursor { score: *score, id: r.id, bound, version }),
+            (true, None) => Some(TopCursor { score: f64::INFINITY, id: CommentId(u64::MAX), bound, version }),
             (false, _) => None,
         };
         recs.extend(walked.into_iter().map(|(_, r)| r));
@@ -316,13 +326,17 @@ impl Ranking {
         followees: &HashSet<UserId>,
         want: usize,
     ) -> ServiceResult<(Vec<(f64, CommentRecord)>, bool)> {
-        let Walk { reader, post, post_author, after, bound } = *w;
+        let Walk { reader, post, post_author, after, bound, version } = *w;
+        let ranks = &self.shared.stores.ranks;
         let mut found: Vec<(f64, CommentRecord)> = Vec::new();
         // Unlisted entries (held, hidden) this viewer may see: their own, or all of them for
         // the post's author and moderators. Few, and all read at once.
         let everyone = reader.moderator || reader.user == post_author;
-        let held =
-            self.shared.stores.ranks.held_ranks(post, (!everyone).then_some(reader.user), MAX_WALK).await?;
+        let by = (!everyone).then_some(reader.user);
+        let held = match version {
+            Some(v) => ranks.held_ranks_at(post, v, by, MAX_WALK).await?,
+            None => ranks.held_ranks(post, by, MAX_WALK).await?,
+        };
         self.take_seen(reader, &held, after, bound, pins, followees, &mut found).await?;
         // No entry further down the index can beat the page's last one by more than this.
         let reach = if followees.is_empty() { 0.0 } else { FOLLOW_BOOST.log10() };
@@ -332,7 +346,10 @@ impl Ranking {
         let mut index_after = after;
         let mut read = 0usize;
         let exhausted = loop {
-            let entries = self.shared.stores.ranks.ranked(post, index_after, chunk).await?;
+            let entries = match version {
+                Some(v) => ranks.ranked_at(post, v, index_after, chunk).await?,
+                None => ranks.ranked(post, index_after, chunk).await?,
+            };
             read += entries.len();
             let end = entries.len() < chunk;
             let Some(last) = entries.last() else { break true };

@@ -1,7 +1,9 @@
-//! Pagination under concurrent writes: for random sequences of comment creates and deletes
-//! and of likes and unlikes interleaved with the pages of a walk (comments newest first,
-//! oldest first, the replies of a comment, likers; random page sizes), a walk
-//! - never shows an item twice, and keeps its order from page to page;
+//! Pagination under concurrent writes: for random sequences of comment creates and deletes,
+//! of likes and unlikes and of comments' scores moving (as comment likes move them)
+//! interleaved with the pages of a walk (comments newest first, oldest first, top, the replies
+//! of a comment, likers; random page sizes), a walk
+//! - never shows an item twice, and keeps its order from page to page (a top walk: the order
+//!   of its first page's moment, whatever scores do meanwhile);
 //! - never skips an item that existed (unchanged) for the whole walk: everything in both the
 //!   quiescent listing taken just before the walk and the one just after it (likers whose like
 //!   was toggled during the walk excepted: a new like is a new position);
@@ -17,9 +19,10 @@ use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::LikeAction;
 use likewise_core::model::{CommentsPolicy, PostMeta};
-use likewise_core::ports::Liker;
+use likewise_core::ports::{Liker, RankChange, RankEntry};
 use likewise_service::comments::{Order, Reader};
 use likewise_service::moderation::ModerationOptions;
+use likewise_service::ranking::TopCursor;
 use likewise_service::{Engagement, ServiceOptions};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -38,6 +41,9 @@ enum Op {
     Delete { nth: usize },
     /// Like (or unlike) the post as `user`.
     Like { user: u64, on: bool },
+    /// Move the `nth` comment's score up or down by `by` steps, as the aggregator does when
+    /// its likes change (the service alone runs no aggregator).
+    Rescore { nth: usize, up: bool, by: u8 },
     /// Fetch the next page of the walk in progress.
     Page,
 }
@@ -49,6 +55,7 @@ enum Walk {
     /// The replies of the `nth` comment written so far.
     Replies(usize),
     Likers,
+    Top,
 }
 
 #[derive(Debug, Clone)]
@@ -65,6 +72,7 @@ fn write_op() -> impl Strategy<Value = Op> {
         5 => (10u64..30, proptest::option::of(0usize..12)).prop_map(|(user, reply_to)| Op::Comment { user, reply_to }),
         2 => (0usize..12).prop_map(|nth| Op::Delete { nth }),
         4 => (10u64..22, any::<bool>()).prop_map(|(user, on)| Op::Like { user, on }),
+        4 => (0usize..12, any::<bool>(), 1u8..5).prop_map(|(nth, up, by)| Op::Rescore { nth, up, by }),
     ]
 }
 
@@ -78,6 +86,7 @@ fn phase() -> impl Strategy<Value = Phase> {
         Just(Walk::Oldest),
         (0usize..8).prop_map(Walk::Replies),
         Just(Walk::Likers),
+        Just(Walk::Top),
     ];
     (
         proptest::collection::vec(write_op(), 0..14),
@@ -89,6 +98,26 @@ fn phase() -> impl Strategy<Value = Phase> {
         .prop_map(|(setup, walk, limit, moderator, during)| Phase {
             setup,
             walk,
+            limit,
+            moderator,
+            during,
+        })
+}
+
+/// A top walk over a post with a dozen comments or so whose scores move between its pages.
+fn top_phase() -> impl Strategy<Value = Phase> {
+    let comment = (10u64..30).prop_map(|user| Op::Comment { user, reply_to: None });
+    let rescore = (0usize..16, any::<bool>(), 1u8..5).prop_map(|(nth, up, by)| Op::Rescore { nth, up, by });
+    let during = prop_oneof![4 => rescore, 3 => Just(Op::Page), 1 => write_op()];
+    (
+        proptest::collection::vec(comment, 6..16),
+        1usize..4,
+        any::<bool>(),
+        proptest::collection::vec(during, 4..24),
+    )
+        .prop_map(|(setup, limit, moderator, during)| Phase {
+            setup,
+            walk: Walk::Top,
             limit,
             moderator,
             during,
@@ -225,6 +254,15 @@ async fn apply(svc: &Engagement, model: &mut Model, op: &Op, touched: &mut Touch
                 model.likers.remove(&UserId(user));
             }
         }
+        Op::Rescore { nth, up, by } => {
+            let Some(&(id, _, None)) = model.written.get(nth) else { return };
+            let ranks = &svc.stores().ranks;
+            let Some(e) = ranks.ranks_of(POST, &[id]).await.expect("entry")[0] else { return };
+            // A step is about a tripling of its likes: enough to pass its neighbours.
+            let step = if up { 0.5 } else { -0.5 };
+            let moved = RankEntry { score: e.score + step * f64::from(by), ..e };
+            ranks.change_ranks(&[RankChange::Put(moved)]).await.expect("rescore");
+        }
         Op::Page => {}
     }
 }
@@ -249,6 +287,7 @@ impl Item {
 struct Cursor {
     comment: Option<CommentId>,
     liker: Option<Liker>,
+    top: Option<TopCursor>,
     done: bool,
 }
 
@@ -280,6 +319,13 @@ async fn page(
             c.done = p.next_after.is_none();
             p.items.iter().map(|v| Item::Comment(v.record.id)).collect()
         }
+        Walk::Top => {
+            let p = svc.ranking.list_top(reader, POST, c.top, limit).await.expect("top page");
+            assert!(p.items.len() <= limit, "page longer than its limit");
+            c.top = p.next;
+            c.done = p.next.is_none();
+            p.items.iter().map(|v| Item::Comment(v.record.id)).collect()
+        }
         Walk::Likers => {
             let p = svc.likes.post_likers(POST, c.liker, limit).await.expect("likers");
             assert!(p.items.len() <= limit, "page longer than its limit");
@@ -292,7 +338,7 @@ async fn page(
 }
 
 async fn full(svc: &Engagement, reader: Reader, walk: Walk, parent: Option<CommentId>) -> Option<Vec<Item>> {
-    let mut c = Cursor { comment: None, liker: None, done: false };
+    let mut c = Cursor { comment: None, liker: None, top: None, done: false };
     let mut out = Vec::new();
     while !c.done {
         out.extend(page(svc, reader, walk, parent, 100, &mut c).await?);
@@ -304,6 +350,7 @@ fn ordered(walk: Walk, items: &[Item]) -> bool {
     items.windows(2).all(|w| match walk {
         Walk::Newest | Walk::Likers => w[0] > w[1],
         Walk::Oldest | Walk::Replies(_) => w[0] < w[1],
+        Walk::Top => true, // by score: checked against the listing before the walk
     })
 }
 
@@ -333,7 +380,7 @@ async fn run(phases: Vec<Phase>) {
             Walk::Likers => {
                 assert_eq!(keys, model.likers.iter().map(|u| u.0).collect(), "likers == likes that are on")
             }
-            Walk::Newest | Walk::Oldest if reader.moderator => {
+            Walk::Newest | Walk::Oldest | Walk::Top if reader.moderator => {
                 let want: BTreeSet<u64> = model.top_level().iter().map(|c| c.0).collect();
                 assert_eq!(keys, want, "a moderator sees every existing top-level comment");
             }
@@ -346,15 +393,20 @@ async fn run(phases: Vec<Phase>) {
         }
 
         // The walk, with writes between its pages.
-        let mut cursor = Cursor { comment: None, liker: None, done: false };
+        let mut cursor = Cursor { comment: None, liker: None, top: None, done: false };
         let mut seen: Vec<Item> = Vec::new();
         let mut touched = Touched::default();
         let mut broken = false;
+        // The top order at the moment of the walk's first page (writes may come before it).
+        let mut at_start: Option<Vec<Item>> = None;
         for op in ph.during.iter().chain(std::iter::repeat(&Op::Page)) {
             if cursor.done || broken {
                 break;
             }
             if matches!(op, Op::Page) {
+                if matches!(ph.walk, Walk::Top) && at_start.is_none() {
+                    at_start = full(&svc, reader, ph.walk, parent).await;
+                }
                 match page(&svc, reader, ph.walk, parent, ph.limit, &mut cursor).await {
                     Some(items) => seen.extend(items),
                     None => broken = true,
@@ -373,6 +425,15 @@ async fn run(phases: Vec<Phase>) {
         let once: HashSet<u64> = seen.iter().map(|i| i.key()).collect();
         assert_eq!(once.len(), seen.len(), "a walk showed an item twice: {seen:?}");
         assert!(ordered(ph.walk, &seen), "a walk went out of order: {seen:?}");
+        if let Some(start) = &at_start {
+            // The walk keeps the order of its first page's moment, whatever scores did since:
+            // it is that listing less what went meanwhile, and skips nothing that stayed.
+            let kept: Vec<Item> = start.iter().filter(|i| once.contains(&i.key())).copied().collect();
+            assert_eq!(seen, kept, "a top walk left the order of its first page's moment");
+            for k in start.iter().map(|i| i.key()).filter(|k| after.iter().any(|a| a.key() == *k)) {
+                assert!(once.contains(&k), "the top walk skipped {k}, there at its start and after it");
+            }
+        }
         let before_keys: HashSet<u64> = before.iter().map(|i| i.key()).collect();
         let after_keys: HashSet<u64> = after.iter().map(|i| i.key()).collect();
         let changed =
@@ -404,6 +465,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 32, .. ProptestConfig::default() })]
     #[test]
     fn walks_never_repeat_or_skip_under_concurrent_writes(phases in proptest::collection::vec(phase(), 1..4)) {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+        rt.block_on(run(phases));
+    }
+
+    #[test]
+    fn top_walks_keep_their_first_moments_order_while_scores_move(phases in proptest::collection::vec(top_phase(), 1..3)) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
         rt.block_on(run(phases));
     }

@@ -402,7 +402,38 @@ pub trait RankIndex: Send + Sync {
         after: Option<(f64, CommentId)>,
         limit: usize,
     ) -> StoreResult<Vec<RankEntry>>;
+    /// The post's index version: it names the state of the post's entries once every change
+    /// read so far is applied (0 before the first). Changes of a post are serialised and each
+    /// one that moves an entry (its score, listed state or presence) takes a higher version,
+    /// so reading the version, then [`RankIndex::ranked_at`] with it at any later time, on
+    /// any node, sees the entries as they were when the version was read.
+    async fn rank_version(&self, post: PostId) -> StoreResult<u64>;
+    /// As [`RankIndex::ranked`], over the post's entries as they were at `version`: a comment
+    /// whose entry moved since is placed by its score then (and left out if it was unlisted
+    /// or had no entry then), so a walk over several calls sees one order however scores
+    /// change meanwhile. The flags and factor of an entry are today's. Moves older than
+    /// [`RANK_HISTORY_MS`] are forgotten: past that an entry reads as it is now.
+    async fn ranked_at(
+        &self,
+        post: PostId,
+        version: u64,
+        after: Option<(f64, CommentId)>,
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>>;
+    /// As [`RankIndex::held_ranks`], over the post's entries as they were at `version`
+    /// (see [`RankIndex::ranked_at`]).
+    async fn held_ranks_at(
+        &self,
+        post: PostId,
+        version: u64,
+        author: Option<UserId>,
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>>;
 }
+
+/// How long the rank index remembers where its entries were before they moved (for
+/// [`RankIndex::ranked_at`]): a top-comments walk older than this sees later moves.
+pub const RANK_HISTORY_MS: u64 = 15 * 60 * 1000;
 
 /// Unique-viewer sketches (HyperLogLog registers) per post.
 #[async_trait]

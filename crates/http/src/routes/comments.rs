@@ -25,21 +25,31 @@ const REPLIES_CURSOR: u8 = 3;
 const TOP_CURSOR: u8 = 5;
 
 fn seal_top(state: &AppState, post: PostId, c: TopCursor) -> String {
-    let mut p = Vec::with_capacity(33);
+    let mut p = Vec::with_capacity(41);
     p.extend_from_slice(&post.0.to_be_bytes());
-    p.push(3);
+    p.push(if c.version.is_some() { 4 } else { 3 });
     p.extend_from_slice(&c.score.to_bits().to_be_bytes());
     p.extend_from_slice(&c.id.0.to_be_bytes());
     p.extend_from_slice(&c.bound.to_be_bytes());
+    if let Some(v) = c.version {
+        p.extend_from_slice(&v.to_be_bytes());
+    }
     state.cursors.seal(TOP_CURSOR, &p)
 }
 
-/// A sealed top cursor: `post | 3 | viewer score | comment | bound` (kinds 1 and 2 were the
-/// per-node snapshot cursors of earlier versions, refused as invalid).
+/// A sealed top cursor: `post | 4 | viewer score | comment | bound | index version`, or
+/// `post | 3 | viewer score | comment | bound` as issued before versions (still continued,
+/// ranked as of each page). Kinds 1 and 2 were the per-node snapshot cursors of earlier
+/// versions, refused as invalid.
 fn open_top(state: &AppState, post: PostId, cursor: &str) -> Result<TopCursor, ApiError> {
     let bad = || ApiError::invalid("invalid cursor");
     let p = state.cursors.open(TOP_CURSOR, cursor)?;
-    if p.len() != 33 || p[..8] != post.0.to_be_bytes() || p[8] != 3 {
+    let versioned = match (p.len(), p.get(8)) {
+        (41, Some(4)) => true,
+        (33, Some(3)) => false,
+        _ => return Err(bad()),
+    };
+    if p[..8] != post.0.to_be_bytes() {
         return Err(bad());
     }
     let u = |at: usize| -> Result<u64, ApiError> {
@@ -49,7 +59,8 @@ fn open_top(state: &AppState, post: PostId, cursor: &str) -> Result<TopCursor, A
     if score.is_nan() {
         return Err(bad());
     }
-    Ok(TopCursor { score, id: CommentId(u(17)?), bound: u(25)? })
+    let version = if versioned { Some(u(33)?) } else { None };
+    Ok(TopCursor { score, id: CommentId(u(17)?), bound: u(25)?, version })
 }
 
 async fn list_top(

@@ -4,15 +4,25 @@
 //! `(post_id, author_id)`.
 //!
 //! A batch of changes is one transaction per shard it touches, applied in order (upserts and
-//! deletes by primary key). Only a post's shard aggregator writes its rows.
+//! deletes by primary key). Only a post's shard aggregator writes its rows (and an API node
+//! its own new comment's).
+//!
+//! Each transaction first raises its posts' versions (`comment_rank_versions`,
+//! `migrations/0021_comment_rank_history.sql`): the row locks order a post's writers, so a
+//! version names one committed state, and the entries each one moves are recorded in
+//! `comment_rank_history` with where they were before. [`RankIndex::ranked_at`] reads a
+//! post's entries as they were at a version in one statement (one snapshot).
 
 use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
 use futures::future::try_join_all;
 use likewise_core::StoreResult;
 use likewise_core::ids::{CommentId, PostId, UserId};
-use likewise_core::ports::{RankChange, RankEntry, RankIndex};
-use std::collections::BTreeMap;
+use likewise_core::ports::{RANK_HISTORY_MS, RankChange, RankEntry, RankIndex};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Most expired history rows one transaction deletes (more than one writes).
+const PRUNE_CHUNK: i64 = 512;
 
 impl PgStore {
     /// One shard's changes, in order, in one transaction.
@@ -29,7 +39,7 @@ impl PgStore {
         let (mut posts, mut comments, mut scores, mut replied) = (vec![], vec![], vec![], vec![]);
         let (mut authors, mut listed, mut liked, mut factors) = (vec![], vec![], vec![], vec![]);
         let (mut gone_posts, mut gone) = (vec![], vec![]);
-        for ((post, comment), c) in last {
+        for (&(post, comment), &c) in &last {
             match c {
                 RankChange::Put(e) => {
                     posts.push(post);
@@ -49,6 +59,77 @@ impl PgStore {
         }
         let mut c = self.conn(shard).await?;
         let tx = c.transaction().await.map_err(pg_err)?;
+        // Take the posts' version rows (in post order: two batches never wait on each other
+        // crosswise); from here on this batch is the posts' only writer, and the entries read
+        // next are the latest committed.
+        let touched: Vec<i64> = last.keys().map(|(p, _)| *p).collect::<BTreeSet<_>>().into_iter().collect();
+        let versions: HashMap<i64, i64> = tx
+            .query(
+                "INSERT INTO comment_rank_versions (post_id, version)
+                 SELECT p, 1 FROM unnest($1::bigint[]) AS p ORDER BY p
+                 ON CONFLICT (post_id) DO UPDATE SET version = comment_rank_versions.version + 1
+                 RETURNING post_id, version",
+                &[&touched],
+            )
+            .await
+            .map_err(pg_err)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let keys: (Vec<i64>, Vec<i64>) = last.keys().copied().unzip();
+        let before: HashMap<(i64, i64), (bool, f64, i64)> = tx
+            .query(
+                "SELECT r.post_id, r.comment_id, r.listed, r.score, r.author_id
+                 FROM comment_ranks r JOIN unnest($1::bigint[], $2::bigint[]) AS k(post_id, comment_id)
+                 ON r.post_id = k.post_id AND r.comment_id = k.comment_id",
+                &[&keys.0, &keys.1],
+            )
+            .await
+            .map_err(pg_err)?
+            .iter()
+            .map(|r| ((r.get(0), r.get(1)), (r.get(2), r.get(3), r.get(4))))
+            .collect();
+        // Where the entries this batch moves were.
+        let (mut h_posts, mut h_versions, mut h_comments, mut h_authors) = (vec![], vec![], vec![], vec![]);
+        let (mut h_present, mut h_listed, mut h_scores) = (vec![], vec![], vec![]);
+        for (key, change) in &last {
+            let old = before.get(key);
+            let new = match change {
+                RankChange::Put(e) => Some((e.listed, e.score, i(e.author.0))),
+                RankChange::Remove { .. } => None,
+            };
+            let place = |p: Option<&(bool, f64, i64)>| p.map(|(l, s, _)| (*l, s.to_bits()));
+            if place(old) == place(new.as_ref()) {
+                continue;
+            }
+            let Some(author) = old.or(new.as_ref()).map(|p| p.2) else { continue };
+            h_posts.push(key.0);
+            h_versions.push(versions.get(&key.0).copied().unwrap_or(1));
+            h_comments.push(key.1);
+            h_authors.push(author);
+            h_present.push(old.is_some());
+            h_listed.push(old.is_some_and(|p| p.0));
+            h_scores.push(old.map_or(0.0, |p| p.1));
+        }
+        if !h_posts.is_empty() {
+            tx.execute(
+                "INSERT INTO comment_rank_history (post_id, version, comment_id, author_id, present, listed, score)
+                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bool[],
+                     $6::bool[], $7::float8[])",
+                &[&h_posts, &h_versions, &h_comments, &h_authors, &h_present, &h_listed, &h_scores],
+            )
+            .await
+            .map_err(pg_err)?;
+        }
+        // Rows another batch is deleting are skipped, not waited for.
+        tx.execute(
+            "DELETE FROM comment_rank_history WHERE ctid = ANY(ARRAY(
+                 SELECT ctid FROM comment_rank_history WHERE at < now() - $1 * interval '1 millisecond'
+                 LIMIT $2 FOR UPDATE SKIP LOCKED))",
+            &[&(RANK_HISTORY_MS as f64), &PRUNE_CHUNK],
+        )
+        .await
+        .map_err(pg_err)?;
         if !posts.is_empty() {
             tx.execute(
                 "INSERT INTO comment_ranks
@@ -189,4 +270,94 @@ impl RankIndex for PgStore {
         .map_err(pg_err)?;
         Ok(rows.iter().map(|r| entry(post, r)).collect())
     }
+
+    async fn rank_version(&self, post: PostId) -> StoreResult<u64> {
+        let c = self.conn(self.shard_of_post(post)).await?;
+        let row = c
+            .query_opt("SELECT version FROM comment_rank_versions WHERE post_id = $1", &[&i(post.0)])
+            .await
+            .map_err(pg_err)?;
+        Ok(row.map_or(0, |r| u(r.get(0))))
+    }
+
+    async fn ranked_at(
+        &self,
+        post: PostId,
+        version: u64,
+        after: Option<(f64, CommentId)>,
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>> {
+        let c = self.conn(self.shard_of_post(post)).await?;
+        let limit = limit.min(i64::MAX as usize) as i64;
+        let (score, id) = after.map_or((0.0, 0), |(s, c)| (s, i(c.0)));
+        let (below_now, below_then) = if after.is_some() {
+            ("AND (score, comment_id) < ($4, $5)", "AND (c.score, c.comment_id) < ($4, $5)")
+        } else {
+            ("AND $4::float8 IS NOT NULL AND $5::bigint IS NOT NULL", "")
+        };
+        // One statement, one snapshot: a batch's moves and their history are seen together.
+        let rows = c
+            .query(
+                &format!(
+                    "{MOVED}, now AS (
+                         SELECT {COLUMNS} FROM comment_ranks
+                         WHERE post_id = $1 AND listed {below_now}
+                           AND comment_id <> ALL (ARRAY(SELECT comment_id FROM moved))
+                         ORDER BY score DESC, comment_id DESC LIMIT $3
+                     ), back AS ({THEN} AND c.listed {below_then})
+                     SELECT * FROM now UNION ALL SELECT * FROM back
+                     ORDER BY 2 DESC, 1 DESC LIMIT $3"
+                ),
+                &[&i(post.0), &i(version), &limit, &score, &id],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(rows.iter().map(|r| entry(post, r)).collect())
+    }
+
+    async fn held_ranks_at(
+        &self,
+        post: PostId,
+        version: u64,
+        author: Option<UserId>,
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>> {
+        let c = self.conn(self.shard_of_post(post)).await?;
+        let limit = limit.min(i64::MAX as usize) as i64;
+        let (by_now, by_then) = match author {
+            Some(_) => ("AND author_id = $4", "AND c.author_id = $4"),
+            None => ("AND $4::bigint IS NOT NULL", ""),
+        };
+        let rows = c
+            .query(
+                &format!(
+                    "{MOVED}, now AS (
+                         SELECT {COLUMNS} FROM comment_ranks
+                         WHERE post_id = $1 AND NOT listed {by_now}
+                           AND comment_id <> ALL (ARRAY(SELECT comment_id FROM moved))
+                         LIMIT $3
+                     ), back AS ({THEN} AND NOT c.listed {by_then})
+                     SELECT * FROM now UNION ALL SELECT * FROM back LIMIT $3"
+                ),
+                &[&i(post.0), &i(version), &limit, &i(author.map_or(0, |a| a.0))],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(rows.iter().map(|r| entry(post, r)).collect())
+    }
 }
+
+/// `moved`: where each of post `$1`'s entries that moved after version `$2` was at `$2` (the
+/// first record of each comment after it).
+const MOVED: &str = "WITH moved AS (
+    SELECT DISTINCT ON (comment_id) comment_id, author_id, present, listed, score
+    FROM comment_rank_history WHERE post_id = $1 AND version > $2
+    ORDER BY comment_id, version
+)";
+
+/// The entries of `moved` that existed then, as they were, with today's flags (in
+/// [`COLUMNS`]' order); callers add conditions on `c`.
+const THEN: &str = "SELECT c.comment_id, c.score, coalesce(r.author_replied, false), c.author_id, c.listed,
+        coalesce(r.author_liked, false), coalesce(r.factor, 1::float8)
+    FROM moved c LEFT JOIN comment_ranks r ON r.post_id = $1 AND r.comment_id = c.comment_id
+    WHERE c.present";

@@ -145,6 +145,10 @@ struct Inner {
     rank_order: Keyspace,
     rank_held: Keyspace,
     rank_of: Keyspace,
+    /// Each post's index version, where its entries were before they moved, and when.
+    rank_versions: Keyspace,
+    rank_history: Keyspace,
+    rank_history_times: Keyspace,
     /// Serialises `change_ranks`' read-modify-write.
     rank_lock: Mutex<()>,
     /// `Idempotency-Key`s of comment creates and their expiry index (`idempotency.rs`).
@@ -320,6 +324,9 @@ impl EmbeddedStore {
             rank_order: ks_with("rank_order", small, false)?,
             rank_held: ks_with("rank_held", small, false)?,
             rank_of: ks("rank_of", small)?,
+            rank_versions: ks("rank_versions", small)?,
+            rank_history: ks_with("rank_history", small, false)?,
+            rank_history_times: ks_with("rank_history_times", small, false)?,
             rank_lock: Mutex::new(()),
             comment_keys: ks("comment_keys", small)?,
             comment_key_times: ks_with("comment_key_times", small, false)?,

@@ -56,6 +56,9 @@ pub(crate) const TABLES: &[Table] = &[
     // re-scoring after a comment write, made while the bucket is copied, can be left behind
     // on the source; the bucket's next event scores the comment again on its new shard.
     derived("comment_ranks", "lw_bucket(r.post_id)"),
+    // Written with `comment_ranks`, in its transactions.
+    derived("comment_rank_versions", "lw_bucket(r.post_id)"),
+    derived("comment_rank_history", "lw_bucket(r.post_id)"),
     t("posts", "lw_bucket(r.post_id)"),
     t("pins", "lw_bucket(r.post_id)"),
     t("views", "lw_bucket(r.post_id)"),
