@@ -162,7 +162,12 @@ impl TestApp {
             base,
             keys,
             data_dir: cfg.store.data_dir.clone(),
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            // Idle connections are dropped before the server's keep-alive limit (10 s) closes
+            // them: reusing one the server is closing gets a reset mid-send.
+            client: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(5))
+                .pool_timer(hyper_util::rt::TokioTimer::new())
+                .build_http(),
             stop: Some(tx),
             task: Some(task),
             shards,

@@ -27,40 +27,60 @@ pub fn start_with(args: &[&str], envs: &[(&str, &str)]) -> Server {
 }
 
 /// Start `cmd` (a `likewise serve` or `demo` command line); returns once it listens.
-pub fn start_command(mut cmd: Command) -> Server {
+pub fn start_command(cmd: Command) -> Server {
+    // With `LIKEWISE_TEST_LOG_DIR` set, the log goes to `<dir>/<pid>.log` (to debug a failed
+    // process test).
+    let dir = std::env::var_os("LIKEWISE_TEST_LOG_DIR");
+    start_command_logging(cmd, |pid| dir.map(|d| std::path::Path::new(&d).join(format!("{pid}.log"))))
+}
+
+/// Like [`start_with`], with every line the process logs appended to `log` as it comes (for a
+/// test that reads the node's log).
+pub fn start_logged(args: &[&str], envs: &[(&str, &str)], log: &std::path::Path) -> Server {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_likewise"));
+    cmd.args(args).env("LIKEWISE__AUTH__SECRET", SECRET).envs(envs.iter().copied());
+    let log = log.to_path_buf();
+    start_command_logging(cmd, move |_| Some(log))
+}
+
+/// Start `cmd`, copying its log to the file `log_file(pid)` names, if any.
+fn start_command_logging(
+    mut cmd: Command,
+    log_file: impl FnOnce(u32) -> Option<std::path::PathBuf>,
+) -> Server {
     let mut child = cmd
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn likewise serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let base = loop {
-        let line = lines.next().expect("server exited before listening").expect("read");
-        if let Some(i) = line.find("addr=") {
-            let addr = line[i + 5..].split_whitespace().next().expect("addr").to_string();
-            break format!("http://{addr}");
-        }
-        assert!(Instant::now() < deadline, "server did not start");
-    };
-    // Keep draining stderr so the server never blocks on a full pipe; with
-    // `LIKEWISE_TEST_LOG_DIR` set, into `<dir>/<pid>.log` (to debug a failed process test).
-    let log = std::env::var_os("LIKEWISE_TEST_LOG_DIR").map(|d| {
-        let path = std::path::Path::new(&d).join(format!("{}.log", child.id()));
-        std::fs::File::create(path).expect("create the server's log file")
+    let log = log_file(child.id()).map(|path| {
+        let f = std::fs::OpenOptions::new().create(true).append(true).open(path);
+        std::io::BufWriter::new(f.expect("open the server's log file"))
     });
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Keep draining stderr so the server never blocks on a full pipe.
     std::thread::spawn(move || {
         use std::io::Write;
-        let mut log = log.map(std::io::BufWriter::new);
-        for line in lines.by_ref() {
-            if let (Some(f), Ok(line)) = (log.as_mut(), line) {
+        let mut log = log;
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(f) = log.as_mut() {
                 let _ = writeln!(f, "{line}");
                 let _ = f.flush();
             }
+            if let Some(i) = line.find("addr=")
+                && let Some(tx) = tx.take()
+            {
+                let addr = line[i + 5..].split_whitespace().next().unwrap_or_default().to_string();
+                let _ = tx.send(format!("http://{addr}"));
+            }
         }
     });
+    let base =
+        rx.recv_timeout(Duration::from_secs(30)).expect("server did not start (or exited before listening)");
     Server { child, base }
 }
 
@@ -84,7 +104,11 @@ pub struct Client {
 impl Client {
     pub fn new() -> Arc<Self> {
         Arc::new(Client {
+            // Idle connections are dropped before the server's keep-alive limit (10 s) closes
+            // them: reusing one the server is closing gets a reset mid-send.
             http: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(std::time::Duration::from_secs(5))
+                .pool_timer(hyper_util::rt::TokioTimer::new())
                 .build_http(),
             keys: TokenKeys::new(SECRET.as_bytes()),
         })
