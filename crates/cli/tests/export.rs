@@ -454,3 +454,137 @@ async fn the_export_resumes_where_it_stopped_after_kill_9_mid_storm() {
     signal(&s.child, "-TERM");
     let _ = s.child.wait();
 }
+
+/// WARN and ERROR lines of a node's log about the export destination, from line `from` on.
+fn destination_lines(log: &Path, from: usize) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .skip(from)
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .filter(|l| {
+            let l = l.to_lowercase();
+            l.contains("kafka") || l.contains("export") || l.contains("broker")
+        })
+        .map(String::from)
+        .collect()
+}
+
+/// While the broker is down the export lag grows (the changes waiting, the age of the oldest),
+/// so the outage can be alerted on, and the node says so once instead of relaying every
+/// librdkafka error; once the broker is back the lag returns to 0, every change made
+/// meanwhile is delivered, and the node says it is back once. (The embedded engine, whose
+/// process log the test reads; the export loop is the same on the scale-out engine.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_outage_shows_as_growing_export_lag_and_is_logged_once_each_way() {
+    use common::proc::{Client, signal, start_logged};
+    let dir = tempfile::tempdir().expect("tmp");
+    let port = free_port();
+    let mut broker = Broker::start(port);
+    let topic = format!("likewise.events.o{:x}", rand::random::<u64>());
+    let data = dir.path().join("data").display().to_string();
+    let brokers = format!("127.0.0.1:{port}");
+    let envs = [
+        ("LIKEWISE__EXPORT__KAFKA_BROKERS", brokers.as_str()),
+        ("LIKEWISE__EXPORT__KAFKA_TOPIC", topic.as_str()),
+        ("LIKEWISE__EXPORT__KAFKA_MESSAGE_TIMEOUT_MS", "3000"),
+        ("LIKEWISE__LIMITS__LIKES_PER_MINUTE", "0"),
+    ];
+    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", data.as_str()];
+    let log = dir.path().join("node.log");
+    let c = Client::new();
+    let s = start_logged(&args, &envs, &log);
+    let body = r#"{"author_id":"500"}"#;
+    let (st, v) = c.call(&s.base, Method::PUT, "/v1/posts/1", 1, true, body).await.expect("post");
+    assert_eq!(st, 200, "{v}");
+    let (st, schema) =
+        c.call(&s.base, Method::GET, "/v1/events/schema.json", 1, false, "").await.expect("schema");
+    assert_eq!(st, 200);
+    let schema_file = dir.path().join("schema.json");
+    std::fs::write(&schema_file, schema.to_string()).expect("schema");
+    let lag = |name: &'static str| {
+        let (c, base) = (c.clone(), s.base.clone());
+        async move { metric_at(&c, &base, name).await.unwrap_or(-1.0) }
+    };
+    // Exported and acknowledged: no lag.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lag("likewise_export_lag_events").await != 0.0 {
+        assert!(Instant::now() < deadline, "the export never caught up before the outage");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    broker.kill();
+    let outage_from = std::fs::read_to_string(&log).expect("log").lines().count();
+    const CHANGES: u64 = 40;
+    for user in 1_000..1_000 + CHANGES {
+        let (st, v) = c.call(&s.base, Method::PUT, "/v1/posts/1/like", user, false, "").await.expect("like");
+        assert_eq!((st, v["changed"].as_bool()), (200, Some(true)), "{v}");
+    }
+    // The lag shows the waiting changes and their age, and the age keeps growing while the
+    // broker stays down (long enough for librdkafka to fail to connect many times).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (events, seconds) =
+            (lag("likewise_export_lag_events").await, lag("likewise_export_lag_seconds").await);
+        if events >= CHANGES as f64 && seconds >= 5.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lag did not grow during the outage: {events} events, {seconds} s behind"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    broker = Broker::start(broker.port);
+    let reader = Reader::start(dir.path(), "after", port, &topic, &schema_file);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (lag("likewise_export_lag_events").await, lag("likewise_export_lag_seconds").await) != (0.0, 0.0) {
+        assert!(Instant::now() < deadline, "the lag never returned to 0 after the broker came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Every change of the outage delivered (the restarted broker holds only what came after).
+    let want: HashSet<String> = (1_000..1_000 + CHANGES).map(|u| u.to_string()).collect();
+    let delivered = |lines: &[Value]| -> HashSet<String> {
+        lines
+            .iter()
+            .filter(|l| l["event"]["kind"] == "like_created")
+            .filter_map(|l| l["event"]["actor_id"].as_str().map(String::from))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !want.is_subset(&delivered(&reader.lines())) {
+        assert!(Instant::now() < deadline, "changes made during the outage never reached the reader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lines = reader.finish();
+    assert!(lines.iter().all(|l| l.get("invalid").is_none()), "a message failed the schema");
+
+    // The node said the destination went away once and came back once; librdkafka's own
+    // complaints (several a second) are rate-limited.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let back = loop {
+        let text = std::fs::read_to_string(&log).expect("log");
+        let back =
+            text.lines().skip(outage_from).filter(|l| l.contains("export destination reachable again"));
+        match back.count() {
+            0 => assert!(Instant::now() < deadline, "the node never logged that the destination is back"),
+            n => break n,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(back, 1, "the return of the destination is logged once");
+    let lines = destination_lines(&log, outage_from);
+    let down = lines.iter().filter(|l| l.contains("export destination unreachable")).count();
+    assert_eq!(down, 1, "the outage is logged once:\n{}", lines.join("\n"));
+    assert!(
+        lines.len() <= 4,
+        "{} warnings about the destination over the outage:\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+    signal(&s.child, "-TERM");
+    let mut child = s.child;
+    let _ = child.wait();
+    drop(broker);
+}

@@ -20,9 +20,11 @@
 
 use super::{Message, Sink, SinkError};
 use async_trait::async_trait;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientConfig, ClientContext};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
@@ -40,15 +42,75 @@ pub struct KafkaOptions {
     pub extra: Vec<(String, String)>,
 }
 
-/// Counts failed deliveries and keeps the first error (the producer's context).
-#[derive(Default)]
+/// How often librdkafka may speak at warning level or above: with the broker down it logs a
+/// failed connection several times a second, and the export logs the outage itself (once
+/// when it starts, once when it ends).
+const LIBRDKAFKA_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// A rate limiter for log lines: one per interval, reporting how many it held back.
+#[derive(Debug)]
+struct Quiet {
+    every: Duration,
+    /// When a line was last let through, and the lines held back since.
+    state: std::sync::Mutex<(Option<Instant>, u64)>,
+}
+
+impl Quiet {
+    fn new(every: Duration) -> Self {
+        Quiet { every, state: std::sync::Mutex::new((None, 0)) }
+    }
+
+    /// `Some(lines held back since the last one)` when a line may be logged at `now`.
+    fn admit(&self, now: Instant) -> Option<u64> {
+        let Ok(mut state) = self.state.lock() else { return None };
+        let (last, held) = &mut *state;
+        if last.is_some_and(|t| now.duration_since(t) < self.every) {
+            *held += 1;
+            return None;
+        }
+        *last = Some(now);
+        Some(std::mem::take(held))
+    }
+}
+
+/// Counts failed deliveries and keeps the first error (the producer's context); routes
+/// librdkafka's log and errors through the sink's rate limiter.
 struct Failures {
     count: AtomicU64,
     first: std::sync::Mutex<Option<String>>,
+    /// Shared by the producers the sink creates (one per failed batch).
+    quiet: Arc<Quiet>,
 }
 
-impl ClientContext for Failures {}
+impl Failures {
+    fn new(quiet: Arc<Quiet>) -> Self {
+        Failures { count: AtomicU64::new(0), first: std::sync::Mutex::new(None), quiet }
+    }
+}
 
+impl ClientContext for Failures {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", fac, "librdkafka: {message}"),
+            RDKafkaLogLevel::Info | RDKafkaLogLevel::Notice => {
+                tracing::debug!(target: "librdkafka", fac, "librdkafka: {message}")
+            }
+            _ => {
+                if let Some(held) = self.quiet.admit(Instant::now()) {
+                    tracing::warn!(target: "librdkafka", fac, held_back = held, "librdkafka: {message}");
+                }
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        // Mostly "broker transport failure" / "all brokers down" while a broker is away: the
+        // export's own outage warning and lag metrics say that.
+        if let Some(held) = self.quiet.admit(Instant::now()) {
+            tracing::warn!(target: "librdkafka", held_back = held, "librdkafka: {error}: {reason}");
+        }
+    }
+}
 impl ProducerContext for Failures {
     type DeliveryOpaque = ();
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
@@ -69,6 +131,8 @@ pub struct KafkaSink {
     topic: String,
     message_timeout: Duration,
     producer: Mutex<Option<Inner>>,
+    /// Rate limit of librdkafka's log, across producers.
+    quiet: Arc<Quiet>,
 }
 
 /// How often the sink looks whether a batch is out (a cheap counter read).
@@ -92,8 +156,10 @@ impl KafkaSink {
         for (k, v) in &opts.extra {
             config.set(k, v);
         }
-        let producer = create(&config)?;
+        let quiet = Arc::new(Quiet::new(LIBRDKAFKA_LOG_EVERY));
+        let producer = create(&config, &quiet)?;
         Ok(KafkaSink {
+            quiet,
             config,
             topic: opts.topic.clone(),
             message_timeout: opts.message_timeout,
@@ -136,8 +202,10 @@ impl KafkaSink {
     }
 }
 
-fn create(config: &ClientConfig) -> Result<Inner, SinkError> {
-    config.create_with_context(Failures::default()).map_err(|e| SinkError(format!("kafka producer: {e}")))
+fn create(config: &ClientConfig, quiet: &Arc<Quiet>) -> Result<Inner, SinkError> {
+    config
+        .create_with_context(Failures::new(quiet.clone()))
+        .map_err(|e| SinkError(format!("kafka producer: {e}")))
 }
 
 #[async_trait]
@@ -145,7 +213,7 @@ impl Sink for KafkaSink {
     async fn send(&self, batch: &[Message]) -> Result<(), SinkError> {
         let mut slot = self.producer.lock().await;
         if slot.is_none() {
-            *slot = Some(create(&self.config)?);
+            *slot = Some(create(&self.config, &self.quiet)?);
         }
         let producer = slot.as_ref().expect("just created");
         let result = self.send_with(producer, batch).await;
@@ -158,5 +226,23 @@ impl Sink for KafkaSink {
 
     fn name(&self) -> &'static str {
         "kafka"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// librdkafka's burst of connection errors becomes one line per interval, the next one
+    /// saying how many were held back.
+    #[test]
+    fn the_librdkafka_log_lets_one_line_through_per_interval() {
+        let quiet = Quiet::new(Duration::from_secs(60));
+        let t0 = Instant::now();
+        assert_eq!(quiet.admit(t0), Some(0));
+        let held = (1..=30).filter(|i| quiet.admit(t0 + Duration::from_millis(200 * i)).is_some()).count();
+        assert_eq!(held, 0, "lines within the interval are held back");
+        assert_eq!(quiet.admit(t0 + Duration::from_secs(60)), Some(30));
+        assert_eq!(quiet.admit(t0 + Duration::from_secs(61)), None);
     }
 }

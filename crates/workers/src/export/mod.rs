@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use likewise_core::ports::{CounterStore, EventLog};
 use likewise_core::public_event::write_json;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Consumer (offset) name of the export.
@@ -106,6 +106,14 @@ pub fn messages(events: &[likewise_core::event::Event]) -> Vec<Message> {
     out
 }
 
+/// How often the lag is published while the export waits on its destination (a batch in
+/// flight, a pause after a failure): an outage must show as lag growing, not frozen.
+const LAG_REFRESH: Duration = Duration::from_secs(1);
+
+/// Shortest time between two "destination unreachable" warnings: a flapping broker is not
+/// logged per flap.
+const DOWN_LOG_EVERY: Duration = Duration::from_secs(60);
+
 /// One round: read after `offset`, send, commit. Returns how many events were exported.
 pub async fn export_once(
     log: &dyn EventLog,
@@ -126,8 +134,23 @@ pub async fn export_once(
         publish_lag(log, *offset, None).await;
         return Ok(0);
     };
-    let (upto, oldest_ms) = (last.seq, events[0].ts_ms);
-    sink.send(&messages(&events)).await?;
+    let (upto, oldest_ms, newest_ms) = (last.seq, events[0].ts_ms, last.ts_ms);
+    // Everything after the offset waits for the destination's acknowledgement, the batch's
+    // first event the longest; while the destination does not answer (a broker down holds a
+    // batch for the whole message timeout) the lag keeps being published.
+    publish_lag(log, *offset, Some(oldest_ms)).await;
+    let msgs = messages(&events);
+    let send = sink.send(&msgs);
+    tokio::pin!(send);
+    loop {
+        tokio::select! {
+            sent = &mut send => {
+                sent?;
+                break;
+            }
+            _ = tokio::time::sleep(LAG_REFRESH) => publish_lag(log, *offset, Some(oldest_ms)).await,
+        }
+    }
     offsets
         .apply_deltas(EXPORT, *offset, upto, &[])
         .await
@@ -135,22 +158,65 @@ pub async fn export_once(
     log.committed(upto).await.map_err(|e| SinkError(format!("acknowledging the log: {e}")))?;
     *offset = upto;
     metrics::counter!("likewise_export_events_total").increment(events.len() as u64);
-    publish_lag(log, upto, Some(oldest_ms)).await;
+    // What remains is younger than the newest event sent: its age bounds the oldest's until the
+    // next round (which starts at once) reads it.
+    publish_lag(log, upto, Some(newest_ms)).await;
     Ok(events.len())
 }
 
-/// `likewise_export_lag_events`: log positions not exported yet (on the scale-out engine a
-/// position is a stream message, which may hold several events); `likewise_export_lag_seconds`:
-/// the age of the oldest event of the last batch sent while a backlog remained, else 0.
+/// `likewise_export_lag_events`: log positions after `offset`, i.e. not yet acknowledged by
+/// the destination (on the scale-out engine a position is a stream message, which may hold
+/// several events); `likewise_export_lag_seconds`: the age of the oldest of them
+/// (`oldest_ms`, its time), 0 when none waits.
 async fn publish_lag(log: &dyn EventLog, offset: u64, oldest_ms: Option<u64>) {
     let head = log.head().await.unwrap_or(offset);
     let behind = head.saturating_sub(offset);
     metrics::gauge!("likewise_export_lag_events").set(behind as f64);
     let age = match oldest_ms {
-        Some(ms) => likewise_service::now_ms().saturating_sub(ms) as f64 / 1000.0,
-        None => 0.0,
+        Some(ms) if behind > 0 => likewise_service::now_ms().saturating_sub(ms) as f64 / 1000.0,
+        _ => 0.0,
     };
     metrics::gauge!("likewise_export_lag_seconds").set(age);
+}
+
+/// Whether the destination is taking batches, so that an outage is logged when it starts and
+/// when it ends, not per failed round (and not per flap of a flapping broker).
+#[derive(Debug, Default)]
+struct Health {
+    /// Since when rounds fail, and whether that start was logged.
+    down: Option<(Instant, bool)>,
+    /// Failed rounds of the current outage.
+    failed_rounds: u64,
+    /// Outages not logged (they began within `DOWN_LOG_EVERY` of a logged one).
+    unlogged: u64,
+    /// When an outage was last logged.
+    last_logged: Option<Instant>,
+}
+
+impl Health {
+    /// A round failed at `now`: true when this starts an outage that is to be logged.
+    fn failed(&mut self, now: Instant) -> bool {
+        self.failed_rounds += 1;
+        if self.down.is_some() {
+            return false;
+        }
+        let log = self.last_logged.is_none_or(|t| now.duration_since(t) >= DOWN_LOG_EVERY);
+        if log {
+            self.last_logged = Some(now);
+        } else {
+            self.unlogged += 1;
+        }
+        self.down = Some((now, log));
+        log
+    }
+
+    /// A batch was acknowledged at `now`: the outage's length and failed rounds when it ends
+    /// one whose start was logged.
+    fn delivered(&mut self, now: Instant) -> Option<(Duration, u64)> {
+        let (since, logged) = self.down.take()?;
+        let rounds = std::mem::take(&mut self.failed_rounds);
+        logged.then(|| (now.duration_since(since), rounds))
+    }
 }
 
 /// Export until `shutdown`, resuming from the stored offset. A failed round is retried with
@@ -171,32 +237,67 @@ pub async fn run(
     };
     tracing::info!(offset, sink = sink.name(), "export started");
     let mut backoff = opts.backoff;
+    let mut health = Health::default();
     loop {
         if *shutdown.borrow() {
             return;
         }
+        // The time of the oldest change still waiting, during a pause after a failure.
+        let mut waiting = None;
         let pause = match export_once(&*log, &*offsets, &*sink, &mut offset, opts.batch).await {
             Ok(n) if n > 0 => {
                 backoff = opts.backoff;
+                if let Some((down_for, rounds)) = health.delivered(Instant::now()) {
+                    tracing::info!(
+                        down_for_s = down_for.as_secs(),
+                        failed_rounds = rounds,
+                        offset,
+                        sink = sink.name(),
+                        "export destination reachable again; sending the changes that waited"
+                    );
+                }
                 continue;
             }
             Ok(_) => opts.idle,
             Err(e) => {
-                tracing::warn!(error = %e, offset, "export round failed; retrying the same events");
                 metrics::counter!("likewise_export_failures_total").increment(1);
+                if health.failed(Instant::now()) {
+                    tracing::warn!(
+                        error = %e,
+                        offset,
+                        sink = sink.name(),
+                        unlogged_outages = health.unlogged,
+                        "export destination unreachable; changes wait in the log and are sent once it \
+                         is back (likewise_export_lag_events, likewise_export_lag_seconds)"
+                    );
+                } else {
+                    tracing::debug!(error = %e, offset, "export round failed; retrying the same events");
+                }
                 // A commit whose answer was lost has moved the stored offset: go on from it
                 // (what was sent again meanwhile carries the same event IDs).
                 if let Ok(stored) = offsets.offset(EXPORT).await {
                     offset = stored;
                 }
+                waiting = log.read_after(offset, 1).await.ok().and_then(|e| e.first().map(|e| e.ts_ms));
+                publish_lag(&*log, offset, waiting).await;
                 let p = backoff;
                 backoff = (backoff * 2).min(opts.max_backoff);
                 p
             }
         };
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = shutdown.changed() => {}
+        let until = Instant::now() + pause;
+        loop {
+            let step = until.saturating_duration_since(Instant::now()).min(LAG_REFRESH);
+            if step.is_zero() {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(step) => {}
+                _ = shutdown.changed() => break,
+            }
+            if waiting.is_some() {
+                publish_lag(&*log, offset, waiting).await;
+            }
         }
     }
 }
@@ -326,5 +427,23 @@ mod tests {
         for seqs in per_post.values() {
             assert!(seqs.windows(2).all(|w| w[0] < w[1]), "a post's events out of order");
         }
+    }
+
+    /// An outage is logged when it starts and when it ends, not per failed round, and a broker
+    /// that flaps is logged at most once a minute.
+    #[test]
+    fn an_outage_is_logged_once_each_way_and_flaps_are_rate_limited() {
+        let mut h = Health::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert!(h.failed(at(0)), "the first failure starts a logged outage");
+        assert!(!h.failed(at(1)) && !h.failed(at(3)), "later failures of the outage are not");
+        assert_eq!(h.delivered(at(8)), Some((Duration::from_secs(8), 3)));
+        assert_eq!(h.delivered(at(9)), None, "no outage: nothing to say");
+        // A flap within the minute: neither its start nor its end is logged.
+        assert!(!h.failed(at(20)));
+        assert_eq!(h.delivered(at(21)), None);
+        assert!(h.failed(at(60)), "a minute after the last logged outage, a new one is logged");
+        assert_eq!(h.unlogged, 1);
     }
 }
