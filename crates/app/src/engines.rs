@@ -198,9 +198,23 @@ mod scaleout {
         let mib = |b: i64| b as f64 / (1024.0 * 1024.0);
         let mut out = String::new();
         writeln!(out, "{}", pg.placement_summary())?;
-        let moving = pg.moves_in_progress().await?;
-        if moving > 0 {
-            writeln!(out, "moves in progress: {moving} buckets (`likewise shards rebalance` finishes them)")?;
+        // Only the buckets in a move now: a run's switched ones are done, their old rows
+        // waiting for the drop at its end.
+        let journal = pg.journaled_moves().await?;
+        if journal.moving > 0 {
+            writeln!(
+                out,
+                "moves in progress: {} buckets (`likewise shards rebalance` finishes them)",
+                journal.moving
+            )?;
+        }
+        if journal.switched > 0 {
+            writeln!(
+                out,
+                "moved: {} buckets switched to their new shards, their rows on the old shards not dropped yet \
+                 (the rebalance drops them at its end; an interrupted one, on its next run)",
+                journal.switched
+            )?;
         }
         let mut failed = 0;
         for shard in 0..pg.shard_count() {
@@ -334,7 +348,7 @@ mod scaleout {
         plan_only: bool,
         progress: &mut dyn FnMut(String),
     ) -> anyhow::Result<String> {
-        use likewise_scaleout::postgres::reshard::{MoveOptions, plan};
+        use likewise_scaleout::postgres::reshard::{MOVE_RETRIES, MoveOptions, plan};
         let pg = PgStore::connect(&pg_options(cfg, 4))?;
         pg.check_schema().await?;
         let opts = MoveOptions { defer_drop: true, ..MoveOptions::default() };
@@ -365,12 +379,19 @@ mod scaleout {
         }
         let (mut rows, mut longest) = (0u64, Duration::ZERO);
         for (k, (group, to)) in moves.iter().enumerate() {
-            let r = pg.move_buckets(group, *to, &opts).await.with_context(|| {
-                format!(
-                    "moving {} buckets to shard {to} (run `likewise shards rebalance` again to resume)",
-                    group.len()
-                )
-            })?;
+            // A move that fails (a session lost, a drain that timed out) is resumed here, a few
+            // times, before the run gives up.
+            let mut retrying = |line: String| progress(format!("move {}/{}: {line}", k + 1, moves.len()));
+            let r = pg.move_buckets_resuming(group, *to, &opts, MOVE_RETRIES, &mut retrying).await.with_context(
+                || {
+                    format!(
+                        "moving {} buckets to shard {to}, tried {} times (run `likewise shards rebalance` again \
+                         to resume)",
+                        group.len(),
+                        MOVE_RETRIES + 1
+                    )
+                },
+            )?;
             rows += r.rows;
             longest = longest.max(r.fenced_for);
             progress(format!(

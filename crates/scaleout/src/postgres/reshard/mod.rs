@@ -52,6 +52,20 @@ use tables::{Fence, SEQUENCES, TABLES};
 /// How often each node checks the catalog's version ([`PgStore::watch_placement`]).
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(500);
 
+/// How many times `likewise shards rebalance` resumes a move that failed before it gives up
+/// ([`PgStore::move_buckets_resuming`]).
+pub const MOVE_RETRIES: usize = 3;
+
+/// The buckets the journal (`bucket_moves`) holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournaledMoves {
+    /// In a move now: not switched yet (a move running, or interrupted and to be resumed).
+    pub moving: i64,
+    /// Switched to their new shard; their rows are still on the old one until the grace
+    /// after the run's last move (or the next run) drops them.
+    pub switched: i64,
+}
+
 /// How a move goes.
 #[derive(Debug, Clone)]
 pub struct MoveOptions {
@@ -120,6 +134,19 @@ pub struct MoveReport {
     pub fenced_for: Duration,
 }
 
+/// Set first in each of the mover's transactions. Its statements pass the fence triggers
+/// (`lw.mover`). The service's connections end a transaction idle for 30 s (`pool` in
+/// `postgres/mod.rs`), but a mover's transaction waits, idle, while another shard works: the
+/// bulk snapshot while the target deletes and counts, the target's copy while the source
+/// scans and counts, the fence while the aggregator drains; on a large or busy shard any of
+/// them takes longer, and ending one would abort the move. So the mover's transactions (and
+/// no API node's) are exempt; what that bound guards against, a session whose client was cut
+/// off holding its locks (the fence's bucket locks, which a resume needs), the server finds
+/// by TCP keepalive probes instead, about a minute after the client went silent.
+const MOVER_TX: &str = "SET LOCAL lw.mover = 'on'; SET LOCAL idle_in_transaction_session_timeout = 0;
+     SET LOCAL tcp_keepalives_idle = 30; SET LOCAL tcp_keepalives_interval = 10;
+     SET LOCAL tcp_keepalives_count = 3";
+
 fn engine(msg: String) -> StoreError {
     StoreError::Engine(msg)
 }
@@ -146,7 +173,7 @@ async fn lock_buckets<'a>(
     b: &[i32],
 ) -> StoreResult<deadpool_postgres::Transaction<'a>> {
     let tx = src.transaction().await.map_err(pg_err)?;
-    tx.batch_execute("SET LOCAL lw.mover = 'on'; SET LOCAL lock_timeout = '1s'").await.map_err(pg_err)?;
+    tx.batch_execute(&format!("{MOVER_TX}; SET LOCAL lock_timeout = '1s'")).await.map_err(pg_err)?;
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -335,7 +362,10 @@ impl PgStore {
                 .start()
                 .await
                 .map_err(pg_err)?;
-            let copied = self.copy(&snap, buckets, target, Pass::Bulk, &keys).await;
+            let copied = match snap.batch_execute(MOVER_TX).await {
+                Ok(()) => self.copy(&snap, buckets, target, Pass::Bulk, &keys).await,
+                Err(e) => Err(pg_err(e)),
+            };
             drop(snap);
             match copied {
                 Ok((rows, _)) => rows,
@@ -546,7 +576,7 @@ impl PgStore {
         let list = int_array(buckets);
         let mut tc = self.conn(target).await?;
         let ttx = tc.transaction().await.map_err(pg_err)?;
-        ttx.batch_execute("SET LOCAL lw.mover = 'on'").await.map_err(pg_err)?;
+        ttx.batch_execute(MOVER_TX).await.map_err(pg_err)?;
         let (mut total, mut caught) = (0u64, 0u64);
         for (t, key) in TABLES.iter().zip(keys) {
             let filter = format!("{} = ANY({list})", t.bucket);
@@ -639,7 +669,7 @@ impl PgStore {
         let list = int_array(buckets);
         let mut c = self.conn(source).await?;
         let tx = c.transaction().await.map_err(pg_err)?;
-        tx.batch_execute("SET LOCAL lw.mover = 'on'").await.map_err(pg_err)?;
+        tx.batch_execute(MOVER_TX).await.map_err(pg_err)?;
         for t in TABLES {
             tx.execute(&format!("DELETE FROM {} r WHERE {} = ANY({list})", t.name, t.bucket), &[])
                 .await
@@ -670,15 +700,91 @@ impl PgStore {
         Ok(total)
     }
 
-    /// Buckets the journal holds in a move (0 when none or before migration 16).
-    pub async fn moves_in_progress(&self) -> StoreResult<i64> {
+    /// What the journal holds (nothing before migration 16).
+    pub async fn journaled_moves(&self) -> StoreResult<JournaledMoves> {
         let c = self.conn(0).await?;
         let exists: bool =
             c.query_one("SELECT to_regclass('bucket_moves') IS NOT NULL", &[]).await.map_err(pg_err)?.get(0);
         if !exists {
-            return Ok(0);
+            return Ok(JournaledMoves::default());
         }
-        Ok(c.query_one("SELECT count(*) FROM bucket_moves", &[]).await.map_err(pg_err)?.get(0))
+        let r = c
+            .query_one(
+                "SELECT count(*) FILTER (WHERE phase <> 'switched'), count(*) FILTER (WHERE phase = 'switched')
+                 FROM bucket_moves",
+                &[],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(JournaledMoves { moving: r.get(0), switched: r.get(1) })
+    }
+
+    /// Move `buckets` to `target` as [`PgStore::move_buckets`] does; when that fails (a lost
+    /// session, a drain that timed out), finish what it journaled ([`PgStore::resume_moves`],
+    /// which also drops the rows of moves switched before) or start it again, up to `retries`
+    /// more times, telling `on_retry` why each time. The last error when every try failed.
+    pub async fn move_buckets_resuming(
+        &self,
+        buckets: &[u32],
+        target: usize,
+        opts: &MoveOptions,
+        retries: usize,
+        on_retry: &mut dyn FnMut(String),
+    ) -> StoreResult<MoveReport> {
+        // Where they are now, for the report of a move that failed after its switch.
+        let source = buckets
+            .first()
+            .and_then(|b| self.placement().shards_of_buckets().get(*b as usize).map(|s| *s as usize));
+        let mut tried = self.move_buckets(buckets, target, opts).await;
+        let mut failures = 0;
+        loop {
+            let e = match tried {
+                Ok(report) => return Ok(report),
+                Err(e) => e,
+            };
+            if failures == retries {
+                return Err(e);
+            }
+            failures += 1;
+            on_retry(format!(
+                "moving {} buckets to shard {target} failed ({e}); resuming the move (retry {failures} of {retries})",
+                buckets.len()
+            ));
+            tried = self.resume_or_move(buckets, source, target, opts).await;
+        }
+    }
+
+    /// After a failed move of `buckets`: resume what the journal holds; if that moved them,
+    /// its report, else move them again (nothing of them was journaled).
+    async fn resume_or_move(
+        &self,
+        buckets: &[u32],
+        source: Option<usize>,
+        target: usize,
+        opts: &MoveOptions,
+    ) -> StoreResult<MoveReport> {
+        let resumed = self.resume_moves(opts).await?;
+        let mut wanted = buckets.to_vec();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let p = self.load_placement().await?;
+        if wanted
+            .iter()
+            .all(|b| p.shards_of_buckets().get(*b as usize).is_some_and(|s| *s as usize == target))
+        {
+            // The failed run got as far as the switch: the resume dropped their old rows.
+            let report = resumed.into_iter().find(|r| r.buckets == wanted && r.target == target);
+            return Ok(report.unwrap_or(MoveReport {
+                buckets: wanted,
+                source: source.unwrap_or(target),
+                target,
+                rows: 0,
+                under_fence: 0,
+                caught_up: 0,
+                fenced_for: Duration::ZERO,
+            }));
+        }
+        self.move_buckets(&wanted, target, opts).await
     }
 
     /// Read the catalog again whenever its version changes, every [`WATCH_INTERVAL`], until

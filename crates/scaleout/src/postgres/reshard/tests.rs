@@ -373,3 +373,155 @@ async fn the_target_sequences_pass_what_the_source_drew_during_the_copy() {
         "the target's outbox sequence ({next}) is behind the source's last event ({drawn})"
     );
 }
+
+/// A store of its own whose pools hold at most 4 connections per shard: `limit_idle` reaches
+/// every one of them.
+async fn small_pools(t: &TestShards) -> PgStore {
+    let s = PgStore::connect(&crate::postgres::PgOptions {
+        shards: t.urls.clone(),
+        pool_size: 4,
+        ..crate::postgres::PgOptions::default()
+    })
+    .expect("connect");
+    s.load_placement().await.expect("catalog");
+    s
+}
+
+/// Give every connection of `s`'s pools the idle-in-transaction limit `limit`, in place of the
+/// service's 30 s (a session setting, kept while a connection is pooled).
+async fn limit_idle(s: &PgStore, limit: &str) {
+    for shard in 0..s.shard_count() {
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let c = s.conn(shard).await.expect("conn");
+            c.batch_execute(&format!("SET idle_in_transaction_session_timeout = '{limit}'"))
+                .await
+                .expect("set");
+            held.push(c);
+        }
+    }
+}
+
+/// Post 5's bucket (on shard 1) with a like, and a test session holding the target's
+/// (shard 2's) `likes` locked in an open transaction: a move of the bucket to shard 2 then
+/// waits in its bulk copy, its snapshot of the source open and idle.
+async fn stalled_target(t: &TestShards, s: &PgStore) -> (u32, tokio_postgres::Client) {
+    let post = 5u64;
+    let bucket = s.placement().bucket_of(post);
+    assert_eq!(s.shard_of_post(PostId(post)), 1);
+    s.apply_async(&[like(Target::post(post), post, 71, true)]).await.expect("like");
+    let locker = t.client(2).await;
+    locker.batch_execute("BEGIN; LOCK TABLE likes IN ACCESS EXCLUSIVE MODE").await.expect("lock likes");
+    (bucket, locker)
+}
+
+/// The source (shard 1) session of a stalled move, once it is idle in its transaction.
+async fn idle_mover_on_source(t: &TestShards) -> (tokio_postgres::Client, i32) {
+    let c = t.client(1).await;
+    for _ in 0..1500 {
+        let pid: Option<i32> = c
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+                 AND state = 'idle in transaction'",
+                &[],
+            )
+            .await
+            .expect("activity")
+            .map(|r| r.get(0));
+        if let Some(pid) = pid {
+            return (c, pid);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no mover transaction became idle on the source");
+}
+
+/// A move whose transactions sit idle longer than the limit the service sets on its
+/// connections (30 s; 200 ms here) completes: the server ends no mover session for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_outlasts_the_services_idle_in_transaction_limit() {
+    let t = two_and_a_new_one().await;
+    let s = small_pools(&t).await;
+    limit_idle(&s, "200ms").await;
+    let (bucket, locker) = stalled_target(&t, &s).await;
+    let opts = MoveOptions { grace: Duration::from_millis(10), drain: false, ..MoveOptions::default() };
+    let group = [bucket];
+    let (moved, ()) = tokio::join!(s.move_buckets(&group, 2, &opts), async {
+        let (c, pid) = idle_mover_on_source(&t).await;
+        // Until the session has been idle five times the limit, or the server ended it.
+        loop {
+            let long: Option<bool> = c
+                .query_opt(
+                    "SELECT clock_timestamp() - state_change > interval '1 s' FROM pg_stat_activity
+                     WHERE pid = $1 AND state = 'idle in transaction'",
+                    &[&pid],
+                )
+                .await
+                .expect("activity")
+                .map(|r| r.get(0));
+            if long != Some(false) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        locker.batch_execute("COMMIT").await.expect("unlock");
+    });
+    let report = moved.expect("the move completes");
+    assert_eq!(report.rows, 1 + report.under_fence, "{report:?}");
+    assert_eq!(s.shard_of_post(PostId(5)), 2);
+    let n: i64 = t.client(2).await.query_one("SELECT count(*) FROM likes", &[]).await.expect("n").get(0);
+    assert_eq!(n, 1, "the like moved");
+}
+
+/// A move whose source session is lost midway (the server ends it) is resumed by the mover
+/// itself, once, with a message saying why, and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_whose_session_is_lost_is_resumed_by_the_mover() {
+    let t = two_and_a_new_one().await;
+    let s = small_pools(&t).await;
+    let (bucket, locker) = stalled_target(&t, &s).await;
+    let opts = MoveOptions { grace: Duration::from_millis(10), drain: false, ..MoveOptions::default() };
+    let mut told = Vec::new();
+    let mut tell = |line: String| told.push(line);
+    let group = [bucket];
+    let (moved, ()) = tokio::join!(s.move_buckets_resuming(&group, 2, &opts, 2, &mut tell), async {
+        let (c, pid) = idle_mover_on_source(&t).await;
+        let ended: bool =
+            c.query_one("SELECT pg_terminate_backend($1)", &[&pid]).await.expect("terminate").get(0);
+        assert!(ended);
+        locker.batch_execute("COMMIT").await.expect("unlock");
+    });
+    let report = moved.expect("the move completes");
+    assert_eq!((report.buckets.clone(), report.source, report.target), (vec![bucket], 1, 2), "{report:?}");
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(told[0].contains("resuming the move (retry 1 of 2)"), "{told:?}");
+    assert_eq!(s.shard_of_post(PostId(5)), 2);
+    for (shard, want) in [(1, 0), (2, 1)] {
+        let n: i64 =
+            t.client(shard).await.query_one("SELECT count(*) FROM likes", &[]).await.expect("n").get(0);
+        assert_eq!(n, want, "shard {shard}");
+    }
+    let journal: i64 =
+        t.client(0).await.query_one("SELECT count(*) FROM bucket_moves", &[]).await.expect("journal").get(0);
+    assert_eq!(journal, 0);
+}
+
+/// The journal tells the buckets in a move now from those a run has switched already (their
+/// old rows not dropped yet): `shards status` shows the first as in progress, not both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_journal_tells_buckets_in_a_move_from_switched_ones() {
+    let t = two_and_a_new_one().await;
+    let s = node(&t).await;
+    assert_eq!(s.journaled_moves().await.expect("journal"), JournaledMoves::default());
+    let on_0 = buckets_on(&s.placement(), 0);
+    let stopped = |step| MoveOptions { drain: false, stop_after: Some(step), ..MoveOptions::default() };
+    for (group, step) in [(&on_0[0..3], Step::Switched), (&on_0[3..5], Step::BulkCopied)] {
+        let e = s.move_buckets(group, 2, &stopped(step)).await.expect_err("stopped");
+        assert!(e.to_string().contains("stopped after"), "{e}");
+    }
+    assert_eq!(s.journaled_moves().await.expect("journal"), JournaledMoves { moving: 2, switched: 3 });
+    s.resume_moves(&MoveOptions { grace: Duration::from_millis(10), drain: false, ..MoveOptions::default() })
+        .await
+        .expect("resume");
+    assert_eq!(s.journaled_moves().await.expect("journal"), JournaledMoves::default());
+}
