@@ -46,7 +46,8 @@ export function calls(api: Client): { [Op in keyof operations]: () => Promise<un
     list_trending_posts: async () => {
       const { data, error } = await api.GET("/v1/trending", { params: { query: { window: "24h", limit: 10 } } });
       if (error) return describe(error);
-      return data.items.map((i) => [i.post_id, i.likes, i.comments, i.score] satisfies [string, number, number, number]);
+      // likes is null where the post hides its count from this viewer.
+      return data.items.map((i) => [i.post_id, i.likes, i.comments, i.score] satisfies [string, number | null | undefined, number, number]);
     },
     get_notification_settings: async () => {
       const { data, error } = await api.GET("/v1/me/notification-settings");
