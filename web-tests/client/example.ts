@@ -47,7 +47,7 @@ export function calls(api: Client): { [Op in keyof operations]: () => Promise<un
       const { data, error } = await api.GET("/v1/trending", { params: { query: { window: "24h", limit: 10 } } });
       if (error) return describe(error);
       // likes is null where the post hides its count from this viewer.
-      return data.items.map((i) => [i.post_id, i.likes, i.comments, i.score] satisfies [string, number | null | undefined, number, number]);
+      return data.items.map((i) => [i.post_id, i.likes, i.comments, i.score] satisfies [string, number | null | undefined, number, number | null | undefined]);
     },
     get_notification_settings: async () => {
       const { data, error } = await api.GET("/v1/me/notification-settings");

@@ -213,8 +213,10 @@ pub struct TrendingItem {
     pub likes: Option<u64>,
     /// Net visible comments in the window.
     pub comments: u64,
-    /// Engagement velocity: recent engagement weighs more.
-    pub score: f64,
+    /// Engagement velocity: recent engagement weighs more. Null where `likes` is: the score
+    /// weighs likes and comments, so with `comments` shown it would give the hidden count
+    /// away (the list's order is all such a viewer learns).
+    pub score: Option<f64>,
 }
 
 /// `GET /v1/trending`.

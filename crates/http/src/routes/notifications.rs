@@ -173,6 +173,28 @@ fn parse_last_event_id(last: &str) -> Option<(u64, u64)> {
     Some((ms, id))
 }
 
+/// What a resumed stream does with an inbox item, read newest stamp first.
+#[derive(Debug, PartialEq, Eq)]
+enum Resume {
+    /// Changed after the last event the client saw: replay it.
+    Keep,
+    /// Seen already, but an item of the same stamp may still follow: the inbox does not
+    /// order the items of one stamp by id.
+    Skip,
+    /// Older than the last event's stamp (or the replay is full): stop reading.
+    Stop,
+}
+
+fn resume_step(item: (u64, u64), since: (u64, u64), kept: usize) -> Resume {
+    if item.0 < since.0 || kept >= MAX_RESUMED {
+        Resume::Stop
+    } else if item > since {
+        Resume::Keep
+    } else {
+        Resume::Skip
+    }
+}
+
 /// Live notifications as Server-Sent Events (event `notification`, data: a notification;
 /// an item whose `actor_count` is 0 was withdrawn; id `<updated_ms>.<item id>`). Reconnect
 /// with `Last-Event-ID` to receive, once each, the items changed meanwhile. The stream ends when the token expires; at most
@@ -198,22 +220,26 @@ pub async fn stream(
     let mut replayed_upto = None;
     if let Some(last) = headers.get("last-event-id").and_then(|h| h.to_str().ok()) {
         let since = parse_last_event_id(last).ok_or_else(|| ApiError::invalid("bad Last-Event-ID"))?;
-        // Newest first, page by page, down to the last event the client saw.
+        // Newest first, page by page, down to the stamp of the last event the client saw.
         let mut after = None;
+        let mut newer = Vec::new();
         'pages: loop {
             let (items, next) = state.svc.notifications.inbox(me, after, 100).await?;
             for it in items {
-                if (it.updated_ms, it.id) <= since || backlog.len() >= MAX_RESUMED {
-                    break 'pages;
+                match resume_step((it.updated_ms, it.id), since, newer.len()) {
+                    Resume::Keep => newer.push(it),
+                    Resume::Skip => {}
+                    Resume::Stop => break 'pages,
                 }
-                backlog.push_front(it);
             }
             match next {
                 Some(n) => after = Some(n),
                 None => break,
             }
         }
-        replayed_upto = backlog.back().map(|v: &NotifView| (v.updated_ms, v.id));
+        newer.sort_by_key(|v: &NotifView| (v.updated_ms, v.id));
+        backlog.extend(newer);
+        replayed_upto = backlog.iter().map(|v: &NotifView| (v.updated_ms, v.id)).max();
     }
     let expiry = Box::pin(tokio::time::sleep_until(expiry));
     let events = stream::unfold(
@@ -249,7 +275,25 @@ pub async fn stream(
 
 #[cfg(test)]
 mod tests {
-    use super::display_safe;
+    use super::{MAX_RESUMED, Resume, display_safe, resume_step};
+
+    /// Items of one stamp come in no particular id order: one already seen must not end the
+    /// replay before the others of its stamp.
+    #[test]
+    fn a_resume_replays_every_later_item_of_the_last_events_stamp() {
+        let since = (1_000, 1);
+        let inbox = [(1_000, 1), (1_000, 2), (1_000, 3), (1_000, 4), (999, 9)];
+        let mut kept = Vec::new();
+        for it in inbox {
+            match resume_step(it, since, kept.len()) {
+                Resume::Keep => kept.push(it),
+                Resume::Skip => {}
+                Resume::Stop => break,
+            }
+        }
+        assert_eq!(kept, [(1_000, 2), (1_000, 3), (1_000, 4)]);
+        assert_eq!(resume_step((2_000, 1), since, MAX_RESUMED), Resume::Stop, "the replay is bounded");
+    }
 
     #[test]
     fn shown_texts_lose_controls_and_format_characters() {

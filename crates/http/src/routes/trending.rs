@@ -52,7 +52,12 @@ pub async fn trending(
         .top(viewer.0.user, window, limit)
         .await?
         .into_iter()
-        .map(|r| TrendingItem { post_id: r.post, likes: r.likes, comments: r.comments, score: r.score })
+        .map(|r| TrendingItem {
+            post_id: r.post,
+            likes: r.likes,
+            comments: r.comments,
+            score: r.likes.map(|_| r.score),
+        })
         .collect();
     Ok(Json(TrendingPage { items, next_cursor: None }))
 }
