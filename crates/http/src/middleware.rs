@@ -77,7 +77,6 @@ pub async fn require_json(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-
 /// Answer 503 `unavailable` when a request takes longer than the configured timeout, and
 /// only when that is true: its writes still queued are cancelled first, so they never run
 /// (`likewise_store::write_gate`). A request with a write already in a committing batch waits
