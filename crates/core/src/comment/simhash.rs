@@ -50,12 +50,20 @@ fn stable_hash(bytes: &[u8]) -> u64 {
     h ^ (h >> 31)
 }
 
-/// Lowercase, punctuation and symbols removed, words separated by single spaces.
+/// Lowercase, punctuation and symbols removed, words separated by single spaces. A text of
+/// symbols only (emoji reactions: "😍", "🔥🔥") keeps its symbols instead: with nothing left,
+/// every such text had the same fingerprint, and one person's different reactions on a few
+/// posts were held as copies of each other.
 fn normalize(text: &str) -> Vec<String> {
-    text.split_whitespace()
+    let words: Vec<String> = text
+        .split_whitespace()
         .map(|w| w.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect())
         .filter(|w: &String| !w.is_empty())
-        .collect()
+        .collect();
+    if !words.is_empty() {
+        return words;
+    }
+    text.split_whitespace().map(str::to_string).collect()
 }
 
 /// Weight of a whole word against a 4-gram's 1: a word changed moves about as many grams as
@@ -81,7 +89,7 @@ fn features(text: &str) -> Vec<(u64, i32)> {
     out
 }
 
-/// The 64-bit SimHash fingerprint of `text`; 0 for text with no letters or digits.
+/// The 64-bit SimHash fingerprint of `text`; 0 for an empty (or all-blank) text.
 pub fn simhash64(text: &str) -> u64 {
     let mut votes = [0i32; 64];
     for (h, weight) in features(text) {
@@ -271,6 +279,17 @@ mod tests {
         }
         assert!(pairs > 10_000_000, "{pairs}");
         assert!(near * 100_000 < pairs, "{near} of {pairs} pairs near");
+    }
+
+    #[test]
+    fn different_emoji_reactions_are_not_copies_but_the_same_one_is() {
+        let reactions = ["😍", "🔥🔥", "😂😂😂", "❤️", "👏👏", "🙌", "💯"];
+        for (i, a) in reactions.iter().enumerate() {
+            for b in &reactions[i + 1..] {
+                assert!(!matches(a, b), "{a} and {b} counted as copies");
+            }
+            assert!(matches(a, a), "{a} is a copy of itself");
+        }
     }
 
     #[test]
