@@ -311,17 +311,9 @@ mod tests {
     //! Against a `redis-server` of the test's own (killed and started again on its port), so
     //! other tests' Redis is never disturbed; the counters' truth is an embedded store.
     use super::*;
-    use crate::shared_cache::RedisOptions;
+    use crate::shared_cache::{RedisOptions, test_redis};
     use likewise_core::counter::CounterField;
     use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
-
-    fn start_redis(port: u16) -> std::process::Child {
-        std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server is not installed (Debian package redis-server)")
-    }
 
     async fn hget(port: u16, key: &str) -> Option<i64> {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}/0")).expect("url");
@@ -333,24 +325,15 @@ mod tests {
     /// background retry once Redis is back, not left to the value before it for the TTL.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_value_redis_missed_is_written_once_it_is_back_without_another_commit() {
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-        let mut server = start_redis(port);
+        let port = test_redis::free_port();
+        let mut server = test_redis::start(port);
         let opts = RedisOptions {
             url: format!("redis://127.0.0.1:{port}/0"),
             prefix: format!("lwtest:resync:{}", rand::random::<u64>()),
             replicas: 2,
             ..RedisOptions::default()
         };
-        let mut redis = None;
-        for _ in 0..100 {
-            if let Ok(r) = Redis::connect(&opts).await {
-                redis = Some(r);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let redis = redis.expect("the test's redis-server did not start");
+        let redis = test_redis::connect(&opts).await;
         let dir = tempfile::tempdir().expect("tempdir");
         let emb = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded");
         let counters = CachedCounters::new(Arc::new(emb), redis.clone());
@@ -364,7 +347,7 @@ mod tests {
         let _ = server.wait();
         counters.apply_deltas("agg", 1, 2, &[(key, 3)]).await.expect("commit without Redis");
         // Back, empty, and no further commit comes.
-        let mut server = start_redis(port);
+        let mut server = test_redis::start(port);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
         loop {
             let (a, b) = (hget(port, &redis_key(0)).await, hget(port, &redis_key(1)).await);

@@ -522,7 +522,7 @@ mod tests {
     //! has its own key prefix and deletes its keys. Clocks run a few buckets in the future, so
     //! Redis never expires a key during a test.
     use super::*;
-    use crate::shared_cache::RedisOptions;
+    use crate::shared_cache::{RedisOptions, test_redis};
     use std::collections::HashSet;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -952,25 +952,8 @@ mod tests {
     /// viewer's heart follows their last commit, not the reverse index's lag or an expiry.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_record_redis_missed_is_written_once_the_server_is_back() {
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
-        let start = || {
-            std::process::Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("redis-server is not installed (Debian package redis-server)")
-        };
-        let mut server = start();
+        let port = test_redis::free_port();
+        let mut server = test_redis::start(port);
         let opts = RedisOptions {
             url: format!("redis://127.0.0.1:{port}/0"),
             prefix: format!("lwtest:ownretry:{}", rand::random::<u64>()),
@@ -978,15 +961,7 @@ mod tests {
             own_likes_shards: 4,
             ..Default::default()
         };
-        let mut redis = None;
-        for _ in 0..100 {
-            if let Ok(r) = Redis::connect(&opts).await {
-                redis = Some(r);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let redis = redis.expect("the test's redis-server did not start");
+        let redis = test_redis::connect(&opts).await;
         let index = Arc::new(Index(Mutex::new(HashSet::new()), AtomicU64::new(0)));
         let at = (likewise_store::now_ms() / WIDTH + 4) * WIDTH + 100;
         let node = CachedLikes::with_clock(index, redis.clone(), Arc::new(move || at));
@@ -996,7 +971,7 @@ mod tests {
         // The unlike commits while the server is gone: its record cannot be written now.
         let position = 8 << INDEX_BITS;
         assert!(node.record(UserId(9), Target::post(42), false, position).await.is_err());
-        let mut server = start();
+        let mut server = test_redis::start(port);
         let layout = Layout::new(&redis);
         let key = layout.key(layout.bucket(at), layout.shard(UserId(9)));
         let client = redis::Client::open(opts.url.clone()).expect("url");

@@ -23,6 +23,8 @@ mod liked_filter;
 mod likes;
 mod rate;
 pub mod servers;
+#[cfg(test)]
+mod test_redis;
 
 pub use counters::CachedCounters;
 pub use likes::CachedLikes;
