@@ -92,7 +92,7 @@ impl ApiError {
         let mut e = Self::new(
             StatusCode::GATEWAY_TIMEOUT,
             "outcome_unknown",
-            "the write may or may not have been stored; retry it with the same Idempotency-Key",
+            "the write may or may not have been stored; send it again as it was (a comment create with the same Idempotency-Key)",
         );
         e.retry_after = Some(1);
         e

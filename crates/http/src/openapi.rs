@@ -275,7 +275,7 @@ fn complete_json(doc: &mut serde_json::Value) {
             if method != "get" {
                 add(
                     "504",
-                    "outcome_unknown: the write may or may not have been stored; retry it with the same Idempotency-Key.",
+                    "outcome_unknown: the write may or may not have been stored; send it again as it was (a comment create with the same Idempotency-Key).",
                 );
             }
             // Any /v1 request may carry two Authorization headers, which is a 400.
