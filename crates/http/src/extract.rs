@@ -2,7 +2,7 @@
 //! into the JSON error contract (never axum's plain-text rejections).
 
 use crate::error::ApiError;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::HeaderMap;
 use axum::http::header::CONTENT_TYPE;
@@ -83,7 +83,7 @@ pub fn is_json_media_type(value: &[u8]) -> bool {
 
 /// A JSON body. A non-empty body not declared as JSON is 415 ([`declares_json`]), malformed
 /// JSON is 400, JSON that does not fit (unknown or missing fields, wrong types) is 422, a
-/// body over the limit is 413.
+/// body over the limit is 413, a body that cannot be read (malformed chunks) is 400.
 pub struct JsonBody<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
@@ -91,7 +91,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         let json = declares_json(req.headers());
         let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
-            BytesRejection::FailedToBufferBody(_) => ApiError::too_large("request body too large"),
+            BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+                ApiError::too_large("request body too large")
+            }
+            // A body that broke off or is framed wrong (a bad chunk size): the client's fault,
+            // not a size.
+            BytesRejection::FailedToBufferBody(_) => {
+                ApiError::invalid("the request body could not be read: malformed or cut off")
+            }
             other => ApiError::invalid(other.body_text()),
         })?;
         if !json && !bytes.is_empty() {
@@ -202,6 +209,20 @@ mod tests {
         assert!(message("count=ten").contains("count is not valid"));
         let q = parse_query::<Query>("limit=5&count=3&other=x").expect("valid");
         assert_eq!((q.limit.as_deref(), q.count), (Some("5"), Some(3)));
+    }
+
+    #[tokio::test]
+    async fn a_body_that_cannot_be_read_is_400_not_413() {
+        let broken = futures_util::stream::iter([
+            Ok(Bytes::from_static(b"{\"a\":")),
+            Err(std::io::Error::other("invalid chunk size")),
+        ]);
+        let req = Request::builder()
+            .header(CONTENT_TYPE, "application/json")
+            .body(axum::body::Body::from_stream(broken))
+            .expect("request");
+        let e = JsonBody::<Body>::from_request(req, &()).await.err().expect("refused");
+        assert_eq!(e.status(), axum::http::StatusCode::BAD_REQUEST);
     }
 
     #[test]
