@@ -58,7 +58,11 @@ async fn an_upgrade_from_modulo_placement_keeps_every_row_reachable() {
 
     // The upgrade.
     let migrated = t.connect().migrate().await.expect("migrate");
-    assert!(migrated.iter().all(|(_, v)| v == &vec![15, 16, 17, 18, 19]), "{migrated:?}");
+    // Every migration after 14, on every shard.
+    let after_14: Vec<i32> =
+        crate::postgres::migrate::MIGRATIONS.iter().map(|m| m.0).filter(|v| *v > 14).collect();
+    assert_eq!(after_14.first(), Some(&15));
+    assert!(migrated.iter().all(|(_, v)| v == &after_14), "{migrated:?}");
     let new = t.store().await;
     new.check_schema().await.expect("the upgraded schema");
     let p = new.placement();
