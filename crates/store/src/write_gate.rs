@@ -124,8 +124,8 @@ mod tests {
         assert!(!cancelled.take());
     }
 
-    #[tokio::test]
-    async fn a_request_must_wait_only_when_one_of_its_writes_was_taken() {
+    /// A request that handed over two writes, and their gates.
+    async fn request_with_two_writes() -> (Arc<RequestWrites>, Arc<OpGate>, Arc<OpGate>) {
         let req = Arc::new(RequestWrites::default());
         let (a, b) = req
             .clone()
@@ -133,17 +133,17 @@ mod tests {
                 (RequestWrites::gate().expect("in scope"), RequestWrites::gate().expect("in scope"))
             })
             .await;
+        (req, a, b)
+    }
+
+    #[tokio::test]
+    async fn a_request_must_wait_only_when_one_of_its_writes_was_taken() {
+        let (req, a, b) = request_with_two_writes().await;
         assert!(RequestWrites::gate().is_none(), "outside a scope, no gate");
         assert!(!req.cancel_pending(), "nothing taken: the request may give up");
         assert!(!a.take() && !b.take(), "cancelled writes never run");
 
-        let req = Arc::new(RequestWrites::default());
-        let (a, b) = req
-            .clone()
-            .scope(async {
-                (RequestWrites::gate().expect("in scope"), RequestWrites::gate().expect("in scope"))
-            })
-            .await;
+        let (req, a, b) = request_with_two_writes().await;
         assert!(a.take());
         assert!(req.cancel_pending(), "one write is committing: wait for it");
         assert!(b.take(), "the handler goes on: its next write still runs");
