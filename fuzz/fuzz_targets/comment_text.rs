@@ -3,9 +3,9 @@
 //!
 //! Properties:
 //! - nothing panics, on any UTF-8 (and on the lossy decoding of any bytes);
-//! - the result agrees with a reference written from the rules (unify line endings, trim,
-//!   1..=2200 characters, no control character but `\n` and `\t`, no bidi override/isolate,
-//!   not only invisible characters);
+//! - the result agrees with a reference written from the rules (no control character but
+//!   `\n`, `\t`, `\r` and no bidi override/isolate in the raw text, unify line endings, drop
+//!   format characters, trim, 1..=2200 characters, not only invisible characters);
 //! - normalisation is idempotent, and what it returns satisfies every rule;
 //! - mentions are 1..=30 lowercase `[a-z0-9_.]` not ending in `.`, distinct, at most 10, and
 //!   each is written in the text after an `@`;
@@ -19,6 +19,7 @@ use likewise_core::comment::spam::{SpamSignals, spam_score};
 use likewise_core::comment::text::{
     MAX_COMMENT_CHARS, MAX_MENTIONS, TextError, is_invisible, mentions, normalize_text,
 };
+use likewise_core::names::strip_invisible;
 
 fn forbidden(c: char) -> Option<TextError> {
     if c.is_control() && c != '\n' && c != '\t' {
@@ -31,6 +32,10 @@ fn forbidden(c: char) -> Option<TextError> {
 }
 
 fn reference(raw: &str) -> Result<String, TextError> {
+    // Refused on the raw text, before anything is dropped ('\r' is unified below).
+    if let Some(e) = raw.chars().filter(|&c| c != '\r').find_map(forbidden) {
+        return Err(e);
+    }
     let mut unified = String::with_capacity(raw.len());
     let mut chars = raw.chars().peekable();
     while let Some(c) = chars.next() {
@@ -43,7 +48,10 @@ fn reference(raw: &str) -> Result<String, TextError> {
             unified.push(c);
         }
     }
-    let text = unified.trim_matches(char::is_whitespace);
+    // Format characters are dropped by the one rule every text entry point shares
+    // (`likewise_core::names`, with unit tests of its own).
+    let stripped = strip_invisible(&unified);
+    let text = stripped.trim_matches(char::is_whitespace);
     let n = text.chars().count();
     if n == 0 {
         return Err(TextError::Empty);
@@ -51,11 +59,10 @@ fn reference(raw: &str) -> Result<String, TextError> {
     if n > MAX_COMMENT_CHARS {
         return Err(TextError::TooLong { chars: n });
     }
-    match text.chars().find_map(forbidden) {
-        Some(e) => Err(e),
-        None if text.chars().all(|c| c.is_whitespace() || is_invisible(c)) => Err(TextError::Empty),
-        None => Ok(text.to_string()),
+    if text.chars().all(|c| c.is_whitespace() || is_invisible(c)) {
+        return Err(TextError::Empty);
     }
+    Ok(text.to_string())
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -68,6 +75,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(text.trim(), text, "trimmed");
     assert!(!text.contains('\r'), "line endings unified");
     assert!(text.chars().all(|c| forbidden(c).is_none()), "no forbidden characters");
+    assert_eq!(strip_invisible(&text), text, "no format character left to drop");
     assert!((1..=MAX_COMMENT_CHARS).contains(&text.chars().count()));
 
     let found = mentions(&text);
