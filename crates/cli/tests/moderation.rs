@@ -143,6 +143,32 @@ async fn hidden_words_hold_a_comment_in_shadow() {
     app.stop().await;
 }
 
+/// A hidden word that shows nothing (blank, or only invisible characters) is refused like
+/// other bad input, and the list stored before stays in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blank_or_invisible_hidden_words_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let put = |words: Value| {
+        let body = json!({ "words": words }).to_string();
+        let app = &app;
+        async move { app.call(Method::PUT, "/v1/me/hidden-words", Some(&app.user(7)), Some(&body)).await }
+    };
+    let (st, v) = put(json!(["rubbish"])).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    for blank in ["", "   ", "\u{200B}", "\u{200B}\u{2060}\u{FEFF}", " \u{200D} ", "\u{3164}"] {
+        let (st, v) = put(json!(["spoiler", blank])).await;
+        assert_error(st, &v, 400, "invalid");
+    }
+    // Nothing of the refused lists was stored: "rubbish" still holds, "spoiler" does not.
+    let hit = comment(&app, 11, 1, "what rubbish").await;
+    let fine = comment(&app, 12, 1, "no spoiler here").await;
+    let others: Vec<String> = list(&app, 13, 1, "newest").await.iter().map(id).collect();
+    assert_eq!(others, [id(&fine)], "{hit}");
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restrict_then_approve_and_block_refuses_comments_and_likes() {
     let dir = tempfile::tempdir().expect("tempdir");

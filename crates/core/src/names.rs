@@ -5,7 +5,7 @@
 //! | field | controls (Cc) | bidi overrides, embeddings, isolates | other invisible characters |
 //! |---|---|---|---|
 //! | comment text, appeal message | refused (400), tab and newline aside | refused (400) | dropped ([`strip_invisible`]), the line and paragraph separators too |
-//! | hidden words | (a word has none) | dropped | dropped, as in comment text |
+//! | hidden words | (a word has none) | dropped | dropped, as in comment text; a word of nothing else is refused (400) |
 //! | usernames | refused | refused | refused ([`is_clean_name`]) |
 //!
 //! Free text keeps what it needs to render as written: a zero-width joiner or non-joiner

@@ -242,8 +242,12 @@ impl Moderation {
         Ok(())
     }
 
-    /// Replace `owner`'s hidden words (validated: count and length limits).
+    /// Replace `owner`'s hidden words (validated: count and length limits, no blank entry).
     pub async fn put_hidden_words(&self, owner: UserId, words: Vec<String>) -> ServiceResult<()> {
+        // A word of only whitespace and invisible characters is refused rather than stored as
+        // an entry that shows as nothing and can never match.
+        likewise_core::comment::hidden_words::refuse_blank(&words)
+            .map_err(|e| ServiceError::Invalid(e.to_string()))?;
         // Invisible characters are dropped as from comment text (`names`): the matcher sees
         // through them anyway, and the list read back shows what is matched.
         let words: Vec<String> =
