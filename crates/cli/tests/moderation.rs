@@ -754,3 +754,35 @@ async fn deleting_a_pinned_comment_frees_its_pin_slot() {
     assert_eq!(pinned, [id(&cs[2]), id(&cs[3]), id(&cs[4])]);
     app.stop().await;
 }
+
+/// A comment a moderator hides gives its pin slot back, as a deleted one does, and shows as
+/// pinned to no one: not to readers, its author or the moderators.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_comment_a_moderator_hides_frees_its_pin_slot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let mut cs = Vec::new();
+    for u in 10..14u64 {
+        cs.push(comment(&app, u, 1, &format!("comment number {u}")).await);
+    }
+    for c in &cs[..3] {
+        assert_eq!(pin(&app, c).await.0, StatusCode::NO_CONTENT);
+    }
+    let (st, v) = moderate(&app, &cs[1], "hide").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) = pin(&app, &cs[3]).await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    let pinned =
+        |items: Vec<Value>| -> Vec<String> { items.iter().filter(|c| c["pinned"] == true).map(id).collect() };
+    let want = [id(&cs[0]), id(&cs[2]), id(&cs[3])];
+    for viewer in [5u64, 11, 7] {
+        assert_eq!(pinned(list(&app, viewer, 1, "top").await), want, "viewer {viewer}");
+    }
+    let (_, v) = app.call(Method::GET, "/v1/posts/1/comments?limit=100", Some(&app.service()), None).await;
+    assert_eq!(pinned(v["items"].as_array().expect("items").clone()), want, "{v}");
+    // The post's author cannot pin it again while it is hidden.
+    let (st, v) = pin(&app, &cs[1]).await;
+    assert_error(st, &v, 404, "not_found");
+    app.stop().await;
+}
