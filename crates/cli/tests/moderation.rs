@@ -143,6 +143,32 @@ async fn hidden_words_hold_a_comment_in_shadow() {
     app.stop().await;
 }
 
+/// A hidden word that shows nothing (blank, or only invisible characters) is refused like
+/// other bad input, and the list stored before stays in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blank_or_invisible_hidden_words_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let put = |words: Value| {
+        let body = json!({ "words": words }).to_string();
+        let app = &app;
+        async move { app.call(Method::PUT, "/v1/me/hidden-words", Some(&app.user(7)), Some(&body)).await }
+    };
+    let (st, v) = put(json!(["rubbish"])).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    for blank in ["", "   ", "\u{200B}", "\u{200B}\u{2060}\u{FEFF}", " \u{200D} ", "\u{3164}"] {
+        let (st, v) = put(json!(["spoiler", blank])).await;
+        assert_error(st, &v, 400, "invalid");
+    }
+    // Nothing of the refused lists was stored: "rubbish" still holds, "spoiler" does not.
+    let hit = comment(&app, 11, 1, "what rubbish").await;
+    let fine = comment(&app, 12, 1, "no spoiler here").await;
+    let others: Vec<String> = list(&app, 13, 1, "newest").await.iter().map(id).collect();
+    assert_eq!(others, [id(&fine)], "{hit}");
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restrict_then_approve_and_block_refuses_comments_and_likes() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -277,6 +303,78 @@ async fn spam_with_a_word_changed_each_time_is_held_from_the_fifth_copy() {
     let held: Vec<Value> = queue(&app).await.into_iter().filter(|x| x["author_id"] == "40").collect();
     assert_eq!(held.len(), 6, "{held:?}");
     assert!(held.iter().all(|x| x["held_by"] == "near_duplicate"), "{held:?}");
+    app.stop().await;
+}
+
+/// Spam that grows by a word each time drifts away from its first copies; each copy is still
+/// near the one before, and the fifth is held as an exact fifth copy would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_text_with_a_word_appended_each_time_is_held_from_the_fifth_copy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    let mut text = "Get 1000 free followers now, link in my bio".to_string();
+    for (i, word) in ["", "today", "friends", "please", "thanks", "everyone", "again"].iter().enumerate() {
+        if !word.is_empty() {
+            text = format!("{text} {word}");
+        }
+        let p = 1 + i as u64;
+        app.post(p, 7, false).await;
+        let c = comment(&app, 40, p, &text).await;
+        let seen = list(&app, 41, p, "newest").await.iter().any(|x| id(x) == id(&c));
+        assert_eq!(seen, i < 4, "copy {} ({text:?}) seen by others: {seen}", i + 1);
+    }
+    app.stop().await;
+}
+
+/// Everyday short comments are never held: twenty different ones by one person on twenty
+/// posts, nor the same few phrases written by many people.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_everyday_short_comments_and_common_phrases_are_never_held() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    let texts = [
+        "nice!",
+        "love this",
+        "so true",
+        "great shot",
+        "haha yes",
+        "omg so cute",
+        "congrats!!",
+        "this is gorgeous",
+        "need this",
+        "miss you guys",
+        "where is this?",
+        "looks so good",
+        "happy birthday 🎉",
+        "stunning",
+        "you look great",
+        "lol same",
+        "the light!",
+        "so proud of you",
+        "take me with you",
+        "beautiful colours",
+    ];
+    // Written within seconds, faster than a person types: the classifier may weigh that
+    // speed, but none of them is held as a copy of the others.
+    for (i, text) in texts.iter().enumerate() {
+        let p = 1 + i as u64;
+        app.post(p, 7, false).await;
+        comment(&app, 42, p, text).await;
+    }
+    let copies: Vec<Value> =
+        queue(&app).await.into_iter().filter(|x| x["held_by"] == "near_duplicate").collect();
+    assert!(copies.is_empty(), "{copies:?}");
+    // The same phrases, each written once by each of many people on one post.
+    app.post(100, 7, false).await;
+    for (k, text) in ["nice!", "love this", "so true", "great shot", "congrats!!", "wow"].iter().enumerate() {
+        for u in 0..6u64 {
+            comment(&app, 200 + 10 * k as u64 + u, 100, text).await;
+        }
+    }
+    assert_eq!(list(&app, 41, 100, "newest").await.len(), 36);
+    let copies: Vec<Value> =
+        queue(&app).await.into_iter().filter(|x| x["held_by"] == "near_duplicate").collect();
+    assert!(copies.is_empty(), "{copies:?}");
     app.stop().await;
 }
 
@@ -726,5 +824,37 @@ async fn deleting_a_pinned_comment_frees_its_pin_slot() {
     let pinned: Vec<String> =
         v["items"].as_array().expect("items").iter().filter(|c| c["pinned"] == true).map(id).collect();
     assert_eq!(pinned, [id(&cs[2]), id(&cs[3]), id(&cs[4])]);
+    app.stop().await;
+}
+
+/// A comment a moderator hides gives its pin slot back, as a deleted one does, and shows as
+/// pinned to no one: not to readers, its author or the moderators.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_comment_a_moderator_hides_frees_its_pin_slot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let mut cs = Vec::new();
+    for u in 10..14u64 {
+        cs.push(comment(&app, u, 1, &format!("comment number {u}")).await);
+    }
+    for c in &cs[..3] {
+        assert_eq!(pin(&app, c).await.0, StatusCode::NO_CONTENT);
+    }
+    let (st, v) = moderate(&app, &cs[1], "hide").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) = pin(&app, &cs[3]).await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    let pinned =
+        |items: Vec<Value>| -> Vec<String> { items.iter().filter(|c| c["pinned"] == true).map(id).collect() };
+    let want = [id(&cs[0]), id(&cs[2]), id(&cs[3])];
+    for viewer in [5u64, 11, 7] {
+        assert_eq!(pinned(list(&app, viewer, 1, "top").await), want, "viewer {viewer}");
+    }
+    let (_, v) = app.call(Method::GET, "/v1/posts/1/comments?limit=100", Some(&app.service()), None).await;
+    assert_eq!(pinned(v["items"].as_array().expect("items").clone()), want, "{v}");
+    // The post's author cannot pin it again while it is hidden.
+    let (st, v) = pin(&app, &cs[1]).await;
+    assert_error(st, &v, 404, "not_found");
     app.stop().await;
 }

@@ -583,3 +583,46 @@ async fn a_stream_resumed_after_a_later_comment_delivers_a_like_released_meanwhi
     drop(body);
     app.stop().await;
 }
+
+/// A reply to a reply notifies the top-level comment's author and the @mentioned author of
+/// the reply it answers; deleting it withdraws both items, though the deleted reply's record
+/// (which names the mentioned user) is gone by the time the notifier reads the deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_reply_withdraws_its_mention_as_well_as_its_reply() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    app.post(2, 8, false).await; // the witness's post
+    let comment = |user: u64, body: Value| {
+        let app = &app;
+        async move {
+            let (st, c) = app
+                .call(Method::POST, "/v1/posts/1/comments", Some(&app.user(user)), Some(&body.to_string()))
+                .await;
+            assert_eq!(st, StatusCode::CREATED, "{c}");
+            c["comment_id"].as_str().expect("id").to_string()
+        }
+    };
+    let top = comment(30, json!({"text": "a parent"})).await;
+    let first = comment(31, json!({"text": "a first reply", "parent_id": top})).await;
+    wait_item(&app, 30, "replied").await;
+    let answer = comment(32, json!({"text": "an answer to the first reply", "parent_id": first})).await;
+    app.wait_until(|| async {
+        let names = |i: Option<Value>| i.map(|i| i["actors"].clone());
+        names(item(&app, 31, "replied").await) == Some(json!(["user32"]))
+            && names(item(&app, 30, "replied").await) == Some(json!(["user32", "user31"]))
+    })
+    .await;
+    let (st, v) =
+        app.call(Method::DELETE, &format!("/v1/comments/{answer}"), Some(&app.user(32)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    let (st, _) = app
+        .call(Method::POST, "/v1/posts/2/comments", Some(&app.user(33)), Some(r#"{"text": "witness"}"#))
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    wait_item(&app, 8, "commented").await;
+    assert_eq!(item(&app, 31, "replied").await, None, "the deleted reply still notifies its mention");
+    let parent_item = item(&app, 30, "replied").await.expect("the first reply still notifies");
+    assert_eq!(parent_item["actors"], json!(["user31"]), "{parent_item}");
+    app.stop().await;
+}

@@ -5,7 +5,7 @@
 //! | field | controls (Cc) | bidi overrides, embeddings, isolates | other invisible characters |
 //! |---|---|---|---|
 //! | comment text, appeal message | refused (400), tab and newline aside | refused (400) | dropped ([`strip_invisible`]), the line and paragraph separators too |
-//! | hidden words | (a word has none) | dropped | dropped, as in comment text |
+//! | hidden words | (a word has none) | dropped | dropped, as in comment text; a word of nothing else is refused (400) |
 //! | usernames | refused | refused | refused ([`is_clean_name`]) |
 //!
 //! Free text keeps what it needs to render as written: a zero-width joiner or non-joiner
@@ -84,36 +84,48 @@ fn shows(c: Option<char>) -> bool {
     c.is_some_and(|c| !is_invisible(c))
 }
 
+/// How many characters after `chars[0]` form the tags of a well-formed flag sequence: the
+/// black flag U+1F3F4, one or more tag characters U+E0020..=U+E007E, and the cancel tag
+/// U+E007F that ends it. 0 when `chars` does not start one.
+fn flag_tags(chars: &[char]) -> usize {
+    if chars.first() != Some(&'\u{1F3F4}') {
+        return 0;
+    }
+    let tags = chars[1..].iter().take_while(|&&c| matches!(c, '\u{E0020}'..='\u{E007E}')).count();
+    if tags > 0 && chars.get(1 + tags) == Some(&'\u{E007F}') { tags + 1 } else { 0 }
+}
+
 /// Free text with its invisible characters ([`is_format_like`]) dropped, except those it needs
 /// to render as written: a zero-width joiner or non-joiner between two visible characters, a
-/// variation selector right after a visible character, and the tags of a flag sequence (U+1F3F4
-/// followed by tag letters up to the cancel tag U+E007F). Controls and bidi overrides are left
-/// to the caller, which refuses them.
+/// variation selector right after a visible character, and the tags of a well-formed flag
+/// sequence (U+1F3F4, tag characters, the cancel tag U+E007F: [`flag_tags`]). Any other tag
+/// character is dropped: tags outside a flag, and those of a sequence that is not closed by
+/// its cancel tag, would otherwise carry hidden text. Controls and bidi overrides are left to
+/// the caller, which refuses them.
 pub fn strip_invisible(text: &str) -> String {
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
-    let mut in_flag = false;
+    // Characters before this index that are tags belong to a well-formed flag sequence.
+    let mut flag_end = 0;
     for (i, &c) in chars.iter().enumerate() {
         let prev = out.chars().next_back();
         // A joiner may follow a selector that follows a visible character (🏳️‍🌈).
         let base = out.chars().rev().find(|&p| !is_variation_selector(p));
         let next = chars.get(i + 1).copied();
         if !is_format_like(c) {
-            in_flag = c == '\u{1F3F4}';
+            flag_end = flag_end.max(i + 1 + flag_tags(&chars[i..]));
             out.push(c);
             continue;
         }
         let keep = match c {
             '\u{200C}' | '\u{200D}' => shows(base) && shows(next),
-            '\u{E0020}'..='\u{E007F}' => in_flag,
+            '\u{E0020}'..='\u{E007F}' => i < flag_end,
             c if is_variation_selector(c) => shows(prev),
             _ => false,
         };
         if keep {
             out.push(c);
         }
-        // A flag sequence ends with its cancel tag, or at anything that is not a tag.
-        in_flag = in_flag && matches!(c, '\u{E0020}'..='\u{E007E}');
     }
     out
 }
@@ -210,6 +222,60 @@ mod tests {
         assert_eq!(strip_invisible("\u{200D}a\u{200D}"), "a", "a joiner at an edge joins nothing");
         assert_eq!(strip_invisible("a \u{200D} b"), "a  b");
         assert_eq!(strip_invisible("\u{FE0F}x"), "x", "a selector with nothing before it");
+    }
+
+    #[test]
+    fn only_a_well_formed_flag_sequence_keeps_its_tags() {
+        let scotland = "🏴\u{E0067}\u{E0062}\u{E0073}\u{E0063}\u{E0074}\u{E007F}";
+        for kept in [scotland.to_string(), format!("{scotland}{scotland}"), format!("a{scotland} b 🏴")] {
+            assert_eq!(strip_invisible(&kept), kept, "{kept:?}");
+        }
+        for (raw, want) in [
+            // Not closed by the cancel tag: hidden text after a flag.
+            ("🏴\u{E0068}\u{E0069}", "🏴"),
+            ("🏴\u{E0068}\u{E0069} hi", "🏴 hi"),
+            ("🏴\u{E0068}\u{E0069}x\u{E007F}", "🏴x"),
+            // A cancel tag alone, or tags after something else.
+            ("🏴\u{E007F}", "🏴"),
+            ("🏳\u{E0067}\u{E0062}\u{E007F}", "🏳"),
+            ("a\u{E0067}\u{E007F}", "a"),
+            // A well-formed sequence keeps its tags, stray ones beside it do not.
+            ("🏴\u{E0067}\u{E007F}\u{E0068}\u{E007F}", "🏴\u{E0067}\u{E007F}"),
+            ("🏴\u{E0001}\u{E0067}\u{E007F}", "🏴"),
+            ("🏴\u{200B}\u{E0067}\u{E007F}", "🏴"),
+        ] {
+            assert_eq!(strip_invisible(raw), want, "{raw:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever the input, a tag character survives only inside a well-formed flag
+        /// sequence, and stripping again changes nothing.
+        #[test]
+        fn tags_survive_only_in_well_formed_flags(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "🏴", "🏳", "a", " ", "\u{E0067}", "\u{E0062}", "\u{E0020}", "\u{E007E}",
+                    "\u{E007F}", "\u{E0001}", "\u{200D}", "\u{FE0F}", "\u{200B}",
+                ]),
+                0..24,
+            )
+        ) {
+            let raw: String = parts.concat();
+            let out = strip_invisible(&raw);
+            let chars: Vec<char> = out.chars().collect();
+            let mut i = 0;
+            while i < chars.len() {
+                let tags = flag_tags(&chars[i..]);
+                if tags > 0 {
+                    i += tags + 1;
+                    continue;
+                }
+                proptest::prop_assert!(!matches!(chars[i], '\u{E0000}'..='\u{E007F}'), "{:?} -> {:?}", raw, out);
+                i += 1;
+            }
+            proptest::prop_assert_eq!(strip_invisible(&out), out.clone(), "{:?}", raw);
+        }
     }
 
     #[test]

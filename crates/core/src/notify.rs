@@ -5,7 +5,9 @@
 //! - Changes aggregate per (recipient, post, kind): the store keeps the distinct set of
 //!   actors, so a redelivered event is a no-op and an unlike after delivery removes exactly
 //!   that actor.
-//! - A comment hidden or deleted later withdraws its notification.
+//! - A comment hidden or deleted later withdraws its notification, from the @mentioned user
+//!   of a reply too (remembered for a day, see [`MENTION_MEMORY_MS`]: a deleted reply's record,
+//!   which names that user, is gone by the time its deletion is read).
 //! - The consumer may only commit its log offset below the oldest held event
 //!   ([`Holder::safe_offset`]): a crash re-reads and re-holds what was not delivered.
 //!
@@ -161,7 +163,28 @@ pub struct Holder {
     /// event (always later in the log: a parent is removed with or after its last reply)
     /// names its author. Each pins the committable offset below it, as a held like does.
     orphans: BTreeMap<(u64, u64), Orphan>,
+    /// The user each recent reply @mentions, by reply, as read from its record while it was
+    /// stored: a deleted reply's record is removed, so its deletion cannot name the mentioned
+    /// user whose `replied` item it must leave. Kept [`MENTION_MEMORY_MS`] (event time), at
+    /// most [`MENTION_MEMORY_MAX`] replies.
+    mentions: BTreeMap<u64, Mention>,
+    /// [`Holder::mentions`] by (time, reply), oldest first, to forget them in order.
+    mentions_by_age: BTreeSet<(u64, u64)>,
 }
+
+/// The @mention of a reply (see `Holder::mentions`).
+#[derive(Debug, Clone, Copy)]
+struct Mention {
+    user: UserId,
+    ts_ms: u64,
+}
+
+/// How long (event time) a reply's @mention is remembered for its deletion to withdraw it.
+pub const MENTION_MEMORY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The most replies whose @mention is remembered at once (the oldest are forgotten first):
+/// about 64 bytes each.
+pub const MENTION_MEMORY_MAX: usize = 200_000;
 
 /// A withdrawn reply waiting for its parent's author (see `Holder::orphans`).
 #[derive(Debug, Clone, Copy)]
@@ -186,7 +209,42 @@ impl Holder {
             by_seq: BTreeSet::new(),
             replayed_upto: 0,
             orphans: BTreeMap::new(),
+            mentions: BTreeMap::new(),
+            mentions_by_age: BTreeSet::new(),
         }
+    }
+
+    /// Remember (or forget) the @mention of the reply a comment event concerns, as its record
+    /// reads now, and forget mentions past [`MENTION_MEMORY_MS`] or [`MENTION_MEMORY_MAX`].
+    fn remember_mention(&mut self, e: &Event, c: CommentContext) {
+        let reply = e.target.id;
+        if let Some(m) = c.reply_to_user
+            && e.parent != 0
+        {
+            if let Some(old) = self.mentions.insert(reply, Mention { user: m, ts_ms: e.ts_ms }) {
+                self.mentions_by_age.remove(&(old.ts_ms, reply));
+            }
+            self.mentions_by_age.insert((e.ts_ms, reply));
+        }
+        let horizon = e.ts_ms.saturating_sub(MENTION_MEMORY_MS);
+        while let Some(&(ts, id)) = self.mentions_by_age.first() {
+            if ts >= horizon && self.mentions_by_age.len() <= MENTION_MEMORY_MAX {
+                break;
+            }
+            self.mentions_by_age.pop_first();
+            self.mentions.remove(&id);
+        }
+    }
+
+    /// The @mention of a deleted reply whose record is gone, from memory (see
+    /// `Holder::mentions`); forgotten, since a deleted reply never comes back.
+    fn deleted_reply_mention(&mut self, e: &Event, c: CommentContext) -> Option<UserId> {
+        if e.kind != EventKind::CommentDeleted || e.parent == 0 || c.reply_to_user.is_some() {
+            return None;
+        }
+        let m = self.mentions.remove(&e.target.id)?;
+        self.mentions_by_age.remove(&(m.ts_ms, e.target.id));
+        Some(m.user)
     }
 
     /// Events up to `seq` are read again and may have been delivered before: by an earlier
@@ -332,7 +390,19 @@ impl Holder {
             self.orphans.insert((e.parent, e.seq), o);
         }
         let comment = (e.target.kind == TargetKind::Comment).then_some(CommentId(e.target.id));
-        for (recipient, kind) in Self::recipients(e, ctx) {
+        let mut recipients = Self::recipients(e, ctx);
+        if let Some(c) = ctx
+            && !e.kind.is_like()
+        {
+            // A deleted reply's record is gone: its @mention comes from memory.
+            if let Some(m) = self.deleted_reply_mention(e, c)
+                && Some(m) != c.parent_author
+            {
+                recipients.push((m, NotifKind::Replied));
+            }
+            self.remember_mention(e, c);
+        }
+        for (recipient, kind) in recipients {
             if recipient == actor {
                 continue; // nobody is notified of their own actions
             }
@@ -613,6 +683,67 @@ mod tests {
         assert!(h.on_event(&hidden, Some(ctx)).iter().all(|c| matches!(c, Change::Remove { .. })));
         // A comment held by moderation (delta 0) notifies nobody.
         assert!(h.on_event(&Event { delta: 0, ..e }, Some(ctx)).is_empty());
+    }
+
+    fn removed_from(out: &[Change]) -> Vec<(u64, NotifKind, u64)> {
+        out.iter()
+            .filter_map(|c| match c {
+                Change::Remove { key, actor } => Some((key.recipient.0, key.kind, actor.0)),
+                Change::Add { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_deleted_reply_whose_record_is_gone_withdraws_its_mention_too() {
+        let mut h = Holder::new(5_000);
+        let created = comment_event(1, EventKind::CommentCreated, 900, 20, 800, 1);
+        let ctx = CommentContext {
+            author: UserId(20),
+            parent_author: Some(UserId(11)),
+            reply_to_user: Some(UserId(12)),
+        };
+        assert_eq!(h.on_event(&created, Some(ctx)).len(), 2);
+        // The record is removed with the delete: only the parent is read.
+        let gone = CommentContext { reply_to_user: None, ..ctx };
+        let deleted = Event {
+            seq: 2,
+            ts_ms: created.ts_ms + 3_600_000,
+            ..comment_event(2, EventKind::CommentDeleted, 900, 20, 800, -1)
+        };
+        let out = h.on_event(&deleted, Some(gone));
+        assert_eq!(removed_from(&out), [(11, NotifKind::Replied, 20), (12, NotifKind::Replied, 20)]);
+        // A reply without a mention, or a top-level comment, withdraws no one else.
+        let plain = CommentContext { author: UserId(21), reply_to_user: None, ..ctx };
+        h.on_event(&comment_event(3, EventKind::CommentCreated, 901, 21, 800, 1), Some(plain));
+        let out = h.on_event(&comment_event(4, EventKind::CommentDeleted, 901, 21, 800, -1), Some(plain));
+        assert_eq!(removed_from(&out), [(11, NotifKind::Replied, 21)]);
+    }
+
+    #[test]
+    fn a_mention_is_remembered_for_a_day_and_for_a_bounded_number_of_replies() {
+        let mut h = Holder::new(5_000);
+        let ctx = CommentContext {
+            author: UserId(20),
+            parent_author: Some(UserId(11)),
+            reply_to_user: Some(UserId(12)),
+        };
+        let gone = CommentContext { reply_to_user: None, ..ctx };
+        h.on_event(&comment_event(1, EventKind::CommentCreated, 900, 20, 800, 1), Some(ctx));
+        let late = Event {
+            ts_ms: 1_001 + MENTION_MEMORY_MS + 1,
+            ..comment_event(2, EventKind::CommentCreated, 902, 22, 800, 1)
+        };
+        h.on_event(&late, Some(CommentContext { author: UserId(22), ..gone }));
+        assert!(h.mentions.is_empty() && h.mentions_by_age.is_empty(), "forgotten after a day");
+        for id in 0..(MENTION_MEMORY_MAX as u64 + 10) {
+            h.on_event(
+                &comment_event(10 + id, EventKind::CommentCreated, 10_000 + id, 20, 800, 1),
+                Some(ctx),
+            );
+        }
+        assert_eq!((h.mentions.len(), h.mentions_by_age.len()), (MENTION_MEMORY_MAX, MENTION_MEMORY_MAX));
+        assert!(!h.mentions.contains_key(&10_000), "the oldest is forgotten first");
     }
 
     fn comment_event(seq: u64, kind: EventKind, comment: u64, author: u64, parent: u64, delta: i8) -> Event {

@@ -154,7 +154,10 @@ fn complete_schemas(doc: &mut serde_json::Value, id: &str) {
     if let Some(p) = schemas.get_mut("HiddenWordsDto").and_then(|s| s.pointer_mut("/properties/words")) {
         use likewise_core::comment::hidden_words::{MAX_HIDDEN_WORDS, MAX_WORD_CHARS};
         p["maxItems"] = json!(MAX_HIDDEN_WORDS);
-        p["items"] = json!({"type": "string", "maxLength": MAX_WORD_CHARS, "pattern": r"^[^\n]*$"});
+        // One line, with at least one character that shows (a blank entry is 400:
+        // `hidden_words::refuse_blank`, by `likewise_core::names::is_invisible`).
+        let pattern = format!(r"^[^\n]*[^{WS}{ALL_CC}{INVISIBLE}][^\n]*$");
+        p["items"] = json!({"type": "string", "maxLength": MAX_WORD_CHARS, "pattern": pattern});
     }
 }
 
@@ -483,6 +486,27 @@ mod tests {
         fn the_username_schema_is_the_servers_rule(s in tricky()) {
             let schema = username_rule();
             prop_assert_eq!(schema(&s), crate::routes::upstream::valid_username(&s).is_some(), "{:?}", s);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+        /// A hidden word the schema calls valid is never refused as blank, and a blank one is
+        /// never documented as valid.
+        #[test]
+        fn the_hidden_word_schema_refuses_exactly_the_blank_words(s in tricky()) {
+            static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+                let doc = crate::openapi_document();
+                let p = &doc["components"]["schemas"]["HiddenWordsDto"]["properties"]["words"]["items"];
+                regex::Regex::new(p["pattern"].as_str().expect("pattern")).expect("compiles")
+            });
+            let re = &*RE;
+            let blank = likewise_core::comment::hidden_words::refuse_blank(std::slice::from_ref(&s)).is_err();
+            prop_assert!(!(re.is_match(&s) && blank), "{:?}", s);
+            if !s.contains('\n') {
+                prop_assert_eq!(re.is_match(&s), !blank, "{:?}", s);
+            }
         }
     }
 

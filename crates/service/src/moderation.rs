@@ -23,7 +23,7 @@ use likewise_core::comment::appeal::HeldBy;
 use likewise_core::comment::classify::{Classifier, RulesClassifier, should_hold};
 use likewise_core::comment::hidden_words::HiddenWords;
 use likewise_core::comment::id::first_id_at;
-use likewise_core::comment::simhash::{duplicate_radius, near_duplicate};
+use likewise_core::comment::simhash::{copies, duplicate_radius};
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, UserId};
 use likewise_core::ports::cluster::Invalidation;
@@ -242,8 +242,12 @@ impl Moderation {
         Ok(())
     }
 
-    /// Replace `owner`'s hidden words (validated: count and length limits).
+    /// Replace `owner`'s hidden words (validated: count and length limits, no blank entry).
     pub async fn put_hidden_words(&self, owner: UserId, words: Vec<String>) -> ServiceResult<()> {
+        // A word of only whitespace and invisible characters is refused rather than stored as
+        // an entry that shows as nothing and can never match.
+        likewise_core::comment::hidden_words::refuse_blank(&words)
+            .map_err(|e| ServiceError::Invalid(e.to_string()))?;
         // Invisible characters are dropped as from comment text (`names`): the matcher sees
         // through them anyway, and the list read back shows what is matched.
         let words: Vec<String> =
@@ -312,9 +316,11 @@ impl Moderation {
             return Ok((CommentStatus::HiddenByFilter, Some(HeldBy::Classifier)));
         }
         // Near, not only equal: spam pasted with a word changed or added each time counts as
-        // copies too (the radius is wider for texts long enough to tell; `simhash`).
+        // copies too (the radius is wider for texts long enough to tell), and so do copies
+        // that drifted a word at a time, each near the one before (`simhash::copies`).
         let radius = duplicate_radius(text);
-        let copies = recent.iter().filter(|(_, h)| near_duplicate(*h, simhash, radius)).count();
+        let earlier: Vec<u64> = recent.iter().map(|(_, h)| *h).collect();
+        let copies = copies(&earlier, simhash, radius);
         if copies >= self.opts.duplicate_copies {
             return Ok((CommentStatus::HiddenByFilter, Some(HeldBy::NearDuplicate)));
         }

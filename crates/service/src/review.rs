@@ -157,6 +157,11 @@ impl Review {
         };
         self.shared.stores.moderation.set_held_by(id, held_by).await?;
         let r = self.set_status(id, status, moderator).await?;
+        if decision == Decision::Hide {
+            // A hidden comment gives its pin slot back, as a deleted one does: it no longer
+            // leads the post for anyone, and approving it later does not pin it again.
+            self.unpin(r.post, id).await?;
+        }
         self.shared.stores.moderation.set_queued(id, false).await?;
         let reader = Reader { user: moderator, moderator: true };
         self.comments.decorate(reader, vec![r]).await?.pop().ok_or(ServiceError::NotFound("comment"))
@@ -216,15 +221,30 @@ impl Review {
         Ok(())
     }
 
-    /// Free the pin slots of deleted comments (a delete unpins its comment, but a pin racing
-    /// the delete, or one stored before deletes unpinned, can still hold a slot): read from
-    /// storage, not the record cache. Whether any slot was freed.
+    /// Unpin `id` if it is pinned on `post` (read first: most comments never were), and drop
+    /// the post's cached ranking everywhere.
+    async fn unpin(&self, post: PostId, id: CommentId) -> ServiceResult<()> {
+        if !self.shared.stores.moderation.pins(post).await?.contains(&id) {
+            return Ok(());
+        }
+        if let PinChange::Changed(_) = self.shared.stores.moderation.change_pin(post, id, false).await? {
+            self.shared.top.invalidate(post);
+            self.shared.announce(Invalidation::Top(post));
+        }
+        Ok(())
+    }
+
+    /// Free the pin slots of deleted comments and of comments a moderator hid (a delete or a
+    /// hide unpins its comment, but a pin racing it, or one stored before they unpinned, can
+    /// still hold a slot): read from storage, not the record cache. Whether any slot was
+    /// freed. Only a moderator's hide makes a pinned comment `hidden_by_filter`: a comment
+    /// is pinned while visible, and the filters decide only a new comment's status.
     async fn unpin_deleted(&self, post: PostId) -> ServiceResult<bool> {
         let pins = self.shared.stores.moderation.pins(post).await?;
         let recs = self.shared.stores.comments.comments(&pins).await?;
         let mut freed = false;
         for (p, r) in pins.into_iter().zip(recs) {
-            if r.is_none_or(|r| r.status.is_deleted()) {
+            if r.is_none_or(|r| r.status.is_deleted() || r.status == CommentStatus::HiddenByFilter) {
                 freed |= matches!(
                     self.shared.stores.moderation.change_pin(post, p, false).await?,
                     PinChange::Changed(_)
@@ -242,10 +262,63 @@ impl Review {
 
 #[cfg(test)]
 mod tests {
+    use super::Decision;
     use crate::{Engagement, ServiceOptions};
+    use likewise_core::comment::status::CommentStatus;
     use likewise_core::ids::{CommentId, PostId, UserId};
     use likewise_core::model::{CommentsPolicy, PostMeta};
     use likewise_core::write::CommentOp;
+
+    /// A post by 7 with four comments, the first three pinned.
+    async fn three_pinned(svc: &Engagement) -> Vec<CommentId> {
+        let (post, author) = (PostId(1), UserId(7));
+        let meta = PostMeta { author, hide_like_count: false, comments: CommentsPolicy::Everyone };
+        svc.upstream.put_post(post, meta).await.expect("post");
+        let mut ids: Vec<CommentId> = Vec::new();
+        for u in 10..14u64 {
+            let v = svc.comments.create(UserId(u), post, &format!("comment by {u}"), None, None).await;
+            ids.push(v.expect("comment").record.id);
+        }
+        for id in &ids[..3] {
+            svc.review.set_pin(author, post, *id, true).await.expect("pin");
+        }
+        ids
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_comment_a_moderator_hides_gives_its_pin_slot_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let svc = Engagement::new(likewise_store::testing::open_small(dir.path()), ServiceOptions::default());
+        let ids = three_pinned(&svc).await;
+        svc.review.moderate(UserId(99), ids[1], Decision::Hide).await.expect("hide");
+        assert_eq!(svc.review.pins(PostId(1)).await.expect("pins"), [ids[0], ids[2]]);
+        svc.review
+            .set_pin(UserId(7), PostId(1), ids[3], true)
+            .await
+            .expect("the hidden comment's slot is free");
+        // Approved again, it is visible but no longer pinned.
+        svc.review.moderate(UserId(99), ids[1], Decision::Approve).await.expect("approve");
+        assert_eq!(svc.review.pins(PostId(1)).await.expect("pins"), [ids[0], ids[2], ids[3]]);
+        svc.stores().close().expect("close");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pin_left_on_a_hidden_comment_gives_its_slot_to_the_next_pin() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let svc = Engagement::new(likewise_store::testing::open_small(dir.path()), ServiceOptions::default());
+        let ids = three_pinned(&svc).await;
+        // Hidden past the service (as a hide racing a pin, or one stored before hides
+        // unpinned): the pin is still in the list.
+        let hide =
+            CommentOp::SetStatus { id: ids[0], status: CommentStatus::HiddenByFilter, actor: UserId(99) };
+        svc.stores().writer.submit_comment(hide).await.expect("hide");
+        svc.review
+            .set_pin(UserId(7), PostId(1), ids[3], true)
+            .await
+            .expect("the hidden comment's slot is free");
+        assert_eq!(svc.review.pins(PostId(1)).await.expect("pins"), ids[1..]);
+        svc.stores().close().expect("close");
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_pin_left_on_a_deleted_comment_gives_its_slot_to_the_next_pin() {

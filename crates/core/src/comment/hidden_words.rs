@@ -54,6 +54,23 @@ pub enum HiddenWordsError {
         /// Its length in characters.
         chars: usize,
     },
+    /// An entry that shows nothing: empty, whitespace, or only invisible characters.
+    #[error("hidden word #{} is blank", index + 1)]
+    Blank {
+        /// Zero-based position of the entry.
+        index: usize,
+    },
+}
+
+/// Refuse a list that has a blank entry: one made only of whitespace and invisible characters
+/// ([`crate::names::is_invisible`]), such as `""`, `"   "` or `"\u{200B}"`. Such an entry can
+/// never match and reads back as nothing, so the author most likely made a mistake. Checked on
+/// the way in only: [`HiddenWords::new`] ignores blank entries of a list stored before.
+pub fn refuse_blank(words: &[String]) -> Result<(), HiddenWordsError> {
+    match words.iter().position(|w| w.chars().all(crate::names::is_invisible)) {
+        Some(index) => Err(HiddenWordsError::Blank { index }),
+        None => Ok(()),
+    }
 }
 
 /// A compiled hidden-words list.
@@ -352,6 +369,24 @@ mod tests {
     fn list(words: &[&str]) -> HiddenWords {
         let owned: Vec<String> = words.iter().map(|w| w.to_string()).collect();
         HiddenWords::new(&owned).expect("valid list")
+    }
+
+    #[test]
+    fn a_blank_entry_is_refused_on_the_way_in() {
+        for blank in
+            ["", "   ", "\u{200B}", "\u{200B}\u{200D}\u{FEFF}", " \u{2060} ", "\u{3164}", "\u{FE0F}", "\t"]
+        {
+            let words = vec!["fine".to_string(), blank.to_string()];
+            assert_eq!(refuse_blank(&words), Err(HiddenWordsError::Blank { index: 1 }), "{blank:?}");
+        }
+        let words: Vec<String> =
+            ["bad", " spoiler ", "b\u{200B}ad", "...", "中文"].map(String::from).to_vec();
+        assert_eq!(refuse_blank(&words), Ok(()));
+        assert_eq!(refuse_blank(&[]), Ok(()));
+        // A list stored before the rule still compiles, its blank entries ignored.
+        assert!(
+            HiddenWords::new(&["\u{200B}".to_string(), "  ".to_string()]).expect("stored list").is_empty()
+        );
     }
 
     #[test]

@@ -25,6 +25,10 @@
 //!   that is as the same words: one word of three changed is another comment, and everyday
 //!   short comments by one person ("great shot", "great post", "great work") must never add
 //!   up to a hold.
+//!
+//! Copies are counted through chains ([`copies`]): spam that grows by a word each time drifts
+//! a few bits per copy, so its fifth copy may be far from the first though each copy is near
+//! the one before.
 
 /// Fingerprints of texts of any length at most this many bits apart are copies (case,
 /// punctuation and spacing aside).
@@ -115,6 +119,28 @@ pub fn hamming(a: u64, b: u64) -> u32 {
 /// Are two fingerprints within `radius` bits of each other ([`duplicate_radius`])?
 pub fn near_duplicate(a: u64, b: u64, radius: u32) -> bool {
     hamming(a, b) <= radius
+}
+
+/// How many of `earlier` fingerprints are copies of `new`: those within `radius` of it, and
+/// those within `radius` of a copy already found (a chain). Spam that drifts a word at a time
+/// (a word appended to each copy) moves every copy a little further from the first; each is
+/// still near the one before, so the chain keeps them all together, where counting only the
+/// fingerprints near the newest would lose the oldest copies one by one. Quadratic in
+/// `earlier`, which the caller bounds (a user's recent comments).
+pub fn copies(earlier: &[u64], new: u64, radius: u32) -> usize {
+    let mut found = vec![false; earlier.len()];
+    let mut frontier = vec![new];
+    let mut count = 0;
+    while let Some(f) = frontier.pop() {
+        for (i, &h) in earlier.iter().enumerate() {
+            if !found[i] && near_duplicate(f, h, radius) {
+                found[i] = true;
+                count += 1;
+                frontier.push(h);
+            }
+        }
+    }
+    count
 }
 
 #[cfg(test)]
@@ -228,6 +254,42 @@ mod tests {
                 let near = copies[..i].iter().filter(|e| matches(e, new)).count();
                 assert!(near >= 4, "{new:?} matches only {near} of the {i} before it");
             }
+        }
+    }
+
+    /// The copies earlier than the `i`th of `texts` that hold it back, as the moderation layer
+    /// counts them.
+    fn held_copies(texts: &[String], i: usize) -> usize {
+        let earlier: Vec<u64> = texts[..i].iter().map(|t| simhash64(t)).collect();
+        copies(&earlier, simhash64(&texts[i]), duplicate_radius(&texts[i]))
+    }
+
+    #[test]
+    fn a_long_text_with_a_word_appended_each_time_is_caught_by_its_fifth_copy() {
+        let words = ["today", "friends", "please", "thanks", "everyone", "again", "really", "now"];
+        for base in SPAM.iter().copied().chain([LONG]) {
+            let mut texts = vec![base.to_string()];
+            for w in words {
+                texts.push(format!("{} {w}", texts.last().expect("a text")));
+            }
+            for i in 4..texts.len() {
+                assert!(
+                    held_copies(&texts, i) >= 4,
+                    "copy {} of {base:?}: {}",
+                    i + 1,
+                    held_copies(&texts, i)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn chains_of_everyday_comments_never_add_up_to_a_hold() {
+        // One person's short comments of an evening: not one is counted a copy of the others,
+        // even through chains.
+        let texts: Vec<String> = SHORT.iter().map(|s| s.to_string()).collect();
+        for i in 0..texts.len() {
+            assert!(held_copies(&texts, i) < 4, "{:?}: {}", texts[i], held_copies(&texts, i));
         }
     }
 
