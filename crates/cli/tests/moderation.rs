@@ -770,15 +770,16 @@ async fn a_held_comment_counts_and_previews_for_its_author_only() {
     let open1 = comment(&app, 10, 1, "a fine post").await;
     let open2 = comment(&app, 10, 2, "a fine photo").await;
     for c in [&held1, &held2, &held3] {
-        assert!(list(&app, 11, c["post_id"].as_str().expect("post").parse().expect("id"), "newest")
-            .await
-            .iter()
-            .any(|x| id(x) == id(c) && x["status"] == "visible"));
+        assert!(
+            list(&app, 11, c["post_id"].as_str().expect("post").parse().expect("id"), "newest")
+                .await
+                .iter()
+                .any(|x| id(x) == id(c) && x["status"] == "visible")
+        );
     }
     // Written after the held comments on the same posts: once counted, the held ones are past
     // the counters too.
-    app.wait_until(|| async { feed(&app, 12, &[1, 2]).await.iter().all(|p| p["comment_count"] == 1) })
-        .await;
+    app.wait_until(|| async { feed(&app, 12, &[1, 2]).await.iter().all(|p| p["comment_count"] == 1) }).await;
     let page = [1, 2, 3, 4];
     let (h1, h2, h3, o1, o2) = (id(&held1), id(&held2), id(&held3), id(&open1), id(&open2));
 

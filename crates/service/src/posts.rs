@@ -108,8 +108,11 @@ impl Posts {
 
         // The viewer's own held comments count for them: they see them as ordinary ones.
         let own_count = |p: &PostId| own.get(p).map_or(0, |v| v.len() as i64);
-        let with_counts: Vec<(PostId, i64)> =
-            post_ids.iter().zip(&counts).map(|(p, c)| (*p, c.counts.comments.max(0) + own_count(p))).collect();
+        let with_counts: Vec<(PostId, i64)> = post_ids
+            .iter()
+            .zip(&counts)
+            .map(|(p, c)| (*p, c.counts.comments.max(0) + own_count(p)))
+            .collect();
         let reader = crate::comments::Reader { user: viewer, moderator: false };
         let mut previews = self.ranking.previews(reader, &with_counts, &own).await?.into_iter();
         let discount = self.shared.integrity.discount().await;

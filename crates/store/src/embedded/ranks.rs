@@ -287,7 +287,9 @@ impl RankIndex for EmbeddedStore {
                 // Written in one batch with the entry: never apart.
                 match rank_entry(&snap, &s.rank_of, *post, CommentId(be_u64(&k, 16)))? {
                     Some(e) => out.push(e),
-                    None => return Err(corrupt("rank_of", format!("no entry for comment {}", be_u64(&k, 16)))),
+                    None => {
+                        return Err(corrupt("rank_of", format!("no entry for comment {}", be_u64(&k, 16))));
+                    }
                 }
             }
         }
