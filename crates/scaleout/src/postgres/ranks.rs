@@ -161,6 +161,9 @@ impl PgStore {
             .map_err(pg_err)?;
         }
         tx.commit().await.map_err(pg_err)?;
+        // Back to the pool before the marks take connections of their own: writers holding
+        // one while waiting for another would exhaust a shard's pool between them.
+        drop(c);
         // Marks are set from what the batch left, not from what it moved: a replay of the
         // batch after a failure here sets them again. They are cleared only for entries that
         // were unlisted before it (a like on a listed comment writes nothing more); a clear
