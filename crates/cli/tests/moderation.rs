@@ -856,5 +856,108 @@ async fn a_pinned_comment_a_moderator_hides_frees_its_pin_slot() {
     // The post's author cannot pin it again while it is hidden.
     let (st, v) = pin(&app, &cs[1]).await;
     assert_error(st, &v, 404, "not_found");
+
+/// The posts of a feed page as `viewer` sees them (the batched route), by post ID.
+async fn feed(app: &TestApp, viewer: u64, posts: &[u64]) -> Vec<Value> {
+    let ids: Vec<String> = posts.iter().map(u64::to_string).collect();
+    let path = format!("/v1/posts?ids={}", ids.join(","));
+    let (st, v) = app.call(Method::GET, &path, Some(&app.user(viewer)), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let got = v["posts"].as_array().expect("posts").clone();
+    assert_eq!(got.len(), posts.len(), "{v}");
+    got
+}
+
+/// (comment_count, preview comment IDs) of a post view.
+fn counted(post: &Value) -> (i64, Vec<String>) {
+    let previews = post["preview_comments"].as_array().expect("preview_comments");
+    (post["comment_count"].as_i64().expect("comment_count"), previews.iter().map(id).collect())
+}
+
+/// A held comment is an ordinary comment to its author on every route (shadow visibility):
+/// counted in the `comment_count` they see and among their `preview_comments`, on one post
+/// and on a feed page, where their comment lists show it too. Nobody else sees or counts it,
+/// the post's author included. Deleted, it no longer counts for its author; approved, it
+/// counts once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_comment_counts_and_previews_for_its_author_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    for p in 1..=4 {
+        app.post(p, 7, false).await;
+    }
+    let (st, _) = app
+        .call(Method::PUT, "/v1/me/hidden-words", Some(&app.user(7)), Some(r#"{"words":["rubbish"]}"#))
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    // Post 1 and 2: a held comment of user 11 among visible ones; post 3: only a held one;
+    // post 4: none.
+    let held1 = comment(&app, 11, 1, "what rubbish is this").await;
+    let held2 = comment(&app, 11, 2, "more rubbish, truly").await;
+    let held3 = comment(&app, 11, 3, "rubbish all the way down").await;
+    let open1 = comment(&app, 10, 1, "a fine post").await;
+    let open2 = comment(&app, 10, 2, "a fine photo").await;
+    for c in [&held1, &held2, &held3] {
+        assert!(
+            list(&app, 11, c["post_id"].as_str().expect("post").parse().expect("id"), "newest")
+                .await
+                .iter()
+                .any(|x| id(x) == id(c) && x["status"] == "visible")
+        );
+    }
+    // Written after the held comments on the same posts: once counted, the held ones are past
+    // the counters too.
+    app.wait_until(|| async { feed(&app, 12, &[1, 2]).await.iter().all(|p| p["comment_count"] == 1) }).await;
+    let page = [1, 2, 3, 4];
+    let (h1, h2, h3, o1, o2) = (id(&held1), id(&held2), id(&held3), id(&open1), id(&open2));
+
+    // Its author: counted and previewed, on the single-post route and on the feed page.
+    let mine = feed(&app, 11, &page).await;
+    let (n, pv) = counted(&mine[0]);
+    assert_eq!(n, 2, "post 1: {:?}", mine[0]);
+    assert!(pv.contains(&h1) && pv.contains(&o1), "post 1 previews: {pv:?}");
+    let (n, pv) = counted(&mine[1]);
+    assert_eq!((n, pv.contains(&h2) && pv.contains(&o2)), (2, true), "post 2: {:?}", mine[1]);
+    assert_eq!(counted(&mine[2]), (1, vec![h3.clone()]), "post 3, only a held comment");
+    assert_eq!(counted(&mine[3]), (0, vec![]), "post 4");
+    let shown = mine[2]["preview_comments"][0].clone();
+    assert_eq!(shown["status"], "visible", "shown as an ordinary comment: {shown}");
+    for (p, want) in [(1u64, &mine[0]), (3, &mine[2])] {
+        assert_eq!(counted(&app.view(11, p).await), counted(want), "GET /v1/posts/{p}");
+    }
+
+    // Anyone else, the post's author included: neither counted nor previewed.
+    for viewer in [12, 7] {
+        let theirs = feed(&app, viewer, &page).await;
+        assert_eq!(counted(&theirs[0]), (1, vec![o1.clone()]), "viewer {viewer}, post 1");
+        assert_eq!(counted(&theirs[1]), (1, vec![o2.clone()]), "viewer {viewer}, post 2");
+        assert_eq!(counted(&theirs[2]), (0, vec![]), "viewer {viewer}, post 3");
+        assert_eq!(counted(&app.view(viewer, 3).await), (0, vec![]), "viewer {viewer}, GET post 3");
+    }
+
+    // Hidden by a moderator, it stays shadowed for its author, as in their comment list.
+    let (st, _) = moderate(&app, &held3, "hide").await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(list(&app, 11, 3, "top").await.iter().any(|x| id(x) == h3));
+    assert_eq!(counted(&app.view(11, 3).await), (1, vec![h3.clone()]));
+    assert_eq!(counted(&app.view(12, 3).await), (0, vec![]));
+
+    // Deleted by its author: no longer counted or previewed for them either.
+    for c in [&held1, &held3] {
+        let (st, v) =
+            app.call(Method::DELETE, &format!("/v1/comments/{}", id(c)), Some(&app.user(11)), None).await;
+        assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    }
+    let mine = feed(&app, 11, &page).await;
+    assert_eq!(counted(&mine[0]), (1, vec![o1.clone()]), "post 1 after the delete");
+    assert_eq!(counted(&mine[2]), (0, vec![]), "post 3 after the delete");
+    assert_eq!(counted(&app.view(11, 3).await), (0, vec![]));
+
+    // Approved: counted for everyone, once for its author.
+    let (st, _) = moderate(&app, &held2, "approve").await;
+    assert_eq!(st, StatusCode::OK);
+    app.wait_until(|| async { app.view(12, 2).await["comment_count"] == 2 }).await;
+    let (n, pv) = counted(&app.view(11, 2).await);
+    assert_eq!((n, pv.iter().filter(|c| **c == h2).count()), (2, 1), "{pv:?}");
     app.stop().await;
 }

@@ -2,10 +2,11 @@
 //!
 //! Per page: post metadata (cache, one batched read for misses), counts and recent likers
 //! (count cache, single-flight), "viewer liked?" (viewer cache + Bloom filter, one batched
-//! lookup for the rest), the viewer's settings and followees (cached) - all concurrently.
-//! No per-post storage round trip, no COUNT(*).
+//! lookup for the rest), the viewer's settings and followees (cached), and the viewer's own
+//! held comments (one lookup of a by-author index; more only for a viewer who has some on the
+//! page's posts) - all concurrently. No per-post storage round trip, no COUNT(*).
 
-use crate::ranking::Ranking;
+use crate::ranking::{Candidate, Ranking};
 use crate::shared::Shared;
 use crate::upstream::Upstream;
 use crate::{ServiceError, ServiceResult};
@@ -32,7 +33,7 @@ pub struct PostView {
     pub like_count: Option<i64>,
     /// Rounded like count text; `None` when hidden.
     pub like_count_text: Option<String>,
-    /// Visible comments.
+    /// Visible comments, and the viewer's own held ones (they see them as ordinary).
     pub comment_count: i64,
     /// Has the viewer liked it (read-your-writes).
     pub viewer_has_liked: bool,
@@ -70,11 +71,12 @@ impl Posts {
         let post_ids: Vec<PostId> = known.iter().map(|(id, _)| *id).collect();
         let targets: Vec<Target> = post_ids.iter().map(|p| Target::post(p.0)).collect();
 
-        let (counts, liked, settings, followees) = tokio::join!(
+        let (counts, liked, settings, followees, own) = tokio::join!(
             self.shared.counts.get_many(&targets),
             self.shared.viewer_likes.liked(viewer, &post_ids),
             self.upstream.viewer_settings(viewer),
             self.upstream.followees(viewer),
+            self.own_held(viewer, &post_ids),
         );
         let (counts, liked, settings, followees) = (counts?, liked?, settings?, followees?);
         let fresh = self.authors_fresh_likes(viewer, &known).await;
@@ -104,13 +106,20 @@ impl Posts {
         let all_users: Vec<UserId> = picks.iter().flatten().copied().collect();
         let mut names = self.upstream.usernames(&all_users).await?.into_iter();
 
-        let with_counts: Vec<(PostId, i64)> =
-            post_ids.iter().zip(&counts).map(|(p, c)| (*p, c.counts.comments)).collect();
+        // The viewer's own held comments count for them: they see them as ordinary ones.
+        let own_count = |p: &PostId| own.get(p).map_or(0, |v| v.len() as i64);
+        let with_counts: Vec<(PostId, i64)> = post_ids
+            .iter()
+            .zip(&counts)
+            .map(|(p, c)| (*p, c.counts.comments.max(0) + own_count(p)))
+            .collect();
         let reader = crate::comments::Reader { user: viewer, moderator: false };
-        let mut previews = self.ranking.previews(reader, &with_counts).await?.into_iter();
+        let mut previews = self.ranking.previews(reader, &with_counts, &own).await?.into_iter();
         let discount = self.shared.integrity.discount().await;
         let mut out = Vec::with_capacity(known.len());
-        for (((id, meta), (c, has_liked)), pick) in known.iter().zip(counts.iter().zip(liked)).zip(&picks) {
+        for ((((id, meta), (c, has_liked)), pick), (_, comment_count)) in
+            known.iter().zip(counts.iter().zip(liked)).zip(&picks).zip(&with_counts)
+        {
             let visible =
                 like_count_visible(viewer, meta.author, meta.hide_like_count, settings.hide_like_counts);
             let likes = discount.apply(Target::post(id.0), fresh.get(id).copied().unwrap_or(c.counts.likes));
@@ -124,7 +133,7 @@ impl Posts {
                 author_id: meta.author,
                 like_count: visible.then_some(likes),
                 like_count_text: visible.then(|| count_text(likes)),
-                comment_count: c.counts.comments.max(0),
+                comment_count: *comment_count,
                 viewer_has_liked: has_liked,
                 liked_by: pick.iter().filter_map(|_| names.next()).collect(),
                 comments_enabled,
@@ -132,6 +141,19 @@ impl Posts {
             });
         }
         Ok(out)
+    }
+
+    /// The viewer's own held comments on `posts` ([`Ranking::own_held`]). Empty when the
+    /// read fails: then the viewer sees the counts and previews everyone sees.
+    async fn own_held(&self, viewer: UserId, posts: &[PostId]) -> HashMap<PostId, Vec<Candidate>> {
+        match self.ranking.own_held(viewer, posts).await {
+            Ok(own) => own,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the viewer's held comments failed; serving everyone's counts");
+                metrics::counter!("likewise_own_held_failed_total").increment(1);
+                HashMap::new()
+            }
+        }
     }
 
     /// The like counts of the viewer's own posts among `known`, including likes the

@@ -27,6 +27,10 @@
 //!
 //! Feed previews come from [`TopCache`]: the best `TOP_K` entries of a post with the authors
 //! and statuses a viewer's filter needs, recomputed by the ranker when events touch the post.
+//! The cache holds listed entries only, the same for every viewer; a viewer's own held
+//! comments (which they see as ordinary ones) join their previews from [`Ranking::own_held`],
+//! read through the store's by-author index of unlisted entries: one lookup for a viewer with
+//! none, whatever the page's size.
 
 use crate::cache::ttl::TtlMap;
 use crate::comments::{CommentView, Comments, Reader, as_seen_by, seen_by};
@@ -51,6 +55,9 @@ pub const TOP_K: usize = 200;
 /// Most index entries one page reads before it stops looking further down (a post whose
 /// best entries the viewer mostly cannot see gets a shorter page, never a slow one).
 const MAX_WALK: usize = 5_000;
+
+/// Most of a viewer's own held comments one feed page reads.
+const OWN_HELD: usize = 200;
 
 /// A ranked comment, with what deciding its visibility to a viewer needs: re-ranking per
 /// viewer must not load every candidate's record from the store on every request (the soak
@@ -411,8 +418,43 @@ impl Ranking {
         }
     }
 
+    /// The viewer's own held top-level comments on `posts` (held, hidden or restricted: they
+    /// see them as ordinary comments), as preview candidates by post. The store's by-author
+    /// index answers a viewer with none in one lookup; the others' records come through the
+    /// record cache. The record decides: an entry an aggregator batch has not caught up with
+    /// yet (a comment approved or deleted a moment ago) is left out.
+    pub async fn own_held(
+        &self,
+        viewer: UserId,
+        posts: &[PostId],
+    ) -> ServiceResult<HashMap<PostId, Vec<Candidate>>> {
+        let entries = self.shared.stores.ranks.held_by_author(viewer, posts, OWN_HELD).await?;
+        let mut out: HashMap<PostId, Vec<Candidate>> = HashMap::new();
+        if entries.is_empty() {
+            return Ok(out);
+        }
+        let ids: Vec<CommentId> = entries.iter().map(|e| e.comment).collect();
+        let recs = self.upstream.comment_records(&ids).await?;
+        let reader = Reader { user: viewer, moderator: false };
+        for (e, r) in entries.iter().zip(recs) {
+            let Some(r) = r else { continue };
+            let held = r.parent.is_none() && !r.status.counts_as_visible() && !r.status.is_deleted();
+            if held && r.post == e.post && as_seen_by(reader, &r).is_some() {
+                out.entry(e.post).or_default().push(Candidate {
+                    id: r.id,
+                    author: r.author,
+                    base: e.score,
+                    status: r.status,
+                });
+            }
+        }
+        Ok(out)
+    }
+
     /// The top two comments of each post for the viewer (feed previews). Only the best ten
-    /// ranked candidates and the pins are considered, to keep a feed page cheap.
+    /// ranked candidates, the viewer's own held comments (`own`, from [`Ranking::own_held`]:
+    /// ranked by their scores as if listed) and the pins are considered, to keep a feed page
+    /// cheap. `posts` pairs each post with the count the viewer sees: posts at 0 are skipped.
     ///
     /// Batched over the whole page: one read of every post's pins, one record read of the
     /// pins outside the candidates, one of the previews, and one decoration (counts, the
@@ -422,6 +464,7 @@ impl Ranking {
         &self,
         reader: Reader,
         posts: &[(PostId, i64)],
+        own: &HashMap<PostId, Vec<Candidate>>,
     ) -> ServiceResult<Vec<Vec<CommentView>>> {
         let with: Vec<PostId> = posts.iter().filter(|(_, n)| *n > 0).map(|(p, _)| *p).collect();
         let mut out: Vec<Vec<CommentView>> = vec![Vec::new(); posts.len()];
@@ -431,9 +474,16 @@ impl Ranking {
         let lists = futures::future::try_join_all(with.iter().map(|p| self.top_list(*p))).await?;
         let shorts: Vec<TopList> = lists
             .iter()
-            .map(|list| TopList {
-                post_author: list.post_author,
-                ranked: list.ranked.iter().take(10).copied().collect(),
+            .zip(&with)
+            .map(|(list, post)| {
+                let mut ranked: Vec<Candidate> = list.ranked.iter().take(10).copied().collect();
+                if let Some(mine) = own.get(post) {
+                    let new: Vec<Candidate> =
+                        mine.iter().filter(|c| !ranked.iter().any(|r| r.id == c.id)).copied().collect();
+                    ranked.extend(new);
+                    ranked.sort_by(|a, b| b.base.total_cmp(&a.base).then(b.id.cmp(&a.id)));
+                }
+                TopList { post_author: list.post_author, ranked }
             })
             .collect();
         let (pins, followees) =

@@ -764,9 +764,27 @@ pub async fn rank_index_orders_moves_and_removes(s: &Stores) {
     let mut all = ids(r.held_ranks(PostId(1), None, 10).await.expect("all held"));
     all.sort_unstable();
     assert_eq!(all, [13, 14, 15]);
+    // By author, over several posts: what a feed page asks for its viewer.
+    let on_two = [PostId(2), PostId(1), PostId(3)];
+    let held_by = |author: u64| {
+        let r = r.clone();
+        async move {
+            let mut v = ids(r.held_by_author(UserId(author), &on_two, 10).await.expect("held by"));
+            v.sort_unstable();
+            v
+        }
+    };
+    assert_eq!(held_by(5).await, [13, 15]);
+    assert_eq!(held_by(6).await, [14]);
+    assert_eq!(held_by(7).await, Vec::<u64>::new());
+    assert!(r.held_by_author(UserId(5), &[PostId(2)], 10).await.expect("other post").is_empty());
     r.change_ranks(&[held(13, 5, true)]).await.expect("approve");
     assert_eq!(ids(r.ranked(PostId(1), None, 10).await.expect("ranked")), [13, 12, 10]);
     assert_eq!(ids(r.held_ranks(PostId(1), Some(UserId(5)), 10).await.expect("held")), [15]);
+    assert_eq!(held_by(5).await, [15], "listed again: no longer held by its author");
+    r.change_ranks(&[RankChange::Remove { post: PostId(1), comment: CommentId(15) }]).await.expect("delete");
+    assert_eq!(held_by(5).await, Vec::<u64>::new(), "removed: no longer held by its author");
+    assert_eq!(held_by(6).await, [14]);
     assert!(r.held_ranks(PostId(2), None, 10).await.expect("other post").is_empty());
     assert!(r.ranked(PostId(3), None, 10).await.expect("empty").is_empty());
 }

@@ -394,6 +394,16 @@ pub trait RankIndex: Send + Sync {
         author: Option<UserId>,
         limit: usize,
     ) -> StoreResult<Vec<RankEntry>>;
+    /// `author`'s unlisted entries (their held or hidden comments) on any of `posts`, at most
+    /// `limit`. Read through an index kept by author with the entries, so an author with no
+    /// unlisted entry anywhere costs one lookup, however many posts are asked about: a feed
+    /// page asks it for every viewer.
+    async fn held_by_author(
+        &self,
+        author: UserId,
+        posts: &[PostId],
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>>;
     /// Up to `limit` of a post's listed entries best first, strictly after `after` (a score and
     /// ID of an earlier page).
     async fn ranked(

@@ -3,7 +3,7 @@
 //!
 //! Routing (see `migrations/`): post-keyed rows (likes, comments, counters, outbox, post
 //! metadata, pins, reports, views) live on `shard_of_post`; user-keyed rows (the reverse index,
-//! profiles, follows, settings, blocks, restricts, hidden words, fingerprints, inboxes) on
+//! profiles, follows, settings, blocks, restricts, hidden words, fingerprints, inboxes, held marks) on
 //! `shard_of_user`. Both go through `placement`: IDs map to logical buckets, and the catalog
 //! on shard 0 maps buckets to shards. A comment's ID carries its post's bucket.
 //!

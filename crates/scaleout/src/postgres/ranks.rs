@@ -12,6 +12,11 @@
 //! version names one committed state, and the entries each one moves are recorded in
 //! `comment_rank_history` with where they were before. [`RankIndex::ranked_at`] reads a
 //! post's entries as they were at a version in one statement (one snapshot).
+//!
+//! Unlisted entries are also marked by author in `held_marks` on the author's shard
+//! (`migrations/0022_held_marks.sql`), written once the post's transaction has committed:
+//! [`RankIndex::held_by_author`] reads the marks (one query on the viewer's shard) and only
+//! for marked posts the entries themselves, which decide.
 
 use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
@@ -25,7 +30,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 const PRUNE_CHUNK: i64 = 512;
 
 impl PgStore {
-    /// One shard's changes, in order, in one transaction.
+    /// One shard's changes, in order, in one transaction; then the authors' marks of the
+    /// unlisted entries it leaves and of those it lists or removes.
     async fn change_ranks_shard(&self, shard: usize, changes: Vec<RankChange>) -> StoreResult<()> {
         // The last change of each comment is what the batch leaves (changes compose in order).
         let mut last: BTreeMap<(i64, i64), RankChange> = BTreeMap::new();
@@ -154,8 +160,95 @@ impl PgStore {
             .await
             .map_err(pg_err)?;
         }
-        tx.commit().await.map_err(pg_err)
+        tx.commit().await.map_err(pg_err)?;
+        // Back to the pool before the marks take connections of their own: writers holding
+        // one while waiting for another would exhaust a shard's pool between them.
+        drop(c);
+        // Marks are set from what the batch left, not from what it moved: a replay of the
+        // batch after a failure here sets them again. They are cleared only for entries that
+        // were unlisted before it (a like on a listed comment writes nothing more); a clear
+        // lost to a failure leaves a mark behind, which costs its author a read, nothing else.
+        let mut marks: Vec<Mark> = Vec::new();
+        for (key, change) in &last {
+            let version = versions.get(&key.0).copied().unwrap_or(1);
+            let (post, comment) = *key;
+            let was_unlisted = before.get(key).filter(|b| !b.0).map(|b| b.2);
+            let left_unlisted = match change {
+                RankChange::Put(e) if !e.listed => Some(i(e.author.0)),
+                _ => None,
+            };
+            if let Some(author) = left_unlisted {
+                marks.push(Mark { author, post, comment, version, set: true });
+            }
+            if let Some(author) = was_unlisted.filter(|a| left_unlisted != Some(*a)) {
+                marks.push(Mark { author, post, comment, version, set: false });
+            }
+        }
+        if marks.is_empty() {
+            return Ok(());
+        }
+        self.write_marks(marks).await
     }
+
+    /// Set or clear marks on their authors' shards. A clear only deletes a mark no later
+    /// version of its post set, so two batches of a post finishing out of order never clear
+    /// the mark of an entry the later one left unlisted.
+    async fn write_marks(&self, marks: Vec<Mark>) -> StoreResult<()> {
+        let mut by_shard: BTreeMap<usize, Vec<Mark>> = BTreeMap::new();
+        for m in marks {
+            by_shard.entry(self.shard_of_user(UserId(u(m.author)))).or_default().push(m);
+        }
+        try_join_all(by_shard.into_iter().map(|(shard, marks)| async move {
+            let (set, clear): (Vec<Mark>, Vec<Mark>) = marks.into_iter().partition(|m| m.set);
+            let cols = |ms: &[Mark]| {
+                (
+                    ms.iter().map(|m| m.author).collect::<Vec<i64>>(),
+                    ms.iter().map(|m| m.post).collect::<Vec<i64>>(),
+                    ms.iter().map(|m| m.comment).collect::<Vec<i64>>(),
+                    ms.iter().map(|m| m.version).collect::<Vec<i64>>(),
+                )
+            };
+            let c = self.conn(shard).await?;
+            if !set.is_empty() {
+                let (a, p, cm, v) = cols(&set);
+                c.execute(
+                    "INSERT INTO held_marks (author_id, post_id, comment_id, version)
+                     SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
+                     ON CONFLICT (author_id, post_id, comment_id)
+                     DO UPDATE SET version = GREATEST(held_marks.version, EXCLUDED.version)",
+                    &[&a, &p, &cm, &v],
+                )
+                .await
+                .map_err(pg_err)?;
+            }
+            if !clear.is_empty() {
+                let (a, p, cm, v) = cols(&clear);
+                c.execute(
+                    "DELETE FROM held_marks m
+                     USING unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])
+                         AS g(author_id, post_id, comment_id, version)
+                     WHERE m.author_id = g.author_id AND m.post_id = g.post_id
+                       AND m.comment_id = g.comment_id AND m.version <= g.version",
+                    &[&a, &p, &cm, &v],
+                )
+                .await
+                .map_err(pg_err)?;
+            }
+            Ok::<_, likewise_core::StoreError>(())
+        }))
+        .await?;
+        Ok(())
+    }
+}
+
+/// An author's mark of an unlisted entry: set it, or clear it.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    author: i64,
+    post: i64,
+    comment: i64,
+    version: i64,
+    set: bool,
 }
 
 /// Columns every read selects, in [`entry`]'s order.
@@ -234,6 +327,73 @@ impl RankIndex for PgStore {
         }
         .map_err(pg_err)?;
         Ok(rows.iter().map(|r| entry(post, r)).collect())
+    }
+
+    async fn held_by_author(
+        &self,
+        author: UserId,
+        posts: &[PostId],
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>> {
+        if posts.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = posts.iter().map(|p| i(p.0)).collect();
+        let c = self.conn(self.shard_of_user(author)).await?;
+        let marked = c
+            .query(
+                "SELECT post_id, comment_id FROM held_marks WHERE author_id = $1 AND post_id = ANY($2)
+                 LIMIT $3",
+                &[&i(author.0), &ids, &(limit.min(i64::MAX as usize) as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        drop(c);
+        if marked.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The entries decide: a mark may outlive its entry's unlisted state.
+        let mut by_shard: BTreeMap<usize, (Vec<i64>, Vec<i64>)> = BTreeMap::new();
+        for r in &marked {
+            let (post, comment): (i64, i64) = (r.get(0), r.get(1));
+            let s = by_shard.entry(self.shard_of_post(PostId(u(post)))).or_default();
+            s.0.push(post);
+            s.1.push(comment);
+        }
+        let found = try_join_all(by_shard.into_iter().map(|(shard, (posts, comments))| async move {
+            let c = self.conn(shard).await?;
+            let rows = c
+                .query(
+                    "SELECT r.post_id, r.comment_id, r.score, r.author_replied, r.author_id, r.listed,
+                         r.author_liked, r.factor
+                     FROM comment_ranks r JOIN unnest($1::bigint[], $2::bigint[]) AS k(post_id, comment_id)
+                     ON r.post_id = k.post_id AND r.comment_id = k.comment_id
+                     WHERE NOT r.listed AND r.author_id = $3",
+                    &[&posts, &comments, &i(author.0)],
+                )
+                .await
+                .map_err(pg_err)?;
+            Ok::<_, likewise_core::StoreError>(
+                rows.iter()
+                    .map(|r| RankEntry {
+                        post: PostId(u(r.get(0))),
+                        comment: CommentId(u(r.get(1))),
+                        score: r.get(2),
+                        author_replied: r.get(3),
+                        author: UserId(u(r.get(4))),
+                        listed: r.get(5),
+                        author_liked: r.get(6),
+                        factor: r.get(7),
+                    })
+                    .collect::<Vec<_>>(),
+            )
+        }))
+        .await?;
+        let mut out: Vec<RankEntry> = found.into_iter().flatten().collect();
+        // In the order asked, then by comment.
+        let pos: HashMap<u64, usize> = posts.iter().enumerate().map(|(n, p)| (p.0, n)).collect();
+        out.sort_by_key(|e| (pos.get(&e.post.0).copied(), e.comment));
+        Ok(out)
     }
 
     async fn ranked(

@@ -144,6 +144,7 @@ struct Inner {
     /// The rank index of the "top" order and where each entry is (`ranks.rs`).
     rank_order: Keyspace,
     rank_held: Keyspace,
+    rank_held_by: Keyspace,
     rank_of: Keyspace,
     /// Each post's index version, where its entries were before they moved, and when.
     rank_versions: Keyspace,
@@ -323,6 +324,7 @@ impl EmbeddedStore {
             integrity_lock: Mutex::new(()),
             rank_order: ks_with("rank_order", small, false)?,
             rank_held: ks_with("rank_held", small, false)?,
+            rank_held_by: ks_with("rank_held_by", small, false)?,
             rank_of: ks("rank_of", small)?,
             rank_versions: ks("rank_versions", small)?,
             rank_history: ks_with("rank_history", small, false)?,
@@ -349,6 +351,8 @@ impl EmbeddedStore {
         crate::durable_dir::sync(&dir.join("keyspaces")).map_err(engine_err)?;
         // Stores written before likers pages hold one likers row per like: convert them.
         liker_pages::convert_old_rows(&inner.db, &inner.likers)?;
+        // Stores written before the by-author index of unlisted rank entries: build it.
+        ranks::index_held_by_author(&inner)?;
         let head = counters::last_seq(&inner.events)?;
         *inner.id_gen.lock() =
             likewise_core::comment::id::CommentIdGen::new(comments::highest_id(&inner.comment_posts)?);

@@ -5,6 +5,8 @@
 //!   higher ID first).
 //! - `rank_held`: `post (8) | author (8) | comment (8)` -> empty, for unlisted entries (held,
 //!   hidden): read by author, or all of a post's for its author and moderators.
+//! - `rank_held_by`: `author (8) | post (8) | comment (8)` -> empty: the same entries by
+//!   author, so a feed page learns with one seek that its viewer has none.
 //! - `rank_of`: `post (8) | comment (8)` -> `score bits (8) | author_replied (1) | listed (1)
 //!   | author (8) | factor bits (8) | author_liked (1)`: where a comment's entry is, to move or
 //!   remove it, and what rescoring it needs.
@@ -111,6 +113,14 @@ fn held_key(post: PostId, author: UserId, comment: CommentId) -> [u8; 24] {
     k
 }
 
+fn held_by_key(author: UserId, post: PostId, comment: CommentId) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    k[..8].copy_from_slice(&author.0.to_be_bytes());
+    k[8..16].copy_from_slice(&post.0.to_be_bytes());
+    k[16..].copy_from_slice(&comment.0.to_be_bytes());
+    k
+}
+
 fn corrupt(keyspace: &'static str, detail: String) -> StoreError {
     StoreError::Corrupt { keyspace, detail }
 }
@@ -190,6 +200,7 @@ impl RankIndex for EmbeddedStore {
                     batch.remove(&s.rank_order, order_key(post, old.score, comment));
                 } else {
                     batch.remove(&s.rank_held, held_key(post, old.author, comment));
+                    batch.remove(&s.rank_held_by, held_by_key(old.author, post, comment));
                 }
             }
             let of = pair_key(post.0, comment.0);
@@ -200,6 +211,7 @@ impl RankIndex for EmbeddedStore {
                         batch.insert(&s.rank_order, order_key(post, e.score, comment), []);
                     } else {
                         batch.insert(&s.rank_held, held_key(post, e.author, comment), []);
+                        batch.insert(&s.rank_held_by, held_by_key(e.author, post, comment), []);
                     }
                     now.insert((post.0, comment.0), Some(*e));
                 }
@@ -243,6 +255,42 @@ impl RankIndex for EmbeddedStore {
             }
             if let Some(e) = rank_entry(&snap, &s.rank_of, post, CommentId(be_u64(&k, 16)))? {
                 out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn held_by_author(
+        &self,
+        author: UserId,
+        posts: &[PostId],
+        limit: usize,
+    ) -> StoreResult<Vec<RankEntry>> {
+        let s = &*self.inner;
+        let snap = s.db.snapshot();
+        let mut out = Vec::new();
+        // The usual answer: no unlisted entry by this author anywhere, one seek.
+        if snap.prefix(&s.rank_held_by, author.0.to_be_bytes()).next().is_none() {
+            return Ok(out);
+        }
+        for post in posts {
+            let mut prefix = author.0.to_be_bytes().to_vec();
+            prefix.extend_from_slice(&post.0.to_be_bytes());
+            for kv in snap.prefix(&s.rank_held_by, prefix) {
+                if out.len() >= limit {
+                    return Ok(out);
+                }
+                let k = kv.key().map_err(engine_err)?;
+                if k.len() != 24 {
+                    return Err(corrupt("rank_held_by", format!("a key of {} bytes", k.len())));
+                }
+                // Written in one batch with the entry: never apart.
+                match rank_entry(&snap, &s.rank_of, *post, CommentId(be_u64(&k, 16)))? {
+                    Some(e) => out.push(e),
+                    None => {
+                        return Err(corrupt("rank_of", format!("no entry for comment {}", be_u64(&k, 16))));
+                    }
+                }
             }
         }
         Ok(out)
@@ -391,6 +439,29 @@ impl RankIndex for EmbeddedStore {
         }
         Ok(out)
     }
+}
+
+/// Fill `rank_held_by` from `rank_held` when it is empty and `rank_held` is not: a store
+/// written before the by-author index existed (at open, before any writer runs).
+pub(super) fn index_held_by_author(s: &super::Inner) -> StoreResult<()> {
+    // One batch: a crash part way leaves the index empty, to be built at the next open.
+    if s.rank_held_by.iter().next().is_some() || s.rank_held.iter().next().is_none() {
+        return Ok(());
+    }
+    let mut batch = s.db.batch();
+    let mut n = 0usize;
+    for kv in s.rank_held.iter() {
+        let k = kv.key().map_err(engine_err)?;
+        if k.len() != 24 {
+            return Err(corrupt("rank_held", format!("a key of {} bytes", k.len())));
+        }
+        let (post, author, comment) = (be_u64(&k, 0), be_u64(&k, 8), be_u64(&k, 16));
+        batch.insert(&s.rank_held_by, held_by_key(UserId(author), PostId(post), CommentId(comment)), []);
+        n += 1;
+    }
+    batch.commit().map_err(engine_err)?;
+    tracing::info!(entries = n, "indexed the unlisted rank entries by author");
+    Ok(())
 }
 
 /// A post's index version, read through `r`.

@@ -76,6 +76,9 @@ pub(crate) const TABLES: &[Table] = &[
     t("restricts", "lw_bucket(r.owner)"),
     t("hidden_words", "lw_bucket(r.owner)"),
     t("fingerprints", "lw_bucket(r.user_id)"),
+    // Written by the aggregators of the posts' shards after their rank index transactions;
+    // a write refused by a moving bucket's fence fails the batch, which is applied again.
+    t("held_marks", "lw_bucket(r.author_id)"),
     t("notif_actors", "lw_item_bucket(r.item)"),
     t("notif_items", "lw_bucket(r.recipient)"),
 ];
