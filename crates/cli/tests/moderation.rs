@@ -856,6 +856,8 @@ async fn a_pinned_comment_a_moderator_hides_frees_its_pin_slot() {
     // The post's author cannot pin it again while it is hidden.
     let (st, v) = pin(&app, &cs[1]).await;
     assert_error(st, &v, 404, "not_found");
+    app.stop().await;
+}
 
 /// The posts of a feed page as `viewer` sees them (the batched route), by post ID.
 async fn feed(app: &TestApp, viewer: u64, posts: &[u64]) -> Vec<Value> {
