@@ -150,14 +150,14 @@ pub fn thread_reads(op: &CommentOp, stored: &CommentRecord) -> ThreadReads {
             visible_replies: !reply && stored.status.opens_thread() != status.opens_thread(),
             ..ThreadReads::default()
         },
-        CommentOp::SetStatus { .. } | CommentOp::Create(_) => ThreadReads::default(),
+        CommentOp::SetStatus { .. } | CommentOp::Create(..) => ThreadReads::default(),
     }
 }
 
 /// The parent a create must read inside the write path: the reply's top-level comment.
 pub fn create_parent(op: &CommentOp) -> Option<CommentId> {
     match op {
-        CommentOp::Create(rec) => rec.parent,
+        CommentOp::Create(rec, _) => rec.parent,
         _ => None,
     }
 }
@@ -181,12 +181,12 @@ pub fn visibility_delta(
 /// [`CommentOp::id`], so this does not happen.
 pub fn transition(op: &CommentOp, before: Before, now_ms: u64) -> Plan {
     match (op, before) {
-        (CommentOp::Create(rec), Before::New(id, parent)) => create(rec, id, parent, now_ms),
+        (CommentOp::Create(rec, _), Before::New(id, parent)) => create(rec, id, parent, now_ms),
         (CommentOp::SetStatus { status, .. }, Before::Stored(old, thread)) => {
             set_status(old, *status, thread, now_ms)
         }
         (CommentOp::Delete { .. }, Before::Stored(old, thread)) => delete(old, thread, now_ms),
-        (_, Before::New(..) | Before::Missing) | (CommentOp::Create(_), Before::Stored(..)) => {
+        (_, Before::New(..) | Before::Missing) | (CommentOp::Create(..), Before::Stored(..)) => {
             Plan::not_found()
         }
     }

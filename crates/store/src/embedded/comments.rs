@@ -15,9 +15,10 @@
 
 use super::batch::Batch;
 use super::{EmbeddedStore, Inner, engine_err};
-use crate::keys::{be_u64, pair_key};
+use crate::keys::{V1, be_u64, pair_key};
 use async_trait::async_trait;
 use fjall::Keyspace;
+use likewise_core::comment::appeal::HeldBy;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::comment::transition::{
     Before, RowWrite, Thread, VisibleReply, create_parent, thread_reads, transition,
@@ -72,6 +73,20 @@ fn load(comment_posts: &Keyspace, comments: &Keyspace, id: CommentId) -> StoreRe
     }
 }
 
+/// A new comment's moderation rows, in the batch that stores the comment: its author's text
+/// fingerprint and, when a moderation layer held it, why (`holds`) and its review-queue entry.
+/// One batch, so a crash never leaves a held comment out of the queue or without its reason.
+/// Nothing else knows the new ID yet, so no lock of the moderation module is needed.
+fn moderation_rows(b: &mut Batch<'_>, r: &CommentRecord, held_by: Option<HeldBy>) {
+    let s = b.s;
+    b.batch.insert(&s.fingerprints, pair_key(r.author.0, r.id.0), r.simhash.to_be_bytes());
+    if let Some(h) = held_by {
+        let key = r.id.0.to_be_bytes();
+        b.batch.insert(&s.holds, key, [V1, h.code()]);
+        b.batch.insert(&s.mod_queue, key, []);
+    }
+}
+
 impl CommentOverlay {
     /// Apply one comment operation: read what it involves, let
     /// [`likewise_core::comment::transition`] plan it, write the plan into the overlay and
@@ -107,6 +122,9 @@ impl CommentOverlay {
         }
         for e in plan.events {
             b.event(e);
+        }
+        if let (CommentOp::Create(_, held_by), CommentOutcome::Done(Some(r))) = (op, &plan.outcome) {
+            moderation_rows(b, r, *held_by);
         }
         Ok(plan.outcome)
     }
