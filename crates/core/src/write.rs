@@ -103,6 +103,9 @@ pub enum CommentOp {
         status: CommentStatus,
         /// Who decided.
         actor: UserId,
+        /// What the change does to the comment's review-queue entry, in the same atomic
+        /// write (see `likewise_core::comment::transition::review`).
+        queue: QueueChange,
     },
     /// Delete a comment: a top-level comment with replies becomes a placeholder, anything
     /// else is removed.
@@ -112,6 +115,21 @@ pub enum CommentOp {
         /// Who deleted it.
         actor: UserId,
     },
+}
+
+/// What a status change does to the review queue. Written with the status, so whatever the
+/// interleaving of reports and decisions, a comment held for review is in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueChange {
+    /// The queue is left as it is.
+    Keep,
+    /// Held for review by a moderation layer (reports): a comment visible when the change
+    /// applies takes the new status, the reason and a queue entry; a comment in another
+    /// status (held or hidden meanwhile) keeps its status and enters the queue; a deleted or
+    /// missing one is left alone.
+    Hold(HeldBy),
+    /// Decided (an approval, a moderator's hide): the comment leaves the queue.
+    Leave,
 }
 
 impl CommentOp {

@@ -26,7 +26,7 @@ use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{LikeAction, LikeOp, Target, TargetKind};
 use likewise_core::model::{CommentsPolicy, PostMeta, UserProfile, ViewerSettings};
 use likewise_core::ports::{Liker, RankChange, RankEntry, ReportReason};
-use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, WriteOp, WriteOutcome};
+use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, QueueChange, WriteOp, WriteOutcome};
 pub use ranks::*;
 
 fn op(target: Target, user: u64, action: LikeAction, ts: u64) -> LikeOp {
@@ -288,7 +288,8 @@ pub async fn comment_changes_count_once_and_leave_placeholders(s: &Stores) {
     let top = created(s, new_comment(None, 1, visible)).await;
     let reply = created(s, new_comment(Some(top), 2, visible)).await;
     let held = created(s, new_comment(Some(top), 3, CommentStatus::Pending)).await;
-    let approve = CommentOp::SetStatus { id: held, status: visible, actor: UserId(7) };
+    let approve =
+        CommentOp::SetStatus { id: held, status: visible, actor: UserId(7), queue: QueueChange::Keep };
     assert!(
         matches!(comment(s, approve.clone()).await, CommentOutcome::Done(Some(r)) if r.status == visible)
     );
@@ -304,7 +305,8 @@ pub async fn comment_changes_count_once_and_leave_placeholders(s: &Stores) {
         comment(s, CommentOp::Delete { id: reply, actor: UserId(2) }).await,
         CommentOutcome::Done(None)
     );
-    let gone = CommentOp::SetStatus { id: reply, status: visible, actor: UserId(7) };
+    let gone =
+        CommentOp::SetStatus { id: reply, status: visible, actor: UserId(7), queue: QueueChange::Keep };
     assert_eq!(comment(s, gone).await, CommentOutcome::NotFound);
     let ev = s.events.read_after(0, 20).await.expect("events");
     let seen: Vec<(EventKind, u64, i64, u64)> =

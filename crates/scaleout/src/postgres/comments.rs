@@ -15,7 +15,7 @@ use super::{PgStore, i, pg_err};
 use async_trait::async_trait;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::comment::transition::{
-    Before, RowWrite, Thread, VisibleReply, create_parent, thread_reads, transition,
+    Before, Review, RowWrite, Thread, VisibleReply, create_parent, review, thread_reads, transition,
 };
 use likewise_core::event::Event;
 use likewise_core::ids::{CommentId, PostId, UserId};
@@ -95,17 +95,19 @@ pub(super) async fn comment_op(
     for w in &plan.writes {
         write_row(tx, w).await?;
     }
-    if let (CommentOp::Create(_, held_by), CommentOutcome::Done(Some(r))) = (op, &plan.outcome) {
-        moderation_rows(tx, shard, ids, r, *held_by, late).await?;
+    if let CommentOutcome::Done(Some(r)) = &plan.outcome {
+        moderation_rows(tx, shard, ids, op, r, review(op, &plan), late).await?;
     }
     Ok((plan.outcome, plan.events))
 }
 
-/// A new comment's moderation rows, in the transaction that stores it. The hold and the
-/// review-queue entry live on the comment's shard, which is this one: a held comment is never
-/// committed without them. The fingerprint lives on its author's shard (the near-duplicate
-/// check reads a user's fingerprints with one query): written here when that is this shard,
-/// else handed back in `late` to be written after the commit. A fingerprint only feeds the
+/// The moderation rows an operation writes in the transaction that writes the comment: the
+/// [`review`] state (why it is held, its review-queue entry) and a new comment's fingerprint.
+/// The hold and the queue entry live on the comment's shard, which is this one: a held
+/// comment is never committed without them, and a status and its queue entry change
+/// together. The fingerprint lives on its author's shard (the near-duplicate check reads a
+/// user's fingerprints with one query): written here when that is this shard, else handed
+/// back in `late` to be written after the commit. A fingerprint only feeds the
 /// near-duplicate layer of the author's next comments, so writing it after the commit (an
 /// idempotent upsert, retried) never holds a comment back, never answers an error for a
 /// stored one, and at worst (the process dies between the two) lets one copy more through
@@ -114,24 +116,38 @@ async fn moderation_rows(
     tx: &Transaction<'_>,
     shard: usize,
     ids: &Placement,
+    op: &CommentOp,
     r: &CommentRecord,
-    held_by: Option<likewise_core::comment::appeal::HeldBy>,
+    review: Review,
     late: &mut Vec<LateFingerprint>,
 ) -> Result<(), TxError> {
-    if let Some(h) = held_by {
+    let ord = super::moderation::ord(r.id.0);
+    if let Some(h) = review.held_by {
         tx.execute(
-            "WITH q AS (INSERT INTO mod_queue (comment_ord) VALUES ($3) ON CONFLICT DO NOTHING)
-             INSERT INTO comment_holds (comment_id, held_by) VALUES ($1, $2)
+            "INSERT INTO comment_holds (comment_id, held_by) VALUES ($1, $2)
              ON CONFLICT (comment_id) DO UPDATE SET held_by = EXCLUDED.held_by",
-            &[&i(r.id.0), &i16::from(h.code()), &super::moderation::ord(r.id.0)],
+            &[&i(r.id.0), &i16::from(h.code())],
         )
         .await?;
+    }
+    match review.queued {
+        Some(true) => {
+            tx.execute("INSERT INTO mod_queue (comment_ord) VALUES ($1) ON CONFLICT DO NOTHING", &[&ord])
+                .await?;
+        }
+        Some(false) => {
+            tx.execute("DELETE FROM mod_queue WHERE comment_ord = $1", &[&ord]).await?;
+        }
+        None => {}
+    }
+    if !matches!(op, CommentOp::Create(..)) {
+        return Ok(());
     }
     if ids.shard_of_user(r.author) == shard {
         tx.execute(
             "INSERT INTO fingerprints (user_id, comment_ord, simhash) VALUES ($1, $2, $3)
              ON CONFLICT (user_id, comment_ord) DO UPDATE SET simhash = EXCLUDED.simhash",
-            &[&i(r.author.0), &super::moderation::ord(r.id.0), &i(r.simhash)],
+            &[&i(r.author.0), &ord, &i(r.simhash)],
         )
         .await?;
     } else {
@@ -440,7 +456,12 @@ mod tests {
     }
 
     fn set(id: CommentId, status: CommentStatus) -> WriteOp {
-        WriteOp::Comment(CommentOp::SetStatus { id, status, actor: UserId(7) })
+        WriteOp::Comment(CommentOp::SetStatus {
+            id,
+            status,
+            actor: UserId(7),
+            queue: likewise_core::write::QueueChange::Keep,
+        })
     }
 
     /// Two API nodes: one holds a parent (or approves it again) while the other creates a

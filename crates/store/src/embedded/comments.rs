@@ -21,7 +21,7 @@ use fjall::Keyspace;
 use likewise_core::comment::appeal::HeldBy;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::comment::transition::{
-    Before, RowWrite, Thread, VisibleReply, create_parent, thread_reads, transition,
+    Before, Review, RowWrite, Thread, VisibleReply, create_parent, review, thread_reads, transition,
 };
 use likewise_core::ids::{CommentId, PostId};
 use likewise_core::ports::CommentReader;
@@ -47,6 +47,7 @@ struct Touched {
 pub(super) struct CommentOverlay {
     touched: HashMap<u64, Touched, foldhash::fast::RandomState>,
     order: Vec<u64>,
+    moderation: ModerationRows,
 }
 
 fn decode(id: CommentId, v: &[u8]) -> StoreResult<CommentRecord> {
@@ -73,17 +74,47 @@ fn load(comment_posts: &Keyspace, comments: &Keyspace, id: CommentId) -> StoreRe
     }
 }
 
-/// A new comment's moderation rows, in the batch that stores the comment: its author's text
-/// fingerprint and, when a moderation layer held it, why (`holds`) and its review-queue entry.
-/// One batch, so a crash never leaves a held comment out of the queue or without its reason.
-/// Nothing else knows the new ID yet, so no lock of the moderation module is needed.
-fn moderation_rows(b: &mut Batch<'_>, r: &CommentRecord, held_by: Option<HeldBy>) {
-    let s = b.s;
-    b.batch.insert(&s.fingerprints, pair_key(r.author.0, r.id.0), r.simhash.to_be_bytes());
-    if let Some(h) = held_by {
-        let key = r.id.0.to_be_bytes();
-        b.batch.insert(&s.holds, key, [V1, h.code()]);
-        b.batch.insert(&s.mod_queue, key, []);
+/// The moderation rows of the comments a batch touched, each written once, with its final
+/// state, when the batch is flushed: new comments' text fingerprints (their authors'), and the
+/// [`review`] state (why a comment is held, its review-queue entry). In the batch that writes
+/// the comments, so a crash never leaves a held comment out of the queue or without its
+/// reason, and a status and its queue entry change together. (The moderation module writes
+/// these rows too, outside the write lock; a new comment's ID is known to nobody else yet.)
+#[derive(Default)]
+struct ModerationRows {
+    fingerprints: Vec<(u64, u64, u64)>,
+    holds: HashMap<u64, HeldBy, foldhash::fast::RandomState>,
+    queue: HashMap<u64, bool, foldhash::fast::RandomState>,
+}
+
+impl ModerationRows {
+    fn add(&mut self, op: &CommentOp, r: &CommentRecord, review: Review) {
+        if let CommentOp::Create(..) = op {
+            self.fingerprints.push((r.author.0, r.id.0, r.simhash));
+        }
+        if let Some(h) = review.held_by {
+            self.holds.insert(r.id.0, h);
+        }
+        if let Some(q) = review.queued {
+            self.queue.insert(r.id.0, q);
+        }
+    }
+
+    fn flush(&self, b: &mut Batch<'_>) {
+        let s = b.s;
+        for (user, id, simhash) in &self.fingerprints {
+            b.batch.insert(&s.fingerprints, pair_key(*user, *id), simhash.to_be_bytes());
+        }
+        for (id, h) in &self.holds {
+            b.batch.insert(&s.holds, id.to_be_bytes(), [V1, h.code()]);
+        }
+        for (id, queued) in &self.queue {
+            if *queued {
+                b.batch.insert(&s.mod_queue, id.to_be_bytes(), []);
+            } else {
+                b.batch.remove(&s.mod_queue, id.to_be_bytes());
+            }
+        }
     }
 }
 
@@ -117,14 +148,15 @@ impl CommentOverlay {
             },
         };
         let plan = transition(op, before, now_ms);
+        let review = review(op, &plan);
         for w in plan.writes {
             self.write(w);
         }
         for e in plan.events {
             b.event(e);
         }
-        if let (CommentOp::Create(_, held_by), CommentOutcome::Done(Some(r))) = (op, &plan.outcome) {
-            moderation_rows(b, r, *held_by);
+        if let CommentOutcome::Done(Some(r)) = &plan.outcome {
+            self.moderation.add(op, r, review);
         }
         Ok(plan.outcome)
     }
@@ -218,6 +250,7 @@ impl CommentOverlay {
 
     /// Write each touched comment once with its final state, with its index rows.
     pub(super) fn flush(&self, b: &mut Batch<'_>) {
+        self.moderation.flush(b);
         let s = b.s;
         for id in &self.order {
             let t = &self.touched[id];

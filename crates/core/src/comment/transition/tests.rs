@@ -21,7 +21,12 @@ fn record(id: u64, parent: Option<u64>, status: CommentStatus) -> CommentRecord 
 }
 
 fn set(id: u64, status: CommentStatus) -> CommentOp {
-    CommentOp::SetStatus { id: CommentId(id), status, actor: UserId(9) }
+    CommentOp::SetStatus {
+        id: CommentId(id),
+        status,
+        actor: UserId(9),
+        queue: crate::write::QueueChange::Keep,
+    }
 }
 
 fn delete(id: u64) -> CommentOp {
