@@ -30,6 +30,7 @@ fn decode(v: &[u8]) -> StoreResult<KeyRecord> {
 /// already inserted the key's row for this operation (`write.rs` claims a batch's keys first,
 /// in key order); otherwise it is claimed here (a repeat later in the same batch finds the
 /// earlier one's row).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn keyed_comment_op(
     tx: &Transaction<'_>,
     shard: usize,
