@@ -200,7 +200,7 @@ async fn write_comments(stores: &Stores, n: u64) -> anyhow::Result<Vec<CommentId
                     text: format!("comment number {i} with a few ordinary words"),
                     simhash: i,
                 };
-                match stores.writer.submit_comment(CommentOp::Create(rec)).await?.outcome {
+                match stores.writer.submit_comment(CommentOp::Create(rec, None)).await?.outcome {
                     CommentOutcome::Done(Some(r)) => ids.push(r.id),
                     other => anyhow::bail!("comment not written: {other:?}"),
                 }

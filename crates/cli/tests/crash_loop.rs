@@ -27,6 +27,7 @@ use common::proc::{Client, Server, signal, start_with};
 use hyper::Method;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -843,4 +844,100 @@ async fn worker_crash_loop() {
     eprintln!("crash_loop(scale-out): worker spawn -> listening: {}", stats(&listen));
     eprintln!("crash_loop(scale-out): worker spawn -> counts equal the rows: {}", stats(&caught_up));
     eprintln!("crash_loop(scale-out): writes acknowledged while the worker was down, per kill: {backlog:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Embedded store: held comments and the review queue across SIGKILLs.
+
+/// Every comment ID in the review queue, with its `held_by`.
+async fn review_queue(c: &Client, base: &str) -> HashMap<u64, Value> {
+    let mut out = HashMap::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = "/v1/moderation/queue?limit=100".to_string();
+        if let Some(cur) = &cursor {
+            path.push_str(&format!("&cursor={cur}"));
+        }
+        let (st, v) = c.call(base, Method::GET, &path, 1, true, "").await.expect("queue");
+        assert_eq!(st, 200, "{v}");
+        for i in v["items"].as_array().expect("items") {
+            let id = i["comment_id"].as_str().and_then(|s| s.parse().ok()).expect("comment_id");
+            out.insert(id, i["held_by"].clone());
+        }
+        match v["next_cursor"].as_str() {
+            Some(cur) => cursor = Some(cur.to_string()),
+            None => return out,
+        }
+    }
+}
+
+/// Comments held by the post author's hidden words, created by fresh users (so no rate limit
+/// or duplicate check interferes) until the server stops answering; the count of answers.
+async fn held_storm(c: Arc<Client>, base: String, task: u64, acked: Arc<AtomicU64>) {
+    for n in 0.. {
+        let user = 9_000_000 + task * 100_000 + n;
+        let body = format!(r#"{{"text":"a forbidden thought number {n} from task {task}"}}"#);
+        match c.call(&base, Method::POST, "/v1/posts/1/comments", user, false, &body).await {
+            Ok((201, _)) => {
+                acked.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok((503 | 504, _)) => {}
+            Ok((st, v)) => panic!("a held comment answered {st}: {v}"),
+            Err(_) => return,
+        }
+    }
+}
+
+/// `likewise serve` SIGKILLed five times during a storm of comments that the post author's
+/// hidden words hold. After every restart each stored held comment is in the review queue,
+/// held by `hidden_words`: the comment, its hold and its queue entry are one atomic write, so
+/// no kill lands between them.
+#[test]
+fn held_comments_are_in_the_review_queue_after_sigkills_mid_storm() {
+    serial(held_comments_crash_loop());
+}
+
+async fn held_comments_crash_loop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = Client::new();
+    let mut rng = StdRng::seed_from_u64(rand::random());
+    let mut s = start_embedded(dir.path());
+    let (st, v) =
+        c.call(&s.base, Method::PUT, "/v1/posts/1", 1, true, r#"{"author_id":"7"}"#).await.expect("post");
+    assert_eq!(st, 200, "{v}");
+    let words = r#"{"words":["forbidden"]}"#;
+    let (st, v) =
+        c.call(&s.base, Method::PUT, "/v1/me/hidden-words", AUTHOR, false, words).await.expect("words");
+    assert_eq!(st, 200, "{v}");
+    for kill in 1..=5 {
+        let acked = Arc::new(AtomicU64::new(0));
+        let storm: Vec<_> = (0..8u64)
+            .map(|t| tokio::spawn(held_storm(c.clone(), s.base.clone(), t, acked.clone())))
+            .collect();
+        // SIGKILL once the storm is under way, at a random moment of it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while acked.load(Ordering::Relaxed) < 16 {
+            assert!(Instant::now() < deadline, "kill {kill}: no comment acknowledged within 10 s");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(20..300))).await;
+        s.child.kill().expect("SIGKILL");
+        s.child.wait().expect("wait");
+        for t in storm {
+            t.await.expect("a storm task failed");
+        }
+        s = start_embedded(dir.path());
+        let comments = all_comments(&c, &s.base, 1).await;
+        let queue = review_queue(&c, &s.base).await;
+        let held: Vec<u64> =
+            comments.iter().filter(|(_, (st, _))| st == "hidden_by_filter").map(|(id, _)| *id).collect();
+        assert_eq!(held.len(), comments.len(), "kill {kill}: every comment is held");
+        let missing: Vec<&u64> = held.iter().filter(|id| !queue.contains_key(id)).collect();
+        assert!(missing.is_empty(), "kill {kill}: held comments out of the review queue: {missing:?}");
+        for id in &held {
+            assert_eq!(queue[id], "hidden_words", "kill {kill}: comment {id}");
+        }
+        eprintln!("kill {kill}: {} held comments, all queued", held.len());
+    }
+    stop(s);
 }

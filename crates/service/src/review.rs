@@ -14,7 +14,7 @@ use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::ReportReason;
 use likewise_core::ports::cluster::Invalidation;
-use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord};
+use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, QueueChange};
 use std::sync::Arc;
 
 /// A moderator's decision.
@@ -56,17 +56,21 @@ impl Review {
         Review { shared, upstream, moderation, comments }
     }
 
+    /// Change a comment's status and, in the same atomic write, its review-queue entry
+    /// (`queue`): a comment's status and its queue entry never disagree, whatever reports and
+    /// decisions race.
     async fn set_status(
         &self,
         id: CommentId,
         status: CommentStatus,
         actor: UserId,
+        queue: QueueChange,
     ) -> ServiceResult<CommentRecord> {
         match self
             .shared
             .stores
             .writer
-            .submit_comment(CommentOp::SetStatus { id, status, actor })
+            .submit_comment(CommentOp::SetStatus { id, status, actor, queue })
             .await?
             .outcome
         {
@@ -83,13 +87,21 @@ impl Review {
     pub async fn report(&self, reader: Reader, id: CommentId, reason: ReportReason) -> ServiceResult<()> {
         let r = standing_for(&self.upstream, reader, id).await?;
         let outcome = self.shared.stores.moderation.add_report(id, reader.user, reason).await?;
-        self.shared.stores.moderation.set_queued(id, true).await?;
         metrics::counter!("likewise_comment_reports_total").increment(1);
         // A repeat report, or reports an approval already weighed, never hide it again.
-        if hides(&outcome, self.moderation.report_threshold()) && r.status == CommentStatus::Visible {
-            self.shared.stores.moderation.set_held_by(id, Some(HeldBy::Reports)).await?;
-            self.set_status(id, CommentStatus::Pending, reader.user).await?;
-            metrics::counter!("likewise_comments_held_total", "layer" => "reports").increment(1);
+        if hides(&outcome, self.moderation.report_threshold()) {
+            // Whether it is still visible is decided where the hold is written, with the
+            // reason and the queue entry: read here, an approval racing the report could land
+            // between the read and the write (or between the status and the queue entry) and
+            // leave a pending comment out of the queue.
+            let held = QueueChange::Hold(HeldBy::Reports);
+            let now = self.set_status(id, CommentStatus::Pending, reader.user, held).await?;
+            if r.status == CommentStatus::Visible && now.status == CommentStatus::Pending {
+                metrics::counter!("likewise_comments_held_total", "layer" => "reports").increment(1);
+            }
+        } else {
+            // Reported, still shown: it awaits a decision in the queue.
+            self.shared.stores.moderation.set_queued(id, true).await?;
         }
         Ok(())
     }
@@ -156,13 +168,12 @@ impl Review {
             Decision::Hide => (CommentStatus::HiddenByFilter, Some(HeldBy::Moderator)),
         };
         self.shared.stores.moderation.set_held_by(id, held_by).await?;
-        let r = self.set_status(id, status, moderator).await?;
+        let r = self.set_status(id, status, moderator, QueueChange::Leave).await?;
         if decision == Decision::Hide {
             // A hidden comment gives its pin slot back, as a deleted one does: it no longer
             // leads the post for anyone, and approving it later does not pin it again.
             self.unpin(r.post, id).await?;
         }
-        self.shared.stores.moderation.set_queued(id, false).await?;
         let reader = Reader { user: moderator, moderator: true };
         self.comments.decorate(reader, vec![r]).await?.pop().ok_or(ServiceError::NotFound("comment"))
     }
@@ -186,8 +197,7 @@ impl Review {
         // The reports so far are weighed before it shows again, so none of them can hide it
         // in between (as in `moderate`).
         self.shared.stores.moderation.set_held_by(id, None).await?;
-        let r = self.set_status(id, CommentStatus::Visible, viewer).await?;
-        self.shared.stores.moderation.set_queued(id, false).await?;
+        let r = self.set_status(id, CommentStatus::Visible, viewer, QueueChange::Leave).await?;
         self.comments.decorate(reader, vec![r]).await?.pop().ok_or(ServiceError::NotFound("comment"))
     }
 

@@ -26,7 +26,7 @@ use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{LikeAction, LikeOp, Target, TargetKind};
 use likewise_core::model::{CommentsPolicy, PostMeta, UserProfile, ViewerSettings};
 use likewise_core::ports::{Liker, RankChange, RankEntry, ReportReason};
-use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, WriteOp, WriteOutcome};
+use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, QueueChange, WriteOp, WriteOutcome};
 pub use ranks::*;
 
 fn op(target: Target, user: u64, action: LikeAction, ts: u64) -> LikeOp {
@@ -242,17 +242,20 @@ pub async fn event_log_reads_and_truncates(s: &Stores) {
 }
 
 fn new_comment(parent: Option<CommentId>, author: u64, status: CommentStatus) -> CommentOp {
-    CommentOp::Create(CommentRecord {
-        id: CommentId(0),
-        post: PostId(9),
-        author: UserId(author),
-        post_author: UserId(7),
-        parent,
-        reply_to_user: None,
-        status,
-        text: format!("from {author}"),
-        simhash: author,
-    })
+    CommentOp::Create(
+        CommentRecord {
+            id: CommentId(0),
+            post: PostId(9),
+            author: UserId(author),
+            post_author: UserId(7),
+            parent,
+            reply_to_user: None,
+            status,
+            text: format!("from {author}"),
+            simhash: author,
+        },
+        None,
+    )
 }
 
 async fn comment(s: &Stores, op: CommentOp) -> CommentOutcome {
@@ -285,7 +288,8 @@ pub async fn comment_changes_count_once_and_leave_placeholders(s: &Stores) {
     let top = created(s, new_comment(None, 1, visible)).await;
     let reply = created(s, new_comment(Some(top), 2, visible)).await;
     let held = created(s, new_comment(Some(top), 3, CommentStatus::Pending)).await;
-    let approve = CommentOp::SetStatus { id: held, status: visible, actor: UserId(7) };
+    let approve =
+        CommentOp::SetStatus { id: held, status: visible, actor: UserId(7), queue: QueueChange::Keep };
     assert!(
         matches!(comment(s, approve.clone()).await, CommentOutcome::Done(Some(r)) if r.status == visible)
     );
@@ -301,7 +305,8 @@ pub async fn comment_changes_count_once_and_leave_placeholders(s: &Stores) {
         comment(s, CommentOp::Delete { id: reply, actor: UserId(2) }).await,
         CommentOutcome::Done(None)
     );
-    let gone = CommentOp::SetStatus { id: reply, status: visible, actor: UserId(7) };
+    let gone =
+        CommentOp::SetStatus { id: reply, status: visible, actor: UserId(7), queue: QueueChange::Keep };
     assert_eq!(comment(s, gone).await, CommentOutcome::NotFound);
     let ev = s.events.read_after(0, 20).await.expect("events");
     let seen: Vec<(EventKind, u64, i64, u64)> =
@@ -669,6 +674,56 @@ pub async fn fingerprints_are_newest_first_and_time_bounded(s: &Stores) {
     assert!(m.fingerprints(UserId(3), CommentId(0), 10).await.expect("no user").is_empty());
 }
 
+/// A comment's moderation state is written with it: when the create's commit returns, its
+/// author's fingerprint is stored and, for a held comment, its review-queue entry and why it
+/// is held, with no other call; a visible comment gets a fingerprint and no queue entry, a
+/// reply refused (its parent missing) neither, and a keyed held create likewise, once.
+pub async fn a_created_comment_carries_its_moderation_state(s: &Stores) {
+    let m = &s.moderation;
+    let filtered = CommentStatus::HiddenByFilter;
+    let held_op = |author: u64| match new_comment(None, author, filtered) {
+        CommentOp::Create(r, _) => CommentOp::Create(r, Some(HeldBy::HiddenWords)),
+        other => other,
+    };
+    let held = created(s, held_op(21)).await;
+    let open = created(s, new_comment(None, 22, CommentStatus::Visible)).await;
+    let refused = comment(s, new_comment(Some(CommentId(12_345)), 23, CommentStatus::Visible)).await;
+    assert_eq!(refused, CommentOutcome::NotFound);
+    let keyed = likewise_core::comment::idempotency::Keyed {
+        caller: UserId(24),
+        key: likewise_core::comment::idempotency::IdempotencyKey::parse(b"held-1").expect("key"),
+        fingerprint: [7; 16],
+    };
+    let CommentOp::Create(rec, _) = new_comment(None, 24, CommentStatus::Restricted) else { unreachable!() };
+    let mut keyed_ids = Vec::new();
+    for _ in 0..2 {
+        let out = s
+            .writer
+            .submit_keyed_comment(rec.clone(), Some(HeldBy::Restricted), keyed.clone())
+            .await
+            .expect("keyed create")
+            .outcome;
+        keyed_ids.push(match out {
+            CommentOutcome::Done(Some(r)) => r.id,
+            CommentOutcome::Replayed(k) => k.comment.id,
+            other => panic!("keyed create answered {other:?}"),
+        });
+    }
+    assert_eq!(keyed_ids[0], keyed_ids[1], "the repeat replays the first create");
+    let restricted = keyed_ids[0];
+    let mut want = vec![held, restricted];
+    want.sort_unstable();
+    assert_eq!(m.queue(None, 10).await.expect("queue"), want, "held comments only, each once");
+    let notes = m.queue_notes(&[held, restricted, open]).await.expect("notes");
+    let held_by: Vec<Option<HeldBy>> = notes.into_iter().map(|n| n.held_by).collect();
+    assert_eq!(held_by, vec![Some(HeldBy::HiddenWords), Some(HeldBy::Restricted), None]);
+    for (author, id) in [(21, held), (22, open), (24, restricted)] {
+        let prints = m.fingerprints(UserId(author), CommentId(0), 10).await.expect("fingerprints");
+        assert_eq!(prints, vec![(id, author)], "user {author}'s fingerprint");
+    }
+    assert!(m.fingerprints(UserId(23), CommentId(0), 10).await.expect("none").is_empty(), "refused reply");
+}
+
 /// View sketches round-trip.
 pub async fn view_sketches_round_trip(s: &Stores) {
     assert_eq!(s.views.load_views(PostId(1)).await.expect("load"), None);
@@ -822,6 +877,7 @@ macro_rules! conformance_suite {
             review_queue_pages_in_id_order,
             holds_and_appeals_are_recorded_once,
             fingerprints_are_newest_first_and_time_bounded,
+            a_created_comment_carries_its_moderation_state,
             snapshots_move_with_their_offset,
             integrity_verdicts_keep_the_latest_and_page_in_time_order,
             a_key_makes_one_comment_whatever_the_batch,

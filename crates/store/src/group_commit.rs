@@ -10,6 +10,7 @@
 //! thousands of likes per second without a hot row. Requests are applied in queue order, so
 //! two writes of the same (target, user) resolve in arrival order.
 
+use likewise_core::comment::appeal::HeldBy;
 use likewise_core::comment::idempotency::Keyed;
 use likewise_core::like::{LikeOp, LikeOutcome};
 use likewise_core::ports::WriteEngine;
@@ -85,7 +86,7 @@ fn lane_of(op: &WriteOp, lanes: usize) -> usize {
         WriteOp::Like(l) => {
             l.target.id.wrapping_mul(31).wrapping_add(l.user.0) ^ u64::from(l.target.kind.code())
         }
-        WriteOp::Comment(CommentOp::Create(r)) | WriteOp::KeyedComment(r, _) => r.post.0,
+        WriteOp::Comment(CommentOp::Create(r, _)) | WriteOp::KeyedComment(r, _, _) => r.post.0,
         WriteOp::Comment(CommentOp::SetStatus { id, .. } | CommentOp::Delete { id, .. }) => id.0,
     };
     ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % lanes as u64) as usize
@@ -183,9 +184,10 @@ impl GroupCommitter {
     pub async fn submit_keyed_comment(
         &self,
         record: CommentRecord,
+        held_by: Option<HeldBy>,
         keyed: Keyed,
     ) -> StoreResult<Committed<CommentOutcome>> {
-        self.submit_comment_op(WriteOp::KeyedComment(record, keyed)).await
+        self.submit_comment_op(WriteOp::KeyedComment(record, held_by, keyed)).await
     }
 
     async fn submit_comment_op(&self, op: WriteOp) -> StoreResult<Committed<CommentOutcome>> {

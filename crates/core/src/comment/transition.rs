@@ -32,12 +32,13 @@
 //!   of the log (counters, notifications, trending, the export) treat it as any other change
 //!   of a comment's visibility.
 
+use crate::comment::appeal::HeldBy;
 use crate::comment::status::CommentStatus;
 use crate::comment::thread::counted;
 use crate::event::{Event, EventKind};
 use crate::ids::{CommentId, UserId};
 use crate::like::Target;
-use crate::write::{CommentOp, CommentOutcome, CommentRecord};
+use crate::write::{CommentOp, CommentOutcome, CommentRecord, QueueChange};
 
 /// A reply in status visible under a top-level comment, as the engine read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,14 +151,14 @@ pub fn thread_reads(op: &CommentOp, stored: &CommentRecord) -> ThreadReads {
             visible_replies: !reply && stored.status.opens_thread() != status.opens_thread(),
             ..ThreadReads::default()
         },
-        CommentOp::SetStatus { .. } | CommentOp::Create(_) => ThreadReads::default(),
+        CommentOp::SetStatus { .. } | CommentOp::Create(..) => ThreadReads::default(),
     }
 }
 
 /// The parent a create must read inside the write path: the reply's top-level comment.
 pub fn create_parent(op: &CommentOp) -> Option<CommentId> {
     match op {
-        CommentOp::Create(rec) => rec.parent,
+        CommentOp::Create(rec, _) => rec.parent,
         _ => None,
     }
 }
@@ -181,14 +182,52 @@ pub fn visibility_delta(
 /// [`CommentOp::id`], so this does not happen.
 pub fn transition(op: &CommentOp, before: Before, now_ms: u64) -> Plan {
     match (op, before) {
-        (CommentOp::Create(rec), Before::New(id, parent)) => create(rec, id, parent, now_ms),
+        (CommentOp::Create(rec, _), Before::New(id, parent)) => create(rec, id, parent, now_ms),
+        // A hold for review applies only to a comment still visible: a report must not undo
+        // a moderator's hide, nor hold again a comment already held.
+        (CommentOp::SetStatus { queue: QueueChange::Hold(_), .. }, Before::Stored(old, _))
+            if old.status != CommentStatus::Visible =>
+        {
+            Plan::unchanged(old)
+        }
         (CommentOp::SetStatus { status, .. }, Before::Stored(old, thread)) => {
             set_status(old, *status, thread, now_ms)
         }
         (CommentOp::Delete { .. }, Before::Stored(old, thread)) => delete(old, thread, now_ms),
-        (_, Before::New(..) | Before::Missing) | (CommentOp::Create(_), Before::Stored(..)) => {
+        (_, Before::New(..) | Before::Missing) | (CommentOp::Create(..), Before::Stored(..)) => {
             Plan::not_found()
         }
+    }
+}
+
+/// The review state an operation writes beside its [`Plan`], in the same atomic write: the
+/// comment's review-queue entry (`queued`: enter or leave) and why it is held (`held_by`,
+/// written when `Some`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Review {
+    /// `Some(true)`: the comment enters the queue; `Some(false)`: it leaves it.
+    pub queued: Option<bool>,
+    /// Why the comment is held, to record.
+    pub held_by: Option<HeldBy>,
+}
+
+/// The review state `op` writes once planned as `plan`:
+/// - a create held by a moderation layer: the reason and a queue entry;
+/// - a hold for review ([`QueueChange::Hold`]) of a stored comment: a queue entry, with the
+///   reason when the hold changed the status (a comment held or hidden meanwhile keeps its
+///   own reason); nothing for a deleted one;
+/// - a decision ([`QueueChange::Leave`]) of a stored comment: it leaves the queue.
+pub fn review(op: &CommentOp, plan: &Plan) -> Review {
+    let CommentOutcome::Done(Some(r)) = &plan.outcome else { return Review::default() };
+    match op {
+        CommentOp::Create(_, Some(h)) => Review { queued: Some(true), held_by: Some(*h) },
+        CommentOp::SetStatus { queue: QueueChange::Hold(h), .. } if !r.status.is_deleted() => {
+            Review { queued: Some(true), held_by: plan.changed().then_some(*h) }
+        }
+        CommentOp::SetStatus { queue: QueueChange::Leave, .. } => {
+            Review { queued: Some(false), held_by: None }
+        }
+        _ => Review::default(),
     }
 }
 

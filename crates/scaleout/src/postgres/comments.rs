@@ -15,7 +15,7 @@ use super::{PgStore, i, pg_err};
 use async_trait::async_trait;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::comment::transition::{
-    Before, RowWrite, Thread, VisibleReply, create_parent, thread_reads, transition,
+    Before, Review, RowWrite, Thread, VisibleReply, create_parent, review, thread_reads, transition,
 };
 use likewise_core::event::Event;
 use likewise_core::ids::{CommentId, PostId, UserId};
@@ -47,14 +47,25 @@ fn comment_row(r: &tokio_postgres::Row) -> StoreResult<CommentRecord> {
     })
 }
 
+/// A new comment's fingerprint whose user lives on another shard than the comment: written
+/// there once the comment's transaction committed ([`super::PgStore::write_late_fingerprints`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LateFingerprint {
+    pub(super) user: UserId,
+    pub(super) comment: CommentId,
+    pub(super) simhash: u64,
+}
+
 /// Apply one comment operation inside a shard's write transaction; returns its outcome and
-/// the events it made (for the outbox).
+/// the events it made (for the outbox). A create's fingerprint that belongs on another shard
+/// goes into `late`.
 pub(super) async fn comment_op(
     tx: &Transaction<'_>,
     shard: usize,
     ids: &Placement,
     op: &CommentOp,
     now: u64,
+    late: &mut Vec<LateFingerprint>,
 ) -> Result<(CommentOutcome, Vec<Event>), TxError> {
     // Row locks serialize a reply with its parent's delete across API nodes: a create holds
     // its parent FOR SHARE, a delete holds the comment (and a reply's parent) FOR UPDATE.
@@ -67,7 +78,7 @@ pub(super) async fn comment_op(
                 None => None,
             };
             let post = match op {
-                CommentOp::Create(r) => r.post,
+                CommentOp::Create(r, _) => r.post,
                 _ => return Err(TxError::Fail(StoreError::Engine("a create without a record".into()))),
             };
             Before::New(new_comment_id(tx, shard, ids, post, now).await?, parent)
@@ -84,7 +95,65 @@ pub(super) async fn comment_op(
     for w in &plan.writes {
         write_row(tx, w).await?;
     }
+    if let CommentOutcome::Done(Some(r)) = &plan.outcome {
+        moderation_rows(tx, shard, ids, op, r, review(op, &plan), late).await?;
+    }
     Ok((plan.outcome, plan.events))
+}
+
+/// The moderation rows an operation writes in the transaction that writes the comment: the
+/// [`review`] state (why it is held, its review-queue entry) and a new comment's fingerprint.
+/// The hold and the queue entry live on the comment's shard, which is this one: a held
+/// comment is never committed without them, and a status and its queue entry change
+/// together. The fingerprint lives on its author's shard (the near-duplicate check reads a
+/// user's fingerprints with one query): written here when that is this shard, else handed
+/// back in `late` to be written after the commit. A fingerprint only feeds the
+/// near-duplicate layer of the author's next comments, so writing it after the commit (an
+/// idempotent upsert, retried) never holds a comment back, never answers an error for a
+/// stored one, and at worst (the process dies between the two) lets one copy more through
+/// that layer; it needs no transaction across shards.
+async fn moderation_rows(
+    tx: &Transaction<'_>,
+    shard: usize,
+    ids: &Placement,
+    op: &CommentOp,
+    r: &CommentRecord,
+    review: Review,
+    late: &mut Vec<LateFingerprint>,
+) -> Result<(), TxError> {
+    let ord = super::moderation::ord(r.id.0);
+    if let Some(h) = review.held_by {
+        tx.execute(
+            "INSERT INTO comment_holds (comment_id, held_by) VALUES ($1, $2)
+             ON CONFLICT (comment_id) DO UPDATE SET held_by = EXCLUDED.held_by",
+            &[&i(r.id.0), &i16::from(h.code())],
+        )
+        .await?;
+    }
+    match review.queued {
+        Some(true) => {
+            tx.execute("INSERT INTO mod_queue (comment_ord) VALUES ($1) ON CONFLICT DO NOTHING", &[&ord])
+                .await?;
+        }
+        Some(false) => {
+            tx.execute("DELETE FROM mod_queue WHERE comment_ord = $1", &[&ord]).await?;
+        }
+        None => {}
+    }
+    if !matches!(op, CommentOp::Create(..)) {
+        return Ok(());
+    }
+    if ids.shard_of_user(r.author) == shard {
+        tx.execute(
+            "INSERT INTO fingerprints (user_id, comment_ord, simhash) VALUES ($1, $2, $3)
+             ON CONFLICT (user_id, comment_ord) DO UPDATE SET simhash = EXCLUDED.simhash",
+            &[&i(r.author.0), &ord, &i(r.simhash)],
+        )
+        .await?;
+    } else {
+        late.push(LateFingerprint { user: r.author, comment: r.id, simhash: r.simhash });
+    }
+    Ok(())
 }
 
 /// The facts of `c`'s thread that planning `op` needs ([`thread_reads`]).
@@ -283,17 +352,20 @@ mod tests {
     use tokio::sync::Barrier;
 
     fn create(parent: Option<CommentId>, author: u64) -> WriteOp {
-        WriteOp::Comment(CommentOp::Create(CommentRecord {
-            id: CommentId(0),
-            post: PostId(9),
-            author: UserId(author),
-            post_author: UserId(7),
-            parent,
-            reply_to_user: None,
-            status: CommentStatus::Visible,
-            text: format!("from {author}"),
-            simhash: author,
-        }))
+        WriteOp::Comment(CommentOp::Create(
+            CommentRecord {
+                id: CommentId(0),
+                post: PostId(9),
+                author: UserId(author),
+                post_author: UserId(7),
+                parent,
+                reply_to_user: None,
+                status: CommentStatus::Visible,
+                text: format!("from {author}"),
+                simhash: author,
+            },
+            None,
+        ))
     }
 
     fn outcome(out: Vec<WriteOutcome>) -> CommentOutcome {
@@ -352,8 +424,44 @@ mod tests {
         eprintln!("replies refused {refused}, parents kept as placeholders {kept}");
     }
 
+    /// Two shards: a held comment's hold and queue entry commit with it on the post's shard,
+    /// and its author's fingerprint reaches the author's shard whichever shard that is (in the
+    /// comment's transaction, or right after its commit), before the create returns.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_comments_moderation_rows_commit_with_it_across_shards() {
+        use likewise_core::comment::appeal::HeldBy;
+        use likewise_core::ports::ModerationStore;
+        let t = TestShards::create(2).await;
+        let s = t.store().await;
+        let post_shard = s.shard_of_post(PostId(9));
+        let same = (1..).map(UserId).find(|u| s.shard_of_user(*u) == post_shard).expect("a user");
+        let other = (1..).map(UserId).find(|u| s.shard_of_user(*u) != post_shard).expect("a user");
+        for author in [same, other] {
+            let WriteOp::Comment(CommentOp::Create(mut r, _)) = create(None, author.0) else {
+                unreachable!()
+            };
+            r.status = CommentStatus::HiddenByFilter;
+            let op = WriteOp::Comment(CommentOp::Create(r, Some(HeldBy::Classifier)));
+            let id = match outcome(s.apply_async(&[op]).await.expect("create")) {
+                CommentOutcome::Done(Some(r)) => r.id,
+                other => panic!("create answered {other:?}"),
+            };
+            assert_eq!(s.shard_of_comment(id), post_shard);
+            assert!(s.queue(None, 10).await.expect("queue").contains(&id), "user {author:?}");
+            let notes = s.queue_notes(&[id]).await.expect("notes");
+            assert_eq!(notes[0].held_by, Some(HeldBy::Classifier));
+            let prints = s.fingerprints(author, CommentId(0), 10).await.expect("fingerprints");
+            assert_eq!(prints, vec![(id, author.0)], "user {author:?}");
+        }
+    }
+
     fn set(id: CommentId, status: CommentStatus) -> WriteOp {
-        WriteOp::Comment(CommentOp::SetStatus { id, status, actor: UserId(7) })
+        WriteOp::Comment(CommentOp::SetStatus {
+            id,
+            status,
+            actor: UserId(7),
+            queue: likewise_core::write::QueueChange::Keep,
+        })
     }
 
     /// Two API nodes: one holds a parent (or approves it again) while the other creates a

@@ -7,11 +7,12 @@
 //! makes one comment however many nodes its retries reach, and two nodes' batches never
 //! deadlock on each other's keys. Expired keys are deleted by the workers.
 
-use super::comments::comment_op;
+use super::comments::{LateFingerprint, comment_op};
 use super::placement::Placement;
 use super::tx::TxError;
 use super::{PgStore, i, pg_err};
 use async_trait::async_trait;
+use likewise_core::comment::appeal::HeldBy;
 use likewise_core::comment::idempotency::{IdempotencyKey, KeyRecord, Keyed};
 use likewise_core::event::Event;
 use likewise_core::ids::{PostId, UserId};
@@ -29,14 +30,17 @@ fn decode(v: &[u8]) -> StoreResult<KeyRecord> {
 /// already inserted the key's row for this operation (`write.rs` claims a batch's keys first,
 /// in key order); otherwise it is claimed here (a repeat later in the same batch finds the
 /// earlier one's row).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn keyed_comment_op(
     tx: &Transaction<'_>,
     shard: usize,
     ids: &Placement,
     record: &CommentRecord,
+    held_by: Option<HeldBy>,
     keyed: &Keyed,
     now: u64,
     claimed: bool,
+    late: &mut Vec<LateFingerprint>,
 ) -> Result<(CommentOutcome, Vec<Event>), TxError> {
     let (caller, key) = (i(keyed.caller.0), keyed.key.as_str());
     let claimed = claimed
@@ -55,7 +59,8 @@ pub(super) async fn keyed_comment_op(
         let stored = decode(row.get::<_, &[u8]>(0))?;
         return Ok((CommentOutcome::Replayed(Box::new(stored)), Vec::new()));
     }
-    let (outcome, events) = comment_op(tx, shard, ids, &CommentOp::Create(record.clone()), now).await?;
+    let create = CommentOp::Create(record.clone(), held_by);
+    let (outcome, events) = comment_op(tx, shard, ids, &create, now, late).await?;
     match &outcome {
         CommentOutcome::Done(Some(created)) => {
             let r = KeyRecord { fingerprint: keyed.fingerprint, created_ms: now, comment: created.clone() };

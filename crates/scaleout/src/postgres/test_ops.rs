@@ -7,17 +7,20 @@ use likewise_core::write::{CommentOp, CommentRecord, WriteOp};
 
 /// A visible comment on `post` (a reply under `parent`) by `author`, on a post of user 7.
 pub(crate) fn comment(post: u64, parent: Option<CommentId>, author: u64) -> WriteOp {
-    WriteOp::Comment(CommentOp::Create(CommentRecord {
-        id: CommentId(0),
-        post: PostId(post),
-        author: UserId(author),
-        post_author: UserId(7),
-        parent,
-        reply_to_user: None,
-        status: CommentStatus::Visible,
-        text: format!("on {post} by {author}"),
-        simhash: author,
-    }))
+    WriteOp::Comment(CommentOp::Create(
+        CommentRecord {
+            id: CommentId(0),
+            post: PostId(post),
+            author: UserId(author),
+            post_author: UserId(7),
+            parent,
+            reply_to_user: None,
+            status: CommentStatus::Visible,
+            text: format!("on {post} by {author}"),
+            simhash: author,
+        },
+        None,
+    ))
 }
 
 /// `user` likes (`on`) or unlikes `target` of `post` (authored by user 7).

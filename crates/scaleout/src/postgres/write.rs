@@ -25,7 +25,7 @@
 //! `sync` has nothing to do: a committed transaction is durable (PostgreSQL's WAL fsync).
 //! Deadlocks and serialization failures between nodes are retried.
 
-use super::comments::comment_op;
+use super::comments::{LateFingerprint, comment_op};
 use super::idempotency::keyed_comment_op;
 use super::likes::{WINDOW_MS, target_of};
 use super::placement::Placement;
@@ -65,7 +65,7 @@ impl WriteEngine for PgStore {
 fn op_shard(s: &PgStore, op: &WriteOp) -> usize {
     match op {
         WriteOp::Like(l) => s.shard_of_post(PostId(l.post)),
-        WriteOp::Comment(CommentOp::Create(r)) | WriteOp::KeyedComment(r, _) => s.shard_of_post(r.post),
+        WriteOp::Comment(CommentOp::Create(r, _)) | WriteOp::KeyedComment(r, _, _) => s.shard_of_post(r.post),
         WriteOp::Comment(CommentOp::SetStatus { id, .. } | CommentOp::Delete { id, .. }) => {
             s.shard_of_comment(*id)
         }
@@ -146,11 +146,13 @@ impl PgStore {
             attempt += 1;
             let tx = c.transaction().await.map_err(pg_err)?;
             match shard_tx(&tx, shard, &placement, &ops).await {
-                Ok((out, fences)) => match tx.commit().await {
+                Ok(part) => match tx.commit().await {
                     Ok(()) => {
                         // Before the callers hear of it: their next page read must see it.
-                        self.inner.replicas.wrote(shard, &fences);
-                        return Ok(out);
+                        self.inner.replicas.wrote(shard, &part.fences);
+                        drop(c);
+                        self.write_late_fingerprints(&part.late).await;
+                        return Ok(part.out);
                     }
                     Err(e) if retryable(&e) && attempt < ATTEMPTS => continue,
                     // Refused by the server (a serialization failure): rolled back.
@@ -173,6 +175,40 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    /// Write, on their users' shards, the fingerprints of comments just committed on another
+    /// shard (`comments::moderation_rows` says why this may follow the commit). Each write is
+    /// an idempotent upsert, tried a few times (a moved user bucket is found again through
+    /// the catalog); one that still fails is logged and counted, never answered as the
+    /// create's error: the comment is stored.
+    pub(super) async fn write_late_fingerprints(&self, late: &[LateFingerprint]) {
+        use likewise_core::ports::ModerationStore;
+        for f in late {
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                match self.add_fingerprint(f.user, f.comment, f.simhash).await {
+                    Ok(()) => break,
+                    Err(e) if attempt < LATE_ATTEMPTS => {
+                        if super::reshard::moved(&e) {
+                            let _ = self.refresh_placement().await;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(20 * attempt as u64)).await;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, user = f.user.0, comment = f.comment.0, "comment fingerprint not stored");
+                        metrics::counter!("likewise_pg_fingerprint_failures_total").increment(1);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Attempts of a fingerprint written after its comment's commit.
+const LATE_ATTEMPTS: usize = 4;
+
 /// Claim every `Idempotency-Key` of the batch's keyed creates in one statement, in key
 /// order, before anything else: transactions of two API nodes holding the same keys then wait
 /// for each other in one order instead of deadlocking (each claiming its first key, then
@@ -182,7 +218,7 @@ async fn claim_keys(tx: &PoolTx<'_>, ops: &[&WriteOp], now: u64) -> Result<HashS
     let mut keys: Vec<(i64, String, i64)> = ops
         .iter()
         .filter_map(|op| match op {
-            WriteOp::KeyedComment(r, k) => Some((i(k.caller.0), k.key.as_str().to_string(), i(r.post.0))),
+            WriteOp::KeyedComment(r, _, k) => Some((i(k.caller.0), k.key.as_str().to_string(), i(r.post.0))),
             _ => None,
         })
         .collect();
@@ -209,24 +245,24 @@ async fn claim_keys(tx: &PoolTx<'_>, ops: &[&WriteOp], now: u64) -> Result<HashS
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// One shard's part of a batch, inside its transaction: the outcomes, and the comment pages
-/// its comment changes touch (read-your-writes on a replica: `replicas`).
+/// One shard's part of a batch, inside its transaction.
 async fn shard_tx(
     tx: &PoolTx<'_>,
     shard: usize,
     ids: &Placement,
     ops: &[&WriteOp],
-) -> Result<(Vec<WriteOutcome>, Vec<Fence>), TxError> {
+) -> Result<ShardPart, TxError> {
     let mut out: Vec<Option<WriteOutcome>> = vec![None; ops.len()];
     let mut events: Vec<(usize, Event)> = Vec::new();
     let now = likewise_store::now_ms();
     let mut claimed = claim_keys(tx, ops, now).await?;
+    let mut late = Vec::new();
     for (k, op) in ops.iter().enumerate() {
         let (outcome, planned) = match op {
-            WriteOp::Comment(c) => comment_op(tx, shard, ids, c, now).await?,
-            WriteOp::KeyedComment(r, keyed) => {
+            WriteOp::Comment(c) => comment_op(tx, shard, ids, c, now, &mut late).await?,
+            WriteOp::KeyedComment(r, held_by, keyed) => {
                 let mine = claimed.remove(&(i(keyed.caller.0), keyed.key.as_str().to_string()));
-                keyed_comment_op(tx, shard, ids, r, keyed, now, mine).await?
+                keyed_comment_op(tx, shard, ids, r, *held_by, keyed, now, mine, &mut late).await?
             }
             WriteOp::Like(_) => continue,
         };
@@ -275,7 +311,16 @@ async fn shard_tx(
         .into_iter()
         .map(|o| o.ok_or_else(|| TxError::Fail(StoreError::Engine("shard batch lost an outcome".into()))))
         .collect::<Result<_, _>>()?;
-    Ok((out, fences))
+    Ok(ShardPart { out, fences, late })
+}
+
+/// What one shard's committed part leaves to do: the outcomes, the comment pages it touched
+/// (read-your-writes on a replica: `replicas`), and the fingerprints of its new comments that
+/// live on other shards.
+struct ShardPart {
+    out: Vec<WriteOutcome>,
+    fences: Vec<Fence>,
+    late: Vec<LateFingerprint>,
 }
 
 /// The comment pages a comment event's change shows on: its post's top-level comments and,

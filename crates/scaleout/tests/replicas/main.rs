@@ -143,10 +143,11 @@ async fn reads_go_to_a_fresh_replica_and_to_the_primary_otherwise() {
     replica.batch_execute("SELECT pg_wal_replay_pause()").await.expect("pause replay");
     let paused = Instant::now();
     // Its author reads the comment just written, from the primary: the replica lacks it.
-    let mine = match stores.writer.submit_comment(CommentOp::Create(comment(43))).await.expect("comment") {
-        likewise_store::group_commit::Committed { outcome: CommentOutcome::Done(Some(r)), .. } => r.id,
-        other => panic!("a create answered {:?}", other.outcome),
-    };
+    let mine =
+        match stores.writer.submit_comment(CommentOp::Create(comment(43), None)).await.expect("comment") {
+            likewise_store::group_commit::Committed { outcome: CommentOutcome::Done(Some(r)), .. } => r.id,
+            other => panic!("a create answered {:?}", other.outcome),
+        };
     let s2 = status(&store);
     assert_eq!(comments(&stores, 43).await, [mine], "the author sees their comment");
     assert_eq!(status(&store).reads, s2.reads, "read on the primary");

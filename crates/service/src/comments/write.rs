@@ -69,10 +69,15 @@ impl Comments {
             simhash,
             text,
         };
+        // The moderation state goes with the comment, in its own atomic write: its author's
+        // fingerprint and, when held, why and its review-queue entry. Written after the
+        // comment, a crash in between would leave a held comment that never reaches the
+        // queue, and a failure would answer an error for a comment that exists.
+        let held_by = held_by.filter(|_| status != CommentStatus::Visible);
         let writer = &self.shared.stores.writer;
         let committed = match &keyed {
-            Some(k) => writer.submit_keyed_comment(rec, k.clone()).await?,
-            None => writer.submit_comment(CommentOp::Create(rec)).await?,
+            Some(k) => writer.submit_keyed_comment(rec, held_by, k.clone()).await?,
+            None => writer.submit_comment(CommentOp::Create(rec, held_by)).await?,
         };
         let stored = match committed.outcome {
             CommentOutcome::Done(Some(r)) => r,
@@ -101,12 +106,8 @@ impl Comments {
         metrics::counter!("likewise_comments_total", "kind" => if stored.parent.is_some() { "reply" } else { "top" })
             .increment(1);
         self.indexer.reindex(&touched(&stored)).await;
-        self.shared.stores.moderation.add_fingerprint(viewer, stored.id, simhash).await?;
-        if let Some(layer) = held_by.filter(|_| status != CommentStatus::Visible) {
+        if let Some(layer) = held_by {
             metrics::counter!("likewise_comments_held_total", "layer" => layer.as_str()).increment(1);
-            // Why before the queue entry: a queued comment is never shown without its reason.
-            self.shared.stores.moderation.set_held_by(stored.id, Some(layer)).await?;
-            self.shared.stores.moderation.set_queued(stored.id, true).await?;
         }
         // The commenter sees their comment as ordinary even when it was held (shadow).
         let reader = Reader { user: viewer, moderator: false };

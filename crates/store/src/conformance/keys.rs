@@ -33,7 +33,7 @@ fn keyed(caller: u64, key: &str, text: &str) -> Keyed {
 
 async fn keyed_create(s: &Stores, caller: u64, key: &str, text: &str) -> CommentOutcome {
     s.writer
-        .submit_keyed_comment(record(caller, text), keyed(caller, key, text))
+        .submit_keyed_comment(record(caller, text), None, keyed(caller, key, text))
         .await
         .expect("create")
         .outcome
@@ -66,8 +66,8 @@ pub async fn a_key_makes_one_comment_whatever_the_batch(s: &Stores) {
     assert!(matches!(keyed_create(s, 2, "k-1", "hello").await, CommentOutcome::Done(Some(_))));
     // Twice in one batch: the second sees the first.
     let ops = [
-        WriteOp::KeyedComment(record(3, "twice"), keyed(3, "k-3", "twice")),
-        WriteOp::KeyedComment(record(3, "twice"), keyed(3, "k-3", "twice")),
+        WriteOp::KeyedComment(record(3, "twice"), None, keyed(3, "k-3", "twice")),
+        WriteOp::KeyedComment(record(3, "twice"), None, keyed(3, "k-3", "twice")),
     ];
     let out = super::one_batch(s, ops.to_vec()).await;
     assert!(matches!(&out[0], WriteOutcome::Comment(CommentOutcome::Done(Some(_)))), "{out:?}");
@@ -82,7 +82,7 @@ pub async fn a_key_makes_one_comment_whatever_the_batch(s: &Stores) {
 pub async fn a_key_is_stored_only_with_its_comment(s: &Stores) {
     let mut reply = record(1, "reply");
     reply.parent = Some(CommentId(12345));
-    let out = s.writer.submit_keyed_comment(reply, keyed(1, "k-r", "reply")).await.expect("create");
+    let out = s.writer.submit_keyed_comment(reply, None, keyed(1, "k-r", "reply")).await.expect("create");
     assert_eq!(out.outcome, CommentOutcome::NotFound);
     let key = keyed(1, "k-r", "reply").key;
     assert_eq!(s.idempotency.find_key(UserId(1), &key, POST).await.expect("find"), None);

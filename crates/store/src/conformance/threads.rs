@@ -16,7 +16,7 @@ use likewise_core::write::{CommentOp, WriteOp};
 const POST: PostId = PostId(9);
 
 fn set(id: CommentId, status: CommentStatus) -> CommentOp {
-    CommentOp::SetStatus { id, status, actor: UserId(7) }
+    CommentOp::SetStatus { id, status, actor: UserId(7), queue: likewise_core::write::QueueChange::Keep }
 }
 
 /// The comment events after `from`: (kind, target, delta, parent, actor).

@@ -15,12 +15,13 @@
 
 use super::batch::Batch;
 use super::{EmbeddedStore, Inner, engine_err};
-use crate::keys::{be_u64, pair_key};
+use crate::keys::{V1, be_u64, pair_key};
 use async_trait::async_trait;
 use fjall::Keyspace;
+use likewise_core::comment::appeal::HeldBy;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::comment::transition::{
-    Before, RowWrite, Thread, VisibleReply, create_parent, thread_reads, transition,
+    Before, Review, RowWrite, Thread, VisibleReply, create_parent, review, thread_reads, transition,
 };
 use likewise_core::ids::{CommentId, PostId};
 use likewise_core::ports::CommentReader;
@@ -46,6 +47,7 @@ struct Touched {
 pub(super) struct CommentOverlay {
     touched: HashMap<u64, Touched, foldhash::fast::RandomState>,
     order: Vec<u64>,
+    moderation: ModerationRows,
 }
 
 fn decode(id: CommentId, v: &[u8]) -> StoreResult<CommentRecord> {
@@ -69,6 +71,50 @@ fn load(comment_posts: &Keyspace, comments: &Keyspace, id: CommentId) -> StoreRe
     match comments.get(pair_key(be_u64(&post, 0), id.0)).map_err(engine_err)? {
         Some(v) => decode(id, &v).map(Some),
         None => Ok(None),
+    }
+}
+
+/// The moderation rows of the comments a batch touched, each written once, with its final
+/// state, when the batch is flushed: new comments' text fingerprints (their authors'), and the
+/// [`review`] state (why a comment is held, its review-queue entry). In the batch that writes
+/// the comments, so a crash never leaves a held comment out of the queue or without its
+/// reason, and a status and its queue entry change together. (The moderation module writes
+/// these rows too, outside the write lock; a new comment's ID is known to nobody else yet.)
+#[derive(Default)]
+struct ModerationRows {
+    fingerprints: Vec<(u64, u64, u64)>,
+    holds: HashMap<u64, HeldBy, foldhash::fast::RandomState>,
+    queue: HashMap<u64, bool, foldhash::fast::RandomState>,
+}
+
+impl ModerationRows {
+    fn add(&mut self, op: &CommentOp, r: &CommentRecord, review: Review) {
+        if let CommentOp::Create(..) = op {
+            self.fingerprints.push((r.author.0, r.id.0, r.simhash));
+        }
+        if let Some(h) = review.held_by {
+            self.holds.insert(r.id.0, h);
+        }
+        if let Some(q) = review.queued {
+            self.queue.insert(r.id.0, q);
+        }
+    }
+
+    fn flush(&self, b: &mut Batch<'_>) {
+        let s = b.s;
+        for (user, id, simhash) in &self.fingerprints {
+            b.batch.insert(&s.fingerprints, pair_key(*user, *id), simhash.to_be_bytes());
+        }
+        for (id, h) in &self.holds {
+            b.batch.insert(&s.holds, id.to_be_bytes(), [V1, h.code()]);
+        }
+        for (id, queued) in &self.queue {
+            if *queued {
+                b.batch.insert(&s.mod_queue, id.to_be_bytes(), []);
+            } else {
+                b.batch.remove(&s.mod_queue, id.to_be_bytes());
+            }
+        }
     }
 }
 
@@ -102,11 +148,15 @@ impl CommentOverlay {
             },
         };
         let plan = transition(op, before, now_ms);
+        let review = review(op, &plan);
         for w in plan.writes {
             self.write(w);
         }
         for e in plan.events {
             b.event(e);
+        }
+        if let CommentOutcome::Done(Some(r)) = &plan.outcome {
+            self.moderation.add(op, r, review);
         }
         Ok(plan.outcome)
     }
@@ -200,6 +250,7 @@ impl CommentOverlay {
 
     /// Write each touched comment once with its final state, with its index rows.
     pub(super) fn flush(&self, b: &mut Batch<'_>) {
+        self.moderation.flush(b);
         let s = b.s;
         for id in &self.order {
             let t = &self.touched[id];

@@ -15,6 +15,7 @@ use super::comments::CommentOverlay;
 use super::{EmbeddedStore, engine_err};
 use async_trait::async_trait;
 use fjall::Keyspace;
+use likewise_core::comment::appeal::HeldBy;
 use likewise_core::comment::idempotency::{IdempotencyKey, KeyRecord, Keyed};
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::ports::IdempotencyStore;
@@ -65,6 +66,7 @@ impl KeyOverlay {
         b: &mut Batch<'_>,
         comments: &mut CommentOverlay,
         record: &CommentRecord,
+        held_by: Option<HeldBy>,
         keyed: &Keyed,
         now_ms: u64,
     ) -> StoreResult<CommentOutcome> {
@@ -76,7 +78,7 @@ impl KeyOverlay {
         if let Some(r) = existing {
             return Ok(CommentOutcome::Replayed(Box::new(r)));
         }
-        let outcome = comments.apply(b, &CommentOp::Create(record.clone()), now_ms)?;
+        let outcome = comments.apply(b, &CommentOp::Create(record.clone(), held_by), now_ms)?;
         if let CommentOutcome::Done(Some(created)) = &outcome {
             let r =
                 KeyRecord { fingerprint: keyed.fingerprint, created_ms: now_ms, comment: created.clone() };

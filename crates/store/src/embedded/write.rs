@@ -37,8 +37,8 @@ impl WriteEngine for EmbeddedStore {
             out.push(match op {
                 WriteOp::Like(l) => WriteOutcome::Like(likes.like(&mut st, l)?),
                 WriteOp::Comment(c) => WriteOutcome::Comment(comments.apply(&mut st, c, now)?),
-                WriteOp::KeyedComment(rec, keyed) => {
-                    WriteOutcome::Comment(keys.apply(&mut st, &mut comments, rec, keyed, now)?)
+                WriteOp::KeyedComment(rec, held_by, keyed) => {
+                    WriteOutcome::Comment(keys.apply(&mut st, &mut comments, rec, *held_by, keyed, now)?)
                 }
             });
         }

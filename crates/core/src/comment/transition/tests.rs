@@ -21,7 +21,12 @@ fn record(id: u64, parent: Option<u64>, status: CommentStatus) -> CommentRecord 
 }
 
 fn set(id: u64, status: CommentStatus) -> CommentOp {
-    CommentOp::SetStatus { id: CommentId(id), status, actor: UserId(9) }
+    CommentOp::SetStatus {
+        id: CommentId(id),
+        status,
+        actor: UserId(9),
+        queue: crate::write::QueueChange::Keep,
+    }
 }
 
 fn delete(id: u64) -> CommentOp {
@@ -38,7 +43,7 @@ fn deltas(p: &Plan) -> Vec<i8> {
 
 #[test]
 fn a_create_stores_the_comment_under_the_engines_id_and_counts_it_if_visible() {
-    let op = CommentOp::Create(record(0, Some(3), Visible));
+    let op = CommentOp::Create(record(0, Some(3), Visible), None);
     let parent = record(3, None, Visible);
     let p = transition(&op, Before::New(CommentId(5), Some(parent)), NOW);
     let want = record(0, Some(3), Visible);
@@ -56,7 +61,8 @@ fn a_create_stores_the_comment_under_the_engines_id_and_counts_it_if_visible() {
 #[test]
 fn a_held_comment_is_created_without_counting() {
     for held in [Pending, HiddenByFilter, Restricted] {
-        let p = transition(&CommentOp::Create(record(0, None, held)), Before::New(CommentId(1), None), NOW);
+        let p =
+            transition(&CommentOp::Create(record(0, None, held), None), Before::New(CommentId(1), None), NOW);
         assert_eq!(deltas(&p), [0], "{held:?}");
     }
 }
@@ -139,7 +145,7 @@ fn an_operation_on_a_missing_comment_is_not_found_and_changes_nothing() {
     }
     // Inputs that do not fit the operation plan nothing either.
     assert_eq!(transition(&delete(4), Before::New(CommentId(4), None), NOW), Plan::not_found());
-    let create = CommentOp::Create(record(0, None, Visible));
+    let create = CommentOp::Create(record(0, None, Visible), None);
     assert_eq!(transition(&create, stored(&record(4, None, Visible), false), NOW), Plan::not_found());
 }
 
@@ -176,7 +182,7 @@ fn under(parent: &CommentRecord) -> Thread {
 
 #[test]
 fn a_reply_under_a_parent_others_cannot_see_is_created_without_counting() {
-    let op = CommentOp::Create(record(0, Some(3), Visible));
+    let op = CommentOp::Create(record(0, Some(3), Visible), None);
     for (parent, delta) in [
         (Visible, 1),
         (Deleted, 1),
@@ -258,7 +264,7 @@ fn a_parent_deleted_keeps_its_thread_as_it_was() {
 
 #[test]
 fn a_reply_is_created_only_under_a_stored_top_level_parent_of_its_post() {
-    let op = CommentOp::Create(record(0, Some(3), Visible));
+    let op = CommentOp::Create(record(0, Some(3), Visible), None);
     let reply = record(3, Some(2), Visible);
     let other_post = CommentRecord { post: PostId(43), ..record(3, None, Visible) };
     for parent in [None, Some(reply), Some(other_post)] {
@@ -375,7 +381,7 @@ mod model {
                     Step::Create { reply_to, status } => {
                         let tops: Vec<u64> = rows.0.values().filter(|r| r.parent.is_none()).map(|r| r.id.0).collect();
                         let parent = reply_to.and_then(|n| tops.get(n % tops.len().max(1)).copied());
-                        CommentOp::Create(record(0, parent, status))
+                        CommentOp::Create(record(0, parent, status), None)
                     }
                     Step::SetStatus { nth, status } if !ids.is_empty() => set(ids[nth % ids.len()], status),
                     Step::Delete { nth } if !ids.is_empty() => delete(ids[nth % ids.len()]),
@@ -389,7 +395,7 @@ mod model {
                 prop_assert_eq!(plan.events.is_empty(), plan.writes.is_empty());
                 prop_assert!(plan.events.len() >= plan.writes.len());
                 prop_assert!(plan.writes.len() <= 2);
-                if let CommentOp::Create(_) = op {
+                if let CommentOp::Create(..) = op {
                     ids.push(next_id);
                 }
                 for w in &plan.writes {

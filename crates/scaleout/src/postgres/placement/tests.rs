@@ -90,6 +90,7 @@ async fn an_upgrade_from_modulo_placement_keeps_every_row_reachable() {
             id: reply,
             status: CommentStatus::Pending,
             actor: UserId(7),
+            queue: likewise_core::write::QueueChange::Keep,
         });
         match new.apply_async(&[hold]).await.expect("hold").pop() {
             Some(WriteOutcome::Comment(CommentOutcome::Done(Some(r)))) => {

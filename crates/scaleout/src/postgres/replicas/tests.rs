@@ -61,7 +61,7 @@ async fn comment(s: &PgStore, post: u64, parent: Option<CommentId>) -> CommentId
         text: "hello".into(),
         simhash: 1,
     };
-    match s.apply_async(&[WriteOp::Comment(CommentOp::Create(record))]).await.expect("comment").pop() {
+    match s.apply_async(&[WriteOp::Comment(CommentOp::Create(record, None))]).await.expect("comment").pop() {
         Some(WriteOutcome::Comment(CommentOutcome::Done(Some(r)))) => r.id,
         other => panic!("a create answered {other:?}"),
     }

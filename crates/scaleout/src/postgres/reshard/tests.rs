@@ -296,7 +296,7 @@ async fn an_idempotency_key_moves_with_its_comment() {
     let t = two_and_a_new_one().await;
     let s = node(&t).await;
     let post = 5u64;
-    let WriteOp::Comment(likewise_core::write::CommentOp::Create(record)) = comment(post, None, 40) else {
+    let WriteOp::Comment(likewise_core::write::CommentOp::Create(record, _)) = comment(post, None, 40) else {
         unreachable!()
     };
     let keyed = Keyed {
@@ -304,7 +304,7 @@ async fn an_idempotency_key_moves_with_its_comment() {
         key: IdempotencyKey::parse(b"retry-me-across-a-move").expect("key"),
         fingerprint: [7; 16],
     };
-    let create = || WriteOp::KeyedComment(record.clone(), keyed.clone());
+    let create = || WriteOp::KeyedComment(record.clone(), None, keyed.clone());
     let first = match s.apply_async(&[create()]).await.expect("create").pop() {
         Some(WriteOutcome::Comment(CommentOutcome::Done(Some(r)))) => r.id,
         other => panic!("{other:?}"),
