@@ -277,7 +277,7 @@ mod tests {
     use likewise_core::comment::status::CommentStatus;
     use likewise_core::ids::{CommentId, PostId, UserId};
     use likewise_core::model::{CommentsPolicy, PostMeta};
-    use likewise_core::write::CommentOp;
+    use likewise_core::write::{CommentOp, QueueChange};
 
     /// A post by 7 with four comments, the first three pinned.
     async fn three_pinned(svc: &Engagement) -> Vec<CommentId> {
@@ -319,8 +319,12 @@ mod tests {
         let ids = three_pinned(&svc).await;
         // Hidden past the service (as a hide racing a pin, or one stored before hides
         // unpinned): the pin is still in the list.
-        let hide =
-            CommentOp::SetStatus { id: ids[0], status: CommentStatus::HiddenByFilter, actor: UserId(99) };
+        let hide = CommentOp::SetStatus {
+            id: ids[0],
+            status: CommentStatus::HiddenByFilter,
+            actor: UserId(99),
+            queue: QueueChange::Leave,
+        };
         svc.stores().writer.submit_comment(hide).await.expect("hide");
         svc.review
             .set_pin(UserId(7), PostId(1), ids[3], true)
