@@ -169,6 +169,34 @@ async fn blank_or_invisible_hidden_words_are_refused() {
     app.stop().await;
 }
 
+/// Blank fillers (Hangul fillers, the Braille blank) show as spaces: they separate words for
+/// the hidden-words filter and the classifier as a space does, and the hidden-words list read
+/// back is the list as stored, invisible characters dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blank_fillers_separate_words_for_every_filter() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let body = json!({ "words": ["rubbish", "bad word", "ru\u{200B}bb\u{2060}ish"] }).to_string();
+    let (st, v) = app.call(Method::PUT, "/v1/me/hidden-words", Some(&app.user(7)), Some(&body)).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["words"], json!(["rubbish", "bad word", "rubbish"]), "the stored list");
+    let fine = comment(&app, 10, 1, "a fine post").await;
+    let mut held = Vec::new();
+    for (u, f) in ['\u{3164}', '\u{FFA0}', '\u{115F}', '\u{1160}', '\u{2800}'].into_iter().enumerate() {
+        held.push(comment(&app, 20 + u as u64, 1, &format!("total{f}rubbish here")).await);
+        held.push(comment(&app, 30 + u as u64, 1, &format!("a bad{f}word")).await);
+    }
+    let others: Vec<String> = list(&app, 12, 1, "newest").await.iter().map(id).collect();
+    assert_eq!(others, [id(&fine)], "fillers hid no hidden word: {held:?}");
+    // The classifier reads them as spaces too.
+    app.post(2, 7, false).await;
+    let abuse = comment(&app, 40, 2, "kill\u{3164}yourself").await;
+    assert_eq!(abuse["text"], "kill yourself", "stored as read");
+    assert!(list(&app, 12, 2, "newest").await.is_empty(), "held: {abuse}");
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restrict_then_approve_and_block_refuses_comments_and_likes() {
     let dir = tempfile::tempdir().expect("tempdir");

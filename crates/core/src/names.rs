@@ -4,9 +4,9 @@
 //!
 //! | field | controls (Cc) | bidi overrides, embeddings, isolates | other invisible characters |
 //! |---|---|---|---|
-//! | comment text, appeal message | refused (400), tab and newline aside | refused (400) | dropped ([`strip_invisible`]), the line and paragraph separators too |
+//! | comment text, appeal message | refused (400), tab and newline aside | refused (400) | dropped ([`strip_invisible`]), the line and paragraph separators too; blank fillers written as spaces |
 //! | hidden words | (a word has none) | dropped | dropped, as in comment text; a word of nothing else is refused (400) |
-//! | usernames | refused | refused | refused ([`is_clean_name`]) |
+//! | usernames | refused | refused | refused ([`is_clean_name`]), blank fillers too |
 //!
 //! Free text keeps what it needs to render as written: a zero-width joiner or non-joiner
 //! between two visible characters (emoji sequences such as 👩‍💻, and the scripts that join
@@ -64,6 +64,13 @@ pub fn is_format_like(c: char) -> bool {
             | '\u{FE00}'..='\u{FE0F}' | '\u{FFF0}'..='\u{FFF8}' | '\u{E0000}'..='\u{E0FFF}')
 }
 
+/// Blank fillers: the Hangul fillers and the Braille blank. They show as a space does, but
+/// Unicode calls them letters (or a symbol), so a word filter reading them as part of a word
+/// would see `bad\u{3164}word` as one word while readers see two.
+pub fn is_blank_filler(c: char) -> bool {
+    matches!(c, '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}' | '\u{2800}')
+}
+
 /// Variation selectors: they pick a glyph for the character before them (❤ or ❤️).
 fn is_variation_selector(c: char) -> bool {
     matches!(c, '\u{180B}'..='\u{180D}' | '\u{180F}' | '\u{FE00}'..='\u{FE0F}' | '\u{E0100}'..='\u{E01EF}')
@@ -95,7 +102,8 @@ fn flag_tags(chars: &[char]) -> usize {
     if tags > 0 && chars.get(1 + tags) == Some(&'\u{E007F}') { tags + 1 } else { 0 }
 }
 
-/// Free text with its invisible characters ([`is_format_like`]) dropped, except those it needs
+/// Free text with its blank fillers ([`is_blank_filler`]) written as spaces, and its invisible
+/// characters ([`is_format_like`]) dropped, except those it needs
 /// to render as written: a zero-width joiner or non-joiner between two visible characters, a
 /// variation selector right after a visible character, and the tags of a well-formed flag
 /// sequence (U+1F3F4, tag characters, the cancel tag U+E007F: [`flag_tags`]). Any other tag
@@ -112,6 +120,10 @@ pub fn strip_invisible(text: &str) -> String {
         // A joiner may follow a selector that follows a visible character (🏳️‍🌈).
         let base = out.chars().rev().find(|&p| !is_variation_selector(p));
         let next = chars.get(i + 1).copied();
+        if is_blank_filler(c) {
+            out.push(' ');
+            continue;
+        }
         if !is_format_like(c) {
             flag_end = flag_end.max(i + 1 + flag_tags(&chars[i..]));
             out.push(c);
@@ -137,7 +149,7 @@ pub fn strip_invisible(text: &str) -> String {
 pub fn is_clean_name(name: &str) -> bool {
     let chars: Vec<char> = name.chars().collect();
     chars.iter().enumerate().all(|(i, &c)| {
-        if c.is_control() {
+        if c.is_control() || is_blank_filler(c) {
             return false;
         }
         if !is_format_like(c) {
@@ -295,8 +307,23 @@ mod tests {
             "x\u{FFF9}y",
             "x\u{200E}y",
             "a\tb",
+            "al\u{3164}ice",
+            "al\u{FFA0}ice",
+            "al\u{2800}ice",
+            "\u{115F}\u{1160}",
         ] {
             assert!(!is_clean_name(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn blank_fillers_read_as_spaces_in_free_text() {
+        for f in ['\u{115F}', '\u{1160}', '\u{3164}', '\u{FFA0}', '\u{2800}'] {
+            let text = format!("total{f}rubbish{f}here");
+            assert_eq!(strip_invisible(&text), "total rubbish here", "{f:?}");
+            assert_eq!(strip_invisible(&strip_invisible(&text)), "total rubbish here");
+        }
+        // Beside a joiner, a filler is no visible character to join.
+        assert_eq!(strip_invisible("a\u{200D}\u{3164}b"), "a b");
     }
 }

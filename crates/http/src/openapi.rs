@@ -86,6 +86,10 @@ const INVISIBLE: &str = concat!(
     r"\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2800\u3164\ufe00-\ufe0f\uffa0\U000e0100-\U000e01ef",
 );
 
+/// The blank fillers (`likewise_core::names::is_blank_filler`): Hangul fillers and the Braille
+/// blank, which a name refuses anywhere.
+const BLANK_FILLERS: &str = r"\u115f\u1160\u3164\uffa0\u2800";
+
 /// The invisible characters a name refuses but in emoji sequences
 /// (`likewise_core::names::is_format_like`): [`INVISIBLE`] less the blank fillers, plus the
 /// unassigned default-ignorables.
@@ -144,8 +148,8 @@ fn complete_schemas(doc: &mut serde_json::Value, id: &str) {
         // inside); the edges that trimming removes may hold any whitespace
         // (`routes::upstream::check_username`).
         let emoji = format!("[{PICTOGRAPH}]\\ufe0f?(?:\\u200d[{PICTOGRAPH}]\\ufe0f?)*");
-        let edge = format!("(?:[^{WS}{ALL_CC}{FORMAT_LIKE}]|{emoji})");
-        let mid = format!("(?:[^{ALL_CC}{FORMAT_LIKE}]|{emoji})*");
+        let edge = format!("(?:[^{WS}{ALL_CC}{FORMAT_LIKE}{BLANK_FILLERS}]|{emoji})");
+        let mid = format!("(?:[^{ALL_CC}{FORMAT_LIKE}{BLANK_FILLERS}]|{emoji})*");
         let vis = format!("(?:[^{WS}{ALL_CC}{INVISIBLE}{FORMAT_LIKE}]|{emoji})");
         p["pattern"] = json!(format!(
             "^[{WS}]*(?:{vis}|{vis}{mid}{edge}|{edge}{mid}{vis}|{edge}{mid}{vis}{mid}{edge})[{WS}]*$"

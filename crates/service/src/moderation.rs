@@ -242,8 +242,9 @@ impl Moderation {
         Ok(())
     }
 
-    /// Replace `owner`'s hidden words (validated: count and length limits, no blank entry).
-    pub async fn put_hidden_words(&self, owner: UserId, words: Vec<String>) -> ServiceResult<()> {
+    /// Replace `owner`'s hidden words (validated: count and length limits, no blank entry);
+    /// returns the list as stored, invisible characters dropped.
+    pub async fn put_hidden_words(&self, owner: UserId, words: Vec<String>) -> ServiceResult<Vec<String>> {
         // A word of only whitespace and invisible characters is refused rather than stored as
         // an entry that shows as nothing and can never match.
         likewise_core::comment::hidden_words::refuse_blank(&words)
@@ -259,7 +260,7 @@ impl Moderation {
         self.shared.stores.moderation.put_hidden_words(owner, &words).await?;
         self.hidden.put(owner, Arc::new(matcher));
         self.shared.announce(Invalidation::HiddenWords(owner));
-        Ok(())
+        Ok(words)
     }
 
     async fn hidden_words(&self, owner: UserId) -> ServiceResult<Arc<HiddenWords>> {

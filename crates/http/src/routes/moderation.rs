@@ -33,8 +33,9 @@ pub async fn put_hidden_words(
     viewer: Viewer,
     JsonBody(body): JsonBody<HiddenWordsDto>,
 ) -> ApiResult<Json<HiddenWordsDto>> {
-    state.svc.moderation.put_hidden_words(viewer.0.user, body.words.clone()).await?;
-    Ok(Json(body))
+    // The list as stored (invisible characters dropped), so the answer shows what is matched.
+    let words = state.svc.moderation.put_hidden_words(viewer.0.user, body.words).await?;
+    Ok(Json(HiddenWordsDto { words }))
 }
 
 macro_rules! toggle {
