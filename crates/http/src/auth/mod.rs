@@ -237,6 +237,12 @@ impl TokenKeys {
     /// and the key-set generation that verified them (`generation` for the secret).
     fn decode(&self, token: &str, generation: u64) -> Result<(Claims, u64), ApiError> {
         let header = decode_header(token).map_err(|_| ApiError::unauthenticated("invalid token"))?;
+        // No header extension is understood here, so a token that marks one critical is
+        // invalid (RFC 7515, 4.1.11). The fast path never meets one: it accepts only header
+        // segments this decoder accepted.
+        if header.crit.is_some() {
+            return Err(ApiError::unauthenticated("invalid token: unsupported critical header extension"));
+        }
         match (header.alg, &self.secret, &self.jwks) {
             (Algorithm::HS256, Some(s), _) => {
                 let claims = decode_claims(token, &s.decoding, &self.hs256)?;
@@ -437,5 +443,19 @@ mod tests {
         let claims = Claims { sub: "1".into(), exp: 1_000, role: None };
         let t = encode(&Header::new(Algorithm::HS256), &claims, &encoding(&keys)).expect("encode");
         assert!(keys.verify(&t).is_err());
+    }
+
+    #[test]
+    fn a_critical_header_extension_is_refused() {
+        let keys = TokenKeys::new(b"s");
+        let claims = Claims { sub: "1".into(), exp: now() + 60, role: None };
+        let mut header = Header::new(Algorithm::HS256);
+        let plain = encode(&header, &claims, &encoding(&keys)).expect("encode");
+        assert!(keys.caller(&plain).is_ok());
+        for crit in [vec!["exp".to_string()], vec![]] {
+            header.crit = Some(crit);
+            let t = encode(&header, &claims, &encoding(&keys)).expect("encode");
+            assert_eq!(keys.caller(&t).err().map(|e| e.status().as_u16()), Some(401), "{t}");
+        }
     }
 }
