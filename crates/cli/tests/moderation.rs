@@ -197,6 +197,55 @@ async fn blank_fillers_separate_words_for_every_filter() {
     app.stop().await;
 }
 
+/// A like can always be taken back, also of a comment a moderator hid since (so approving it
+/// does not bring the like back). Someone who never liked a comment they cannot see gets 404,
+/// as for any comment they cannot see; a deleted comment is gone, likes and all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_like_of_a_comment_hidden_or_deleted_since_can_be_taken_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let hidden = comment(&app, 10, 1, "a fine comment").await;
+    let gone = comment(&app, 11, 1, "another fine comment").await;
+    for c in [&hidden, &gone] {
+        let path = format!("/v1/comments/{}/like", id(c));
+        let (st, v) = app.call(Method::PUT, &path, Some(&app.user(20)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+    let (st, v) = moderate(&app, &hidden, "hide").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let path = format!("/v1/comments/{}", id(&gone));
+    let (st, v) = app.call(Method::DELETE, &path, Some(&app.user(11)), None).await;
+    assert!(st.is_success(), "{st} {v}");
+    // A stranger who never liked the hidden comment learns nothing.
+    let unlike = |c: &Value, u: u64| {
+        let path = format!("/v1/comments/{}/like", id(c));
+        let app = &app;
+        async move { app.call(Method::DELETE, &path, Some(&app.user(u)), None).await }
+    };
+    let (st, v) = unlike(&hidden, 21).await;
+    assert_error(st, &v, 404, "not_found");
+    let (st, v) = unlike(&gone, 20).await;
+    assert_error(st, &v, 404, "not_found");
+    let (st, v) = unlike(&hidden, 20).await;
+    assert_eq!(
+        (st, v["liked"].as_bool(), v["changed"].as_bool()),
+        (StatusCode::OK, Some(false), Some(true)),
+        "{v}"
+    );
+    // Approved again, the comment counts no like.
+    let (st, v) = moderate(&app, &hidden, "approve").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    app.wait_until(|| async {
+        list(&app, 20, 1, "newest").await.iter().any(|c| id(c) == id(&hidden) && c["like_count"] == 0)
+    })
+    .await;
+    let mine = list(&app, 20, 1, "newest").await;
+    let c = mine.iter().find(|c| id(c) == id(&hidden)).expect("visible again");
+    assert_eq!(c["viewer_has_liked"], false, "{c}");
+    app.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restrict_then_approve_and_block_refuses_comments_and_likes() {
     let dir = tempfile::tempdir().expect("tempdir");

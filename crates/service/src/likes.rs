@@ -6,7 +6,7 @@ use crate::comments::{Reader, standing_for};
 use crate::moderation::Moderation;
 use crate::shared::Shared;
 use crate::upstream::Upstream;
-use crate::{ServiceResult, now_ms};
+use crate::{ServiceError, ServiceResult, now_ms};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{LikeAction, LikeOp, LikeOutcome, Target};
 use likewise_core::ports::Liker;
@@ -99,7 +99,20 @@ impl Likes {
     ) -> ServiceResult<LikeResult> {
         self.moderation.check_like_rate(viewer)?;
         let reader = Reader { user: viewer, moderator: false };
-        let r = standing_for(&self.upstream, reader, id).await?;
+        // Unliking is always allowed, also of a comment hidden since the like: the like row
+        // would otherwise stay, and count again if the comment is approved. One the
+        // viewer may not see is answered as not found unless their like was there to remove,
+        // so the answer tells nobody else that it exists.
+        let (r, seen) = match standing_for(&self.upstream, reader, id).await {
+            Ok(r) => (r, true),
+            Err(ServiceError::NotFound(what)) if action == LikeAction::Unlike => {
+                match self.upstream.comment_record(id).await? {
+                    Some(r) => (r, false),
+                    None => return Err(ServiceError::NotFound(what)),
+                }
+            }
+            Err(e) => return Err(e),
+        };
         if action == LikeAction::Like {
             // As for posts: a block refuses a like, never an unlike.
             self.moderation.check_not_blocked(r.post_author, viewer).await?;
@@ -115,6 +128,9 @@ impl Likes {
         };
         let committed = self.shared.stores.writer.submit(op).await?;
         self.record_own_like(viewer, Target::comment(id.0), committed.outcome).await;
+        if !seen && !committed.outcome.changed {
+            return Err(ServiceError::NotFound("comment"));
+        }
         Ok(LikeResult { liked: committed.outcome.liked, changed: committed.outcome.changed })
     }
 
