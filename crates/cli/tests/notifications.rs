@@ -9,6 +9,14 @@ use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
 
+/// A comment on post 1 by `user` (`body` as the API takes it); its ID.
+async fn post_comment(app: &TestApp, user: u64, body: Value) -> String {
+    let (st, c) =
+        app.call(Method::POST, "/v1/posts/1/comments", Some(&app.user(user)), Some(&body.to_string())).await;
+    assert_eq!(st, StatusCode::CREATED, "{c}");
+    c["comment_id"].as_str().expect("id").to_string()
+}
+
 async fn inbox(app: &TestApp, user: u64) -> Vec<Value> {
     let (st, v) = app.call(Method::GET, "/v1/me/notifications?limit=100", Some(&app.user(user)), None).await;
     assert_eq!(st, StatusCode::OK, "{v}");
@@ -421,16 +429,7 @@ async fn likes_and_replies_of_comments_gone_within_the_hold_leave_no_item() {
     let app = TestApp::start_with(cfg).await;
     app.post(1, 7, false).await;
     app.post(2, 8, false).await; // the witness's post
-    let comment = |user: u64, body: Value| {
-        let app = &app;
-        async move {
-            let (st, c) = app
-                .call(Method::POST, "/v1/posts/1/comments", Some(&app.user(user)), Some(&body.to_string()))
-                .await;
-            assert_eq!(st, StatusCode::CREATED, "{c}");
-            c["comment_id"].as_str().expect("id").to_string()
-        }
-    };
+    let comment = |user: u64, body: Value| post_comment(&app, user, body);
     let delete = |user: u64, cid: String| {
         let app = &app;
         async move {
@@ -593,16 +592,7 @@ async fn a_deleted_reply_withdraws_its_mention_as_well_as_its_reply() {
     let app = TestApp::start(dir.path()).await;
     app.post(1, 7, false).await;
     app.post(2, 8, false).await; // the witness's post
-    let comment = |user: u64, body: Value| {
-        let app = &app;
-        async move {
-            let (st, c) = app
-                .call(Method::POST, "/v1/posts/1/comments", Some(&app.user(user)), Some(&body.to_string()))
-                .await;
-            assert_eq!(st, StatusCode::CREATED, "{c}");
-            c["comment_id"].as_str().expect("id").to_string()
-        }
-    };
+    let comment = |user: u64, body: Value| post_comment(&app, user, body);
     let top = comment(30, json!({"text": "a parent"})).await;
     let first = comment(31, json!({"text": "a first reply", "parent_id": top})).await;
     wait_item(&app, 30, "replied").await;

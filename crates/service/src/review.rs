@@ -339,16 +339,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let svc = Engagement::new(likewise_store::testing::open_small(dir.path()), ServiceOptions::default());
         let (post, author) = (PostId(1), UserId(7));
-        let meta = PostMeta { author, hide_like_count: false, comments: CommentsPolicy::Everyone };
-        svc.upstream.put_post(post, meta).await.expect("post");
-        let mut ids: Vec<CommentId> = Vec::new();
-        for u in 10..14u64 {
-            let v = svc.comments.create(UserId(u), post, &format!("comment by {u}"), None, None).await;
-            ids.push(v.expect("comment").record.id);
-        }
-        for id in &ids[..3] {
-            svc.review.set_pin(author, post, *id, true).await.expect("pin");
-        }
+        let ids = three_pinned(&svc).await;
         // Deleted past the service (as a delete racing a pin, or one stored before deletes
         // unpinned): the pin is still in the list.
         svc.stores()
