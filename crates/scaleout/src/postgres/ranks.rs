@@ -364,8 +364,8 @@ impl RankIndex for PgStore {
             let c = self.conn(shard).await?;
             let rows = c
                 .query(
-                    "SELECT r.post_id, r.comment_id, r.score, r.author_replied, r.author_id, r.listed,
-                         r.author_liked, r.factor
+                    "SELECT r.comment_id, r.score, r.author_replied, r.author_id, r.listed,
+                         r.author_liked, r.factor, r.post_id
                      FROM comment_ranks r JOIN unnest($1::bigint[], $2::bigint[]) AS k(post_id, comment_id)
                      ON r.post_id = k.post_id AND r.comment_id = k.comment_id
                      WHERE NOT r.listed AND r.author_id = $3",
@@ -374,18 +374,8 @@ impl RankIndex for PgStore {
                 .await
                 .map_err(pg_err)?;
             Ok::<_, likewise_core::StoreError>(
-                rows.iter()
-                    .map(|r| RankEntry {
-                        post: PostId(u(r.get(0))),
-                        comment: CommentId(u(r.get(1))),
-                        score: r.get(2),
-                        author_replied: r.get(3),
-                        author: UserId(u(r.get(4))),
-                        listed: r.get(5),
-                        author_liked: r.get(6),
-                        factor: r.get(7),
-                    })
-                    .collect::<Vec<_>>(),
+                // The columns of `entry` (COLUMNS), then the post.
+                rows.iter().map(|r| entry(PostId(u(r.get(7))), r)).collect::<Vec<_>>(),
             )
         }))
         .await?;
