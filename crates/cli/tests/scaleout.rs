@@ -589,6 +589,7 @@ async fn top_pages_alternate_between_api_nodes_while_comments_arrive() {
 /// server (its keys gone) costs misses, never a wrong count or heart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_spread_over_two_redis_servers_and_losing_one_loses_nothing() {
+    use futures::StreamExt;
     use likewise_scaleout::shared_cache::servers::{assign, slot};
     let mut second = common::deployment::RedisProcess::start().await;
     let d = Deployment::with_redis_servers(&[second.url.clone()], "[limits]\nlikes_per_minute = 0\n").await;
@@ -601,36 +602,52 @@ async fn keys_spread_over_two_redis_servers_and_losing_one_loses_nothing() {
         put_post(&c, &a.base, p, 7).await;
     }
     // Who likes what: most users like most posts; some unlike again through the other node.
-    let mut liked = std::collections::HashSet::new();
-    for u in 1..=120u64 {
-        for p in posts {
-            if (u + p) % 3 == 0 {
-                continue;
-            }
-            let i = ((u + p) % 2) as usize;
-            assert!(like_with_retry(&c, &bases, i, p, u).await, "user {u} post {p}");
-            if (u + p) % 5 == 0 {
-                let (st, _) = c
-                    .call(&bases[1 - i], Method::DELETE, &format!("/v1/posts/{p}/like"), u, false, "")
-                    .await
-                    .expect("unlike");
-                assert_eq!(st, 200);
-            } else {
-                liked.insert((u, p));
-            }
-        }
-    }
-    let hearts = |liked: &std::collections::HashSet<(u64, u64)>, users: std::ops::RangeInclusive<u64>| {
-        let (c, bases, liked) = (c.clone(), bases.clone(), liked.clone());
-        async move {
-            for u in users {
+    // Users run side by side (16 at a time), each user's own changes in order.
+    let per_user = futures::stream::iter(1..=120u64)
+        .map(|u| {
+            let (c, bases) = (c.clone(), bases.clone());
+            async move {
+                let mut liked = Vec::new();
                 for p in posts {
-                    for base in &bases {
-                        let got = get_post(&c, base, p, u).await["viewer_has_liked"].as_bool();
-                        assert_eq!(got, Some(liked.contains(&(u, p))), "user {u} post {p} on {base}");
+                    if (u + p) % 3 == 0 {
+                        continue;
+                    }
+                    let i = ((u + p) % 2) as usize;
+                    assert!(like_with_retry(&c, &bases, i, p, u).await, "user {u} post {p}");
+                    if (u + p) % 5 == 0 {
+                        let (st, _) = c
+                            .call(&bases[1 - i], Method::DELETE, &format!("/v1/posts/{p}/like"), u, false, "")
+                            .await
+                            .expect("unlike");
+                        assert_eq!(st, 200);
+                    } else {
+                        liked.push((u, p));
                     }
                 }
+                liked
             }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    let mut liked: std::collections::HashSet<(u64, u64)> = per_user.into_iter().flatten().collect();
+    // Every (user, post) heart on both nodes, 16 reads at a time.
+    let hearts = |liked: &std::collections::HashSet<(u64, u64)>, users: std::ops::RangeInclusive<u64>| {
+        let (c, liked) = (c.clone(), Arc::new(liked.clone()));
+        let checks: Vec<(u64, u64, String)> = users
+            .flat_map(|u| posts.into_iter().flat_map(move |p| [(u, p, 0usize), (u, p, 1)]))
+            .map(|(u, p, n)| (u, p, bases[n].clone()))
+            .collect();
+        async move {
+            futures::stream::iter(checks)
+                .for_each_concurrent(16, |(u, p, base)| {
+                    let (c, liked) = (c.clone(), liked.clone());
+                    async move {
+                        let got = get_post(&c, &base, p, u).await["viewer_has_liked"].as_bool();
+                        assert_eq!(got, Some(liked.contains(&(u, p))), "user {u} post {p} on {base}");
+                    }
+                })
+                .await;
         }
     };
     let converge = |liked: &std::collections::HashSet<(u64, u64)>| {

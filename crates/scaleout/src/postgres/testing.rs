@@ -45,6 +45,90 @@ async fn remove_stale(client: &tokio_postgres::Client) {
     }
 }
 
+/// The prefix of this build's template database: a hash of every migration's version and
+/// SQL, so a changed or added migration gets a template of its own.
+fn template_prefix() -> String {
+    // FNV-1a: stable across builds and toolchains, unlike `DefaultHasher`.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (version, name, sql) in super::migrate::MIGRATIONS {
+        for b in version.to_le_bytes().iter().chain(name.as_bytes()).chain(sql.as_bytes()) {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("likewise_template_{h:016x}_")
+}
+
+/// A database holding every migration of this build and nothing else, which test databases
+/// are copied from (`CREATE DATABASE ... TEMPLATE`: 0.13 s against 0.76 s for create and
+/// migrate, and the test suites create hundreds of shards). Built once per schema under an
+/// advisory lock, under a scratch name renamed when complete, so a run that dies half-way
+/// leaves no template that looks finished. Templates are reused across runs (the one kind of
+/// database the tests keep); a template of another schema is dropped once it is older than
+/// [`STALE_SECS`] (a build with other migrations may be using it meanwhile). Its name ends
+/// with its creation time.
+async fn migrated_template(client: &tokio_postgres::Client, admin: &str) -> String {
+    const BUILD_LOCK: i64 = 0x4c_696b_6577_7470;
+    let prefix = template_prefix();
+    async fn find(c: &tokio_postgres::Client, prefix: &str) -> Option<String> {
+        let pattern = format!("{}%", prefix.replace('_', "\\_"));
+        c.query_opt("SELECT datname FROM pg_database WHERE datname LIKE $1 LIMIT 1", &[&pattern])
+            .await
+            .expect("read pg_database")
+            .map(|r| r.get::<_, String>(0))
+    }
+    if let Some(name) = find(client, &prefix).await {
+        return name;
+    }
+    client.execute("SELECT pg_advisory_lock($1)", &[&BUILD_LOCK]).await.expect("template lock");
+    let name = match find(client, &prefix).await {
+        Some(name) => name,
+        None => {
+            let now = likewise_store::now_ms() / 1000;
+            let scratch = "likewise_template_building";
+            client
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {scratch} WITH (FORCE)"))
+                .await
+                .expect("drop");
+            client.batch_execute(&format!("CREATE DATABASE {scratch}")).await.expect("create template");
+            {
+                let (mut c, conn) = tokio_postgres::connect(&db_url(admin, scratch), tokio_postgres::NoTls)
+                    .await
+                    .expect("connect");
+                let task = tokio::spawn(conn);
+                super::migrate::apply(&mut c).await.expect("migrating the template database");
+                drop(c);
+                let _ = task.await;
+            }
+            // No session may stay on a database that is copied (the server waits a few
+            // seconds for a closing one to go).
+            client
+                .batch_execute(&format!("ALTER DATABASE {scratch} WITH ALLOW_CONNECTIONS false"))
+                .await
+                .expect("close template");
+            let name = format!("{prefix}{now}");
+            client
+                .batch_execute(&format!("ALTER DATABASE {scratch} RENAME TO {name}"))
+                .await
+                .expect("name template");
+            let others = client
+                .query("SELECT datname FROM pg_database WHERE datname LIKE 'likewise\\_template\\_%'", &[])
+                .await
+                .expect("list templates");
+            for r in others {
+                let other: String = r.get(0);
+                let born = other.rsplit('_').next().and_then(|s| s.parse::<u64>().ok());
+                if other != name && born.is_some_and(|b| now.saturating_sub(b) > STALE_SECS) {
+                    let _ =
+                        client.batch_execute(&format!("DROP DATABASE IF EXISTS {other} WITH (FORCE)")).await;
+                }
+            }
+            name
+        }
+    };
+    client.execute("SELECT pg_advisory_unlock($1)", &[&BUILD_LOCK]).await.expect("template unlock");
+    name
+}
+
 /// Databases created for one test; dropped on drop.
 pub struct TestShards {
     /// Connection URL of each shard.
@@ -66,16 +150,19 @@ impl TestShards {
         let born = likewise_store::now_ms() / 1000;
         let mut names = Vec::new();
         let mut urls = Vec::new();
+        let template = migrated_template(&client, &admin).await;
         for i in 0..n {
             let name = format!("likewise_test_{born}_{tag:08x}_{i}");
             client
-                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
                 .await
                 .unwrap_or_else(|e| panic!("creating test database {name}: {e}"));
             urls.push(db_url(&admin, &name));
             names.push(name);
         }
         let t = TestShards { urls, names, admin };
+        // The copies hold every migration already: this only writes the placement catalog,
+        // which records the shards and so is never part of the template.
         t.connect().migrate().await.expect("migrating test shards");
         t
     }
