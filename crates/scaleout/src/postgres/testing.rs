@@ -28,21 +28,63 @@ fn db_url(admin: &str, name: &str) -> String {
 /// Test databases older than this belong to runs that died without cleaning up.
 const STALE_SECS: u64 = 3 * 3600;
 
-/// Drop test databases of long-gone runs (their names carry their creation time).
-async fn remove_stale(client: &tokio_postgres::Client) {
-    let Ok(rows) =
-        client.query("SELECT datname FROM pg_database WHERE datname LIKE 'likewise_test_%'", &[]).await
-    else {
-        return;
-    };
-    let now = likewise_store::now_ms() / 1000;
-    for r in rows {
-        let name: String = r.get(0);
-        let born = name.split('_').nth(2).and_then(|s| s.parse::<u64>().ok());
-        if born.is_some_and(|b| now.saturating_sub(b) > STALE_SECS) {
+/// A test database's name: its creation time and its test process come first, so a later
+/// run can tell the databases of processes that are gone.
+fn test_db_name(born: u64, tag: u32, i: usize) -> String {
+    format!("likewise_test_{born}_{}_{tag:08x}_{i}", std::process::id())
+}
+
+/// Whether a test database was left by a process that is gone (it exited before its
+/// background drops finished, or died), or by a run older than [`STALE_SECS`].
+fn is_left_over(name: &str, now: u64) -> bool {
+    // likewise_test_<born>_<pid>_<tag>_<i>; names without a PID go by age alone.
+    let parts: Vec<&str> = name.split('_').collect();
+    let born = parts.get(2).and_then(|s| s.parse::<u64>().ok());
+    let pid = parts.get(3).filter(|_| parts.len() == 6).and_then(|s| s.parse::<u32>().ok());
+    let gone =
+        pid.is_some_and(|p| p != std::process::id() && !std::path::Path::new(&format!("/proc/{p}")).exists());
+    gone || born.is_some_and(|b| now.saturating_sub(b) > STALE_SECS)
+}
+
+/// Drop the test databases of processes that are gone, once per process, in the
+/// background: a `DROP DATABASE` waits for a checkpoint, which no test should wait for.
+fn remove_left_over(admin: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let admin = admin.to_string();
+        let _ = std::thread::Builder::new().name("test-db-sweep".into()).spawn(move || {
+            drop_in_thread(&admin, |client| async move {
+                let Ok(rows) = client
+                    .query("SELECT datname FROM pg_database WHERE datname LIKE 'likewise\\_test\\_%'", &[])
+                    .await
+                else {
+                    return Vec::new();
+                };
+                let now = likewise_store::now_ms() / 1000;
+                rows.iter().map(|r| r.get::<_, String>(0)).filter(|n| is_left_over(n, now)).collect()
+            });
+        });
+    });
+}
+
+/// On a runtime of this thread's own: connect as admin, ask `which` for the databases to
+/// drop, drop them.
+fn drop_in_thread<F, Fut>(admin: &str, which: F)
+where
+    F: FnOnce(std::sync::Arc<tokio_postgres::Client>) -> Fut,
+    Fut: std::future::Future<Output = Vec<String>>,
+{
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+    rt.block_on(async move {
+        let Ok((client, conn)) = tokio_postgres::connect(admin, tokio_postgres::NoTls).await else {
+            return;
+        };
+        tokio::spawn(conn);
+        let client = std::sync::Arc::new(client);
+        for name in which(client.clone()).await {
             let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
         }
-    }
+    });
 }
 
 /// The prefix of this build's template database: a hash of every migration's version and
@@ -145,14 +187,14 @@ impl TestShards {
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL is not reachable at {admin}: {e}"));
         tokio::spawn(conn);
-        remove_stale(&client).await;
+        remove_left_over(&admin);
         let tag: u32 = rand::random();
         let born = likewise_store::now_ms() / 1000;
         let mut names = Vec::new();
         let mut urls = Vec::new();
         let template = migrated_template(&client, &admin).await;
         for i in 0..n {
-            let name = format!("likewise_test_{born}_{tag:08x}_{i}");
+            let name = test_db_name(born, tag, i);
             client
                 .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
                 .await
@@ -177,7 +219,7 @@ impl TestShards {
         tokio::spawn(conn);
         let (tag, born): (u32, u64) = (rand::random(), likewise_store::now_ms() / 1000);
         for i in 0..n {
-            let name = format!("likewise_test_{born}_{tag:08x}_{i}");
+            let name = test_db_name(born, tag, i);
             client.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("create database");
             t.urls.push(db_url(&t.admin, &name));
             t.names.push(name);
@@ -218,23 +260,32 @@ impl TestShards {
 }
 
 impl Drop for TestShards {
+    /// Dropped in the background: each `DROP DATABASE` waits for a checkpoint (seconds on a
+    /// busy server), and tests should not. What a process leaves undropped when it exits is
+    /// dropped by the next test process ([`remove_left_over`]) or `.ci/run`'s last step.
     fn drop(&mut self) {
         let admin = self.admin.clone();
         let names = std::mem::take(&mut self.names);
-        // Drop from a thread with its own runtime: Drop may run inside (or outside) a runtime.
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-            rt.block_on(async move {
-                let Ok((client, conn)) = tokio_postgres::connect(&admin, tokio_postgres::NoTls).await else {
-                    return;
-                };
-                tokio::spawn(conn);
-                for name in names {
-                    let _ =
-                        client.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
-                }
-            });
-        })
-        .join();
+        let _ = std::thread::Builder::new()
+            .name("test-db-drop".into())
+            .spawn(move || drop_in_thread(&admin, |_| async move { names }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn left_over_databases_are_those_of_gone_processes_or_old_runs() {
+        let now = 1_800_000_000;
+        assert!(!is_left_over(&test_db_name(now, 7, 0), now), "this process's own");
+        // PID 1 is alive; 4,194,304 is above Linux's largest PID.
+        assert!(!is_left_over(&format!("likewise_test_{now}_1_00000007_0"), now));
+        assert!(is_left_over(&format!("likewise_test_{now}_4194304_00000007_0"), now));
+        assert!(is_left_over(&format!("likewise_test_{}_1_00000007_0", now - STALE_SECS - 1), now));
+        // The older form without a PID goes by age only.
+        assert!(!is_left_over(&format!("likewise_test_{now}_12345678_0"), now));
+        assert!(is_left_over(&format!("likewise_test_{}_12345678_0", now - STALE_SECS - 1), now));
     }
 }
