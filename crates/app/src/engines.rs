@@ -66,14 +66,24 @@ pub async fn shards_status(cfg: &Config) -> anyhow::Result<String> {
     Err(not_built())
 }
 
+/// What a rebalance tells as it goes (`likewise shards rebalance` shows it as progress).
+pub trait RebalanceProgress {
+    /// The moves to make: `moves` of them, `buckets` buckets in all.
+    fn planned(&mut self, moves: usize, buckets: usize);
+    /// A move finished (its `buckets` are on their new shard) or was resumed or retried:
+    /// `line` says which.
+    fn moved(&mut self, buckets: usize, line: String);
+}
+
 /// Move buckets so that every shard `store.postgres_shards` lists holds its share (`likewise
 /// shards rebalance`), in moves of at most `per_move` buckets, after finishing any move a
-/// crash interrupted; `plan_only`: say what would move. `progress` hears of each move.
+/// crash interrupted; `plan_only`: say what would move. `progress` hears of the plan and of
+/// each move.
 pub async fn shards_rebalance(
     cfg: &Config,
     per_move: usize,
     plan_only: bool,
-    progress: &mut dyn FnMut(String),
+    progress: &mut dyn RebalanceProgress,
 ) -> anyhow::Result<String> {
     anyhow::ensure!(
         cfg.store.backend == "postgres",
@@ -346,7 +356,7 @@ mod scaleout {
         cfg: &Config,
         per_move: usize,
         plan_only: bool,
-        progress: &mut dyn FnMut(String),
+        progress: &mut dyn super::RebalanceProgress,
     ) -> anyhow::Result<String> {
         use likewise_scaleout::postgres::reshard::{MOVE_RETRIES, MoveOptions, plan};
         let pg = PgStore::connect(&pg_options(cfg, 4))?;
@@ -354,12 +364,15 @@ mod scaleout {
         let opts = MoveOptions { defer_drop: true, ..MoveOptions::default() };
         if !plan_only {
             for r in pg.resume_moves(&opts).await.context("resuming interrupted moves")? {
-                progress(format!(
-                    "resumed: {} buckets from shard {} to shard {}",
-                    r.buckets.len(),
-                    r.source,
-                    r.target
-                ));
+                progress.moved(
+                    0,
+                    format!(
+                        "resumed: {} buckets from shard {} to shard {}",
+                        r.buckets.len(),
+                        r.source,
+                        r.target
+                    ),
+                );
             }
         }
         let p = pg.load_placement().await?;
@@ -378,10 +391,12 @@ mod scaleout {
             return Ok(out);
         }
         let (mut rows, mut longest) = (0u64, Duration::ZERO);
+        progress.planned(moves.len(), buckets);
         for (k, (group, to)) in moves.iter().enumerate() {
             // A move that fails (a session lost, a drain that timed out) is resumed here, a few
             // times, before the run gives up.
-            let mut retrying = |line: String| progress(format!("move {}/{}: {line}", k + 1, moves.len()));
+            let mut retrying =
+                |line: String| progress.moved(0, format!("move {}/{}: {line}", k + 1, moves.len()));
             let r = pg.move_buckets_resuming(group, *to, &opts, MOVE_RETRIES, &mut retrying).await.with_context(
                 || {
                     format!(
@@ -394,18 +409,21 @@ mod scaleout {
             )?;
             rows += r.rows;
             longest = longest.max(r.fenced_for);
-            progress(format!(
-                "move {}/{}: {} buckets from shard {} to shard {}, {} rows ({} of them under the fence), \
-                 writes to them waited {} ms",
-                k + 1,
-                moves.len(),
+            progress.moved(
                 group.len(),
-                r.source,
-                r.target,
-                r.rows,
-                r.under_fence,
-                r.fenced_for.as_millis()
-            ));
+                format!(
+                    "move {}/{}: {} buckets from shard {} to shard {}, {} rows ({} of them under the fence), \
+                 writes to them waited {} ms",
+                    k + 1,
+                    moves.len(),
+                    group.len(),
+                    r.source,
+                    r.target,
+                    r.rows,
+                    r.under_fence,
+                    r.fenced_for.as_millis()
+                ),
+            );
         }
         // Every move switched; their rows leave the old shards once nodes read the catalog.
         pg.resume_moves(&opts).await.context("dropping moved rows from their old shards")?;

@@ -216,6 +216,20 @@ async fn a_third_shard_is_filled_by_rebalancing_during_a_storm() {
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("shard 2: 1365 buckets"), "{text}");
     eprintln!("the second rebalance:\n{text}");
+    // Its progress, in plain lines on stderr (not a terminal here): from none of the buckets
+    // it planned to move to all of them.
+    let progress = String::from_utf8_lossy(&out.stderr);
+    let planned = progress
+        .lines()
+        .find_map(|l| l.strip_prefix("shards rebalance: 0/")?.strip_suffix(" buckets (0%)"))
+        .unwrap_or_else(|| panic!("a first progress line: {progress}"));
+    assert!(planned.parse::<u64>().is_ok_and(|n| n > 0), "{progress}");
+    assert!(
+        progress
+            .lines()
+            .any(|l| l.starts_with(&format!("shards rebalance: {planned}/{planned} buckets done in "))),
+        "a closing progress line: {progress}"
+    );
     let acked = storm.await.expect("storm");
 
     let mut on_third = 0;

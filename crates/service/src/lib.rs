@@ -205,7 +205,8 @@ impl Engagement {
 
     /// `/healthz`: whether each dependency answers within `within`, by name: `storage`
     /// first, then the shared cache and the event stream when the deployment has them. The
-    /// probes run at once, so the answer takes at most `within`.
+    /// probes run at once, so the answer takes at most `within`. Each answer is also the
+    /// gauge `likewise_dependency_up{dependency}` (1 or 0), which the alerting rules read.
     pub async fn health(&self, within: std::time::Duration) -> Vec<(&'static str, bool)> {
         let bounded = |f: futures::future::BoxFuture<'static, bool>| async move {
             tokio::time::timeout(within, f).await.unwrap_or(false)
@@ -219,6 +220,9 @@ impl Engagement {
         }
         let (names, probes): (Vec<_>, Vec<_>) = checks.into_iter().unzip();
         let results = futures::future::join_all(probes.into_iter().map(bounded)).await;
+        for (name, ok) in names.iter().zip(&results) {
+            metrics::gauge!("likewise_dependency_up", "dependency" => *name).set(if *ok { 1.0 } else { 0.0 });
+        }
         names.into_iter().zip(results).collect()
     }
 }

@@ -13,6 +13,9 @@ use crate::analytics::Span;
 #[cfg(feature = "analytics")]
 use crate::analytics::{Aggregate, rfc3339};
 #[cfg(feature = "analytics")]
+use crate::progress::Progress;
+use crate::progress::ProgressArgs;
+#[cfg(feature = "analytics")]
 use anyhow::Context;
 use clap::Subcommand;
 use likewise_app::config::Config;
@@ -38,6 +41,8 @@ pub enum ExportCommand {
         out: PathBuf,
         #[command(flatten)]
         common: super::Common,
+        #[command(flatten)]
+        progress: ProgressArgs,
     },
 }
 
@@ -51,15 +56,15 @@ const VIEWS_PAGE: usize = 10_000;
 /// Run `likewise export ...`.
 pub fn run(cmd: ExportCommand) -> anyhow::Result<()> {
     match cmd {
-        ExportCommand::Analytics { since, until, out, common } => {
+        ExportCommand::Analytics { since, until, out, common, progress } => {
             let span = Span::parse(&since, &until)?;
-            analytics(common.load(None)?, span, &out)
+            analytics(common.load(None)?, span, &out, progress)
         }
     }
 }
 
 #[cfg(not(feature = "analytics"))]
-fn analytics(_cfg: Config, _span: Span, _out: &Path) -> anyhow::Result<()> {
+fn analytics(_cfg: Config, _span: Span, _out: &Path, _progress: ProgressArgs) -> anyhow::Result<()> {
     anyhow::bail!(
         "this build of likewise has no analytics export: build it with the `analytics` cargo feature \
          (on by default; this binary was built without it)"
@@ -67,7 +72,7 @@ fn analytics(_cfg: Config, _span: Span, _out: &Path) -> anyhow::Result<()> {
 }
 
 #[cfg(feature = "analytics")]
-fn analytics(cfg: Config, span: Span, out: &Path) -> anyhow::Result<()> {
+fn analytics(cfg: Config, span: Span, out: &Path, progress: ProgressArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         cfg.store.backend == "embedded",
         "likewise export analytics reads the embedded store's event log; store.backend = {:?} is not \
@@ -82,7 +87,9 @@ fn analytics(cfg: Config, span: Span, out: &Path) -> anyhow::Result<()> {
         )?;
         let stores = engines.stores.clone();
         let mut agg = Aggregate::new(span);
-        // The log from its retained start.
+        // The log from its retained start, up to its head (no writer runs meanwhile).
+        let head = stores.events.head().await?;
+        let bar = Progress::start("export analytics", head, "events", progress);
         let (mut after, mut first) = (0u64, None);
         loop {
             let batch = stores.events.read_after(after, READ_BATCH).await?;
@@ -92,8 +99,12 @@ fn analytics(cfg: Config, span: Span, out: &Path) -> anyhow::Result<()> {
             for e in &batch {
                 agg.add_event(e);
             }
+            // Counted from the oldest retained event: a truncated log has fewer to read.
+            let from = first.map_or(1, |(seq, _)| seq);
+            bar.set_total((head + 1).saturating_sub(from).max(after + 1 - from));
+            bar.set_done(after + 1 - from);
         }
-        let head = stores.events.head().await?;
+        bar.finish();
         let mut page = None;
         loop {
             let views = stores.views.hourly_views(span.since_ms, span.until_ms, page, VIEWS_PAGE).await?;

@@ -79,6 +79,8 @@ pub enum Command {
         all: bool,
         #[command(flatten)]
         common: Common,
+        #[command(flatten)]
+        progress: crate::progress::ProgressArgs,
     },
     /// Apply the PostgreSQL schema migrations to every shard (creating missing databases).
     Migrate {
@@ -123,7 +125,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token { user_id, service, ttl, common } => {
             token::run(&common.load(None)?, &user_id, service, &ttl)
         }
-        Command::Reconcile { post, all, common } => reconcile::run(common.load(None)?, post.as_deref(), all),
+        Command::Reconcile { post, all, common, progress } => {
+            reconcile::run(common.load(None)?, post.as_deref(), all, progress)
+        }
         Command::Shards { which } => shards::run(which),
         Command::Export { which } => export::run(which),
         Command::Bench { which } => likewise_bench::run(which),

@@ -9,8 +9,8 @@
 //! also checks each post's likers list (its liker pages) against the like rows and rebuilds
 //! it when they disagree (the `LikerPageRepair` port); with `--all`, every comment's too.
 
+use crate::progress::{Progress, ProgressArgs};
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
 use likewise_app::config::Config;
 use likewise_core::ids::PostId;
 use likewise_core::like::Target;
@@ -21,7 +21,7 @@ use likewise_workers::reconcile::EmptyLog;
 use likewise_workers::{Aggregator, AggregatorOptions};
 use std::sync::Arc;
 
-pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
+pub fn run(cfg: Config, post: Option<&str>, all: bool, progress: ProgressArgs) -> anyhow::Result<()> {
     likewise_app::runtime::init_logging("warn");
     likewise_app::runtime::runtime()?.block_on(async {
         let engines = likewise_app::engines::open(&cfg).await.context(
@@ -62,11 +62,7 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
         let pages = engines.liker_pages.clone();
         let svc = Engagement::new(stores.clone(), cfg.service_options());
         let total: usize = groups.iter().map(|(_, v)| v.len()).sum();
-        let bar = ProgressBar::new(total as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} posts  {per_sec}  eta {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
+        let bar = Progress::start("reconcile", total as u64, "posts", progress);
         let (mut drifted, mut total_drift) = (0u64, 0i64);
         let mut pages_rebuilt = 0u64;
         for (shard, posts) in groups {
@@ -138,7 +134,7 @@ pub fn run(cfg: Config, post: Option<&str>, all: bool) -> anyhow::Result<()> {
                 }
             }
         }
-        bar.finish_and_clear();
+        bar.finish();
         stores.close()?;
         println!("reconciled {total} posts: {drifted} drifted, net drift {total_drift:+}");
         if pages_rebuilt > 0 {

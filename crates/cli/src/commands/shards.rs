@@ -1,8 +1,11 @@
 //! `likewise shards status`: the shards of the postgres backend, what each holds, how its
-//! replica keeps up, and the placement's limits. `likewise shards rebalance`: move buckets
-//! onto shards that hold less than their share, while the service runs.
+//! replica keeps up, and the placement's limits. `likewise shards add`: register a new shard,
+//! no restart needed. `likewise shards rebalance`: move buckets onto shards that hold less
+//! than their share, while the service runs, with its progress.
 
+use crate::progress::{Progress, ProgressArgs};
 use clap::Subcommand;
+use likewise_app::engines::RebalanceProgress;
 
 /// What to do with the shards.
 #[derive(Debug, Subcommand)]
@@ -12,19 +15,24 @@ pub enum ShardsCommand {
         #[command(flatten)]
         common: super::Common,
     },
-    /// Register a new, empty shard: create its database if missing, apply the schema, and
-    /// append its URL to store.postgres_shards in the --config file. Then list it in every
-    /// other node's configuration, restart them, and run `likewise shards rebalance`.
+    /// Register a new, empty shard, while the service runs or not: create its database if
+    /// missing and apply the schema, refuse it if it holds rows or is listed already, register
+    /// it as the next shard in the placement catalog and append its URL to
+    /// store.postgres_shards in the --config file. No restart needed: running nodes and
+    /// workers open it within a second. Then list it in every other node's configuration file
+    /// (for their next start) and run `likewise shards rebalance` to move buckets onto it.
     Add {
         #[command(flatten)]
         common: super::Common,
         /// The new shard's connection URL (as in store.postgres_shards).
         url: String,
     },
-    /// Move buckets until every listed shard holds its share, while the service runs: first
-    /// finish any move a crash interrupted. A shard appended to store.postgres_shards (every
-    /// node's configuration, nodes restarted, `likewise migrate` run) starts empty; this
-    /// fills it. The workers must run: each move waits for the source shard's aggregator.
+    /// Move buckets until every listed shard holds its share, while the service runs and
+    /// takes writes (no restart needed): first finish any move a crash interrupted. A shard
+    /// added with `likewise shards add` starts empty; this fills it. The workers must run:
+    /// each move waits for the source shard's aggregator. A move that fails is resumed up to
+    /// 3 times before the run exits; a run that is killed is finished by the next one. Shows
+    /// the buckets moved, the rate and the time left.
     Rebalance {
         #[command(flatten)]
         common: super::Common,
@@ -34,6 +42,8 @@ pub enum ShardsCommand {
         /// Print the moves without making them.
         #[arg(long)]
         plan: bool,
+        #[command(flatten)]
+        progress: ProgressArgs,
     },
 }
 
@@ -58,19 +68,44 @@ pub fn run(which: ShardsCommand) -> anyhow::Result<()> {
             print!("{text}");
             Ok(())
         }
-        ShardsCommand::Rebalance { common, buckets_per_move, plan } => {
+        ShardsCommand::Rebalance { common, buckets_per_move, plan, progress } => {
             let cfg = common.load(None)?;
             likewise_app::runtime::init_logging(&cfg.log.level);
-            let mut progress = |line: String| println!("{line}");
+            let mut shown = Shown { args: progress, bar: None };
             let text =
                 likewise_app::runtime::runtime()?.block_on(likewise_app::engines::shards_rebalance(
                     &cfg,
                     usize::from(buckets_per_move),
                     plan,
-                    &mut progress,
+                    &mut shown,
                 ))?;
+            if let Some(bar) = shown.bar.take() {
+                bar.finish();
+            }
             print!("{text}");
             Ok(())
+        }
+    }
+}
+
+/// A rebalance's progress: buckets moved of those planned; each move's line on stdout.
+struct Shown {
+    args: ProgressArgs,
+    bar: Option<Progress>,
+}
+
+impl RebalanceProgress for Shown {
+    fn planned(&mut self, _moves: usize, buckets: usize) {
+        self.bar = Some(Progress::start("shards rebalance", buckets as u64, "buckets", self.args));
+    }
+
+    fn moved(&mut self, buckets: usize, line: String) {
+        match &self.bar {
+            Some(bar) => {
+                bar.println(line);
+                bar.inc(buckets as u64);
+            }
+            None => println!("{line}"),
         }
     }
 }

@@ -35,6 +35,10 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
 #[utoipa::path(get, path = "/metrics", operation_id = "get_metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    // Each dependency probed at scrape time (as /healthz does, bounded the same way), so
+    // `likewise_dependency_up` is current whether or not anything polls /healthz.
+    let within = (state.opts.request_timeout / 2).min(std::time::Duration::from_secs(2));
+    state.svc.health(within).await;
     // Sizes are read at scrape time: cheap, and always current.
     let mut usages = state.svc.cache_usage();
     usages.push(state.keys.cache_usage());
