@@ -67,7 +67,7 @@ write("token", "garbage", b"\x00not.a.token")
 write("token", "claims_sub_zero", b'\x01{"sub":"0","exp":4102444800}')
 write("token", "claims_aud", b'\x01{"sub":"5","exp":4102444800,"aud":"x","nbf":1}')
 
-# Request bodies from API.md.
+# Request bodies from docs/api.md.
 bodies = {
     "comment": {"text": "What a view!"},
     "reply": {"text": "@alice agreed", "parent_id": "7260000000000001"},

@@ -33,7 +33,7 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct CommentsConfig {
     /// How long an `Idempotency-Key` of a comment create is kept (`24h`, `7d`; at least 24 h,
-    /// as API.md promises); expired keys are removed by the workers.
+    /// as docs/api.md promises); expired keys are removed by the workers.
     pub idempotency_retention: String,
 }
 
@@ -49,7 +49,7 @@ impl CommentsConfig {
         let d = parse_duration(&self.idempotency_retention).context("comments.idempotency_retention")?;
         anyhow::ensure!(
             d >= Duration::from_secs(24 * 3600),
-            "comments.idempotency_retention must be at least 24h (API.md keeps keys at least 24 h)"
+            "comments.idempotency_retention must be at least 24h (docs/api.md keeps keys at least 24 h)"
         );
         Ok(d)
     }

@@ -1,6 +1,7 @@
 //! `bench cold-post`: 10,000 concurrent reads of one post nobody has read yet. With the
 //! single-flight count cache they cause exactly one storage load (hot-key protection,
-//! design section 12); the command prints the loads and fails if there was more than one.
+//! docs/architecture.md, "The read path"); the command prints the loads and fails if there
+//! was more than one.
 
 use crate::fresh::{Fresh, fresh};
 use likewise_core::ids::{PostId, UserId};

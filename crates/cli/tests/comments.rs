@@ -188,7 +188,7 @@ async fn bad_comments_and_forbidden_comments_get_a_4xx() {
     }
     let ok = comment(&app, 10, 1, &"y".repeat(2200), None).await;
     assert_eq!(ok["text"].as_str().map(|t| t.chars().count()), Some(2200));
-    // The limit counts the text after trimming (API.md): padding does not count, and is not kept.
+    // The limit counts the text after trimming (docs/api.md): padding does not count, and is not kept.
     let padded = comment(&app, 10, 1, &format!("  {}\n ", "z".repeat(2200)), None).await;
     assert_eq!(padded["text"].as_str(), Some("z".repeat(2200).as_str()));
     let body = json!({ "text": format!(" {} ", "z".repeat(2201)) }).to_string();

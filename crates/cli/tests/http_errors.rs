@@ -1,4 +1,4 @@
-//! Every error carries the JSON error body of API.md, `{"error", "message"}`: also the ones
+//! Every error carries the JSON error body of docs/api.md, `{"error", "message"}`: also the ones
 //! hyper answers before a request reaches the router (a request line or header it cannot
 //! parse, a request target or header section past its limits), sent here over a raw socket;
 //! query-string errors name the parameter in our words; a body that is not UTF-8 is a 400

@@ -1,4 +1,4 @@
-//! Safe retries of comment creation with `Idempotency-Key` (API.md, Comments): a repeat of the
+//! Safe retries of comment creation with `Idempotency-Key` (docs/api.md, Comments): a repeat of the
 //! same request answers the first call's status and body and creates nothing; the key with
 //! another body is a 422; a repeat while the first is running is a 409; bad keys are a 400.
 //! The in-process tests run on the embedded store, and on the scale-out engines with

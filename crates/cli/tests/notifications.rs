@@ -401,7 +401,7 @@ async fn pushes_during_a_like_storm(max: u64, likers: u64) -> (Vec<u64>, u64) {
     (counts, total)
 }
 
-/// Design sections 11 and 17: per-like live pushes stop for a post that gets more likes a
+/// docs/notifications.md: per-like live pushes stop for a post that gets more likes a
 /// minute than the threshold, while the inbox aggregate keeps counting every liker. Without
 /// the threshold, the same storm is pushed up to its last liker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

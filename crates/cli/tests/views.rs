@@ -60,7 +60,7 @@ async fn unique_viewers_are_counted_within_three_percent_and_only_the_author_see
     app.stop().await;
 }
 
-/// Design section 6: the author's own view of their counts is fresher than everyone else's.
+/// docs/architecture.md, "The read path": the author's own view of their counts is fresher than everyone else's.
 /// With an aggregation window far longer than the test, other viewers still see the count of
 /// before the likes, while the author's post view and insights include every like and unlike
 /// on the first read after its acknowledgement.

@@ -181,7 +181,7 @@ impl NotifPref {
     }
 }
 
-/// Notification preferences, one per kind (API.md, `/v1/me/notification-settings`).
+/// Notification preferences, one per kind (docs/api.md, `/v1/me/notification-settings`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NotifPrefs {
     /// Likes of my posts.

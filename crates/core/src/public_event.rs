@@ -1,5 +1,5 @@
 //! The public event contract: the JSON form of log events that other systems consume
-//! (API.md, "Events (for other systems)"; documented field by field in `docs/events.md`).
+//! (docs/api.md, "Events (for other systems)"; documented field by field in `docs/events.md`).
 //!
 //! The internal log keeps its compact binary records; this is the stable, versioned form
 //! published to export destinations. A change that breaks a consumer of version 1 needs a new

@@ -1,4 +1,4 @@
-//! The user-keyed reverse index of a sharded deployment (design section 3: "what did I like",
+//! The user-keyed reverse index of a sharded deployment (docs/architecture.md, "Scale-out": "what did I like",
 //! a second write made from the outbox's events, not in the request): which rows a round of
 //! like events leaves, whoever writes them.
 //!

@@ -1,4 +1,4 @@
-//! Trending: posts ranked by recent engagement velocity (API.md, "Trending and integrity").
+//! Trending: posts ranked by recent engagement velocity (docs/api.md, "Trending and integrity").
 //!
 //! The state is a per-post series of one-minute buckets holding the net change of the post's
 //! likes and visible comments, taken from log events: a like and its unlike cancel out, a

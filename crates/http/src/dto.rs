@@ -1,4 +1,4 @@
-//! JSON shapes of the API (`API.md`), with their OpenAPI schemas. IDs are decimal strings.
+//! JSON shapes of the API (`docs/api.md`), with their OpenAPI schemas. IDs are decimal strings.
 
 use likewise_core::comment::appeal::HeldBy;
 use likewise_core::ids::{CommentId, PostId, UserId};

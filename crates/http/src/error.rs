@@ -1,5 +1,5 @@
 //! The one place where error kinds become HTTP statuses and JSON bodies
-//! (`{"error": kind, "message": text}`), as `API.md` specifies.
+//! (`{"error": kind, "message": text}`), as `docs/api.md` specifies.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};

@@ -1,4 +1,4 @@
-//! The HTTP API of `API.md`, on axum.
+//! The HTTP API of `docs/api.md`, on axum.
 //!
 //! - [`router`] builds every route with its layers from one table (`api_routes`), which also
 //!   yields the OpenAPI document; [`serve`] runs it until a shutdown signal

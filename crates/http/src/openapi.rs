@@ -128,7 +128,7 @@ fn complete_schemas(doc: &mut serde_json::Value, id: &str) {
     // Text: no forbidden characters, and at least one that survives trimming.
     let text = |extra: &str| format!(r"^[^{CC}{extra}]*[^\s\x00-\x1f\x7f-\x9f{extra}][^{CC}{extra}]*$");
     if let Some(p) = schemas.get_mut("CommentCreate").and_then(|s| s.pointer_mut("/properties/text")) {
-        // The limit applies after trimming (API.md), which a schema cannot express: a raw
+        // The limit applies after trimming (docs/api.md), which a schema cannot express: a raw
         // maxLength would call a padded 2,200-character comment invalid though it is accepted.
         // The request body limit bounds the raw text; the server answers 400 past the limit.
         p["minLength"] = json!(1);
@@ -233,7 +233,7 @@ fn complete_json(doc: &mut serde_json::Value) {
             {
                 op["requestBody"]["content"]["application/json"]["example"] = example;
             }
-            // An appeal's body is optional (API.md: `{"message": "..."?}`): no body is a 202.
+            // An appeal's body is optional (docs/api.md: `{"message": "..."?}`): no body is a 202.
             if op.get("operationId").and_then(|o| o.as_str()) == Some("appeal_comment")
                 && let Some(body) = op.get_mut("requestBody").and_then(|b| b.as_object_mut())
             {
@@ -407,6 +407,34 @@ mod tests {
         parses::<dto::IntegrityDecisionBody>("IntegrityDecisionBody");
         let name = super::request_example("UserPut").expect("example")["username"].clone();
         assert!(crate::routes::upstream::valid_username(name.as_str().expect("text")).is_some());
+    }
+
+    /// `docs/api.md`, the contract in prose, and this document name the same routes: each
+    /// `METHOD /path` the prose writes (in backticks, `PUT|DELETE /x` for two) is served and
+    /// described here, and each operation here is written there.
+    #[test]
+    fn the_prose_contract_and_the_document_name_the_same_routes() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.md");
+        let prose = std::fs::read_to_string(path).expect("docs/api.md");
+        let re = regex::Regex::new(
+            r"`((?:GET|PUT|POST|DELETE|PATCH)(?:\|(?:GET|PUT|POST|DELETE|PATCH))*) (/[^`?\s]*)",
+        )
+        .expect("compiles");
+        let mut written = std::collections::BTreeSet::new();
+        for c in re.captures_iter(&prose) {
+            for method in c[1].split('|') {
+                written.insert((method.to_lowercase(), c[2].to_string()));
+            }
+        }
+        let served: std::collections::BTreeSet<(String, String)> = operations(&crate::openapi_document())
+            .into_iter()
+            .filter(|(method, _, _)| method != "parameters")
+            .map(|(method, path, _)| (method, path))
+            .collect();
+        let unwritten: Vec<_> = served.difference(&written).collect();
+        let unserved: Vec<_> = written.difference(&served).collect();
+        assert!(unwritten.is_empty(), "operations docs/api.md does not write: {unwritten:?}");
+        assert!(unserved.is_empty(), "routes docs/api.md writes that /openapi.json lacks: {unserved:?}");
     }
 
     /// The example client of `web-tests/client` (type-checked in CI against types generated

@@ -1,4 +1,4 @@
-//! Moderation in layers (design section 10), applied to every comment before it is written:
+//! Moderation in layers (docs/moderation.md), applied to every comment before it is written:
 //!
 //! 1. permission checks, synchronous: the post's author blocked the commenter (403, likes
 //!    refused too), comments off / followers only (403, in `comments.rs`), and a per-user rate

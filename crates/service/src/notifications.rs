@@ -60,7 +60,7 @@ struct LiveFeed {
     hot: parking_lot::Mutex<HotItems>,
 }
 
-/// Design section 11/17: for accounts that receive thousands of likes a minute, per-like
+/// docs/notifications.md: for accounts that receive thousands of likes a minute, per-like
 /// live pushes stop. A like item (post or comment liked) that gained more than `max` actors
 /// since the start of its current minute is not pushed live; its inbox aggregate still
 /// updates, and the first change of each new minute is pushed (the latest aggregate).

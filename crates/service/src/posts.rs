@@ -157,7 +157,7 @@ impl Posts {
     }
 
     /// The like counts of the viewer's own posts among `known`, including likes the
-    /// aggregator has not counted yet (design section 6: the author's view is refreshed more
+    /// aggregator has not counted yet (docs/architecture.md, "The read path": the author's view is refreshed more
     /// aggressively than everyone else's cached one). Empty when the viewer wrote none of
     /// them, or when the read fails (then the author sees the cached count, as everyone).
     async fn authors_fresh_likes(

@@ -1,4 +1,4 @@
-//! Top comments (design 9.2): a rank index per post, walked per viewer at read time.
+//! Top comments (docs/architecture.md, "Top comments"): a rank index per post, walked per viewer at read time.
 //!
 //! Every top-level comment that others can see (and the placeholder of a deleted one whose
 //! replies are still shown) has an entry in the store's rank index (`RankIndex`), scored by

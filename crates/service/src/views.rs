@@ -1,4 +1,4 @@
-//! Unique viewers (design 5.4): a HyperLogLog per post, about 0.8% standard error in 16 KiB
+//! Unique viewers (docs/architecture.md, "Notifications, views, workers"): a HyperLogLog per post, about 0.8% standard error in 16 KiB
 //! (precision 14), whatever the number of viewers. Views update the in-memory sketch; dirty
 //! sketches are written to storage about once a second and on shutdown, so a crash loses at
 //! most the last second of views of an approximate count (never a like or a comment).

@@ -1,4 +1,4 @@
-//! The counter aggregator (design 5.2, in process).
+//! The counter aggregator, in process (docs/architecture.md, "The counter").
 //!
 //! Every `window` it reads all events past its offset, folds them into a [`DeltaBatch`] and
 //! commits the sums and the new offset in ONE atomic write ([`CounterStore::apply_deltas`]).

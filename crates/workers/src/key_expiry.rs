@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// What API.md promises: keys are kept at least 24 hours.
+/// What docs/api.md promises: keys are kept at least 24 hours.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// How often expired keys are removed.

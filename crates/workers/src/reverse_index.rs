@@ -1,4 +1,4 @@
-//! The reverse-index writer of a scaled-out deployment (design section 3: the user-keyed
+//! The reverse-index writer of a scaled-out deployment (docs/architecture.md, "Scale-out": the user-keyed
 //! index is a second write, made from the outbox's events rather than in the request).
 //!
 //! One per shard, reading that shard's events from the stream. Each round collapses the new

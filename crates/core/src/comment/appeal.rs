@@ -1,4 +1,4 @@
-//! Why a comment is held, and the author's appeal of a decision (design section 10).
+//! Why a comment is held, and the author's appeal of a decision (docs/moderation.md).
 //!
 //! Every layer that holds a comment records itself as the comment's [`HeldBy`], so the
 //! moderators' queue can say why each comment waits. The comment's author may appeal once:

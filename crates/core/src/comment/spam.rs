@@ -73,7 +73,7 @@ impl SpamSignals {
 }
 
 /// Comments a minute a person may post in a lively conversation without the pace alone
-/// counting against them (API.md: up to 10 a minute is never limited).
+/// counting against them (docs/api.md: up to 10 a minute is never limited).
 pub const CONVERSATION_PACE: u32 = 10;
 
 /// How likely one comment is spam, 0..=1.
@@ -87,7 +87,7 @@ pub const CONVERSATION_PACE: u32 = 10;
 /// | longest repeat *r* | `clamp(0.08·(r − 4), 0, 0.5)`: "soooo" 0.08, 8× "!" 0.32 |
 /// | shout ratio *s* | `clamp(s − 0.5, 0, 0.5)`: all caps 0.5 |
 /// | mentions *m* | `clamp(0.12·(m − 3), 0, 0.6)`: up to 3 is a conversation |
-/// | comments in the last minute *v* | `clamp(0.15·(v − 10), 0, 0.9)`: a conversation reaches 10 (API.md: never limited), a script goes far past it |
+/// | comments in the last minute *v* | `clamp(0.15·(v − 10), 0, 0.9)`: a conversation reaches 10 (docs/api.md: never limited), a script goes far past it |
 pub fn spam_score(signals: &SpamSignals, comments_by_user_last_minute: u32) -> f32 {
     let over = |x: u32, free: u32| x.saturating_sub(free) as f32;
     let shout = if signals.shout_ratio.is_finite() { signals.shout_ratio } else { 0.0 };

@@ -1,4 +1,4 @@
-//! Integrity: accounts flagged as like farms or bot rings (API.md, "Trending and
+//! Integrity: accounts flagged as like farms or bot rings (docs/api.md, "Trending and
 //! integrity"), and exact discounts of confirmed accounts' likes.
 //!
 //! - [`detect`]: the patterns (lockstep rings, brand-new accounts acting only together,

@@ -205,7 +205,7 @@ pub trait CounterStore: Send + Sync {
     /// engine with one aggregator per shard reads `<consumer>@<shard>`, see
     /// [`cluster::shard_consumer`]) has applied every event written so far: the stored
     /// counter plus the like deltas of the events it has not applied yet, in one snapshot.
-    /// What a post's author sees (design section 6): it includes every acknowledged like,
+    /// What a post's author sees (docs/architecture.md, "The read path"): it includes every acknowledged like,
     /// at the cost of reading the unapplied events, so it is not for everyone's feed.
     async fn fresh_post_likes(&self, consumer: &str, posts: &[PostId]) -> StoreResult<Vec<i64>>;
 }

@@ -1,4 +1,4 @@
-//! The public event contract's JSON Schema (API.md, "Events (for other systems)").
+//! The public event contract's JSON Schema (docs/api.md, "Events (for other systems)").
 
 use axum::http::header;
 use axum::response::IntoResponse;

@@ -1,5 +1,5 @@
 //! Integrity: accounts flagged as like farms or bot rings, and moderators' verdicts on them
-//! (API.md, "Trending and integrity"). Service role only.
+//! (docs/api.md, "Trending and integrity"). Service role only.
 
 use crate::AppState;
 use crate::auth::Service;

@@ -1,4 +1,4 @@
-//! Trending posts (API.md, "Trending and integrity").
+//! Trending posts (docs/api.md, "Trending and integrity").
 
 use crate::AppState;
 use crate::auth::Viewer;

@@ -6,7 +6,7 @@
 //! with an empty body, and closes the connection. hyper has no hook for that response, so the
 //! connection's I/O is wrapped: a write that is exactly such a head (one of those status
 //! lines, `content-length: 0`, nothing after the blank line) is replaced by the same head
-//! with `content-type: application/json` and the body API.md defines. The router's own
+//! with `content-type: application/json` and the body docs/api.md defines. The router's own
 //! errors of these statuses always carry a body, so they never look like this.
 //!
 //! After such a response the client is usually still sending (a 1 MB header, say). Closing a

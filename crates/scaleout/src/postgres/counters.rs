@@ -461,7 +461,7 @@ impl CounterStore for PgStore {
     }
 }
 
-/// Slots of a sharded counter row set (design 5.1). A directly written counter (one that does
+/// Slots of a sharded counter row set (docs/architecture.md, "The counter"). A directly written counter (one that does
 /// not come from the event stream, e.g. a raw event tally bumped by request handlers) spreads
 /// its increments over `SLOTS` rows so concurrent writers rarely wait on one row lock; the
 /// reader sums them.

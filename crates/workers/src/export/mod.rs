@@ -124,7 +124,7 @@ pub async fn export_once(
 ) -> Result<usize, SinkError> {
     let mut events =
         log.read_after(*offset, batch).await.map_err(|e| SinkError(format!("reading the log: {e}")))?;
-    // Only what is on disk leaves the process (API.md: published once the change is durable).
+    // Only what is on disk leaves the process (docs/api.md: published once the change is durable).
     if let Some(durable) =
         log.durable_head().await.map_err(|e| SinkError(format!("reading the log's durable head: {e}")))?
     {
