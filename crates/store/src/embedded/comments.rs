@@ -437,3 +437,61 @@ impl CommentReader for EmbeddedStore {
 fn collect_ids(iter: impl Iterator<Item = fjall::Guard>) -> StoreResult<Vec<u64>> {
     iter.map(|g| g.key().map(|k| be_u64(&k, 8)).map_err(engine_err)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded::EmbeddedOptions;
+    use likewise_core::ports::WriteEngine;
+    use likewise_core::write::{WriteOp, WriteOutcome};
+
+    fn create(store: &EmbeddedStore, parent: Option<CommentId>, held: Option<HeldBy>) -> CommentId {
+        let status = if held.is_some() { CommentStatus::HiddenByFilter } else { CommentStatus::Visible };
+        let rec = CommentRecord {
+            id: CommentId(0),
+            post: PostId(3),
+            author: UserId(5),
+            post_author: UserId(7),
+            parent,
+            reply_to_user: None,
+            status,
+            text: "a reply".into(),
+            simhash: 1,
+        };
+        match store.apply(&[WriteOp::Comment(CommentOp::Create(rec, held))]).expect("apply").pop() {
+            Some(WriteOutcome::Comment(CommentOutcome::Done(Some(r)))) => r.id,
+            other => panic!("create answered {other:?}"),
+        }
+    }
+
+    /// A store written before `held_replies` existed (no entries, no marker) has its held
+    /// replies indexed at the next open, from the hold rows.
+    #[tokio::test]
+    async fn held_replies_of_a_store_written_before_the_index_are_indexed_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = EmbeddedOptions::default();
+        let held = {
+            let store = EmbeddedStore::open(dir.path(), &opts).expect("open");
+            let top = create(&store, None, None);
+            let held = create(&store, Some(top), Some(HeldBy::HiddenWords));
+            let listed = store.held_replies_by(UserId(5), &[PostId(3)], 10).await.expect("held");
+            assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), [held]);
+            // As an older store left it: no index, no marker.
+            let s = &*store.inner;
+            let keys: Vec<Vec<u8>> =
+                s.held_replies.iter().map(|kv| kv.key().expect("key").to_vec()).collect();
+            let mut batch = s.db.batch();
+            for k in keys {
+                batch.remove(&s.held_replies, k);
+            }
+            batch.commit().expect("commit");
+            assert!(store.held_replies_by(UserId(5), &[PostId(3)], 10).await.expect("held").is_empty());
+            store.sync().expect("sync");
+            held
+        };
+        let store = EmbeddedStore::open(dir.path(), &opts).expect("reopen");
+        let listed = store.held_replies_by(UserId(5), &[PostId(3)], 10).await.expect("held");
+        assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), [held], "indexed at open");
+        assert!(store.inner.held_replies.get(HELD_REPLIES_INDEXED).expect("marker").is_some());
+    }
+}
