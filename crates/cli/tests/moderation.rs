@@ -1041,6 +1041,121 @@ async fn a_held_comment_counts_and_previews_for_its_author_only() {
     app.stop().await;
 }
 
+/// The replies under `parent` as `viewer` sees them.
+async fn replies(app: &TestApp, viewer: u64, parent: &Value) -> Vec<Value> {
+    let path = format!("/v1/comments/{}/replies?limit=100", id(parent));
+    let (st, v) = app.call(Method::GET, &path, Some(&app.user(viewer)), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v["items"].as_array().expect("items").clone()
+}
+
+/// The `reply_count` of `parent` on every route that shows it to `viewer`: the post's
+/// comment lists (each order), its previews on the single-post route and on a feed page.
+async fn reply_counts(app: &TestApp, viewer: u64, parent: &Value) -> Vec<(String, i64)> {
+    let post: u64 = parent["post_id"].as_str().expect("post_id").parse().expect("post id");
+    let count = |items: &[Value], route: &str| -> (String, i64) {
+        let c = items.iter().find(|c| id(c) == id(parent)).unwrap_or_else(|| panic!("{route}: no parent"));
+        (route.to_string(), c["reply_count"].as_i64().expect("reply_count"))
+    };
+    let mut out = Vec::new();
+    for order in ["top", "newest", "oldest"] {
+        out.push(count(&list(app, viewer, post, order).await, order));
+    }
+    let single = app.view(viewer, post).await;
+    out.push(count(single["preview_comments"].as_array().expect("previews"), "post preview"));
+    let page = feed(app, viewer, &[post]).await;
+    out.push(count(page[0]["preview_comments"].as_array().expect("previews"), "feed preview"));
+    out
+}
+
+/// (comment_count on the single-post route, on a feed page) of `post` for `viewer`.
+async fn comment_counts(app: &TestApp, viewer: u64, post: u64) -> (i64, i64) {
+    let single = app.view(viewer, post).await["comment_count"].as_i64().expect("comment_count");
+    let page = feed(app, viewer, &[post, post + 1]).await;
+    (single, page[0]["comment_count"].as_i64().expect("comment_count"))
+}
+
+/// A held reply is an ordinary reply to its author on every route, as a held top-level
+/// comment is: counted in the post's `comment_count` and its parent's `reply_count` they see
+/// (lists, previews, feed), and listed among the parent's replies as visible. Nobody else
+/// sees or counts it: the parent's author, the post's author, anyone. Under a parent others
+/// cannot see, a reply counts for no one (as a visible one would not). Deleted, it no longer
+/// counts for its author; approved, it counts once, for everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_reply_counts_for_its_author_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    let (post_author, parent_author, replier, other) = (7, 10, 11, 12);
+    for p in 1..=3 {
+        app.post(p, post_author, false).await;
+    }
+    let (st, _) = app
+        .call(
+            Method::PUT,
+            "/v1/me/hidden-words",
+            Some(&app.user(post_author)),
+            Some(r#"{"words":["rubbish"]}"#),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let parent = comment(&app, parent_author, 1, "a fine post").await;
+    let held = reply(&app, replier, 1, &parent, "what rubbish is this").await;
+    let open = reply(&app, other, 1, &parent, "agreed, a fine post").await;
+    let mine = replies(&app, replier, &parent).await;
+    let shown = mine.iter().find(|r| id(r) == id(&held)).expect("its author finds the held reply");
+    assert_eq!(shown["status"], "visible", "shown as an ordinary reply: {shown}");
+    assert_eq!(mine.len(), 2, "{mine:?}");
+    for viewer in [other, parent_author, post_author] {
+        let theirs: Vec<String> = replies(&app, viewer, &parent).await.iter().map(id).collect();
+        assert_eq!(theirs, [id(&open)], "viewer {viewer}");
+    }
+    // Written after the held reply: once counted, the held one is past the counters too.
+    app.wait_until(|| async { app.view(other, 1).await["comment_count"] == 2 }).await;
+
+    let all = |routes: Vec<(String, i64)>, want: i64| routes.iter().all(|(_, n)| *n == want);
+    let got = reply_counts(&app, replier, &parent).await;
+    assert!(all(got.clone(), 2), "its author counts it under the parent: {got:?}");
+    assert_eq!(comment_counts(&app, replier, 1).await, (3, 3), "its author counts it on the post");
+    for viewer in [other, parent_author, post_author] {
+        let got = reply_counts(&app, viewer, &parent).await;
+        assert!(all(got.clone(), 1), "viewer {viewer}: {got:?}");
+        assert_eq!(comment_counts(&app, viewer, 1).await, (2, 2), "viewer {viewer}");
+    }
+
+    // Under their own held comment (ordinary to them too), their held reply counts for them
+    // alone, as the parent does.
+    let held_parent = comment(&app, replier, 2, "rubbish, all of it").await;
+    let under = reply(&app, replier, 2, &held_parent, "rubbish indeed").await;
+    assert!(replies(&app, replier, &held_parent).await.iter().any(|r| id(r) == id(&under)));
+    assert_eq!(comment_counts(&app, replier, 2).await, (2, 2), "the held comment and its reply");
+    let got = reply_counts(&app, replier, &held_parent).await;
+    assert!(all(got.clone(), 1), "under their own held comment: {got:?}");
+    for viewer in [other, parent_author, post_author] {
+        assert_eq!(comment_counts(&app, viewer, 2).await, (0, 0), "viewer {viewer}");
+    }
+
+    // Deleted by its author: no longer counted for them either.
+    let (st, v) = app
+        .call(Method::DELETE, &format!("/v1/comments/{}", id(&held)), Some(&app.user(replier)), None)
+        .await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    let got = reply_counts(&app, replier, &parent).await;
+    assert!(all(got.clone(), 1), "after the delete: {got:?}");
+    assert_eq!(comment_counts(&app, replier, 1).await, (2, 2));
+
+    // Approved: counted for everyone, once for its author.
+    let again = reply(&app, replier, 1, &parent, "rubbish, said again").await;
+    assert_eq!(comment_counts(&app, replier, 1).await, (3, 3));
+    let (st, _) = moderate(&app, &again, "approve").await;
+    assert_eq!(st, StatusCode::OK);
+    app.wait_until(|| async { app.view(other, 1).await["comment_count"] == 3 }).await;
+    app.wait_until(|| async { all(reply_counts(&app, other, &parent).await, 2) }).await;
+    assert_eq!(comment_counts(&app, replier, 1).await, (3, 3));
+    let got = reply_counts(&app, replier, &parent).await;
+    assert!(all(got.clone(), 2), "approved, counted once: {got:?}");
+    app.stop().await;
+}
+
 /// A report of `comment` by `user` (202).
 async fn report(app: &TestApp, user: u64, comment: &str) {
     let path = format!("/v1/comments/{comment}/reports");

@@ -137,3 +137,84 @@ async fn a_hidden_like_count_is_null_in_trending_except_for_the_posts_author() {
     assert_eq!(app.view(stranger, 45).await["like_count"], hidden);
     app.stop().await;
 }
+
+/// (post, score) of the ranking of `window` as `viewer` sees it, best first (`None`: hidden).
+async fn placed(app: &TestApp, viewer: u64, window: &str) -> Vec<(u64, Option<f64>)> {
+    let (st, v) =
+        app.call(Method::GET, &format!("/v1/trending?window={window}"), Some(&app.user(viewer)), None).await;
+    assert_eq!(st, 200, "{v}");
+    let items = v["items"].as_array().expect("items");
+    items
+        .iter()
+        .map(|i| (i["post_id"].as_str().expect("post_id").parse().expect("post id"), i["score"].as_f64()))
+        .collect()
+}
+
+/// The order a viewer is shown, from the exact scores (`exact`, best first) and which posts'
+/// counts are hidden from them: a hidden post at the power of two at or below its score,
+/// after the posts shown in that bucket; hidden posts of a bucket by post ID.
+fn bucketed(exact: &[(u64, Option<f64>)], hidden: impl Fn(u64) -> bool) -> Vec<u64> {
+    let mut v: Vec<(f64, bool, u64)> = exact
+        .iter()
+        .map(|(p, s)| {
+            let s = s.expect("the author sees every score");
+            if hidden(*p) { (s.log2().floor().exp2(), true, *p) } else { (s, false, *p) }
+        })
+        .collect();
+    v.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    v.into_iter().map(|(_, _, p)| p).collect()
+}
+
+/// A hidden like count does not leak through a post's place in trending: between posts shown
+/// with 11 and 13 likes, a hidden post with 12 would give its count away, so it is placed by
+/// the power of two its score falls in (here below all of them). A viewer who hides every
+/// count sees every other post placed so: the list then orders buckets, then post IDs, and
+/// tells them nothing finer about any count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hidden_like_count_is_not_given_away_by_its_place_in_trending() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let app = TestApp::start(dir.path()).await;
+    let (author, stranger, hider) = (100, 5_000, 5_001);
+    // Posts 1..=5 show 10..=14 likes; post 6 hides its 12.
+    for (post, likes) in (1..=5).zip(10..=14u64) {
+        app.post(post, author, false).await;
+        for user in 1_000..1_000 + likes {
+            app.like(user, post, true).await;
+        }
+    }
+    app.post(6, author, true).await;
+    for user in 1_000..1_012 {
+        app.like(user, 6, true).await;
+    }
+    let (st, v) = app
+        .call(Method::PUT, "/v1/me/settings", Some(&app.user(hider)), Some(r#"{"hide_like_counts":true}"#))
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let want = [("5", 14, 0), ("4", 13, 0), ("3", 12, 0), ("6", 12, 0), ("2", 11, 0), ("1", 10, 0)];
+    // The author sees every count: by exact score, ties by post ID (6 after 3).
+    wait_ranking_as(&app, author, &want).await;
+
+    for window in ["1h", "24h"] {
+        // One set of scores for all three reads: the author's before and after agree.
+        let (exact, theirs, hiders) = loop {
+            let before = placed(&app, author, window).await;
+            let theirs = placed(&app, stranger, window).await;
+            let hiders = placed(&app, hider, window).await;
+            if placed(&app, author, window).await == before {
+                break (before, theirs, hiders);
+            }
+        };
+        let ids = |v: &[(u64, Option<f64>)]| v.iter().map(|(p, _)| *p).collect::<Vec<_>>();
+        assert_eq!(ids(&theirs), bucketed(&exact, |p| p == 6), "{window}: a stranger, from {exact:?}");
+        assert_eq!(ids(&hiders), bucketed(&exact, |_| true), "{window}: a hider, from {exact:?}");
+        let at = |p: u64| ids(&theirs).iter().position(|x| *x == p).expect("ranked");
+        assert!(!(at(4) < at(6) && at(6) < at(2)), "{window}: 6 placed between 13 and 11 likes: {theirs:?}");
+        assert_eq!(
+            theirs.iter().find(|(p, _)| *p == 6).map(|(_, s)| *s),
+            Some(None),
+            "{window}: score hidden"
+        );
+        assert!(hiders.iter().all(|(_, s)| s.is_none()), "{window}: {hiders:?}");
+    }
+    app.stop().await;
+}

@@ -155,7 +155,7 @@ impl Engagement {
             Arc::new(Ranking::new(shared.clone(), upstream.clone(), comments.clone(), review.clone()));
         Arc::new(Engagement {
             likes: Likes::new(shared.clone(), upstream.clone(), moderation.clone()),
-            posts: Posts::new(shared.clone(), upstream.clone(), ranking.clone()),
+            posts: Posts::new(shared.clone(), upstream.clone(), ranking.clone(), comments.clone()),
             views: Views::new(shared.clone(), upstream.clone()),
             notifications: Notifications::new(shared.clone(), upstream.clone()),
             trending: trending::Trending::new(shared.clone(), upstream.clone()),

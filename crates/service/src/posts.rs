@@ -3,9 +3,11 @@
 //! Per page: post metadata (cache, one batched read for misses), counts and recent likers
 //! (count cache, single-flight), "viewer liked?" (viewer cache + Bloom filter, one batched
 //! lookup for the rest), the viewer's settings and followees (cached), and the viewer's own
-//! held comments (one lookup of a by-author index; more only for a viewer who has some on the
-//! page's posts) - all concurrently. No per-post storage round trip, no COUNT(*).
+//! held comments and replies (one lookup of a by-author index each; more only for a viewer
+//! who has some on the page's posts) - all concurrently. No per-post storage round trip, no
+//! COUNT(*).
 
+use crate::comments::Comments;
 use crate::ranking::{Candidate, Ranking};
 use crate::shared::Shared;
 use crate::upstream::Upstream;
@@ -50,12 +52,18 @@ pub struct Posts {
     shared: Arc<Shared>,
     upstream: Arc<Upstream>,
     ranking: Arc<Ranking>,
+    comments: Arc<Comments>,
 }
 
 impl Posts {
     /// The feed-hydration service.
-    pub fn new(shared: Arc<Shared>, upstream: Arc<Upstream>, ranking: Arc<Ranking>) -> Self {
-        Posts { shared, upstream, ranking }
+    pub fn new(
+        shared: Arc<Shared>,
+        upstream: Arc<Upstream>,
+        ranking: Arc<Ranking>,
+        comments: Arc<Comments>,
+    ) -> Self {
+        Posts { shared, upstream, ranking, comments }
     }
 
     /// Views of the posts asked for, in request order; unknown posts (and repeats) left out.
@@ -71,12 +79,14 @@ impl Posts {
         let post_ids: Vec<PostId> = known.iter().map(|(id, _)| *id).collect();
         let targets: Vec<Target> = post_ids.iter().map(|p| Target::post(p.0)).collect();
 
-        let (counts, liked, settings, followees, own) = tokio::join!(
+        let reader = crate::comments::Reader { user: viewer, moderator: false };
+        let (counts, liked, settings, followees, own, own_replies) = tokio::join!(
             self.shared.counts.get_many(&targets),
             self.shared.viewer_likes.liked(viewer, &post_ids),
             self.upstream.viewer_settings(viewer),
             self.upstream.followees(viewer),
             self.own_held(viewer, &post_ids),
+            self.comments.own_held_replies_or_none(reader, &post_ids),
         );
         let (counts, liked, settings, followees) = (counts?, liked?, settings?, followees?);
         let fresh = self.authors_fresh_likes(viewer, &known).await;
@@ -106,15 +116,17 @@ impl Posts {
         let all_users: Vec<UserId> = picks.iter().flatten().copied().collect();
         let mut names = self.upstream.usernames(&all_users).await?.into_iter();
 
-        // The viewer's own held comments count for them: they see them as ordinary ones.
-        let own_count = |p: &PostId| own.get(p).map_or(0, |v| v.len() as i64);
+        // The viewer's own held comments and replies count for them: they see them as
+        // ordinary ones.
+        let own_count = |p: &PostId| {
+            own.get(p).map_or(0, |v| v.len() as i64) + own_replies.by_post.get(p).copied().unwrap_or(0)
+        };
         let with_counts: Vec<(PostId, i64)> = post_ids
             .iter()
             .zip(&counts)
             .map(|(p, c)| (*p, c.counts.comments.max(0) + own_count(p)))
             .collect();
-        let reader = crate::comments::Reader { user: viewer, moderator: false };
-        let mut previews = self.ranking.previews(reader, &with_counts, &own).await?.into_iter();
+        let mut previews = self.ranking.previews(reader, &with_counts, &own, &own_replies).await?.into_iter();
         let discount = self.shared.integrity.discount().await;
         let mut out = Vec::with_capacity(known.len());
         for ((((id, meta), (c, has_liked)), pick), (_, comment_count)) in

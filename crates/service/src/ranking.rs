@@ -33,7 +33,7 @@
 //! none, whatever the page's size.
 
 use crate::cache::ttl::TtlMap;
-use crate::comments::{CommentView, Comments, Reader, as_seen_by, seen_by};
+use crate::comments::{CommentView, Comments, OwnReplies, Reader, as_seen_by, seen_by};
 use crate::review::Review;
 use crate::shared::Shared;
 use crate::upstream::Upstream;
@@ -454,7 +454,8 @@ impl Ranking {
     /// The top two comments of each post for the viewer (feed previews). Only the best ten
     /// ranked candidates, the viewer's own held comments (`own`, from [`Ranking::own_held`]:
     /// ranked by their scores as if listed) and the pins are considered, to keep a feed page
-    /// cheap. `posts` pairs each post with the count the viewer sees: posts at 0 are skipped.
+    /// cheap. `own_replies` are the viewer's held replies on the posts (in the `reply_count`s
+    /// they see). `posts` pairs each post with the count the viewer sees: posts at 0 are skipped.
     ///
     /// Batched over the whole page: one read of every post's pins, one record read of the
     /// pins outside the candidates, one of the previews, and one decoration (counts, the
@@ -465,6 +466,7 @@ impl Ranking {
         reader: Reader,
         posts: &[(PostId, i64)],
         own: &HashMap<PostId, Vec<Candidate>>,
+        own_replies: &OwnReplies,
     ) -> ServiceResult<Vec<Vec<CommentView>>> {
         let with: Vec<PostId> = posts.iter().filter(|(_, n)| *n > 0).map(|(p, _)| *p).collect();
         let mut out: Vec<Vec<CommentView>> = vec![Vec::new(); posts.len()];
@@ -505,8 +507,13 @@ impl Ranking {
             .flatten()
             .filter_map(|r| as_seen_by(reader, &r))
             .collect();
-        let mut views: HashMap<CommentId, CommentView> =
-            self.comments.decorate(reader, recs).await?.into_iter().map(|v| (v.record.id, v)).collect();
+        let mut views: HashMap<CommentId, CommentView> = self
+            .comments
+            .decorate_with(reader, recs, Some(own_replies))
+            .await?
+            .into_iter()
+            .map(|v| (v.record.id, v))
+            .collect();
         let mut previews: HashMap<PostId, Vec<CommentView>> = HashMap::with_capacity(chosen.len());
         for (post, ids, pins) in chosen {
             let mut list: Vec<CommentView> = ids.iter().filter_map(|id| views.remove(id)).collect();

@@ -1,7 +1,9 @@
 //! `GET /v1/trending`: the rankings the trending consumer (`likewise_workers::trending`)
 //! saves in its snapshot, read by every API node (cached for a second), with unregistered
 //! posts left out and like counts hidden from the viewers a post's like count is hidden from
-//! everywhere else (the rankings are shared; hiding is decided per viewer when they are read).
+//! everywhere else (the rankings are shared; hiding is decided per viewer when they are read),
+//! and such posts placed by a coarse bucket of their score ([`bucket_floor`]), so that their
+//! place gives away no more than the bucket.
 
 use crate::ServiceResult;
 use crate::shared::Shared;
@@ -33,6 +35,37 @@ pub struct TrendingPost {
     pub score: f64,
 }
 
+/// Where a post whose like count is hidden from the viewer is placed in their list: at the
+/// power of two at or below its score (`2^floor(log2 score)`), below every post shown with a
+/// score in that bucket and above those below it; hidden posts of one bucket by post ID.
+///
+/// The score weighs the likes, and a list ordered by exact scores would bound a hidden count
+/// between its neighbours' shown ones (with 11 and 13 likes around it, and its comments
+/// shown, 12). Placed by its bucket, a hidden post's position says only that its score lies
+/// in `[2^k, 2^(k+1))`, wherever in it: moving its score within the bucket moves nothing.
+/// For a viewer whose `hide_like_counts` setting hides every count but those of their own
+/// posts, every other post is placed so: their list is ordered by buckets, then post IDs.
+fn bucket_floor(score: f64) -> f64 {
+    if score > 0.0 { score.log2().floor().exp2() } else { 0.0 }
+}
+
+/// A post and where the viewer's list places it.
+struct Placed {
+    /// Its score, or [`bucket_floor`] of it where the viewer is not shown its like count.
+    at: f64,
+    item: TrendingPost,
+}
+
+impl Placed {
+    /// Higher places first; at one place, posts shown with their score before hidden ones,
+    /// then the lower post ID.
+    fn order(a: &Placed, b: &Placed) -> std::cmp::Ordering {
+        b.at.total_cmp(&a.at)
+            .then(a.item.likes.is_none().cmp(&b.item.likes.is_none()))
+            .then(a.item.post.cmp(&b.item.post))
+    }
+}
+
 /// Trending posts.
 pub struct Trending {
     shared: Arc<Shared>,
@@ -46,7 +79,8 @@ impl Trending {
         Trending { shared, upstream, cached: Mutex::new(None) }
     }
 
-    /// The best `limit` posts of `window`, best first, as `viewer` sees them.
+    /// The best `limit` posts of `window`, best first, as `viewer` sees them: posts whose like
+    /// count is hidden from the viewer placed by [`bucket_floor`].
     pub async fn top(
         &self,
         viewer: UserId,
@@ -58,28 +92,42 @@ impl Trending {
             return Ok(Vec::new());
         };
         let settings = self.upstream.viewer_settings(viewer).await?;
-        // Unregistered posts never appear: look them up a page at a time until `limit` remain.
-        let mut out = Vec::with_capacity(limit);
-        for chunk in ranked.chunks(limit.max(1) * 2) {
+        // Unregistered posts never appear: look them up a page at a time. A post whose count
+        // is hidden from the viewer only moves down (its place is below its score), so once
+        // `limit` posts are found, the rest of the ranking matters only while its scores can
+        // still reach the `limit`-th place.
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out: Vec<Placed> = Vec::with_capacity(limit);
+        for chunk in ranked.chunks(limit * 2) {
             let ids: Vec<PostId> = chunk.iter().map(|r| PostId(r.post)).collect();
             let metas = self.upstream.posts_meta(&ids).await?;
             out.extend(chunk.iter().zip(metas).filter_map(|(r, m)| {
                 let m = m?;
                 let visible =
                     like_count_visible(viewer, m.author, m.hide_like_count, settings.hide_like_counts);
-                Some(TrendingPost {
-                    post: PostId(r.post),
-                    likes: visible.then_some(r.likes),
-                    comments: r.comments,
-                    score: r.score,
+                Some(Placed {
+                    at: if visible { r.score } else { bucket_floor(r.score) },
+                    item: TrendingPost {
+                        post: PostId(r.post),
+                        likes: visible.then_some(r.likes),
+                        comments: r.comments,
+                        score: r.score,
+                    },
                 })
             }));
             if out.len() >= limit {
-                break;
+                out.sort_by(Placed::order);
+                let last = chunk.last().map_or(0.0, |r| r.score);
+                if last < out[limit - 1].at {
+                    break;
+                }
             }
         }
+        out.sort_by(Placed::order);
         out.truncate(limit);
-        Ok(out)
+        Ok(out.into_iter().map(|p| p.item).collect())
     }
 
     /// The consumer's snapshot, read again once it is older than [`FRESH_FOR`].
@@ -94,5 +142,41 @@ impl Trending {
         );
         *self.cached.lock() = Some((Instant::now(), b.clone()));
         Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placed(post: u64, score: f64, hidden: bool) -> Placed {
+        let at = if hidden { bucket_floor(score) } else { score };
+        let item = TrendingPost { post: PostId(post), likes: (!hidden).then_some(1), comments: 0, score };
+        Placed { at, item }
+    }
+
+    fn order(mut v: Vec<Placed>) -> Vec<u64> {
+        v.sort_by(Placed::order);
+        v.into_iter().map(|p| p.item.post.0).collect()
+    }
+
+    #[test]
+    fn a_hidden_posts_place_depends_on_its_bucket_only() {
+        assert_eq!([0.75, 1.0, 1.5, 12.0, 16.0, 31.9].map(bucket_floor), [0.5, 1.0, 1.0, 8.0, 16.0, 16.0]);
+        let shown = [(1, 6.0), (2, 7.5), (3, 8.0), (4, 9.0), (5, 11.0), (6, 13.0), (7, 16.5)];
+        let with = |hidden: f64| {
+            let mut v: Vec<Placed> = shown.iter().map(|(p, s)| placed(*p, *s, false)).collect();
+            v.push(placed(9, hidden, true));
+            order(v)
+        };
+        // Anywhere in [8, 16): after every shown post from 8 up, before those below.
+        let want = vec![7, 6, 5, 4, 3, 9, 2, 1];
+        for s in [8.0, 9.5, 12.0, 13.5, 15.999] {
+            assert_eq!(with(s), want, "score {s}");
+        }
+        assert_eq!(with(16.0), vec![7, 9, 6, 5, 4, 3, 2, 1]);
+        // Hidden posts of one bucket: by post ID, whatever their scores.
+        let v = vec![placed(3, 9.0, true), placed(1, 15.0, true), placed(2, 8.5, true)];
+        assert_eq!(order(v), vec![1, 2, 3]);
     }
 }

@@ -724,6 +724,45 @@ pub async fn a_created_comment_carries_its_moderation_state(s: &Stores) {
     assert!(m.fingerprints(UserId(23), CommentId(0), 10).await.expect("none").is_empty(), "refused reply");
 }
 
+/// An author's held replies are listed by author and post while they are held: not their
+/// visible replies, nor their held top-level comments, nor anyone else's; an approval, a
+/// delete or a hold moves a reply out of or into the list at once.
+pub async fn held_replies_are_listed_by_author_while_held(s: &Stores) {
+    use CommentStatus::*;
+    let c = &s.comments;
+    let top = created(s, new_comment(None, 1, Visible)).await;
+    let pending = created(s, new_comment(Some(top), 5, Pending)).await;
+    let filtered = created(s, new_comment(Some(top), 5, HiddenByFilter)).await;
+    let open = created(s, new_comment(Some(top), 5, Visible)).await;
+    let restricted = created(s, new_comment(Some(top), 6, Restricted)).await;
+    created(s, new_comment(None, 5, HiddenByFilter)).await;
+    let held = |author: u64| async move {
+        let mut v: Vec<CommentId> = c
+            .held_replies_by(UserId(author), &[PostId(9)], 10)
+            .await
+            .expect("held")
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(held(5).await, [pending, filtered]);
+    assert_eq!(held(6).await, [restricted]);
+    assert!(held(7).await.is_empty());
+    assert!(c.held_replies_by(UserId(5), &[PostId(2)], 10).await.expect("other post").is_empty());
+    assert_eq!(c.held_replies_by(UserId(5), &[PostId(9)], 1).await.expect("limit").len(), 1);
+    let set = |id, status| CommentOp::SetStatus { id, status, actor: UserId(7), queue: QueueChange::Keep };
+    comment(s, set(pending, Visible)).await;
+    assert_eq!(held(5).await, [filtered], "approved: no longer held");
+    comment(s, CommentOp::Delete { id: filtered, actor: UserId(5) }).await;
+    assert!(held(5).await.is_empty(), "deleted");
+    comment(s, set(open, Pending)).await;
+    assert_eq!(held(5).await, [open], "held after it was written");
+    let r = &c.held_replies_by(UserId(5), &[PostId(9)], 10).await.expect("held")[0];
+    assert_eq!((r.parent, r.status, r.author), (Some(top), Pending, UserId(5)));
+}
+
 /// View sketches round-trip.
 pub async fn view_sketches_round_trip(s: &Stores) {
     assert_eq!(s.views.load_views(PostId(1)).await.expect("load"), None);
@@ -878,6 +917,7 @@ macro_rules! conformance_suite {
             holds_and_appeals_are_recorded_once,
             fingerprints_are_newest_first_and_time_bounded,
             a_created_comment_carries_its_moderation_state,
+            held_replies_are_listed_by_author_while_held,
             snapshots_move_with_their_offset,
             integrity_verdicts_keep_the_latest_and_page_in_time_order,
             a_key_makes_one_comment_whatever_the_batch,

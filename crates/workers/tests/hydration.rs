@@ -159,6 +159,15 @@ impl CommentReader for Counting {
         self.count("replies");
         self.inner.comments.replies(parent, after, limit).await
     }
+    async fn held_replies_by(
+        &self,
+        author: UserId,
+        posts: &[PostId],
+        limit: usize,
+    ) -> StoreResult<Vec<CommentRecord>> {
+        self.count("held_replies_by");
+        self.inner.comments.held_replies_by(author, posts, limit).await
+    }
 }
 
 #[async_trait]
@@ -390,6 +399,8 @@ async fn a_feed_page_costs_the_same_store_calls_for_5_and_20_posts() {
     assert_eq!(large_calls.get("top_level"), None, "{large_calls:?}");
     // One lookup of the viewer's held comments (they have none), whatever the page's size.
     assert_eq!(large_calls.get("held_by_author"), Some(&1), "{large_calls:?}");
+    // And one of their held replies, for the counts and the previews alike.
+    assert_eq!(large_calls.get("held_replies_by"), Some(&1), "{large_calls:?}");
     let total: u64 = large_calls.values().sum();
     assert!(total <= 5, "a warm 20-post page makes at most 5 store calls: {large_calls:?}");
 }

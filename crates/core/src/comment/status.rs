@@ -85,6 +85,12 @@ impl CommentStatus {
         self == CommentStatus::Visible
     }
 
+    /// Held back from others while it stands (pending, hidden by a filter, restricted): shown
+    /// to its author as visible (shadowed), to nobody else as itself but those who review it.
+    pub fn is_held(self) -> bool {
+        matches!(self, CommentStatus::Pending | CommentStatus::HiddenByFilter | CommentStatus::Restricted)
+    }
+
     /// Does a top-level comment in this status keep its thread open to everyone: are its
     /// replies shown to whoever may see them, and counted? Only while everyone can see the
     /// parent, as itself or as the public `deleted` placeholder: replies under a parent held

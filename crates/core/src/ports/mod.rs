@@ -254,6 +254,17 @@ pub trait CommentReader: Send + Sync {
         after: Option<CommentId>,
         limit: usize,
     ) -> StoreResult<Vec<CommentRecord>>;
+    /// `author`'s held replies (pending, hidden by a filter or restricted: held back from
+    /// others, shown to their author as ordinary ones) on any of `posts`, at most `limit`, in
+    /// no particular order. Read through an index by author kept in the write that changes
+    /// the comment, so an author with none on the posts asked about costs one lookup per
+    /// shard: a feed page asks it for every viewer.
+    async fn held_replies_by(
+        &self,
+        author: UserId,
+        posts: &[PostId],
+        limit: usize,
+    ) -> StoreResult<Vec<CommentRecord>>;
 }
 
 /// Why a comment was reported.

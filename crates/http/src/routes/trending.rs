@@ -27,7 +27,8 @@ pub struct TrendingQuery {
 
 /// Posts ranked by recent engagement velocity: likes and visible comments in the window,
 /// recent ones weighing more. `likes` is null where the post's like count is hidden from this
-/// viewer (as `like_count` of a post).
+/// viewer (as `like_count` of a post), and such a post is placed by a power-of-two bucket of
+/// its score, so its place does not give the count away.
 #[utoipa::path(get, path = "/v1/trending", operation_id = "list_trending_posts", tag = "trending",
     params(TrendingQuery),
     responses((status = 200, body = TrendingPage), (status = 400, body = crate::error::ErrorBody),

@@ -13,6 +13,7 @@ use super::replicas::Fence;
 use super::tx::TxError;
 use super::{PgStore, i, pg_err};
 use async_trait::async_trait;
+use futures::future::try_join_all;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::comment::transition::{
     Before, Review, RowWrite, Thread, VisibleReply, create_parent, review, thread_reads, transition,
@@ -22,7 +23,7 @@ use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::CommentReader;
 use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord};
 use likewise_core::{StoreError, StoreResult};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use tokio_postgres::Transaction;
 
 /// The select list for comment rows.
@@ -340,6 +341,43 @@ impl CommentReader for PgStore {
             })
             .await?;
         rows.iter().map(comment_row).collect()
+    }
+
+    async fn held_replies_by(
+        &self,
+        author: UserId,
+        posts: &[PostId],
+        limit: usize,
+    ) -> StoreResult<Vec<CommentRecord>> {
+        if posts.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut by_shard: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
+        for p in posts {
+            by_shard.entry(self.shard_of_post(*p)).or_default().push(i(p.0));
+        }
+        let limit = limit.min(i64::MAX as usize) as i64;
+        let q = format!(
+            "SELECT {COMMENT_COLS} FROM comments
+             WHERE author = $1 AND post_id = ANY($2) AND parent IS NOT NULL AND status IN (2, 3, 4)
+             LIMIT $3"
+        );
+        // From the primaries (the partial index `comments_held_replies`): the author's own
+        // reply, held a moment ago, counts for them on their next read.
+        let found = try_join_all(by_shard.into_iter().map(|(shard, ids)| {
+            let q = &q;
+            async move {
+                let c = self.conn(shard).await?;
+                c.query(q.as_str(), &[&i(author.0), &ids, &limit]).await.map_err(pg_err)
+            }
+        }))
+        .await?;
+        let mut out = Vec::new();
+        for r in found.iter().flatten() {
+            out.push(comment_row(r)?);
+        }
+        out.truncate(limit as usize);
+        Ok(out)
     }
 }
 

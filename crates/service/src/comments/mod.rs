@@ -11,6 +11,7 @@
 mod read;
 mod retries;
 mod write;
+pub use read::OwnReplies;
 pub(crate) use write::touched;
 
 use crate::ServiceResult;

@@ -6,10 +6,24 @@ use crate::{ServiceError, ServiceResult};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::write::CommentRecord;
+use std::collections::{BTreeSet, HashMap};
 
 /// Replies read to decide whether a placeholder is shown: a thread whose first replies are
 /// all hidden from the reader is rare, and past these it is not shown.
 const PLACEHOLDER_SCAN: usize = 50;
+
+/// Most of a viewer's own held replies one page reads.
+const OWN_HELD_REPLIES: usize = 200;
+
+/// A viewer's own held replies, counted where they see them as ordinary ones: in their
+/// post's `comment_count` and their parent's `reply_count` (see [`Comments::own_held_replies`]).
+#[derive(Debug, Clone, Default)]
+pub struct OwnReplies {
+    /// By post.
+    pub by_post: HashMap<PostId, i64>,
+    /// By top-level parent.
+    pub by_parent: HashMap<CommentId, i64>,
+}
 
 impl Comments {
     /// Top-level comments of a post, keyset-paged by ID, as `reader` may see them.
@@ -98,11 +112,79 @@ impl Comments {
             .any(|x| as_seen_by(reader, &CommentRecord { post_author: r.post_author, ..x }).is_some()))
     }
 
-    /// Decorate records with counts, liked state and names (batched).
+    /// The viewer's own held replies on `posts` that count for them: those under a parent
+    /// the viewer sees opening its thread (`likewise_core::comment::thread::counted`, with
+    /// the parent as the viewer is shown it: visible or a placeholder, their own held parent
+    /// included). Their author sees them as ordinary replies (shadow visibility), so their
+    /// counts include them for their author alone: the shared counters count visible
+    /// comments only. One
+    /// lookup of the store's by-author index (one seek for a viewer with none); the parents
+    /// come through the record cache. Moderators see real statuses: nothing is added for them.
+    pub async fn own_held_replies(&self, reader: Reader, posts: &[PostId]) -> ServiceResult<OwnReplies> {
+        let mut own = OwnReplies::default();
+        if reader.moderator || posts.is_empty() {
+            return Ok(own);
+        }
+        let recs = self.shared.stores.comments.held_replies_by(reader.user, posts, OWN_HELD_REPLIES).await?;
+        // The records decide: one changed since the index was read is left out.
+        let held: Vec<(PostId, CommentId)> = recs
+            .into_iter()
+            .filter(|r| r.author == reader.user && r.status.is_held())
+            .filter_map(|r| Some((r.post, r.parent?)))
+            .collect();
+        if held.is_empty() {
+            return Ok(own);
+        }
+        let parents: Vec<CommentId> =
+            held.iter().map(|(_, p)| *p).collect::<BTreeSet<_>>().into_iter().collect();
+        let open: HashMap<CommentId, bool> = parents
+            .iter()
+            .copied()
+            .zip(self.upstream.comment_records(&parents).await?)
+            .map(|(id, r)| {
+                let seen = r.and_then(|p| as_seen_by(reader, &p));
+                (id, seen.is_some_and(|p| p.status.opens_thread()))
+            })
+            .collect();
+        for (post, parent) in held {
+            if open.get(&parent).copied().unwrap_or(false) {
+                *own.by_post.entry(post).or_default() += 1;
+                *own.by_parent.entry(parent).or_default() += 1;
+            }
+        }
+        Ok(own)
+    }
+
+    /// [`Comments::own_held_replies`], or none when the read fails: then the viewer sees the
+    /// counts everyone sees.
+    pub async fn own_held_replies_or_none(&self, reader: Reader, posts: &[PostId]) -> OwnReplies {
+        match self.own_held_replies(reader, posts).await {
+            Ok(own) => own,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the viewer's held replies failed; serving everyone's counts");
+                metrics::counter!("likewise_own_held_failed_total").increment(1);
+                OwnReplies::default()
+            }
+        }
+    }
+
+    /// Decorate records with counts, liked state and names (batched). A top-level comment's
+    /// `reply_count` includes the reader's own held replies under it ([`OwnReplies`]).
     pub async fn decorate(
         &self,
         reader: Reader,
         recs: Vec<CommentRecord>,
+    ) -> ServiceResult<Vec<CommentView>> {
+        self.decorate_with(reader, recs, None).await
+    }
+
+    /// [`Comments::decorate`], with the reader's own held replies already read for the
+    /// records' posts (`own`: a feed page reads them once for its counts and its previews).
+    pub async fn decorate_with(
+        &self,
+        reader: Reader,
+        recs: Vec<CommentRecord>,
+        own: Option<&OwnReplies>,
     ) -> ServiceResult<Vec<CommentView>> {
         if recs.is_empty() {
             return Ok(Vec::new());
@@ -110,11 +192,23 @@ impl Comments {
         let targets: Vec<Target> = recs.iter().map(|r| Target::comment(r.id.0)).collect();
         let ids: Vec<u64> = recs.iter().map(|r| r.id.0).collect();
         let authors: Vec<UserId> = recs.iter().map(|r| r.author).collect();
-        let (counts, liked, names) = tokio::join!(
+        let parents_on: Vec<PostId> = match own {
+            Some(_) => Vec::new(),
+            None => recs
+                .iter()
+                .filter(|r| r.parent.is_none())
+                .map(|r| r.post)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+        };
+        let (counts, liked, names, read) = tokio::join!(
             self.shared.counts.get_many(&targets),
             self.shared.stores.likes.liked_among(reader.user, TargetKind::Comment, &ids),
             self.upstream.usernames(&authors),
+            self.own_held_replies_or_none(reader, &parents_on),
         );
+        let own = own.unwrap_or(&read);
         let (counts, liked, names) = (counts?, liked?, names?);
         let discount = self.shared.integrity.discount().await;
         Ok(recs
@@ -125,11 +219,12 @@ impl Comments {
             .map(|(((record, c), viewer_has_liked), author_username)| {
                 let deleted = record.status.is_deleted();
                 let like_count = discount.apply(Target::comment(record.id.0), c.counts.likes);
+                let own_replies = own.by_parent.get(&record.id).copied().unwrap_or(0);
                 CommentView {
                     record: if deleted { CommentRecord { text: String::new(), ..record } } else { record },
                     author_username,
                     like_count,
-                    reply_count: c.counts.replies.max(0),
+                    reply_count: c.counts.replies.max(0) + own_replies,
                     viewer_has_liked,
                     pinned: false,
                 }

@@ -6,6 +6,11 @@
 //! | `top_comments`  | post(8) id(8)    | (empty)        | keyset pages of top-level comments    |
 //! | `replies`       | parent(8) id(8)  | post(8)        | replies under their top-level parent  |
 //! | `comment_posts` | id(8)            | post(8)        | find a comment's post from its ID     |
+//! | `held_replies`  | author(8) post(8) id(8) | parent(8) | an author's held replies ([`CommentStatus::is_held`]) |
+//!
+//! `held_replies` is written with the record in the same batch (`flush`), so it lists exactly
+//! the replies held at the last commit; its one-byte key [`HELD_REPLIES_INDEXED`] says that a
+//! store written before it existed has been indexed (`index_held_replies`, at open).
 //!
 //! Comment changes go through the same batch as likes (see `write.rs`). What an operation
 //! does is planned by `likewise_core::comment::transition` from the rows read here; each
@@ -23,7 +28,7 @@ use likewise_core::comment::status::CommentStatus;
 use likewise_core::comment::transition::{
     Before, Review, RowWrite, Thread, VisibleReply, create_parent, review, thread_reads, transition,
 };
-use likewise_core::ids::{CommentId, PostId};
+use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::CommentReader;
 use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord};
 use likewise_core::{StoreError, StoreResult};
@@ -257,6 +262,14 @@ impl CommentOverlay {
             if t.before == t.now {
                 continue;
             }
+            // An author's held replies: the key's fields never change, only membership does.
+            match (t.before.as_ref().filter(|r| held_reply(r)), t.now.as_ref().filter(|r| held_reply(r))) {
+                (Some(r), None) => b.batch.remove(&s.held_replies, held_reply_key(r)),
+                (None, Some(r)) => {
+                    b.batch.insert(&s.held_replies, held_reply_key(r), held_reply_parent(r));
+                }
+                _ => {}
+            }
             match (&t.before, &t.now) {
                 (_, Some(r)) => {
                     b.batch.insert(&s.comments, pair_key(r.post.0, *id), r.encode());
@@ -280,6 +293,59 @@ impl CommentOverlay {
             }
         }
     }
+}
+
+/// The key of `held_replies` that marks a store as indexed (every other key is 24 bytes).
+const HELD_REPLIES_INDEXED: [u8; 1] = [0];
+
+/// Is `r` a reply held back from others (an entry of `held_replies`)?
+fn held_reply(r: &CommentRecord) -> bool {
+    r.parent.is_some() && r.status.is_held()
+}
+
+fn held_reply_key(r: &CommentRecord) -> [u8; 24] {
+    let mut k = [0u8; 24];
+    k[..8].copy_from_slice(&r.author.0.to_be_bytes());
+    k[8..16].copy_from_slice(&r.post.0.to_be_bytes());
+    k[16..].copy_from_slice(&r.id.0.to_be_bytes());
+    k
+}
+
+fn held_reply_parent(r: &CommentRecord) -> [u8; 8] {
+    r.parent.map_or(0, |p| p.0).to_be_bytes()
+}
+
+/// Fill `held_replies` in a store written before it existed (at open, before any writer
+/// runs): every held comment has a hold row (`holds`, the reason the review queue shows), so
+/// those are the only records to read. One batch with the marker: a crash part way leaves
+/// the store unindexed, to be indexed at the next open.
+pub(super) fn index_held_replies(s: &Inner) -> StoreResult<()> {
+    if s.held_replies.get(HELD_REPLIES_INDEXED).map_err(engine_err)?.is_some() {
+        return Ok(());
+    }
+    let mut batch = s.db.batch();
+    let mut n = 0usize;
+    for kv in s.holds.iter() {
+        let k = kv.key().map_err(engine_err)?;
+        if k.len() != 8 {
+            return Err(StoreError::Corrupt {
+                keyspace: "holds",
+                detail: format!("a key of {} bytes", k.len()),
+            });
+        }
+        if let Some(r) = load(&s.comment_posts, &s.comments, CommentId(be_u64(&k, 0)))?
+            && held_reply(&r)
+        {
+            batch.insert(&s.held_replies, held_reply_key(&r), held_reply_parent(&r));
+            n += 1;
+        }
+    }
+    batch.insert(&s.held_replies, HELD_REPLIES_INDEXED, []);
+    batch.commit().map_err(engine_err)?;
+    if n > 0 {
+        tracing::info!(replies = n, "indexed the held replies by author");
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -335,8 +401,97 @@ impl CommentReader for EmbeddedStore {
         }
         Ok(out)
     }
+
+    async fn held_replies_by(
+        &self,
+        author: UserId,
+        posts: &[PostId],
+        limit: usize,
+    ) -> StoreResult<Vec<CommentRecord>> {
+        let s = &*self.inner;
+        let mut out = Vec::new();
+        // The usual answer: no held reply by this author anywhere, one seek.
+        if limit == 0 || s.held_replies.prefix(author.0.to_be_bytes()).next().is_none() {
+            return Ok(out);
+        }
+        for post in posts {
+            for g in s.held_replies.prefix(pair_key(author.0, post.0)) {
+                if out.len() >= limit {
+                    return Ok(out);
+                }
+                let k = g.key().map_err(engine_err)?;
+                if k.len() != 24 {
+                    let detail = format!("a key of {} bytes", k.len());
+                    return Err(StoreError::Corrupt { keyspace: "held_replies", detail });
+                }
+                // A record the index lists may be changed meanwhile: the caller decides by it.
+                if let Some(r) = s.comments.get(pair_key(post.0, be_u64(&k, 16))).map_err(engine_err)? {
+                    out.push(decode(CommentId(be_u64(&k, 16)), &r)?);
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 fn collect_ids(iter: impl Iterator<Item = fjall::Guard>) -> StoreResult<Vec<u64>> {
     iter.map(|g| g.key().map(|k| be_u64(&k, 8)).map_err(engine_err)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded::EmbeddedOptions;
+    use likewise_core::ports::WriteEngine;
+    use likewise_core::write::{WriteOp, WriteOutcome};
+
+    fn create(store: &EmbeddedStore, parent: Option<CommentId>, held: Option<HeldBy>) -> CommentId {
+        let status = if held.is_some() { CommentStatus::HiddenByFilter } else { CommentStatus::Visible };
+        let rec = CommentRecord {
+            id: CommentId(0),
+            post: PostId(3),
+            author: UserId(5),
+            post_author: UserId(7),
+            parent,
+            reply_to_user: None,
+            status,
+            text: "a reply".into(),
+            simhash: 1,
+        };
+        match store.apply(&[WriteOp::Comment(CommentOp::Create(rec, held))]).expect("apply").pop() {
+            Some(WriteOutcome::Comment(CommentOutcome::Done(Some(r)))) => r.id,
+            other => panic!("create answered {other:?}"),
+        }
+    }
+
+    /// A store written before `held_replies` existed (no entries, no marker) has its held
+    /// replies indexed at the next open, from the hold rows.
+    #[tokio::test]
+    async fn held_replies_of_a_store_written_before_the_index_are_indexed_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = EmbeddedOptions::default();
+        let held = {
+            let store = EmbeddedStore::open(dir.path(), &opts).expect("open");
+            let top = create(&store, None, None);
+            let held = create(&store, Some(top), Some(HeldBy::HiddenWords));
+            let listed = store.held_replies_by(UserId(5), &[PostId(3)], 10).await.expect("held");
+            assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), [held]);
+            // As an older store left it: no index, no marker.
+            let s = &*store.inner;
+            let keys: Vec<Vec<u8>> =
+                s.held_replies.iter().map(|kv| kv.key().expect("key").to_vec()).collect();
+            let mut batch = s.db.batch();
+            for k in keys {
+                batch.remove(&s.held_replies, k);
+            }
+            batch.commit().expect("commit");
+            assert!(store.held_replies_by(UserId(5), &[PostId(3)], 10).await.expect("held").is_empty());
+            store.sync().expect("sync");
+            held
+        };
+        let store = EmbeddedStore::open(dir.path(), &opts).expect("reopen");
+        let listed = store.held_replies_by(UserId(5), &[PostId(3)], 10).await.expect("held");
+        assert_eq!(listed.iter().map(|r| r.id).collect::<Vec<_>>(), [held], "indexed at open");
+        assert!(store.inner.held_replies.get(HELD_REPLIES_INDEXED).expect("marker").is_some());
+    }
 }

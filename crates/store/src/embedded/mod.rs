@@ -113,6 +113,8 @@ struct Inner {
     top_comments: Keyspace,
     replies: Keyspace,
     comment_posts: Keyspace,
+    /// An author's held replies (`comments.rs`).
+    held_replies: Keyspace,
     views: Keyspace,
     /// Per-(post, hour) unique-viewer sketches; layout in `views.rs`.
     hourly_views: Keyspace,
@@ -300,6 +302,7 @@ impl EmbeddedStore {
             top_comments: ks("top_comments", small)?,
             replies: ks("replies", small)?,
             comment_posts: ks("comment_posts", small)?,
+            held_replies: ks_with("held_replies", small, false)?,
             views: ks("views", small)?,
             hourly_views: ks("hourly_views", small)?,
             hourly_lock: Mutex::new(()),
@@ -353,6 +356,8 @@ impl EmbeddedStore {
         liker_pages::convert_old_rows(&inner.db, &inner.likers)?;
         // Stores written before the by-author index of unlisted rank entries: build it.
         ranks::index_held_by_author(&inner)?;
+        // Stores written before the by-author index of held replies: build it.
+        comments::index_held_replies(&inner)?;
         let head = counters::last_seq(&inner.events)?;
         *inner.id_gen.lock() =
             likewise_core::comment::id::CommentIdGen::new(comments::highest_id(&inner.comment_posts)?);
