@@ -936,6 +936,40 @@ async fn a_pinned_comment_a_moderator_hides_frees_its_pin_slot() {
     app.stop().await;
 }
 
+/// A pinned comment that reports made pending keeps its pin slot (a wave of reports does not
+/// cost the author their pins): it is not shown while pending, a fourth pin is refused, and
+/// once the post's author approves it, it is back among the pinned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_comment_reports_hold_keeps_its_pin_slot_until_approved() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    let mut cs = Vec::new();
+    for u in 10..14u64 {
+        cs.push(comment(&app, u, 1, &format!("comment number {u}")).await);
+    }
+    for c in &cs[..3] {
+        assert_eq!(pin(&app, c).await.0, StatusCode::NO_CONTENT);
+    }
+    for reporter in 40..45u64 {
+        report(&app, reporter, &id(&cs[1])).await;
+    }
+    let pinned =
+        |items: Vec<Value>| -> Vec<String> { items.iter().filter(|c| c["pinned"] == true).map(id).collect() };
+    app.wait_until(|| async { pinned(list(&app, 5, 1, "top").await) == [id(&cs[0]), id(&cs[2])] }).await;
+    let (st, v) = pin(&app, &cs[3]).await;
+    assert_error(st, &v, 409, "conflict");
+    let (st, v) = app
+        .call(Method::POST, &format!("/v1/comments/{}/approve", id(&cs[1])), Some(&app.user(7)), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let want = [id(&cs[0]), id(&cs[1]), id(&cs[2])];
+    for viewer in [5u64, 11, 7] {
+        assert_eq!(pinned(list(&app, viewer, 1, "top").await), want, "viewer {viewer}");
+    }
+    app.stop().await;
+}
+
 /// The posts of a feed page as `viewer` sees them (the batched route), by post ID.
 async fn feed(app: &TestApp, viewer: u64, posts: &[u64]) -> Vec<Value> {
     let ids: Vec<String> = posts.iter().map(u64::to_string).collect();
