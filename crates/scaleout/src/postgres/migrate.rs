@@ -33,6 +33,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (20, "reviewed_reports", include_str!("migrations/0020_reviewed_reports.sql")),
     (21, "comment_rank_history", include_str!("migrations/0021_comment_rank_history.sql")),
     (22, "held_marks", include_str!("migrations/0022_held_marks.sql")),
+    (23, "notif_contributions", include_str!("migrations/0023_notif_contributions.sql")),
 ];
 
 /// Advisory lock key held while migrating (any constant unique to Likewise).
