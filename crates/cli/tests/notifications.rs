@@ -683,3 +683,41 @@ async fn deleting_one_of_two_replies_keeps_the_replier_in_the_item() {
     assert_eq!((&it["actor_count"], &it["actors"]), (&json!(1), &json!(["user31"])), "{it}");
     app.stop().await;
 }
+
+/// `post_liked: following` is decided when the like is made (read by the notifier), not when
+/// its hold ends: a like by someone the author starts following within the hold stays muted,
+/// and a like by someone they stop following within the hold notifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_is_decided_by_the_follows_when_the_like_is_made() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = common::test_config(dir.path());
+    cfg.notifications.hold_ms = 3_000; // ample time to follow and unfollow within it
+    let app = TestApp::start_with(cfg).await;
+    app.post(1, 7, false).await;
+    app.post(2, 7, false).await;
+    let follow = |method: Method, other: u64| {
+        let app = &app;
+        async move {
+            let path = format!("/v1/users/7/follows/{other}");
+            let (st, v) = app.call(method, &path, Some(&app.service()), None).await;
+            assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+        }
+    };
+    follow(Method::PUT, 32).await;
+    let (st, _) = put_prefs(&app, 7, r#"{"post_liked": "following"}"#).await;
+    assert_eq!(st, StatusCode::OK);
+    app.like(31, 1, true).await; // not followed when liking...
+    app.like(32, 1, true).await; // followed when liking...
+    // A comment, notified at once: the notifier has read the likes, which are held.
+    post_comment(&app, 40, json!({"text": "after the likes"})).await;
+    wait_item(&app, 7, "commented").await;
+    follow(Method::PUT, 31).await; // ...followed within the hold
+    follow(Method::DELETE, 32).await; // ...unfollowed within the hold
+    app.like(31, 2, true).await; // a witness, followed now: due after the two before
+    app.wait_until(|| async { inbox(&app, 7).await.iter().any(|i| i["post_id"] == "2") }).await;
+    let items = inbox(&app, 7).await;
+    let liked = items.iter().find(|i| i["kind"] == "post_liked" && i["post_id"] == "1");
+    let liked = liked.expect("the like of user32, followed when liking");
+    assert_eq!((&liked["actor_count"], &liked["actors"]), (&json!(1), &json!(["user32"])), "{items:?}");
+    app.stop().await;
+}

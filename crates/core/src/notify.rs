@@ -400,6 +400,14 @@ impl Holder {
         self.orphans.retain(|_, o| o.ts_ms.saturating_add(ORPHAN_WAIT_MS) >= e.ts_ms);
     }
 
+    /// Feed a like its recipient muted (in log order, instead of [`Holder::on_event`]): it is
+    /// not held, and only settles what any event settles. Returns the changes to apply now.
+    pub fn on_muted(&mut self, e: &Event) -> Vec<Change> {
+        let mut out = Vec::new();
+        self.settle_orphans(e, &mut out);
+        out
+    }
+
     /// Feed one event (in log order). Returns the changes to apply now.
     pub fn on_event(&mut self, e: &Event, ctx: Option<CommentContext>) -> Vec<Change> {
         let mut out = Vec::new();
