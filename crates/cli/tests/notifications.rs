@@ -616,3 +616,108 @@ async fn a_deleted_reply_withdraws_its_mention_as_well_as_its_reply() {
     assert_eq!(parent_item["actors"], json!(["user31"]), "{parent_item}");
     app.stop().await;
 }
+
+/// Delete comment `cid` as `user`.
+async fn delete_comment(app: &TestApp, user: u64, cid: &str) {
+    let (st, v) = app.call(Method::DELETE, &format!("/v1/comments/{cid}"), Some(&app.user(user)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+}
+
+/// A comment on post 2 (by user 8) by `user`, then wait until its author's `commented` item
+/// counts `n`: the notifier has read every earlier event.
+async fn witness(app: &TestApp, user: u64, n: u64) {
+    let (st, v) = app
+        .call(Method::POST, "/v1/posts/2/comments", Some(&app.user(user)), Some(r#"{"text": "witness"}"#))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    app.wait_until(|| async { item(app, 8, "commented").await.is_some_and(|i| i["actor_count"] == n) }).await;
+}
+
+/// A user who liked two comments of one author on one post stays in the author's
+/// `comment_liked` item when one of the comments is deleted: their like of the other stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_one_liked_comment_keeps_the_likes_of_the_authors_other_comment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    app.post(2, 8, false).await; // the witness's post
+    let first = post_comment(&app, 20, json!({"text": "a first comment"})).await;
+    let second = post_comment(&app, 20, json!({"text": "a second comment"})).await;
+    for cid in [&first, &second] {
+        let (st, v) =
+            app.call(Method::PUT, &format!("/v1/comments/{cid}/like"), Some(&app.user(24)), None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+    app.wait_until(|| async { item(&app, 20, "comment_liked").await.is_some() }).await;
+    delete_comment(&app, 20, &first).await;
+    witness(&app, 40, 1).await;
+    let it = item(&app, 20, "comment_liked").await.expect("the like of the second comment still notifies");
+    assert_eq!((&it["actor_count"], &it["actors"]), (&json!(1), &json!(["user24"])), "{it}");
+    // Deleting the second one withdraws the last like.
+    delete_comment(&app, 20, &second).await;
+    witness(&app, 41, 2).await;
+    assert_eq!(item(&app, 20, "comment_liked").await, None);
+    app.stop().await;
+}
+
+/// A user who replied twice to a comment stays in its author's `replied` item when one of
+/// their replies is deleted, and the item stays after every other replier's reply is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_one_of_two_replies_keeps_the_replier_in_the_item() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    app.post(2, 8, false).await; // the witness's post
+    let top = post_comment(&app, 30, json!({"text": "a parent"})).await;
+    let first = post_comment(&app, 31, json!({"text": "a first reply", "parent_id": top})).await;
+    let _second = post_comment(&app, 31, json!({"text": "a second reply", "parent_id": top})).await;
+    let other = post_comment(&app, 32, json!({"text": "another reply", "parent_id": top})).await;
+    app.wait_until(|| async { item(&app, 30, "replied").await.is_some_and(|i| i["actor_count"] == 2) }).await;
+    delete_comment(&app, 31, &first).await;
+    witness(&app, 40, 1).await;
+    let it = item(&app, 30, "replied").await.expect("the replied item");
+    assert_eq!(it["actor_count"], 2, "the second reply of user31 stands: {it}");
+    delete_comment(&app, 32, &other).await;
+    witness(&app, 41, 2).await;
+    let it = item(&app, 30, "replied").await.expect("the second reply of user31 still notifies");
+    assert_eq!((&it["actor_count"], &it["actors"]), (&json!(1), &json!(["user31"])), "{it}");
+    app.stop().await;
+}
+
+/// `post_liked: following` is decided when the like is made (read by the notifier), not when
+/// its hold ends: a like by someone the author starts following within the hold stays muted,
+/// and a like by someone they stop following within the hold notifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn following_is_decided_by_the_follows_when_the_like_is_made() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = common::test_config(dir.path());
+    cfg.notifications.hold_ms = 3_000; // ample time to follow and unfollow within it
+    let app = TestApp::start_with(cfg).await;
+    app.post(1, 7, false).await;
+    app.post(2, 7, false).await;
+    let follow = |method: Method, other: u64| {
+        let app = &app;
+        async move {
+            let path = format!("/v1/users/7/follows/{other}");
+            let (st, v) = app.call(method, &path, Some(&app.service()), None).await;
+            assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+        }
+    };
+    follow(Method::PUT, 32).await;
+    let (st, _) = put_prefs(&app, 7, r#"{"post_liked": "following"}"#).await;
+    assert_eq!(st, StatusCode::OK);
+    app.like(31, 1, true).await; // not followed when liking...
+    app.like(32, 1, true).await; // followed when liking...
+    // A comment, notified at once: the notifier has read the likes, which are held.
+    post_comment(&app, 40, json!({"text": "after the likes"})).await;
+    wait_item(&app, 7, "commented").await;
+    follow(Method::PUT, 31).await; // ...followed within the hold
+    follow(Method::DELETE, 32).await; // ...unfollowed within the hold
+    app.like(31, 2, true).await; // a witness, followed now: due after the two before
+    app.wait_until(|| async { inbox(&app, 7).await.iter().any(|i| i["post_id"] == "2") }).await;
+    let items = inbox(&app, 7).await;
+    let liked = items.iter().find(|i| i["kind"] == "post_liked" && i["post_id"] == "1");
+    let liked = liked.expect("the like of user32, followed when liking");
+    assert_eq!((&liked["actor_count"], &liked["actors"]), (&json!(1), &json!(["user32"])), "{items:?}");
+    app.stop().await;
+}

@@ -2,9 +2,11 @@
 //!
 //! - Like notifications are held for `hold_ms` (default 5 s) so a quick unlike cancels them;
 //!   comment notifications go out at once; no one is notified of their own actions.
-//! - Changes aggregate per (recipient, post, kind): the store keeps the distinct set of
-//!   actors, so a redelivered event is a no-op and an unlike after delivery removes exactly
-//!   that actor.
+//! - Changes aggregate per (recipient, post, kind): the store keeps each actor's distinct
+//!   contributions to an item (the liked comment, the comment or reply written; a post like
+//!   is one), so a redelivered event is a no-op, and a withdrawal (an unlike, a deleted or
+//!   hidden comment) takes out that contribution only: an actor leaves the item when none of
+//!   theirs remains.
 //! - A comment hidden or deleted later withdraws its notification, from the @mentioned user
 //!   of a reply too (remembered for a day, see [`MENTION_MEMORY_MS`]: a deleted reply's record,
 //!   which names that user, is gone by the time its deletion is read).
@@ -16,7 +18,7 @@
 use crate::event::{Event, EventKind};
 use crate::ids::{CommentId, PostId, UserId};
 use crate::like::TargetKind;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// One inbox item as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,13 +115,40 @@ pub enum Change {
         /// When.
         ts_ms: u64,
     },
-    /// Remove `actor` from the item (no-op if absent).
+    /// Withdraw `actor`'s contribution `comment` from the item (no-op if absent): the actor
+    /// leaves it when none of their contributions remains.
     Remove {
         /// The item.
         key: NotifKey,
         /// Who is withdrawn.
         actor: UserId,
+        /// The comment concerned, as its [`Change::Add`] named it.
+        comment: Option<CommentId>,
     },
+}
+
+impl Change {
+    /// The item changed.
+    pub fn key(&self) -> NotifKey {
+        match self {
+            Change::Add { key, .. } | Change::Remove { key, .. } => *key,
+        }
+    }
+
+    /// The actor added or withdrawn.
+    pub fn actor(&self) -> UserId {
+        match self {
+            Change::Add { actor, .. } | Change::Remove { actor, .. } => *actor,
+        }
+    }
+
+    /// The contribution added or withdrawn, as stored beside the actor: the comment's ID
+    /// (the comment liked, the comment or reply written), 0 for a post like.
+    pub fn source(&self) -> u64 {
+        match self {
+            Change::Add { comment, .. } | Change::Remove { comment, .. } => comment.map_or(0, |c| c.0),
+        }
+    }
 }
 
 /// What the consumer needs to know about a comment event's comment (from the comment store).
@@ -132,6 +161,10 @@ pub struct CommentContext {
     /// The user a reply @mentions.
     pub reply_to_user: Option<UserId>,
 }
+
+/// One held like: the item, the liker, and the liked comment's ID (0 for a post), so the
+/// likes of two comments of one author on one post are held and cancelled apart.
+type Slot = (NotifKey, UserId, u64);
 
 #[derive(Debug, Clone, Copy)]
 struct Held {
@@ -149,11 +182,11 @@ struct Held {
 #[derive(Debug)]
 pub struct Holder {
     hold_ms: u64,
-    pending: BTreeMap<(NotifKey, UserId), Held>,
+    pending: BTreeMap<Slot, Held>,
     /// Release order: (due, seq) first.
-    by_due: BTreeSet<(u64, u64, NotifKey, UserId)>,
+    by_due: BTreeSet<(u64, u64, Slot)>,
     /// Log order, for the committable offset: the oldest held event first.
-    by_seq: BTreeSet<(u64, NotifKey, UserId)>,
+    by_seq: BTreeSet<(u64, Slot)>,
     /// Events up to this position may be read again after an earlier run delivered them
     /// (see [`Holder::replaying_upto`]).
     replayed_upto: u64,
@@ -191,6 +224,7 @@ pub const MENTION_MEMORY_MAX: usize = 200_000;
 struct Orphan {
     post: PostId,
     replier: UserId,
+    reply: CommentId,
     ts_ms: u64,
 }
 
@@ -269,23 +303,23 @@ impl Holder {
         self.replayed_upto = replayed;
     }
 
-    fn hold(&mut self, key: NotifKey, actor: UserId, held: Held) {
-        if let Some(old) = self.pending.insert((key, actor), held) {
-            self.unindex(key, actor, &old);
+    fn hold(&mut self, slot: Slot, held: Held) {
+        if let Some(old) = self.pending.insert(slot, held) {
+            self.unindex(slot, &old);
         }
-        self.by_due.insert((held.due_ms, held.seq, key, actor));
-        self.by_seq.insert((held.seq, key, actor));
+        self.by_due.insert((held.due_ms, held.seq, slot));
+        self.by_seq.insert((held.seq, slot));
     }
 
-    fn cancel(&mut self, key: NotifKey, actor: UserId) -> Option<Held> {
-        let old = self.pending.remove(&(key, actor))?;
-        self.unindex(key, actor, &old);
+    fn cancel(&mut self, slot: Slot) -> Option<Held> {
+        let old = self.pending.remove(&slot)?;
+        self.unindex(slot, &old);
         Some(old)
     }
 
-    fn unindex(&mut self, key: NotifKey, actor: UserId, h: &Held) {
-        self.by_due.remove(&(h.due_ms, h.seq, key, actor));
-        self.by_seq.remove(&(h.seq, key, actor));
+    fn unindex(&mut self, slot: Slot, h: &Held) {
+        self.by_due.remove(&(h.due_ms, h.seq, slot));
+        self.by_seq.remove(&(h.seq, slot));
     }
 
     /// Held notifications not yet released or cancelled.
@@ -330,15 +364,15 @@ impl Holder {
         let comment = Some(CommentId(e.target.id));
         // A comment event's actor is the comment's author: the recipient of its likes.
         let key = NotifKey { recipient: e.actor, post: PostId(e.post), kind: NotifKind::CommentLiked };
-        let likers: Vec<UserId> = self
+        let likers: Vec<Slot> = self
             .pending
-            .range((key, UserId(0))..=(key, UserId(u64::MAX)))
+            .range((key, UserId(0), 0)..=(key, UserId(u64::MAX), u64::MAX))
             .filter(|(_, h)| h.comment == comment)
-            .map(|((_, actor), _)| *actor)
+            .map(|(slot, _)| *slot)
             .collect();
-        for actor in likers {
-            if self.cancel(key, actor).is_some_and(|h| h.seq <= self.replayed_upto) {
-                out.push(Change::Remove { key, actor });
+        for slot in likers {
+            if self.cancel(slot).is_some_and(|h| h.seq <= self.replayed_upto) {
+                out.push(Change::Remove { key, actor: slot.1, comment });
             }
         }
     }
@@ -359,11 +393,19 @@ impl Holder {
                     && o.replier != author
                 {
                     let key = NotifKey { recipient: author, post: o.post, kind: NotifKind::Replied };
-                    out.push(Change::Remove { key, actor: o.replier });
+                    out.push(Change::Remove { key, actor: o.replier, comment: Some(o.reply) });
                 }
             }
         }
         self.orphans.retain(|_, o| o.ts_ms.saturating_add(ORPHAN_WAIT_MS) >= e.ts_ms);
+    }
+
+    /// Feed a like its recipient muted (in log order, instead of [`Holder::on_event`]): it is
+    /// not held, and only settles what any event settles. Returns the changes to apply now.
+    pub fn on_muted(&mut self, e: &Event) -> Vec<Change> {
+        let mut out = Vec::new();
+        self.settle_orphans(e, &mut out);
+        out
     }
 
     /// Feed one event (in log order). Returns the changes to apply now.
@@ -386,7 +428,12 @@ impl Holder {
             && e.parent != 0
             && c.parent_author.is_none()
         {
-            let o = Orphan { post: PostId(e.post), replier: actor, ts_ms: e.ts_ms };
+            let o = Orphan {
+                post: PostId(e.post),
+                replier: actor,
+                reply: CommentId(e.target.id),
+                ts_ms: e.ts_ms,
+            };
             self.orphans.insert((e.parent, e.seq), o);
         }
         let comment = (e.target.kind == TargetKind::Comment).then_some(CommentId(e.target.id));
@@ -407,16 +454,17 @@ impl Holder {
                 continue; // nobody is notified of their own actions
             }
             let key = NotifKey { recipient, post: PostId(e.post), kind };
+            let slot = (key, actor, comment.map_or(0, |c| c.0));
             match e.kind {
                 EventKind::LikeCreated => {
                     let held = Held { due_ms: e.ts_ms + self.hold_ms, seq: e.seq, comment, ts_ms: e.ts_ms };
-                    self.hold(key, actor, held);
+                    self.hold(slot, held);
                 }
-                EventKind::LikeRemoved => match self.cancel(key, actor) {
+                EventKind::LikeRemoved => match self.cancel(slot) {
                     // Cancelled while held: nothing was delivered, nothing to withdraw...
                     Some(h) if h.seq > self.replayed_upto => {}
                     // ...unless an earlier run may have delivered it before this replay.
-                    _ => out.push(Change::Remove { key, actor }),
+                    _ => out.push(Change::Remove { key, actor, comment }),
                 },
                 EventKind::CommentCreated if e.delta > 0 => {
                     out.push(Change::Add { key, actor, comment, ts_ms: e.ts_ms })
@@ -425,7 +473,7 @@ impl Holder {
                     out.push(Change::Add { key, actor, comment, ts_ms: e.ts_ms })
                 }
                 EventKind::CommentStatusChanged | EventKind::CommentDeleted if e.delta < 0 => {
-                    out.push(Change::Remove { key, actor })
+                    out.push(Change::Remove { key, actor, comment })
                 }
                 _ => {}
             }
@@ -437,9 +485,10 @@ impl Holder {
     pub fn release_due(&mut self, now_ms: u64) -> Vec<Change> {
         let mut out = Vec::new();
         while self.by_due.first().is_some_and(|&(due, ..)| due <= now_ms) {
-            let Some((_, seq, key, actor)) = self.by_due.pop_first() else { break };
-            self.by_seq.remove(&(seq, key, actor));
-            if let Some(h) = self.pending.remove(&(key, actor)) {
+            let Some((_, seq, slot)) = self.by_due.pop_first() else { break };
+            self.by_seq.remove(&(seq, slot));
+            if let Some(h) = self.pending.remove(&slot) {
+                let (key, actor, _) = slot;
                 out.push(Change::Add { key, actor, comment: h.comment, ts_ms: h.ts_ms });
             }
         }
@@ -449,7 +498,7 @@ impl Holder {
     /// The highest log position that may be committed after processing up to `processed`:
     /// just below the oldest event still held.
     pub fn safe_offset(&self, processed: u64) -> u64 {
-        let held = self.by_seq.first().map(|&(seq, _, _)| seq);
+        let held = self.by_seq.first().map(|&(seq, _)| seq);
         let orphan = self.orphans.keys().map(|&(_, seq)| seq).min();
         match held.into_iter().chain(orphan).min() {
             Some(oldest) => processed.min(oldest.saturating_sub(1)),
@@ -475,7 +524,7 @@ pub fn comment_like_changes(e: &Event, likers: &[(UserId, u64)]) -> Vec<Change> 
         .filter(|(u, _)| *u != e.actor)
         .map(|&(actor, ts_ms)| {
             if e.delta < 0 {
-                Change::Remove { key, actor }
+                Change::Remove { key, actor, comment }
             } else {
                 Change::Add { key, actor, comment, ts_ms }
             }
@@ -688,7 +737,7 @@ mod tests {
     fn removed_from(out: &[Change]) -> Vec<(u64, NotifKind, u64)> {
         out.iter()
             .filter_map(|c| match c {
-                Change::Remove { key, actor } => Some((key.recipient.0, key.kind, actor.0)),
+                Change::Remove { key, actor, .. } => Some((key.recipient.0, key.kind, actor.0)),
                 Change::Add { .. } => None,
             })
             .collect()
@@ -798,7 +847,8 @@ mod tests {
         let parent_gone = comment_event(11, EventKind::CommentDeleted, 800, 11, 0, -1);
         let out = h.on_event(&parent_gone, Some(parent_ctx));
         let replied = NotifKey { recipient: UserId(11), post: PostId(42), kind: NotifKind::Replied };
-        assert!(out.contains(&Change::Remove { key: replied, actor: UserId(30) }), "{out:?}");
+        let withdrawn = Change::Remove { key: replied, actor: UserId(30), comment: Some(CommentId(900)) };
+        assert!(out.contains(&withdrawn), "{out:?}");
         assert_eq!(h.safe_offset(11), 11);
         // One whose parent never shows up stops waiting after a minute of event time.
         h.on_event(&Event { seq: 12, ..reply_gone }, Some(no_parent));
@@ -824,7 +874,10 @@ mod tests {
         let key = NotifKey { recipient: UserId(20), post: PostId(42), kind: NotifKind::CommentLiked };
         assert_eq!(
             comment_like_changes(&status(-1), &likers),
-            vec![Change::Remove { key, actor: UserId(30) }, Change::Remove { key, actor: UserId(31) }]
+            vec![
+                Change::Remove { key, actor: UserId(30), comment: Some(CommentId(5)) },
+                Change::Remove { key, actor: UserId(31), comment: Some(CommentId(5)) }
+            ]
         );
         let back = comment_like_changes(&status(1), &likers);
         assert_eq!(back[1], Change::Add { key, actor: UserId(31), comment: Some(CommentId(5)), ts_ms: 12 });
@@ -845,7 +898,8 @@ mod tests {
             updated_ms: 0,
         });
         for a in [20, 19, 18] {
-            up.apply(&Change::Remove { key, actor: UserId(a) }, true);
+            up.load(UserId(a), [0]);
+            up.apply(&Change::Remove { key, actor: UserId(a), comment: None });
         }
         assert!(up.needs_refill());
         // What the engine read, newest first; a removed actor is never named again.
@@ -865,13 +919,70 @@ mod tests {
         let add = Change::Add { key, actor: UserId(1), comment: None, ts_ms: 10 };
         let new = NotifItem { id: 1, key, comment: None, actor_count: 0, recent: vec![], updated_ms: 0 };
         let mut up = ItemUpdate::new(new);
-        up.apply(&add, false);
+        up.apply(&add);
         up.stamp(6_000);
         assert_eq!(up.item.updated_ms, 6_000, "the release, not the like's time");
         let mut again = ItemUpdate::new(up.item.clone());
-        again.apply(&add, true);
+        again.load(UserId(1), [0]);
+        again.apply(&add);
         again.stamp(7_000);
         assert_eq!(again.item.updated_ms, 6_000, "nothing changed");
+    }
+
+    /// An actor with two contributions to an item (likes of two comments, two replies) stays
+    /// in it until both are withdrawn; a withdrawal repeated, or of a contribution never
+    /// stored, changes nothing.
+    #[test]
+    fn an_actor_leaves_an_item_when_none_of_their_contributions_remains() {
+        let key = NotifKey { recipient: UserId(7), post: PostId(42), kind: NotifKind::CommentLiked };
+        let add =
+            |actor, c| Change::Add { key, actor: UserId(actor), comment: Some(CommentId(c)), ts_ms: 10 };
+        let remove = |actor, c| Change::Remove { key, actor: UserId(actor), comment: Some(CommentId(c)) };
+        let new = NotifItem { id: 1, key, comment: None, actor_count: 0, recent: vec![], updated_ms: 0 };
+        let mut up = ItemUpdate::new(new.clone());
+        for ch in [add(1, 5), add(1, 6), add(2, 5), add(1, 5)] {
+            up.apply(&ch);
+        }
+        assert_eq!((up.item.actor_count, up.added.len()), (2, 3));
+        // Stored; the next batch loads what the engine holds.
+        let mut up = ItemUpdate::new(up.item.clone());
+        up.load(UserId(1), [5, 6]);
+        up.load(UserId(2), [5]);
+        for ch in [remove(1, 5), remove(1, 5), remove(1, 9)] {
+            up.apply(&ch);
+        }
+        assert_eq!((up.item.actor_count, up.item.recent.clone()), (2, vec![UserId(1), UserId(2)]));
+        assert_eq!(up.is_member(UserId(1)), Some(true));
+        up.apply(&remove(2, 5));
+        assert_eq!((up.item.actor_count, up.item.recent.clone()), (1, vec![UserId(1)]));
+        up.apply(&remove(1, 6));
+        assert_eq!(up.item.actor_count, 0);
+        let removed: BTreeSet<(UserId, u64)> = up.removed.iter().copied().collect();
+        assert_eq!(removed, BTreeSet::from([(UserId(1), 5), (UserId(1), 6), (UserId(2), 5)]));
+        // A row stored before contributions were kept is taken by the actor's withdrawal.
+        let mut legacy = ItemUpdate::new(NotifItem { actor_count: 1, recent: vec![UserId(3)], ..new });
+        legacy.load(UserId(3), [0]);
+        legacy.apply(&remove(3, 8));
+        assert_eq!((legacy.item.actor_count, legacy.removed.len()), (0, 1));
+    }
+
+    /// Likes of two comments of one author on one post, held together: each is cancelled by
+    /// its own unlike, and the comment deleted takes only its own like along.
+    #[test]
+    fn likes_of_two_comments_are_held_and_cancelled_apart() {
+        let mut h = Holder::new(5_000);
+        let like = |seq, created, comment| {
+            Event::like(seq, created, Target::comment(comment), UserId(20), UserId(24), 1_000 + seq, 42)
+        };
+        h.on_event(&like(1, true, 5), None);
+        h.on_event(&like(2, true, 6), None);
+        h.on_event(&like(3, true, 7), None);
+        assert_eq!(h.held(), 3);
+        assert!(h.on_event(&like(4, false, 6), None).is_empty());
+        let ctx = CommentContext { author: UserId(20), parent_author: None, reply_to_user: None };
+        h.on_event(&comment_event(5, EventKind::CommentDeleted, 7, 20, 0, -1), Some(ctx));
+        let out = h.release_due(u64::MAX);
+        assert!(matches!(out[..], [Change::Add { comment: Some(CommentId(5)), .. }]), "{out:?}");
     }
 
     #[test]
@@ -906,16 +1017,28 @@ pub fn next_stamp(last: u64, now_ms: u64) -> u64 {
     now_ms.max(last.saturating_add(1))
 }
 
-/// An inbox item being changed by one batch of [`Change`]s: the item plus the actors the
-/// batch added and removed (what the engine must write to the item's actor set).
+/// An inbox item being changed by one batch of [`Change`]s: the item plus the contributions
+/// the batch added and removed (what the engine must write to the item's actor rows).
+///
+/// An actor is a member of an item while at least one of their contributions ([`Change::source`])
+/// to it is stored; `actor_count` counts members. The engine passes each actor's stored
+/// contributions ([`ItemUpdate::load`]) before the first change of theirs is applied.
+///
+/// A post like is contribution 0, and so is a row stored before contributions were kept (of
+/// any kind): a withdrawal that does not find its own contribution takes such a row, as a
+/// withdrawal of the actor did then.
 #[derive(Debug, Clone)]
 pub struct ItemUpdate {
     /// The item as it will be stored.
     pub item: NotifItem,
-    /// Actors this batch made members.
-    pub added: std::collections::HashSet<UserId>,
-    /// Actors this batch removed.
-    pub removed: std::collections::HashSet<UserId>,
+    /// Contributions (actor, source) this batch stored.
+    pub added: HashSet<(UserId, u64)>,
+    /// Contributions (actor, source) this batch deleted.
+    pub removed: HashSet<(UserId, u64)>,
+    /// Each loaded actor's contributions as they stand after the changes applied so far.
+    sources: HashMap<UserId, BTreeSet<u64>>,
+    /// Each loaded actor's contributions as stored before the batch.
+    stored: HashMap<UserId, BTreeSet<u64>>,
     /// The item as it was stored before the batch.
     before: NotifItem,
 }
@@ -923,7 +1046,14 @@ pub struct ItemUpdate {
 impl ItemUpdate {
     /// Start from `item` as stored (or a new, empty one).
     pub fn new(item: NotifItem) -> Self {
-        ItemUpdate { before: item.clone(), item, added: Default::default(), removed: Default::default() }
+        ItemUpdate {
+            before: item.clone(),
+            item,
+            added: Default::default(),
+            removed: Default::default(),
+            sources: Default::default(),
+            stored: Default::default(),
+        }
     }
 
     /// Did the batch change what the item shows (a replayed batch changes nothing)?
@@ -941,61 +1071,94 @@ impl ItemUpdate {
         }
     }
 
-    /// Is `actor` a member now? `stored` says whether it was one before this batch.
-    pub fn is_member(&self, actor: UserId, stored: bool) -> bool {
-        if self.added.contains(&actor) {
-            true
-        } else if self.removed.contains(&actor) {
-            false
-        } else {
-            stored
+    /// Are `actor`'s stored contributions loaded?
+    pub fn knows(&self, actor: UserId) -> bool {
+        self.sources.contains_key(&actor)
+    }
+
+    /// Pass `actor`'s stored contributions to the item (none for a new item), before the
+    /// first change of theirs. Loading an actor again changes nothing.
+    pub fn load(&mut self, actor: UserId, stored: impl IntoIterator<Item = u64>) {
+        if !self.knows(actor) {
+            let set: BTreeSet<u64> = stored.into_iter().collect();
+            self.stored.insert(actor, set.clone());
+            self.sources.insert(actor, set);
         }
+    }
+
+    /// Is `actor` a member now (of the loaded actors; any other is as stored)?
+    pub fn is_member(&self, actor: UserId) -> Option<bool> {
+        self.sources.get(&actor).map(|s| !s.is_empty())
     }
 
     /// Has `recent` fallen short of the actors it should name (after removals took names out
     /// of it while older actors remain)? Then the engine reads the newest remaining actors
-    /// from the item's actor set and passes them to [`ItemUpdate::refill`].
+    /// from the item's actor rows and passes them to [`ItemUpdate::refill`].
     pub fn needs_refill(&self) -> bool {
         (self.item.recent.len() as u64) < self.item.actor_count.min(RECENT_ACTORS as u64)
     }
 
-    /// Top `recent` up from `newest`, remaining members newest first (those already named
-    /// are skipped), so an item keeps naming its most recent actors whatever was removed.
+    /// Top `recent` up from `newest`, remaining members newest first (those already named,
+    /// and those this batch withdrew, are skipped), so an item keeps naming its most recent
+    /// actors whatever was removed.
     pub fn refill(&mut self, newest: impl IntoIterator<Item = UserId>) {
         for a in newest {
             if self.item.recent.len() >= RECENT_ACTORS {
                 break;
             }
-            if !self.item.recent.contains(&a) && !self.removed.contains(&a) {
+            if !self.item.recent.contains(&a) && self.is_member(a) != Some(false) {
                 self.item.recent.push(a);
             }
         }
     }
 
-    /// Apply one change whose actor's membership before it is `member` (from
-    /// [`ItemUpdate::is_member`]): an exact set of actors, so applying a change twice is a
-    /// no-op (replays are harmless).
-    pub fn apply(&mut self, ch: &Change, member: bool) {
+    /// Apply one change (its actor loaded: [`ItemUpdate::load`]; one that is not counts as
+    /// having no contributions stored). The contributions are an exact set, so applying a
+    /// change twice is a no-op (replays are harmless).
+    pub fn apply(&mut self, ch: &Change) {
+        let actor = ch.actor();
+        let source = ch.source();
+        self.load(actor, []);
+        let stored = self.stored.get(&actor).is_some_and(|s| s.contains(&source));
+        let Some(sources) = self.sources.get_mut(&actor) else { return };
         match ch {
-            Change::Add { actor, comment, .. } => {
-                if !member {
+            Change::Add { comment, .. } => {
+                if sources.is_empty() {
                     self.item.actor_count += 1;
-                    self.added.insert(*actor);
-                    self.removed.remove(actor);
                 }
-                self.item.recent.retain(|a| a != actor);
-                self.item.recent.insert(0, *actor);
+                if sources.insert(source) {
+                    if stored {
+                        self.removed.remove(&(actor, source));
+                    } else {
+                        self.added.insert((actor, source));
+                    }
+                }
+                self.item.recent.retain(|a| *a != actor);
+                self.item.recent.insert(0, actor);
                 self.item.recent.truncate(RECENT_ACTORS);
                 if comment.is_some() {
                     self.item.comment = *comment;
                 }
             }
-            Change::Remove { actor, .. } => {
-                if member {
+            Change::Remove { .. } => {
+                // The contribution itself, else a row stored before contributions were kept.
+                let taken = if sources.contains(&source) {
+                    source
+                } else if sources.contains(&0) {
+                    0
+                } else {
+                    return;
+                };
+                sources.remove(&taken);
+                let was_stored = self.stored.get(&actor).is_some_and(|s| s.contains(&taken));
+                if was_stored {
+                    self.removed.insert((actor, taken));
+                } else {
+                    self.added.remove(&(actor, taken));
+                }
+                if self.sources.get(&actor).is_some_and(|s| s.is_empty()) {
                     self.item.actor_count = self.item.actor_count.saturating_sub(1);
-                    self.removed.insert(*actor);
-                    self.added.remove(actor);
-                    self.item.recent.retain(|a| a != actor);
+                    self.item.recent.retain(|a| *a != actor);
                 }
             }
         }

@@ -13,11 +13,11 @@
 //! its lease while cut off (its write still in flight) is refused once its successor started,
 //! and stops: it can neither undo the successor's changes nor move its offset.
 
-use likewise_core::event::Event;
-use likewise_core::ids::CommentId;
+use likewise_core::event::{Event, EventKind};
+use likewise_core::ids::{CommentId, PostId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::model::NotifPref;
-use likewise_core::notify::{Change, CommentContext, Holder, comment_like_changes};
+use likewise_core::notify::{Change, CommentContext, Holder, NotifKey, NotifKind, comment_like_changes};
 use likewise_core::ports::EventLog;
 use likewise_core::{StoreResult, ids::UserId};
 use likewise_service::{Engagement, now_ms};
@@ -109,36 +109,53 @@ impl Notifier {
         Ok(Some(CommentContext { author: e.actor, parent_author, reply_to_user }))
     }
 
-    /// Drop the additions their recipients muted (`/v1/me/notification-settings`): `off`, or
-    /// `following` and the actor is not followed, as the preference stood when the action
-    /// was made (a like held while its kind was turned off and on again stays muted).
-    /// Withdrawals always pass (removing an actor that was never added is a no-op), so muting
-    /// never leaves a stale name behind, and turning a kind back on replays nothing.
-    async fn without_muted(&self, changes: Vec<Change>) -> StoreResult<Vec<Change>> {
+    /// Has `recipient` muted `actor`'s action of `kind` made at `ts_ms`
+    /// (`/v1/me/notification-settings`)? `off`, or `following` and the actor is not followed
+    /// now, as the preference stood when the action was made (a like held while its kind was
+    /// turned off and on again stays muted).
+    async fn muted(&self, key: NotifKey, actor: UserId, ts_ms: u64, prefs: &mut Prefs) -> StoreResult<bool> {
         let upstream = &self.svc.upstream;
-        let mut settings = std::collections::HashMap::new();
+        let s = match prefs.settings.get(&key.recipient) {
+            Some(s) => *s,
+            None => {
+                let s = upstream.viewer_settings(key.recipient).await.map_err(service_err)?;
+                prefs.settings.insert(key.recipient, s);
+                s
+            }
+        };
+        let keep = match s.pref_at(key.kind, ts_ms) {
+            NotifPref::All => true,
+            NotifPref::Off => false,
+            NotifPref::Following => {
+                let followees = match prefs.followees.get(&key.recipient) {
+                    Some(f) => f.clone(),
+                    None => {
+                        let f = upstream.followees(key.recipient).await.map_err(service_err)?;
+                        prefs.followees.insert(key.recipient, f.clone());
+                        f
+                    }
+                };
+                followees.contains(&actor)
+            }
+        };
+        if !keep {
+            metrics::counter!("likewise_notifications_muted_total").increment(1);
+        }
+        Ok(!keep)
+    }
+
+    /// Drop the additions their recipients muted ([`Notifier::muted`]), of actions notified
+    /// at once (comments, replies, likers restored with their comment); a like is decided when
+    /// it is read ([`Notifier::absorb`]). Withdrawals always pass (removing an actor that was
+    /// never added is a no-op), so muting never leaves a stale name behind, and turning a kind
+    /// back on replays nothing.
+    async fn without_muted(&self, changes: Vec<Change>, prefs: &mut Prefs) -> StoreResult<Vec<Change>> {
         let mut kept = Vec::with_capacity(changes.len());
         for c in changes {
-            if let Change::Add { key, actor, ts_ms, .. } = c {
-                let s = match settings.get(&key.recipient) {
-                    Some(s) => *s,
-                    None => {
-                        let s = upstream.viewer_settings(key.recipient).await.map_err(service_err)?;
-                        settings.insert(key.recipient, s);
-                        s
-                    }
-                };
-                let keep = match s.pref_at(key.kind, ts_ms) {
-                    NotifPref::All => true,
-                    NotifPref::Off => false,
-                    NotifPref::Following => {
-                        upstream.followees(key.recipient).await.map_err(service_err)?.contains(&actor)
-                    }
-                };
-                if !keep {
-                    metrics::counter!("likewise_notifications_muted_total").increment(1);
-                    continue;
-                }
+            if let Change::Add { key, actor, ts_ms, .. } = c
+                && self.muted(key, actor, ts_ms, prefs).await?
+            {
+                continue;
             }
             kept.push(c);
         }
@@ -168,25 +185,28 @@ impl Notifier {
     pub async fn step(&mut self, now_ms: u64) -> StoreResult<usize> {
         let stores = self.svc.stores().clone();
         let mut changes = Vec::new();
+        // Settings and follows as read in this step.
+        let mut prefs = Prefs::default();
         // Held notifications fall due with time, not with traffic: a read that fails or does
         // not answer (a stream fetch lost in a failover) must not keep them from release.
-        let read = self.read_new(&mut changes).await;
-        // Likes read again (after a restart or a failed commit) wait until the replay is read
-        // through: an unlike further on may have withdrawn them long ago, and releasing them
-        // first would notify of them again. (At start nothing else is held.)
-        if self.processed >= self.holder.replayed_upto() {
-            changes.extend(self.holder.release_due(now_ms));
-        }
-        // What this step absorbed (released likes left the holder) exists only in `changes`
-        // until it is applied: any failure from here on starts again from the committed
-        // offset, which re-reads and re-holds it.
-        let changes = match self.without_muted(changes).await {
+        let read = self.read_new(&mut changes, &mut prefs).await;
+        // What this step absorbed exists only in `changes` until it is applied: any failure
+        // from here on starts again from the committed offset, which re-reads it.
+        let mut changes = match self.without_muted(changes, &mut prefs).await {
             Ok(changes) => changes,
             Err(e) => {
                 self.rewind();
                 return Err(e);
             }
         };
+        // Likes read again (after a restart or a failed commit) wait until the replay is read
+        // through: an unlike further on may have withdrawn them long ago, and releasing them
+        // first would notify of them again. (At start nothing else is held.) A released like
+        // was muted or not when it was read; one released and then lost in a failure is
+        // re-read and held again from the committed offset.
+        if self.processed >= self.holder.replayed_upto() {
+            changes.extend(self.holder.release_due(now_ms));
+        }
         let applied = self.apply(&stores, changes).await;
         read?;
         applied
@@ -203,7 +223,7 @@ impl Notifier {
 
     /// Read what the log has past `processed` into `changes`, each read bounded by
     /// [`READ_BOUND`] (a read that takes longer ends this step's reading).
-    async fn read_new(&mut self, changes: &mut Vec<Change>) -> StoreResult<()> {
+    async fn read_new(&mut self, changes: &mut Vec<Change>, prefs: &mut Prefs) -> StoreResult<()> {
         loop {
             let read = tokio::time::timeout(READ_BOUND, self.log.read_after(self.processed, 4_096)).await;
             let Ok(events) = read else {
@@ -216,7 +236,7 @@ impl Notifier {
             let events = events?;
             let n = events.len();
             for e in &events {
-                if let Err(err) = self.absorb(e, changes).await {
+                if let Err(err) = self.absorb(e, changes, prefs).await {
                     // Part of a stream message may be absorbed (its events share one position),
                     // and the holder has changed: start again from the committed offset.
                     changes.clear();
@@ -231,8 +251,22 @@ impl Notifier {
         }
     }
 
-    /// Turn one event into holds and changes.
-    async fn absorb(&mut self, e: &Event, changes: &mut Vec<Change>) -> StoreResult<()> {
+    /// Turn one event into holds and changes. A like its recipient muted
+    /// ([`Notifier::muted`]) is decided here, as the like is made, and never held: whether
+    /// the recipient follows its liker is read now, not when the hold ends.
+    async fn absorb(&mut self, e: &Event, changes: &mut Vec<Change>, prefs: &mut Prefs) -> StoreResult<()> {
+        if e.kind == EventKind::LikeCreated && e.target_author != e.actor {
+            let kind = if e.target.kind == TargetKind::Post {
+                NotifKind::PostLiked
+            } else {
+                NotifKind::CommentLiked
+            };
+            let key = NotifKey { recipient: e.target_author, post: PostId(e.post), kind };
+            if self.muted(key, e.actor, e.ts_ms, prefs).await? {
+                changes.extend(self.holder.on_muted(e));
+                return Ok(());
+            }
+        }
         let ctx = self.context(e).await?;
         changes.extend(self.holder.on_event(e, ctx));
         if e.target.kind == TargetKind::Comment && !e.kind.is_like() && e.delta != 0 {
@@ -270,6 +304,13 @@ impl Notifier {
         }
         Ok(n)
     }
+}
+
+/// The notification settings and follows of recipients, read once per step.
+#[derive(Default)]
+struct Prefs {
+    settings: std::collections::HashMap<UserId, likewise_core::model::ViewerSettings>,
+    followees: std::collections::HashMap<UserId, Arc<std::collections::HashSet<UserId>>>,
 }
 
 fn service_err(e: likewise_service::ServiceError) -> likewise_core::StoreError {

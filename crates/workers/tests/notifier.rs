@@ -105,16 +105,19 @@ impl likewise_core::ports::MetaStore for FlakyMeta {
     }
 }
 
-/// Likes released from the hold live only in the step until it commits: a step that fails
-/// after releasing them (here: the recipient's settings cannot be read) must derive them again,
-/// not commit an offset past them later.
+/// What a step absorbed lives only in the step until it commits: a step that fails after
+/// absorbing part of what it read (here: a recipient's settings cannot be read for a like,
+/// which is decided as it is read) must derive it all again, not commit an offset past it
+/// later, nor release what it held before as if nothing happened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn likes_released_by_a_failed_step_are_not_lost() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut stores = likewise_store::testing::open_small(dir.path());
     let meta = Arc::new(FlakyMeta { inner: stores.meta.clone(), down: false.into() });
     stores.meta = meta.clone();
-    let svc = Engagement::new(stores, ServiceOptions::default());
+    // Settings uncached, so each step reads them.
+    let svc =
+        Engagement::new(stores, ServiceOptions { meta_ttl: Duration::ZERO, ..ServiceOptions::default() });
     let post = PostMeta { author: UserId(7), hide_like_count: false, comments: CommentsPolicy::Everyone };
     svc.upstream.put_post(PostId(1), post).await.expect("post");
     let opts = NotifierOptions { hold: Duration::from_secs(5), ..Default::default() };
@@ -124,13 +127,13 @@ async fn likes_released_by_a_failed_step_are_not_lost() {
     }
     let mut n = Notifier::new(svc.clone(), &opts).await.expect("notifier");
     assert_eq!(n.step(t0).await.expect("step"), 0, "held");
-    meta.down.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert!(n.step(t0 + 60_000).await.is_err(), "the release cannot read the author's settings");
-    meta.down.store(false, std::sync::atomic::Ordering::SeqCst);
     // Later likes move the log on, so a lost release would be committed past.
     for u in 105..108u64 {
         svc.likes.set_post_like(UserId(u), PostId(1), LikeAction::Like).await.expect("like");
     }
+    meta.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(n.step(t0 + 60_000).await.is_err(), "the new likes cannot read the author's settings");
+    meta.down.store(false, std::sync::atomic::Ordering::SeqCst);
     n.step(t0 + 61_000).await.expect("step");
     n.step(t0 + 120_000).await.expect("step");
     let (items, _) = svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox");

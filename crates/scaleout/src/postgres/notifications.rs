@@ -1,7 +1,8 @@
 //! Notification inboxes on PostgreSQL: `notif_items` (one row per (recipient, post, kind)) and
-//! `notif_actors` (the exact distinct actor set behind `actor_count`, with when each joined,
-//! so an item thinned by removals names its newest remaining actors), both on the
-//! recipient's shard.
+//! `notif_actors` (each actor's exact contributions to an item, `source` as in
+//! `Change::source`: an actor is a member while one remains, and `actor_count` counts members;
+//! with when each was made, so an item thinned by removals names its newest remaining
+//! actors), both on the recipient's shard.
 //!
 //! `apply_notifications` groups the changes by recipient shard and applies each shard's part
 //! in ONE transaction, serialized per shard by an advisory lock (the embedded engine's single
@@ -14,7 +15,7 @@
 //! changes any shard, and cannot undo what its successor applied meanwhile.
 //! With several shards, a crash between shard transactions leaves the offset behind changes
 //! already applied: the consumer replays them, which is harmless, because changes are
-//! idempotent (an Add of a member or a Remove of a non-member changes no count; replaying a
+//! idempotent (an Add of a stored contribution or a Remove of an absent one changes nothing; replaying a
 //! shard's changes in order rebuilds the same `recent` list, and an item a replay leaves as
 //! it was keeps its `updated_ms`). An item's `updated_ms` is the stamp of the batch that last
 //! changed it, strictly increasing from batch to batch (the last one is kept in the
@@ -70,14 +71,6 @@ fn item_of(r: &Row) -> StoreResult<NotifItem> {
 struct Work {
     up: ItemUpdate,
     existed: bool,
-    /// `actor_count` as stored before the batch (0 for a new item).
-    count_before: u64,
-}
-
-fn parts(ch: &Change) -> (NotifKey, UserId) {
-    match ch {
-        Change::Add { key, actor, .. } | Change::Remove { key, actor } => (*key, *actor),
-    }
 }
 
 /// Apply one shard's changes (in order) inside `tx`; returns the touched items that exist
@@ -95,7 +88,7 @@ async fn apply_shard(
     let mut keys: Vec<NotifKey> = Vec::new();
     let mut seen: HashSet<NotifKey> = HashSet::new();
     for ch in changes {
-        let (key, _) = parts(ch);
+        let key = ch.key();
         if seen.insert(key) {
             keys.push(key);
         }
@@ -121,19 +114,13 @@ async fn apply_shard(
         stored.insert(it.key, it);
     }
 
-    // 2. The state machine, change by change, without reading which actors are members:
-    //    only `actor_count` depends on that, and the actor writes below report it. `recent`
-    //    only ever holds members, so "in `recent`" answers membership exactly wherever the
-    //    answer changes `recent`. Each (item, actor) ends as its last change says: a member
-    //    after an Add, not after a Remove.
+    // 2. The stored contributions of every (item, actor) the changes touch, read under the
+    //    writer lock (no other transaction changes them meanwhile); a new item has none.
     let mut work: HashMap<NotifKey, Work> = HashMap::new();
-    let mut last: HashMap<(NotifKey, UserId), bool> = HashMap::new();
-    let mut added_ms: HashMap<(NotifKey, UserId), u64> = HashMap::new();
-    let mut pairs: Vec<(NotifKey, UserId)> = Vec::new();
     for ch in changes {
-        let (key, actor) = parts(ch);
-        let w = work.entry(key).or_insert_with(|| match stored.remove(&key) {
-            Some(item) => Work { count_before: item.actor_count, up: ItemUpdate::new(item), existed: true },
+        let key = ch.key();
+        work.entry(key).or_insert_with(|| match stored.remove(&key) {
+            Some(item) => Work { up: ItemUpdate::new(item), existed: true },
             None => Work {
                 up: ItemUpdate::new(NotifItem {
                     id: 0,
@@ -144,24 +131,54 @@ async fn apply_shard(
                     updated_ms: 0,
                 }),
                 existed: false,
-                count_before: 0,
             },
         });
-        let member = w.up.is_member(actor, w.up.item.recent.contains(&actor));
-        w.up.apply(ch, member);
-        if let Change::Add { ts_ms, .. } = ch {
-            added_ms.insert((key, actor), *ts_ms);
+    }
+    let mut probe: HashSet<(i64, i64)> = HashSet::new();
+    for ch in changes {
+        let w = &work[&ch.key()];
+        if w.existed {
+            probe.insert((i(w.up.item.id), i(ch.actor().0)));
         }
-        if last.insert((key, actor), matches!(ch, Change::Add { .. })).is_none() {
-            pairs.push((key, actor));
+    }
+    let mut sources: HashMap<(u64, UserId), Vec<u64>> = HashMap::new();
+    if !probe.is_empty() {
+        let (items, actors): (Vec<i64>, Vec<i64>) = probe.iter().copied().unzip();
+        let rows = tx
+            .query(
+                // One primary-key range per (item, actor), never a join over the table.
+                "SELECT n.item, n.actor, a.source
+                 FROM unnest($1::bigint[], $2::bigint[]) AS n(item, actor)
+                 JOIN LATERAL (SELECT source FROM notif_actors a
+                               WHERE a.item = n.item AND a.actor = n.actor) a ON true",
+                &[&items, &actors],
+            )
+            .await
+            .map_err(pg_err)?;
+        for r in &rows {
+            sources.entry((u(r.get(0)), UserId(u(r.get(1))))).or_default().push(u(r.get(2)));
         }
     }
 
-    // 3. IDs for the new items that gain a member (a new item has none before the batch).
-    let gaining: HashSet<NotifKey> = pairs.iter().filter(|p| last[*p]).map(|p| p.0).collect();
+    // 3. The state machine, change by change, over the exact contributions.
+    let mut added_ms: HashMap<(NotifKey, UserId, u64), u64> = HashMap::new();
+    for ch in changes {
+        let (key, actor) = (ch.key(), ch.actor());
+        let Some(w) = work.get_mut(&key) else { continue };
+        if !w.up.knows(actor) {
+            let stored = if w.existed { sources.remove(&(w.up.item.id, actor)) } else { None };
+            w.up.load(actor, stored.unwrap_or_default());
+        }
+        w.up.apply(ch);
+        if let Change::Add { ts_ms, .. } = ch {
+            added_ms.insert((key, actor, ch.source()), *ts_ms);
+        }
+    }
+
+    // 4. IDs for the new items that gained a member.
     let fresh: Vec<NotifKey> = keys
         .iter()
-        .filter(|k| gaining.contains(*k) && work.get(*k).is_some_and(|w| !w.existed))
+        .filter(|k| work.get(*k).is_some_and(|w| !w.existed && w.up.item.actor_count > 0))
         .copied()
         .collect();
     if !fresh.is_empty() {
@@ -182,77 +199,65 @@ async fn apply_shard(
         }
     }
 
-    // 4. Actor rows: insert the final members, delete the final non-members (of stored items:
-    //    a new item has no rows). What the statements report changed is the exact change of
-    //    each item's count, also when the batch is a redelivery.
-    let (mut add_items, mut add_actors, mut del_items, mut del_actors) = (vec![], vec![], vec![], vec![]);
-    let mut add_ms: Vec<i64> = Vec::new();
-    for p in &pairs {
-        let w = &work[&p.0];
-        if last[p] {
+    // 5. Actor rows: insert the contributions the batch added, delete those it removed (of
+    //    items that stay: an emptied item's rows go with it below). Step 2 read them under the
+    //    writer lock, so an insert never meets an existing row: a plain insert, not
+    //    `ON CONFLICT`, whose speculative insertion costs about twice a plain row. The primary
+    //    key is the table's only index: do not add another, or the planner may probe through
+    //    it (see `write.rs`).
+    let (mut add_items, mut add_actors, mut add_sources, mut add_ms) = (vec![], vec![], vec![], vec![]);
+    let (mut del_items, mut del_actors, mut del_sources) = (vec![], vec![], vec![]);
+    for k in &keys {
+        let Some(w) = work.get(k) else { continue };
+        if w.up.item.actor_count == 0 {
+            continue;
+        }
+        for c in &w.up.added {
             add_items.push(i(w.up.item.id));
-            add_actors.push(i(p.1.0));
-            add_ms.push(i(added_ms.get(p).copied().unwrap_or(w.up.item.updated_ms)));
-        } else if w.existed {
+            add_actors.push(i(c.0.0));
+            add_sources.push(i(c.1));
+            add_ms.push(i(added_ms.get(&(*k, c.0, c.1)).copied().unwrap_or(w.up.item.updated_ms)));
+        }
+        for c in &w.up.removed {
             del_items.push(i(w.up.item.id));
-            del_actors.push(i(p.1.0));
+            del_actors.push(i(c.0.0));
+            del_sources.push(i(c.1));
         }
     }
-    let mut delta: HashMap<u64, i64> = HashMap::new();
     if !add_items.is_empty() {
-        let rows = tx
-            .query(
-                // Not `ON CONFLICT`: its speculative insertion costs about twice a plain row,
-                // and the writer lock means no other transaction adds actor rows meanwhile,
-                // so the probe sees every row that exists ((item, actor) pairs are distinct).
-                // The probe is a LATERAL ... LIMIT 1 so it stays one lookup per row (never a
-                // hash join over the table), and the primary key is the table's only index:
-                // do not add another, or the planner may probe through it (see `write.rs`).
-                "INSERT INTO notif_actors (item, actor, added_ms)
-                 SELECT n.item, n.actor, n.added_ms
-                 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS n(item, actor, added_ms)
-                 LEFT JOIN LATERAL (SELECT true AS hit FROM notif_actors a
-                                    WHERE a.item = n.item AND a.actor = n.actor LIMIT 1) x ON true
-                 WHERE x.hit IS NULL
-                 RETURNING item",
-                &[&add_items, &add_actors, &add_ms],
-            )
-            .await
-            .map_err(pg_err)?;
-        for r in &rows {
-            *delta.entry(u(r.get(0))).or_default() += 1;
-        }
+        tx.execute(
+            "INSERT INTO notif_actors (item, actor, source, added_ms)
+             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[])",
+            &[&add_items, &add_actors, &add_sources, &add_ms],
+        )
+        .await
+        .map_err(pg_err)?;
     }
     if !del_items.is_empty() {
-        let rows = tx
-            .query(
-                "DELETE FROM notif_actors
-                 WHERE (item, actor) IN (SELECT * FROM unnest($1::bigint[], $2::bigint[]))
-                 RETURNING item",
-                &[&del_items, &del_actors],
-            )
-            .await
-            .map_err(pg_err)?;
-        for r in &rows {
-            *delta.entry(u(r.get(0))).or_default() -= 1;
-        }
+        tx.execute(
+            "DELETE FROM notif_actors
+             WHERE (item, actor, source) IN
+                   (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]))",
+            &[&del_items, &del_actors, &del_sources],
+        )
+        .await
+        .map_err(pg_err)?;
     }
 
-    // 5. Items: upsert the live ones, delete the emptied ones.
+    // 6. Items: upsert the live ones, delete the emptied ones.
     let mut gone: Vec<i64> = Vec::new();
     let mut live: Vec<&NotifItem> = Vec::new();
     let mut out = Vec::with_capacity(keys.len());
     for k in &keys {
         let Some(w) = work.get_mut(k) else { continue };
-        let d = if w.up.item.id == 0 { 0 } else { delta.get(&w.up.item.id).copied().unwrap_or(0) };
-        w.up.item.actor_count = w.count_before.saturating_add_signed(d);
-        // Removals took named actors out of `recent`: name the newest remaining ones.
+        // Removals took named actors out of `recent`: name the newest remaining ones (by
+        // their latest contribution).
         if w.existed && w.up.needs_refill() {
             let named: Vec<i64> = w.up.item.recent.iter().map(|a| i(a.0)).collect();
             let rows = tx
                 .query(
                     "SELECT actor FROM notif_actors WHERE item = $1 AND actor <> ALL($2)
-                     ORDER BY added_ms DESC, actor DESC LIMIT $3",
+                     GROUP BY actor ORDER BY max(added_ms) DESC, actor DESC LIMIT $3",
                     &[&i(w.up.item.id), &named, &(RECENT_ACTORS as i64)],
                 )
                 .await
@@ -396,7 +401,7 @@ impl NotificationStore for PgStore {
         let mut touched: HashMap<NotifKey, NotifItem> = HashMap::new();
         let mut home_part = Vec::new();
         let ids = self.placement();
-        for (shard, idx) in self.group(changes, |ch| ids.shard_of_user(parts(ch).0.recipient)) {
+        for (shard, idx) in self.group(changes, |ch| ids.shard_of_user(ch.key().recipient)) {
             let part: Vec<&Change> = idx.iter().map(|k| &changes[*k]).collect();
             if shard == home {
                 home_part = part;
@@ -416,7 +421,7 @@ impl NotificationStore for PgStore {
         // In the order each item was first touched, as the embedded engine returns them.
         let mut out = Vec::with_capacity(touched.len());
         for ch in changes {
-            if let Some(it) = touched.remove(&parts(ch).0) {
+            if let Some(it) = touched.remove(&ch.key()) {
                 out.push(it);
             }
         }
@@ -430,7 +435,10 @@ impl NotificationStore for PgStore {
         let c = self.conn(self.shard_of_item(item)).await?;
         let actors: Vec<i64> = users.iter().map(|a| i(a.0)).collect();
         let rows = c
-            .query("SELECT actor FROM notif_actors WHERE item = $1 AND actor = ANY($2)", &[&i(item), &actors])
+            .query(
+                "SELECT DISTINCT actor FROM notif_actors WHERE item = $1 AND actor = ANY($2)",
+                &[&i(item), &actors],
+            )
             .await
             .map_err(pg_err)?;
         let found: HashSet<i64> = rows.iter().map(|r| r.get(0)).collect();
@@ -517,7 +525,8 @@ mod tests {
     }
 
     /// The same batches of changes, applied to the embedded engine and to two PostgreSQL
-    /// shards, give the same returned items, inboxes, pages and actor sets.
+    /// shards, give the same returned items, inboxes, pages and actor sets (an actor with
+    /// several contributions to an item stays until the last is withdrawn).
     #[tokio::test]
     async fn matches_the_embedded_engine() {
         let t = TestShards::create(2).await;
@@ -548,10 +557,11 @@ mod tests {
                 };
                 let actor = UserId(10 + next(4));
                 ts += 1;
+                // Few comments, so actors often hold several contributions to one item.
+                let comment = [None, Some(CommentId(100)), Some(CommentId(101))][next(3) as usize];
                 batch.push(if next(5) < 2 {
-                    Change::Remove { key, actor }
+                    Change::Remove { key, actor, comment }
                 } else {
-                    let comment = (next(2) == 0).then(|| CommentId(100 + next(50)));
                     Change::Add { key, actor, comment, ts_ms: ts }
                 });
             }

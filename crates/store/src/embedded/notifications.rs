@@ -4,13 +4,16 @@
 //! |----------------|--------------------------------------|------------------|
 //! | `notif_items`  | recipient(8) id(8)                   | item record v1   |
 //! | `notif_keys`   | recipient(8) post(8) kind(1)         | id(8)            |
-//! | `notif_actors` | id(8) actor(8)                       | added ms(8)      |
+//! | `notif_actors` | id(8) actor(8) [source(8)]           | added ms(8)      |
 //! | `notif_time`   | recipient(8) !updated(8) id(8)       | (empty)          |
 //!
-//! `notif_actors` is the exact distinct set behind `actor_count`, which makes adds and
-//! removes idempotent (a redelivered event changes nothing). Each actor's time lets an item
-//! whose named actors were removed name the newest remaining ones instead (rows written
-//! before the time was kept hold no value and count as oldest). `notif_time` orders an inbox
+//! `notif_actors` holds each actor's exact set of contributions to an item (the comment
+//! liked or written; a post like, and every row written before contributions were kept, is
+//! source 0 and has no source bytes): an actor is a member while one of theirs remains, and
+//! `actor_count` counts members, which makes adds and removes idempotent (a redelivered event
+//! changes nothing). Each row's time lets an item whose named actors were removed name the
+//! newest remaining ones instead (rows written before the time was kept hold no value and
+//! count as oldest). `notif_time` orders an inbox
 //! newest first (the timestamp is stored inverted): an item's `updated_ms` is the stamp of
 //! the batch that last changed it, strictly increasing from batch to batch (the last one is
 //! kept in `offsets`), so the order is the order of the inbox's changes.
@@ -35,6 +38,25 @@ fn key_bytes(k: &NotifKey) -> [u8; 17] {
     b[..16].copy_from_slice(&pair_key(k.recipient.0, k.post.0));
     b[16] = k.kind.code();
     b
+}
+
+/// An actor row: source 0 keeps the 16-byte key rows had before sources were kept.
+fn actor_key(item: u64, actor: UserId, source: u64) -> Vec<u8> {
+    let mut k = pair_key(item, actor.0).to_vec();
+    if source != 0 {
+        k.extend_from_slice(&source.to_be_bytes());
+    }
+    k
+}
+
+/// `actor`'s stored contributions to `item`.
+fn actor_sources(s: &super::Inner, item: u64, actor: UserId) -> StoreResult<Vec<u64>> {
+    let mut out = Vec::new();
+    for g in s.notif_actors.prefix(pair_key(item, actor.0)) {
+        let k = g.key().map_err(engine_err)?;
+        out.push(if k.len() >= 24 { be_u64(&k, 16) } else { 0 });
+    }
+    Ok(out)
 }
 
 fn time_key(recipient: u64, updated: u64, id: u64) -> [u8; 24] {
@@ -106,18 +128,21 @@ fn load_item(s: &super::Inner, key: NotifKey, next_id: &mut u64) -> StoreResult<
 struct Work {
     up: ItemUpdate,
     old_updated: Option<u64>,
-    /// When each actor this batch added acted.
-    added_ms: HashMap<UserId, u64>,
+    /// When each contribution this batch added was made.
+    added_ms: HashMap<(UserId, u64), u64>,
 }
 
-/// The item's stored actors, newest first (for [`ItemUpdate::refill`]).
+/// The item's stored actors, newest first by their latest contribution (for
+/// [`ItemUpdate::refill`]).
 fn newest_actors(s: &super::Inner, item: u64) -> StoreResult<Vec<UserId>> {
-    let mut all: Vec<(u64, UserId)> = Vec::new();
+    let mut latest: HashMap<UserId, u64> = HashMap::new();
     for g in s.notif_actors.prefix(item.to_be_bytes()) {
         let (k, v) = g.into_inner().map_err(engine_err)?;
         let at = if v.len() == 8 { be_u64(&v, 0) } else { 0 };
-        all.push((at, UserId(be_u64(&k, 8))));
+        let e = latest.entry(UserId(be_u64(&k, 8))).or_default();
+        *e = (*e).max(at);
     }
+    let mut all: Vec<(u64, UserId)> = latest.into_iter().map(|(u, at)| (at, u)).collect();
     all.sort_unstable_by(|a, b| b.cmp(a));
     Ok(all.into_iter().map(|(_, u)| u).collect())
 }
@@ -170,22 +195,22 @@ impl NotificationStore for EmbeddedStore {
         let mut work: HashMap<NotifKey, Work> = HashMap::new();
         let mut order: Vec<NotifKey> = Vec::new();
         for ch in changes {
-            let (key, actor) = match ch {
-                Change::Add { key, actor, .. } | Change::Remove { key, actor } => (*key, *actor),
-            };
+            let (key, actor) = (ch.key(), ch.actor());
             if let std::collections::hash_map::Entry::Vacant(slot) = work.entry(key) {
                 let (item, old_updated) = load_item(s, key, &mut next_id)?;
                 slot.insert(Work { up: ItemUpdate::new(item), old_updated, added_ms: HashMap::new() });
                 order.push(key);
             }
             let Some(w) = work.get_mut(&key) else { continue };
-            let stored = w.up.added.contains(&actor)
-                || w.up.removed.contains(&actor)
-                || s.notif_actors.contains_key(pair_key(w.up.item.id, actor.0)).map_err(engine_err)?;
-            let member = w.up.is_member(actor, stored);
-            w.up.apply(ch, member);
+            if !w.up.knows(actor) {
+                // A new item has no rows.
+                let stored =
+                    if w.old_updated.is_some() { actor_sources(s, w.up.item.id, actor)? } else { Vec::new() };
+                w.up.load(actor, stored);
+            }
+            w.up.apply(ch);
             if let Change::Add { ts_ms, .. } = ch {
-                w.added_ms.insert(actor, *ts_ms);
+                w.added_ms.insert((actor, ch.source()), *ts_ms);
             }
         }
         let mut batch = s.db.batch();
@@ -198,12 +223,12 @@ impl NotificationStore for EmbeddedStore {
             w.up.stamp(stamp);
             let it = w.up.item;
             let r = it.key.recipient.0;
-            for a in &w.up.added {
-                let at = w.added_ms.get(a).copied().unwrap_or(it.updated_ms);
-                batch.insert(&s.notif_actors, pair_key(it.id, a.0), at.to_be_bytes());
+            for c in &w.up.added {
+                let at = w.added_ms.get(c).copied().unwrap_or(it.updated_ms);
+                batch.insert(&s.notif_actors, actor_key(it.id, c.0, c.1), at.to_be_bytes());
             }
-            for a in &w.up.removed {
-                batch.remove(&s.notif_actors, pair_key(it.id, a.0));
+            for c in &w.up.removed {
+                batch.remove(&s.notif_actors, actor_key(it.id, c.0, c.1));
             }
             if let Some(old) = w.old_updated {
                 batch.remove(&s.notif_time, time_key(r, old, it.id));
@@ -230,10 +255,7 @@ impl NotificationStore for EmbeddedStore {
     }
 
     async fn notif_members(&self, item: u64, users: &[UserId]) -> StoreResult<Vec<bool>> {
-        users
-            .iter()
-            .map(|u| self.inner.notif_actors.contains_key(pair_key(item, u.0)).map_err(engine_err))
-            .collect()
+        users.iter().map(|u| Ok(!actor_sources(&self.inner, item, *u)?.is_empty())).collect()
     }
 
     async fn inbox(

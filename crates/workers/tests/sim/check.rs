@@ -1,8 +1,9 @@
 //! The properties. After every action ([`step`]): each stored offset covers exactly the
 //! effects stored with it, and never passes work whose effect is not stored. Once the run is
 //! quiet ([`quiet`]): counts equal rows, the reverse index equals the rows, each inbox item
-//! holds exactly the current likers of its target (less its author), and every live push
-//! respected the hold, named no one twice and was not repeated as a new arrival.
+//! holds exactly the current likes of its targets (less its author's) as contributions and
+//! counts their distinct likers, and every live push respected the hold, named no one twice
+//! and was not repeated as a new arrival.
 
 use super::state::{Inner, SHARDS};
 use super::world::{HOLD_MS, Likeable, likeables, target_name};
@@ -47,6 +48,11 @@ fn not_behind(events: &[(u64, bool, u64)], offset: u64, stored: bool, member: im
 fn notif_key(l: &Likeable) -> NotifKey {
     let kind = if l.target.kind == TargetKind::Post { NotifKind::PostLiked } else { NotifKind::CommentLiked };
     NotifKey { recipient: l.author, post: PostId(l.post), kind }
+}
+
+/// The contribution a like of `l` stores in its item (`Change::source`).
+fn source_of(l: &Likeable) -> u64 {
+    if l.target.kind == TargetKind::Post { 0 } else { l.target.id }
 }
 
 fn shard_of(post: u64) -> usize {
@@ -101,14 +107,17 @@ pub fn step(w: &Inner) -> Result<(), String> {
         let actors = w.inbox.get(&key).map(|s| s.actors.clone()).unwrap_or_default();
         for u in 1..=super::world::USERS {
             let u = UserId(u);
-            let stored = actors.contains_key(&u);
+            let stored = actors.contains_key(&(u, source_of(&l)));
             let evs = events.get(&(l.target, u)).map(Vec::as_slice).unwrap_or(&[]);
             let own = u == l.author;
             if (own && stored) || !not_behind(evs, off, stored, |c| c && !own) {
                 return Err(format!(
-                    "notifier at offset {off}: user {} in the {:?} item of post {} is {stored}, behind the offset \
-                     (events of the key: {evs:?})",
-                    u.0, key.kind, l.post
+                    "notifier at offset {off}: user {}'s like of {} in the {:?} item of post {} is {stored}, \
+                     behind the offset (events of the key: {evs:?})",
+                    u.0,
+                    target_name(l.target),
+                    key.kind,
+                    l.post
                 ));
             }
         }
@@ -146,15 +155,35 @@ pub fn quiet(w: &Inner, ranker: (u64, u64), dirty: &BTreeSet<PostId>) -> Result<
         }
         let key = notif_key(&l);
         let want: BTreeSet<UserId> = liked.keys().copied().filter(|u| *u != l.author).collect();
-        let got: BTreeSet<UserId> =
-            w.inbox.get(&key).map(|s| s.actors.keys().copied().collect()).unwrap_or_default();
+        let got: BTreeSet<UserId> = w
+            .inbox
+            .get(&key)
+            .map(|s| s.actors.keys().filter(|(_, src)| *src == source_of(&l)).map(|(a, _)| *a).collect())
+            .unwrap_or_default();
         if got != want {
             return Err(format!(
-                "the {:?} item of post {} holds {got:?}, the standing likers are {want:?}",
+                "the {:?} item of post {} holds likes of {name} by {got:?}, the standing likers are {want:?}",
                 key.kind, l.post
             ));
         }
-        pushes(w, &l, &events)?;
+    }
+    // Each item counts and names the distinct likers of all its targets: one who still likes
+    // one of them stays whatever they undid on another.
+    let keys: BTreeSet<NotifKey> = likeables().iter().map(notif_key).collect();
+    for key in keys {
+        let targets: Vec<Likeable> = likeables().into_iter().filter(|l| notif_key(l) == key).collect();
+        let want: BTreeSet<UserId> =
+            targets.iter().flat_map(|l| rows(l.target).into_keys().filter(|u| *u != l.author)).collect();
+        let stored = w.inbox.get(&key);
+        let members = stored.map(|s| s.members()).unwrap_or_default();
+        let count = stored.map_or(0, |s| s.item.actor_count);
+        if members != want || count != want.len() as u64 {
+            return Err(format!(
+                "the {:?} item of post {} counts {count} and holds {members:?}, the standing likers are {want:?}",
+                key.kind, key.post.0
+            ));
+        }
+        pushes(w, key, &targets, &events)?;
     }
     if ranker.0 != ranker.1 || !dirty.is_empty() {
         return Err(format!("ranker at {} of {}, {} posts still dirty", ranker.0, ranker.1, dirty.len()));
@@ -162,28 +191,31 @@ pub fn quiet(w: &Inner, ranker: (u64, u64), dirty: &BTreeSet<PostId>) -> Result<
     Ok(())
 }
 
-/// The live pushes of `l`'s item: each one respects the hold and counts each actor once, and
-/// an actor arrives at most once per like of theirs. (The last push need not be the stored
+/// The live pushes of the item `key` (of `targets`' likes): each one respects the hold and
+/// counts each actor once, and an actor arrives at most once per like of theirs. (The last push need not be the stored
 /// state: the bus is fire and forget, and a crash between the inbox commit and the publish
 /// loses that push; the inbox, which a reconnecting stream reads, has it.)
-fn pushes(w: &Inner, l: &Likeable, events: &KeyEvents) -> Result<(), String> {
-    let key = notif_key(l);
+fn pushes(w: &Inner, key: NotifKey, targets: &[Likeable], events: &KeyEvents) -> Result<(), String> {
+    let author = key.recipient;
+    let post = key.post.0;
+    // An actor's like events of any of the item's targets.
+    let likes_of = |a: UserId| -> Vec<(u64, bool, u64)> {
+        targets.iter().flat_map(|l| events.get(&(l.target, a)).cloned().unwrap_or_default()).collect()
+    };
     let mut last: BTreeSet<UserId> = BTreeSet::new();
     let mut arrivals: BTreeMap<UserId, usize> = BTreeMap::new();
     for p in w.pushes.iter().filter(|p| p.item.key == key) {
         let now: BTreeSet<UserId> = p.item.recent.iter().copied().collect();
-        if now.len() != p.item.recent.len()
-            || p.item.actor_count != now.len() as u64
-            || now.contains(&l.author)
+        if now.len() != p.item.recent.len() || p.item.actor_count != now.len() as u64 || now.contains(&author)
         {
-            return Err(format!("push of the {:?} item of post {}: {:?}", key.kind, l.post, p.item));
+            return Err(format!("push of the {:?} item of post {post}: {:?}", key.kind, p.item));
         }
         for a in now.difference(&last) {
-            let evs = events.get(&(l.target, *a)).map(Vec::as_slice).unwrap_or(&[]);
+            let evs = likes_of(*a);
             if !evs.iter().any(|(_, created, ts)| *created && ts + HOLD_MS <= p.clock_high) {
                 return Err(format!(
-                    "user {} pushed into the {:?} item of post {} at {} before any like of theirs was held {HOLD_MS} ms: {evs:?}",
-                    a.0, key.kind, l.post, p.clock_high
+                    "user {} pushed into the {:?} item of post {post} at {} before any like of theirs was held {HOLD_MS} ms: {evs:?}",
+                    a.0, key.kind, p.clock_high
                 ));
             }
             *arrivals.entry(*a).or_default() += 1;
@@ -191,11 +223,11 @@ fn pushes(w: &Inner, l: &Likeable, events: &KeyEvents) -> Result<(), String> {
         last = now;
     }
     for (a, n) in arrivals {
-        let likes = events.get(&(l.target, a)).map_or(0, |e| e.iter().filter(|(_, c, _)| *c).count());
+        let likes = likes_of(a).iter().filter(|(_, c, _)| *c).count();
         if n > likes {
             return Err(format!(
-                "user {} arrived {n} times in the {:?} item of post {} for {likes} likes (sent twice)",
-                a.0, key.kind, l.post
+                "user {} arrived {n} times in the {:?} item of post {post} for {likes} likes (sent twice)",
+                a.0, key.kind
             ));
         }
     }

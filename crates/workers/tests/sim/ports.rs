@@ -125,7 +125,7 @@ impl NotificationStore for SimPorts {
         if w.offsets.get(&format!("{consumer}#fence")).copied().unwrap_or(0) != fence {
             return Err(likewise_core::StoreError::Superseded(consumer.to_string()));
         }
-        // The same item arithmetic as the engines (`ItemUpdate`), over an exact actor set,
+        // The same item arithmetic as the engines (`ItemUpdate`), over exact contributions,
         // and the same change stamps (on a clock that never moves: each batch's stamp is
         // just past the last).
         let stamp_key = format!("{consumer}#stamp");
@@ -133,9 +133,7 @@ impl NotificationStore for SimPorts {
         let mut order = Vec::new();
         let mut work: std::collections::HashMap<_, (ItemUpdate, bool)> = Default::default();
         for ch in changes {
-            let (key, actor) = match ch {
-                Change::Add { key, actor, .. } | Change::Remove { key, actor } => (*key, *actor),
-            };
+            let (key, actor) = (ch.key(), ch.actor());
             if let std::collections::hash_map::Entry::Vacant(slot) = work.entry(key) {
                 let (item, existed) = match w.inbox.get(&key) {
                     Some(s) => (s.item.clone(), true),
@@ -156,29 +154,38 @@ impl NotificationStore for SimPorts {
                 slot.insert((ItemUpdate::new(item), existed));
                 order.push(key);
             }
-            let stored = w.inbox.get(&key).is_some_and(|s| s.actors.contains_key(&actor));
             if let Some((up, _)) = work.get_mut(&key) {
-                let member = up.is_member(actor, stored);
-                up.apply(ch, member);
+                if !up.knows(actor) {
+                    let stored: Vec<u64> = w.inbox.get(&key).map_or_else(Vec::new, |s| {
+                        s.actors.keys().filter(|(a, _)| *a == actor).map(|(_, src)| *src).collect()
+                    });
+                    up.load(actor, stored);
+                }
+                up.apply(ch);
             }
         }
         let mut out = Vec::new();
         for key in order {
             let Some((mut up, existed)) = work.remove(&key) else { continue };
             let mut actors = w.inbox.get(&key).map(|s| s.actors.clone()).unwrap_or_default();
-            for a in &up.removed {
-                actors.remove(a);
+            for c in &up.removed {
+                actors.remove(c);
             }
             for ch in changes {
                 if let Change::Add { key: k, actor, ts_ms, .. } = ch
                     && *k == key
-                    && up.added.contains(actor)
+                    && up.added.contains(&(*actor, ch.source()))
                 {
-                    actors.insert(*actor, *ts_ms);
+                    actors.insert((*actor, ch.source()), *ts_ms);
                 }
             }
             if existed && up.needs_refill() {
-                let mut newest: Vec<(u64, UserId)> = actors.iter().map(|(a, t)| (*t, *a)).collect();
+                let mut latest: std::collections::BTreeMap<UserId, u64> = Default::default();
+                for ((a, _), t) in &actors {
+                    let e = latest.entry(*a).or_default();
+                    *e = (*e).max(*t);
+                }
+                let mut newest: Vec<(u64, UserId)> = latest.into_iter().map(|(a, t)| (t, a)).collect();
                 newest.sort_unstable_by(|a, b| b.cmp(a));
                 up.refill(newest.into_iter().map(|(_, a)| a));
             }
@@ -203,9 +210,8 @@ impl NotificationStore for SimPorts {
 
     async fn notif_members(&self, item: u64, users: &[UserId]) -> StoreResult<Vec<bool>> {
         let w = self.0.lock();
-        let actors =
-            w.inbox.values().find(|s| s.item.id == item).map(|s| s.actors.clone()).unwrap_or_default();
-        Ok(users.iter().map(|u| actors.contains_key(u)).collect())
+        let members = w.inbox.values().find(|s| s.item.id == item).map(|s| s.members()).unwrap_or_default();
+        Ok(users.iter().map(|u| members.contains(u)).collect())
     }
 
     async fn inbox(

@@ -83,13 +83,20 @@ pub struct Durable {
     pub delivered: u64,
 }
 
-/// A stored inbox item and its exact actor set (actor -> when added).
+/// A stored inbox item and its actors' exact contributions ((actor, source) -> when added).
 #[derive(Debug, Clone)]
 pub struct StoredItem {
     /// The item.
     pub item: NotifItem,
-    /// The actors behind `actor_count`.
-    pub actors: BTreeMap<UserId, u64>,
+    /// The contributions behind `actor_count` (which counts their distinct actors).
+    pub actors: BTreeMap<(UserId, u64), u64>,
+}
+
+impl StoredItem {
+    /// The distinct actors (the members).
+    pub fn members(&self) -> std::collections::BTreeSet<UserId> {
+        self.actors.keys().map(|(a, _)| *a).collect()
+    }
 }
 
 /// What the notifier published, with the clock at that moment.

@@ -38,12 +38,14 @@ pub struct Likeable {
     pub author: UserId,
 }
 
-/// Four posts (two per shard) and three comments, each comment by someone other than its
-/// post's author.
+/// Four posts (two per shard) and four comments, each comment by someone other than its
+/// post's author; two of them (101 and 104) by the same author on the same post, so the likes
+/// of both aggregate in one `comment_liked` item and an unlike of one must leave a liker of
+/// the other in it.
 pub fn likeables() -> Vec<Likeable> {
     let mut v: Vec<Likeable> =
         (1..=4).map(|p| Likeable { target: Target::post(p), post: p, author: UserId(p) }).collect();
-    for (id, post, author) in [(101, 1, 2), (102, 2, 3), (103, 3, 1)] {
+    for (id, post, author) in [(101, 1, 2), (102, 2, 3), (103, 3, 1), (104, 1, 2)] {
         v.push(Likeable { target: Target::comment(id), post, author: UserId(author) });
     }
     v

@@ -51,10 +51,29 @@ async fn an_upgrade_from_modulo_placement_keeps_every_row_reachable() {
         assert!(liked(&old, Target::comment(top.0), post, 300).await);
         threads.push((post, top, reply));
     }
-    let fence = old.fence_notifications("notifier").await.expect("fence");
-    let before: Vec<Change> = (1..=6).map(|r| add(r, 1, 500 + r)).collect();
-    let old_items = old.apply_notifications("notifier", fence, 1, &before).await.expect("notify");
-    assert_eq!(old_items.len(), 6);
+    // Inbox items as that schema stored them (one actor row per (item, actor)).
+    let mut old_items: Vec<(u64, UserId)> = Vec::new();
+    for r in 1..=6u64 {
+        let shard = old.shard_of_user(UserId(r));
+        let c = old.conn(shard).await.expect("conn");
+        let row = c
+            .query_one(
+                "INSERT INTO notif_items (id, recipient, post_id, kind, comment_id, actor_count, recent, updated_ms)
+                 VALUES (nextval('notif_item_seq') * 64 + $1, $2, 1, 1, NULL, 1, ARRAY[$3::bigint], 1000)
+                 RETURNING id",
+                &[&(shard as i64), &(r as i64), &(500 + r as i64)],
+            )
+            .await
+            .expect("item");
+        let id: i64 = row.get(0);
+        c.execute(
+            "INSERT INTO notif_actors (item, actor, added_ms) VALUES ($1, $2, 1000)",
+            &[&id, &(500 + r as i64)],
+        )
+        .await
+        .expect("actor");
+        old_items.push((id as u64, UserId(r)));
+    }
 
     // The upgrade.
     let migrated = t.connect().migrate().await.expect("migrate");
@@ -70,7 +89,7 @@ async fn an_upgrade_from_modulo_placement_keeps_every_row_reachable() {
     assert_eq!(p.buckets(), 4095, "a multiple of 3 shards");
     let newest_old = threads.iter().map(|(_, _, r)| r.0).max().expect("comments");
     assert_eq!(p.legacy().comment_max, newest_old);
-    assert_eq!(p.legacy().item_max, old_items.iter().map(|i| i.id).max().expect("items"));
+    assert_eq!(p.legacy().item_max, old_items.iter().map(|i| i.0).max().expect("items"));
     // Migrating again changes nothing.
     t.connect().migrate().await.expect("migrate again");
     assert_eq!(*t.store().await.placement(), *p);
@@ -110,11 +129,23 @@ async fn an_upgrade_from_modulo_placement_keeps_every_row_reachable() {
         assert_eq!(users, [300, 301], "post {post}");
     }
     // Old inbox items are found by their IDs; new ones carry the recipient's bucket.
-    for it in &old_items {
-        let members = new.notif_members(it.id, &[UserId(500 + it.key.recipient.0)]).await.expect("members");
-        assert_eq!(members, [true], "{it:?}");
+    for (id, r) in &old_items {
+        let members = new.notif_members(*id, &[UserId(500 + r.0)]).await.expect("members");
+        assert_eq!(members, [true], "{id} of {r:?}");
     }
     let fence = new.fence_notifications("notifier").await.expect("fence");
+    // An old actor row is withdrawn by the actor's unlike, as before.
+    let key = NotifKey { recipient: UserId(1), post: PostId(1), kind: NotifKind::PostLiked };
+    let gone = new
+        .apply_notifications(
+            "notifier",
+            fence,
+            1,
+            &[Change::Remove { key, actor: UserId(501), comment: None }],
+        )
+        .await
+        .expect("withdraw");
+    assert_eq!(gone.iter().map(|i| i.actor_count).collect::<Vec<_>>(), [0]);
     let after: Vec<Change> = (1..=6).map(|r| add(r, 2, 600 + r)).collect();
     let items = new.apply_notifications("notifier", fence, 2, &after).await.expect("notify");
     for it in &items {
