@@ -275,6 +275,9 @@ pub struct StoreSection {
     pub write_buffer_mb: u64,
     /// fjall's flush and compaction threads.
     pub engine_threads: usize,
+    /// Free space the embedded store keeps on its disk: below it, writes answer 503 with
+    /// `Retry-After` until space is freed (0: no check).
+    pub min_free_mb: u64,
     /// PostgreSQL databases, one per shard, in shard order (backend `postgres`).
     pub postgres_shards: Vec<String>,
     /// Connections per shard and process.
@@ -296,6 +299,7 @@ impl Default for StoreSection {
             max_journal_mb: 256,
             write_buffer_mb: 64,
             engine_threads: 1,
+            min_free_mb: 256,
             postgres_shards: Vec::new(),
             postgres_pool_size: 16,
             postgres_replicas: Vec::new(),
@@ -655,6 +659,7 @@ impl Config {
                 max_journal_bytes: self.store.max_journal_mb << 20,
                 write_buffer_bytes: self.store.write_buffer_mb << 20,
                 engine_threads: self.store.engine_threads,
+                min_free_bytes: self.store.min_free_mb << 20,
             },
             group_commit: likewise_store::group_commit::GroupCommitOptions {
                 max_batch: self.write.max_batch,

@@ -64,6 +64,15 @@ pub enum StoreError {
         /// When a retry has a fair chance.
         retry_after_secs: u64,
     },
+    /// The engine takes no writes for now (its disk is full): nothing of this write was
+    /// stored; retry after the given number of seconds. Reads still work.
+    #[error("storage takes no writes now: {reason}")]
+    Refused {
+        /// Why, for the log and the answer's message.
+        reason: String,
+        /// When a retry has a fair chance.
+        retry_after_secs: u64,
+    },
     /// The write may or may not have been stored: the connection failed while its commit was
     /// on its way. Not a 503 (which says nothing was created): the client is told to retry
     /// with the same `Idempotency-Key`, which answers the stored write if there is one.
@@ -137,6 +146,9 @@ impl StoreError {
                 StoreError::OutcomeUnknown { engine, source: text(&**source) }
             }
             StoreError::Shed { retry_after_secs } => StoreError::Shed { retry_after_secs: *retry_after_secs },
+            StoreError::Refused { reason, retry_after_secs } => {
+                StoreError::Refused { reason: reason.clone(), retry_after_secs: *retry_after_secs }
+            }
         }
     }
 
@@ -146,7 +158,8 @@ impl StoreError {
             StoreError::Closed
             | StoreError::Overloaded { .. }
             | StoreError::Unreachable { .. }
-            | StoreError::Shed { .. } => ErrorKind::Unavailable,
+            | StoreError::Shed { .. }
+            | StoreError::Refused { .. } => ErrorKind::Unavailable,
             StoreError::Engine(_)
             | StoreError::Backend { .. }
             | StoreError::Corrupt { .. }

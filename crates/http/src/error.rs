@@ -131,6 +131,13 @@ impl From<ServiceError> for ApiError {
                     e.retry_after = Some(retry_after_secs.max(1));
                     e
                 }
+                ServiceError::Store(likewise_core::StoreError::Refused { reason, retry_after_secs }) => {
+                    let mut e = ApiError::unavailable(format!(
+                        "storage takes no writes now ({reason}); nothing was written, retry later"
+                    ));
+                    e.retry_after = Some(retry_after_secs.max(1));
+                    e
+                }
                 _ => ApiError::unavailable("service is shutting down or storage is unavailable"),
             },
             Kind::OutcomeUnknown => {

@@ -460,7 +460,11 @@ fn sync_and_answer(
             let _ = reply.send(answer);
         }
         if let Some(e) = failed {
-            tracing::error!(error = %likewise_core::error::chain(&e), "group commit failed");
+            // A refusal (a full disk) is logged by the engine once when it begins and once
+            // when it ends, not for every batch it refuses meanwhile.
+            if !matches!(e, StoreError::Refused { .. }) {
+                tracing::error!(error = %likewise_core::error::chain(&e), "group commit failed");
+            }
             m.failures.increment(1);
         }
         let _ = recycle.send(replies);

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// See the module docs.
 pub(super) struct JournalSync {
-    dir: PathBuf,
+    pub(super) dir: PathBuf,
     /// The journal file last synced, by id, kept open between syncs.
     open: Mutex<Option<(u64, File)>>,
     /// Set by the first failed fsync; every later sync fails.
@@ -44,8 +44,18 @@ impl JournalSync {
         JournalSync { dir: dir.to_path_buf(), open: Mutex::new(None), failed: AtomicBool::new(false) }
     }
 
-    /// Make every batch committed before this call durable.
+    /// Make every batch committed before this call durable. A failure leaves their outcome
+    /// unknown ([`StoreError::OutcomeUnknown`]): their bytes may have reached the journal
+    /// before the error, and a later start would then replay them.
     pub(super) fn sync(&self, db: &Database) -> StoreResult<()> {
+        self.sync_journal(db).map_err(|e| match e {
+            StoreError::Backend { engine, source } => StoreError::OutcomeUnknown { engine, source },
+            StoreError::Engine(m) => StoreError::OutcomeUnknown { engine: "fjall", source: m.into() },
+            e => e,
+        })
+    }
+
+    fn sync_journal(&self, db: &Database) -> StoreResult<()> {
         if self.failed.load(Ordering::Acquire) {
             return Err(StoreError::Engine("an earlier fsync of the journal failed".into()));
         }

@@ -81,7 +81,9 @@ impl MetaStore for EmbeddedStore {
     }
 
     async fn ping(&self) -> StoreResult<()> {
-        // Fails once the engine is poisoned by an I/O error (fjall refuses all writes then).
-        self.inner.db.persist(fjall::PersistMode::Buffer).map_err(engine_err)
+        // Fails once the engine is poisoned by an I/O error (fjall refuses all writes then),
+        // and while the disk is too full for writes to be taken (`space.rs`).
+        self.inner.db.persist(fjall::PersistMode::Buffer).map_err(engine_err)?;
+        self.inner.space.check()
     }
 }

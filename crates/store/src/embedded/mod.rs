@@ -20,6 +20,7 @@ mod moderation;
 mod notifications;
 mod ranks;
 mod snapshots;
+mod space;
 mod tail;
 mod views;
 mod write;
@@ -54,6 +55,10 @@ pub struct EmbeddedOptions {
     /// CPU per like and 4-7% more likes/s at 10-30M likes, with no write stall
     /// (docs/benchmarks.md, "What we tried").
     pub engine_threads: usize,
+    /// Free space the write path leaves on the store's file system: below it, write batches
+    /// are refused (503) until space is freed, so fjall never meets a full disk, which it
+    /// cannot recover from without a restart (`space.rs`). 0 turns the check off.
+    pub min_free_bytes: u64,
 }
 
 impl Default for EmbeddedOptions {
@@ -64,6 +69,7 @@ impl Default for EmbeddedOptions {
             max_journal_bytes: 256 << 20,
             write_buffer_bytes: 64 << 20,
             engine_threads: 1,
+            min_free_bytes: 256 << 20,
         }
     }
 }
@@ -182,6 +188,8 @@ struct Inner {
     all: Vec<Keyspace>,
     /// The group commit's fsync, outside fjall's journal lock (`journal_sync.rs`).
     journal_sync: journal_sync::JournalSync,
+    /// Refuses write batches while the disk is nearly full (`space.rs`).
+    space: space::SpaceGuard,
 }
 
 /// Keep the active memtables within their budget: every 50 ms, while their sum exceeds it,
@@ -346,6 +354,7 @@ impl EmbeddedStore {
             write_buffer_limit: limit.get().min(opts.write_buffer_bytes.max(1 << 20)),
             all: all.take(),
             journal_sync: journal_sync::JournalSync::new(dir),
+            space: space::SpaceGuard::new(dir, opts.min_free_bytes),
             db,
         };
         // fjall makes each new keyspace's own folder durable, not its entry in `keyspaces/`: a
@@ -449,6 +458,9 @@ impl crate::open::Engine for EmbeddedStore {
         metrics::gauge!("likewise_cache_capacity", "cache" => "event_tail").set(capacity as f64);
         metrics::gauge!("likewise_cache_bytes", "cache" => "event_tail").set(bytes as f64);
         metrics::gauge!("likewise_store_disk_bytes").set(self.disk_space() as f64);
+        if let Some(free) = space::free_bytes(&self.inner.journal_sync.dir) {
+            metrics::gauge!("likewise_store_disk_free_bytes").set(free as f64);
+        }
         let m = self.memory();
         metrics::gauge!("likewise_store_block_cache_bytes").set(m.block_cache_bytes as f64);
         metrics::gauge!("likewise_store_block_cache_capacity_bytes").set(m.block_cache_capacity_bytes as f64);

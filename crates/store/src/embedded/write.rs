@@ -3,11 +3,11 @@
 //! (`likes.rs`, `comments.rs`) into the shared [`Batch`] (`batch.rs`); this file drives them
 //! and owns the commit.
 
+use super::EmbeddedStore;
 use super::batch::Batch;
 use super::comments::CommentOverlay;
 use super::idempotency::KeyOverlay;
 use super::likes::LikeOverlay;
-use super::{EmbeddedStore, engine_err};
 use likewise_core::StoreResult;
 use likewise_core::ports::WriteEngine;
 use likewise_core::write::{WriteOp, WriteOutcome};
@@ -16,6 +16,8 @@ use std::sync::atomic::Ordering;
 impl WriteEngine for EmbeddedStore {
     fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
         let s = &*self.inner;
+        // Refused whole, before anything is written, while the disk is nearly full.
+        s.space.check()?;
         let _serial = s.write_lock.lock();
         let first_seq = s.next_seq.load(Ordering::SeqCst);
         let mut st = Batch {
@@ -51,7 +53,7 @@ impl WriteEngine for EmbeddedStore {
         }
         let seq = st.seq;
         let shared: std::sync::Arc<[likewise_core::event::Event]> = std::sync::Arc::from(&st.events[..]);
-        st.batch.commit().map_err(engine_err)?;
+        st.batch.commit().map_err(super::space::commit_err)?;
         // Into the tail before `next_seq` moves, still under the write lock: the tail then
         // never misses an event that a reader could already find in the keyspace.
         s.tail.lock().push(shared);
