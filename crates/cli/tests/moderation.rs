@@ -1190,6 +1190,92 @@ async fn a_held_reply_counts_for_its_author_only() {
     app.stop().await;
 }
 
+/// The replies under a viewer's own held top-level comment count for that viewer as if the
+/// comment were visible: it is an ordinary comment to them, and so is its thread. Held by
+/// reports after two replies came (its author's and another user's), it keeps counting for
+/// its author with both replies, in the post's `comment_count` and its `reply_count`, on
+/// every route. Others count neither it nor its replies, and apart from the post's author
+/// (who reviews it) do not see it; approved, the thread counts once, for everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_under_a_reported_comment_count_for_its_author_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    let (post_author, author, replier, other) = (7, 11, 12, 13);
+    for p in 1..=2 {
+        app.post(p, post_author, false).await;
+    }
+    let all = |routes: Vec<(String, i64)>, want: i64| routes.iter().all(|(_, n)| *n == want);
+    let top = comment(&app, author, 1, "a thoughtful remark").await;
+    reply(&app, author, 1, &top, "adding to my own remark").await;
+    reply(&app, replier, 1, &top, "a fair point").await;
+    app.wait_until(|| async { app.view(other, 1).await["comment_count"] == 3 }).await;
+    assert_eq!(comment_counts(&app, author, 1).await, (3, 3), "before the reports");
+    for reporter in 80..85 {
+        report(&app, reporter, &id(&top)).await;
+    }
+    app.wait_until(|| async {
+        app.view(other, 1).await["comment_count"] == 0
+            && counted(&app.view(author, 1).await).1.contains(&id(&top))
+    })
+    .await;
+    assert_eq!(replies(&app, author, &top).await.len(), 2, "both replies listed for its author");
+    assert_eq!(comment_counts(&app, author, 1).await, (3, 3), "the held comment and its replies");
+    let got = reply_counts(&app, author, &top).await;
+    assert!(all(got.clone(), 2), "its replies, under the held comment: {got:?}");
+    for viewer in [replier, other, post_author] {
+        assert_eq!(counted(&app.view(viewer, 1).await), (0, vec![]), "viewer {viewer}");
+        assert_eq!(comment_counts(&app, viewer, 1).await, (0, 0), "viewer {viewer}");
+    }
+    for viewer in [replier, other] {
+        assert!(list(&app, viewer, 1, "newest").await.is_empty(), "viewer {viewer}");
+    }
+
+    // Approved: counted for everyone, once for its author.
+    let (st, _) = moderate(&app, &top, "approve").await;
+    assert_eq!(st, StatusCode::OK);
+    app.wait_until(|| async { app.view(other, 1).await["comment_count"] == 3 }).await;
+    app.wait_until(|| async { all(reply_counts(&app, other, &top).await, 2) }).await;
+    assert_eq!(comment_counts(&app, author, 1).await, (3, 3), "approved");
+    let got = reply_counts(&app, author, &top).await;
+    assert!(all(got.clone(), 2), "approved, counted once: {got:?}");
+    app.stop().await;
+}
+
+/// A clean reply under its author's own comment held by a hidden word is not held itself,
+/// but others do not see it, the parent being hidden from them: its author counts it, in
+/// the post's `comment_count` and the held comment's `reply_count`, on every route. Nobody
+/// else counts either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_reply_under_a_filtered_comment_counts_for_its_author_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    let (post_author, author, other) = (7, 11, 13);
+    for p in 1..=2 {
+        app.post(p, post_author, false).await;
+    }
+    let (st, _) = app
+        .call(
+            Method::PUT,
+            "/v1/me/hidden-words",
+            Some(&app.user(post_author)),
+            Some(r#"{"words":["zorble"]}"#),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let filtered = comment(&app, author, 1, "what a zorble").await;
+    let under = reply(&app, author, 1, &filtered, "a clean follow-up").await;
+    assert_eq!(under["status"], "visible", "{under}");
+    app.wait_until(|| async { counted(&app.view(author, 1).await).1.contains(&id(&filtered)) }).await;
+    assert_eq!(comment_counts(&app, author, 1).await, (2, 2), "the held comment and its reply");
+    let got = reply_counts(&app, author, &filtered).await;
+    assert!(got.iter().all(|(_, n)| *n == 1), "the clean reply, under the held comment: {got:?}");
+    for viewer in [other, post_author] {
+        assert_eq!(comment_counts(&app, viewer, 1).await, (0, 0), "viewer {viewer}");
+        assert!(list(&app, viewer, 1, "newest").await.is_empty(), "viewer {viewer}");
+    }
+    app.stop().await;
+}
+
 /// A report of `comment` by `user` (202).
 async fn report(app: &TestApp, user: u64, comment: &str) {
     let path = format!("/v1/comments/{comment}/reports");

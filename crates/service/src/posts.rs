@@ -14,7 +14,7 @@ use crate::upstream::Upstream;
 use crate::{ServiceError, ServiceResult};
 use likewise_core::counter::COUNTERS_CONSUMER;
 use likewise_core::display::count_text;
-use likewise_core::ids::{PostId, UserId};
+use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::Target;
 use likewise_core::model::{CommentsPolicy, PostMeta};
 use likewise_core::visibility::like_count_visible;
@@ -80,7 +80,7 @@ impl Posts {
         let targets: Vec<Target> = post_ids.iter().map(|p| Target::post(p.0)).collect();
 
         let reader = crate::comments::Reader { user: viewer, moderator: false };
-        let (counts, liked, settings, followees, own, own_replies) = tokio::join!(
+        let (counts, liked, settings, followees, own, mut own_replies) = tokio::join!(
             self.shared.counts.get_many(&targets),
             self.shared.viewer_likes.liked(viewer, &post_ids),
             self.upstream.viewer_settings(viewer),
@@ -89,7 +89,15 @@ impl Posts {
             self.comments.own_held_replies_or_none(reader, &post_ids),
         );
         let (counts, liked, settings, followees) = (counts?, liked?, settings?, followees?);
-        let fresh = self.authors_fresh_likes(viewer, &known).await;
+        // Under the viewer's own held comments, the replies they see count for them too: to
+        // them the thread is open. Read only when they have held comments on the page.
+        let held: Vec<(PostId, CommentId)> =
+            own.iter().flat_map(|(p, cs)| cs.iter().map(move |c| (*p, c.id))).collect();
+        let (threads, fresh) = tokio::join!(
+            self.comments.replies_under_own_held_or_none(&held),
+            self.authors_fresh_likes(viewer, &known),
+        );
+        own_replies.extend(threads);
 
         // Pick likers to name: followed ones first, then the most recent others.
         let picks: Vec<Vec<UserId>> = counts
@@ -116,8 +124,8 @@ impl Posts {
         let all_users: Vec<UserId> = picks.iter().flatten().copied().collect();
         let mut names = self.upstream.usernames(&all_users).await?.into_iter();
 
-        // The viewer's own held comments and replies count for them: they see them as
-        // ordinary ones.
+        // The viewer's own held comments and replies, and the replies under their held
+        // comments, count for them: they see them as ordinary ones.
         let own_count = |p: &PostId| {
             own.get(p).map_or(0, |v| v.len() as i64) + own_replies.by_post.get(p).copied().unwrap_or(0)
         };

@@ -763,6 +763,33 @@ pub async fn held_replies_are_listed_by_author_while_held(s: &Stores) {
     assert_eq!((r.parent, r.status, r.author), (Some(top), Pending, UserId(5)));
 }
 
+/// The visible replies under each parent asked about are counted, in the order asked, with
+/// no other status counted: a hold, an approval or a delete of a reply moves its parent's
+/// count at once. A parent without replies, or missing, counts 0.
+pub async fn visible_replies_are_counted_by_parent(s: &Stores) {
+    use CommentStatus::*;
+    let c = &s.comments;
+    let held = created(s, new_comment(None, 1, Pending)).await;
+    let open = created(s, new_comment(None, 2, Visible)).await;
+    let bare = created(s, new_comment(None, 3, Visible)).await;
+    let first = created(s, new_comment(Some(held), 1, Visible)).await;
+    created(s, new_comment(Some(held), 4, Visible)).await;
+    created(s, new_comment(Some(held), 1, HiddenByFilter)).await;
+    created(s, new_comment(Some(open), 4, Visible)).await;
+    let counts =
+        |parents: Vec<CommentId>| async move { c.visible_reply_counts(&parents).await.expect("counts") };
+    assert_eq!(counts(vec![held, open, bare, CommentId(u64::MAX)]).await, [2, 1, 0, 0]);
+    assert_eq!(counts(vec![open, held]).await, [1, 2], "in the order asked");
+    assert!(counts(Vec::new()).await.is_empty());
+    let set = |id, status| CommentOp::SetStatus { id, status, actor: UserId(7), queue: QueueChange::Keep };
+    comment(s, set(first, Pending)).await;
+    assert_eq!(counts(vec![held]).await, [1], "held: no longer counted");
+    comment(s, set(first, Visible)).await;
+    assert_eq!(counts(vec![held]).await, [2], "approved");
+    comment(s, CommentOp::Delete { id: first, actor: UserId(1) }).await;
+    assert_eq!(counts(vec![held]).await, [1], "deleted");
+}
+
 /// View sketches round-trip.
 pub async fn view_sketches_round_trip(s: &Stores) {
     assert_eq!(s.views.load_views(PostId(1)).await.expect("load"), None);
@@ -918,6 +945,7 @@ macro_rules! conformance_suite {
             fingerprints_are_newest_first_and_time_bounded,
             a_created_comment_carries_its_moderation_state,
             held_replies_are_listed_by_author_while_held,
+            visible_replies_are_counted_by_parent,
             snapshots_move_with_their_offset,
             integrity_verdicts_keep_the_latest_and_page_in_time_order,
             a_key_makes_one_comment_whatever_the_batch,

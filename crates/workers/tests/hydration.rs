@@ -168,6 +168,10 @@ impl CommentReader for Counting {
         self.count("held_replies_by");
         self.inner.comments.held_replies_by(author, posts, limit).await
     }
+    async fn visible_reply_counts(&self, parents: &[CommentId]) -> StoreResult<Vec<i64>> {
+        self.count("visible_reply_counts");
+        self.inner.comments.visible_reply_counts(parents).await
+    }
 }
 
 #[async_trait]
@@ -401,6 +405,8 @@ async fn a_feed_page_costs_the_same_store_calls_for_5_and_20_posts() {
     assert_eq!(large_calls.get("held_by_author"), Some(&1), "{large_calls:?}");
     // And one of their held replies, for the counts and the previews alike.
     assert_eq!(large_calls.get("held_replies_by"), Some(&1), "{large_calls:?}");
+    // No held comment of theirs: no read of the replies under one.
+    assert_eq!(large_calls.get("visible_reply_counts"), None, "{large_calls:?}");
     let total: u64 = large_calls.values().sum();
     assert!(total <= 5, "a warm 20-post page makes at most 5 store calls: {large_calls:?}");
 }

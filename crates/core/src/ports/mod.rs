@@ -265,6 +265,12 @@ pub trait CommentReader: Send + Sync {
         posts: &[PostId],
         limit: usize,
     ) -> StoreResult<Vec<CommentRecord>>;
+    /// How many replies in status visible are stored under each of `parents` (top-level
+    /// comments), in order; 0 for one without replies or missing. Under a parent held back
+    /// from others the shared counters leave these out (`likewise_core::comment::thread`),
+    /// yet the parent's author sees them: this counts them for that author alone. Read from
+    /// the primaries, for a viewer's own held comments (few), in one lookup per shard.
+    async fn visible_reply_counts(&self, parents: &[CommentId]) -> StoreResult<Vec<i64>>;
 }
 
 /// Why a comment was reported.

@@ -379,6 +379,26 @@ impl CommentReader for PgStore {
         out.truncate(limit as usize);
         Ok(out)
     }
+
+    async fn visible_reply_counts(&self, parents: &[CommentId]) -> StoreResult<Vec<i64>> {
+        let mut by_shard: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
+        for p in parents {
+            by_shard.entry(self.shard_of_comment(*p)).or_default().push(i(p.0));
+        }
+        let visible = i16::from(CommentStatus::Visible.code());
+        let q =
+            "SELECT parent, count(*) FROM comments WHERE parent = ANY($1) AND status = $2 GROUP BY parent";
+        // From the primaries (the index `comments_replies`): a reply written a moment ago
+        // counts on its author's next read, as it is listed.
+        let found = try_join_all(by_shard.into_iter().map(|(shard, ids)| async move {
+            let c = self.conn(shard).await?;
+            c.query(q, &[&ids, &visible]).await.map_err(pg_err)
+        }))
+        .await?;
+        let counts: HashMap<i64, i64> =
+            found.iter().flatten().map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))).collect();
+        Ok(parents.iter().map(|p| counts.get(&i(p.0)).copied().unwrap_or(0)).collect())
+    }
 }
 
 #[cfg(test)]

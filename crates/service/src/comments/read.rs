@@ -15,14 +15,34 @@ const PLACEHOLDER_SCAN: usize = 50;
 /// Most of a viewer's own held replies one page reads.
 const OWN_HELD_REPLIES: usize = 200;
 
-/// A viewer's own held replies, counted where they see them as ordinary ones: in their
-/// post's `comment_count` and their parent's `reply_count` (see [`Comments::own_held_replies`]).
+/// Replies counted for one viewer alone, where they see them as ordinary ones: in their
+/// post's `comment_count` and their parent's `reply_count`. The viewer's own held replies
+/// (see [`Comments::own_held_replies`]), and the visible replies under the viewer's own held
+/// top-level comments (see [`Comments::replies_under_own_held`]).
 #[derive(Debug, Clone, Default)]
 pub struct OwnReplies {
     /// By post.
     pub by_post: HashMap<PostId, i64>,
     /// By top-level parent.
     pub by_parent: HashMap<CommentId, i64>,
+}
+
+impl OwnReplies {
+    /// Count `n` replies under `parent` on `post`.
+    fn add(&mut self, post: PostId, parent: CommentId, n: i64) {
+        *self.by_post.entry(post).or_default() += n;
+        *self.by_parent.entry(parent).or_default() += n;
+    }
+
+    /// Count `other`'s replies too.
+    pub fn extend(&mut self, other: OwnReplies) {
+        for (post, n) in other.by_post {
+            *self.by_post.entry(post).or_default() += n;
+        }
+        for (parent, n) in other.by_parent {
+            *self.by_parent.entry(parent).or_default() += n;
+        }
+    }
 }
 
 impl Comments {
@@ -148,11 +168,71 @@ impl Comments {
             .collect();
         for (post, parent) in held {
             if open.get(&parent).copied().unwrap_or(false) {
-                *own.by_post.entry(post).or_default() += 1;
-                *own.by_parent.entry(parent).or_default() += 1;
+                own.add(post, parent, 1);
             }
         }
         Ok(own)
+    }
+
+    /// The visible replies under the viewer's own held top-level comments `held` (each with
+    /// its post; held from others, shown to their author as ordinary comments). Others do not
+    /// see the thread of a held comment, so the shared counters leave its replies out
+    /// (`likewise_core::comment::thread`); its author sees the thread open, and counts them.
+    /// Their own held replies under it are in [`Comments::own_held_replies`] already. One
+    /// batched store read, none when `held` is empty (the usual case).
+    pub async fn replies_under_own_held(&self, held: &[(PostId, CommentId)]) -> ServiceResult<OwnReplies> {
+        let mut own = OwnReplies::default();
+        if held.is_empty() {
+            return Ok(own);
+        }
+        let ids: Vec<CommentId> = held.iter().map(|(_, c)| *c).collect();
+        let counts = self.shared.stores.comments.visible_reply_counts(&ids).await?;
+        for ((post, parent), n) in held.iter().zip(counts) {
+            if n > 0 {
+                own.add(*post, *parent, n);
+            }
+        }
+        Ok(own)
+    }
+
+    /// [`Comments::replies_under_own_held`], or none when the read fails: then the viewer
+    /// sees the counts everyone sees for those threads.
+    pub async fn replies_under_own_held_or_none(&self, held: &[(PostId, CommentId)]) -> OwnReplies {
+        match self.replies_under_own_held(held).await {
+            Ok(own) => own,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the replies under the viewer's held comments failed; serving everyone's counts");
+                metrics::counter!("likewise_own_held_failed_total").increment(1);
+                OwnReplies::default()
+            }
+        }
+    }
+
+    /// Of `recs` (as `reader` sees them), the reader's own top-level comments held back from
+    /// others, with their posts: their stored statuses come through the record cache, read
+    /// only when the reader wrote one of `recs`. Nothing for a moderator (real statuses).
+    async fn own_held_among(&self, reader: Reader, recs: &[CommentRecord]) -> Vec<(PostId, CommentId)> {
+        let mine: Vec<CommentId> = recs
+            .iter()
+            .filter(|r| !reader.moderator && r.parent.is_none() && r.author == reader.user)
+            .map(|r| r.id)
+            .collect();
+        if mine.is_empty() {
+            return Vec::new();
+        }
+        match self.upstream.comment_records(&mine).await {
+            Ok(stored) => stored
+                .into_iter()
+                .flatten()
+                .filter(|r| r.parent.is_none() && r.author == reader.user && r.status.is_held())
+                .map(|r| (r.post, r.id))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the viewer's own comments failed; serving everyone's counts");
+                metrics::counter!("likewise_own_held_failed_total").increment(1);
+                Vec::new()
+            }
+        }
     }
 
     /// [`Comments::own_held_replies`], or none when the read fails: then the viewer sees the
@@ -169,7 +249,8 @@ impl Comments {
     }
 
     /// Decorate records with counts, liked state and names (batched). A top-level comment's
-    /// `reply_count` includes the reader's own held replies under it ([`OwnReplies`]).
+    /// `reply_count` includes the replies counted for the reader alone ([`OwnReplies`]): their
+    /// own held replies under it, and, under their own held comment, the visible replies.
     pub async fn decorate(
         &self,
         reader: Reader,
@@ -178,8 +259,9 @@ impl Comments {
         self.decorate_with(reader, recs, None).await
     }
 
-    /// [`Comments::decorate`], with the reader's own held replies already read for the
-    /// records' posts (`own`: a feed page reads them once for its counts and its previews).
+    /// [`Comments::decorate`], with the replies counted for the reader alone already read
+    /// for the records' posts (`own`: a feed page reads them once for its counts and its
+    /// previews).
     pub async fn decorate_with(
         &self,
         reader: Reader,
@@ -202,12 +284,23 @@ impl Comments {
                 .into_iter()
                 .collect(),
         };
-        let (counts, liked, names, read) = tokio::join!(
+        let own_threads = async {
+            match own {
+                Some(_) => OwnReplies::default(),
+                None => {
+                    let held = self.own_held_among(reader, &recs).await;
+                    self.replies_under_own_held_or_none(&held).await
+                }
+            }
+        };
+        let (counts, liked, names, mut read, threads) = tokio::join!(
             self.shared.counts.get_many(&targets),
             self.shared.stores.likes.liked_among(reader.user, TargetKind::Comment, &ids),
             self.upstream.usernames(&authors),
             self.own_held_replies_or_none(reader, &parents_on),
+            own_threads,
         );
+        read.extend(threads);
         let own = own.unwrap_or(&read);
         let (counts, liked, names) = (counts?, liked?, names?);
         let discount = self.shared.integrity.discount().await;

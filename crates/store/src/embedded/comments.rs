@@ -432,6 +432,28 @@ impl CommentReader for EmbeddedStore {
         }
         Ok(out)
     }
+
+    async fn visible_reply_counts(&self, parents: &[CommentId]) -> StoreResult<Vec<i64>> {
+        let s = &*self.inner;
+        let mut out = Vec::with_capacity(parents.len());
+        for parent in parents {
+            let mut n = 0;
+            for g in s.replies.prefix(parent.0.to_be_bytes()) {
+                let (k, v) = g.into_inner().map_err(engine_err)?;
+                if k.len() != 16 || v.len() != 8 {
+                    return Err(StoreError::Corrupt { keyspace: "replies", detail: "bad entry".into() });
+                }
+                let id = be_u64(&k, 8);
+                if let Some(r) = s.comments.get(pair_key(be_u64(&v, 0), id)).map_err(engine_err)?
+                    && decode(CommentId(id), &r)?.status == CommentStatus::Visible
+                {
+                    n += 1;
+                }
+            }
+            out.push(n);
+        }
+        Ok(out)
+    }
 }
 
 fn collect_ids(iter: impl Iterator<Item = fjall::Guard>) -> StoreResult<Vec<u64>> {
