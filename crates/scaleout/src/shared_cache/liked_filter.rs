@@ -20,6 +20,10 @@
 //!   filter misses goes unanswered while the stream lags by less than `width / 2 - skew`
 //!   (about 5 min by default). An unlike after T is answered by its record, and a post the
 //!   filter holds that was unliked before T is a "maybe" the reverse index answers.
+//! - **When records go missing.** A records server that restarts empty breaks "every change
+//!   has a record". Its shard keeps the time since which it has kept records (`likes.rs`,
+//!   `since_key`, lost with them): a filter is trusted, and built, only from two skews after
+//!   that time, when the reverse index holds every commit whose record the restart lost.
 //! - **Format**, versioned so that a node of another build treats a filter it cannot read as
 //!   absent: version (1 byte), kind (1: filter, 2: too many), hash count (1), 5 bytes unused,
 //!   build time (ms, 8 bytes, little endian), then the filter's 64-bit words (little endian).
@@ -50,6 +54,12 @@ impl Shared {
     pub(super) fn fresh(&self, now: u64, trust_ms: u64) -> bool {
         let (Shared::Filter { built_at, .. } | Shared::TooMany { built_at }) = self;
         now >= *built_at && now - *built_at <= trust_ms
+    }
+
+    /// When it was built (ms, by the building node's clock).
+    pub(super) fn built_at(&self) -> u64 {
+        let (Shared::Filter { built_at, .. } | Shared::TooMany { built_at }) = self;
+        *built_at
     }
 
     /// Whether `id` may be in the set ("no" is final).

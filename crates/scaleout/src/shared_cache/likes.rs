@@ -155,6 +155,21 @@ impl Layout {
         format!("{}:{{{shard}}}:{bucket}", self.prefix)
     }
 
+    /// The key saying since when (ms) shard `shard`'s server has kept records: on the
+    /// shard's hash tag, so it lives and dies with them.
+    fn since_key(&self, shard: u64) -> String {
+        format!("{}:since:{{{shard}}}", self.prefix)
+    }
+
+    /// How long after a records' server started keeping records (a restart empties it) no
+    /// shared filter is trusted: the records it lost were of commits the reverse index may
+    /// not have had yet, and of writes still to be written again. Two skews: one for the
+    /// clocks of the nodes that set the key and built a filter, one for the reverse index's
+    /// lag behind the commits.
+    fn restart_guard(&self) -> u64 {
+        2 * self.skew
+    }
+
     fn expires_at(&self, bucket: u64) -> u64 {
         (bucket + 2) * self.width + 3 * self.skew
     }
@@ -216,6 +231,11 @@ impl LikeReader for CachedLikes {
         }
         if let Some(k) = &filter_key {
             pipe.add(k, redis::cmd("GET").arg(k).clone());
+            // Since when the records' server has kept records (set by the first read that
+            // finds it missing: after a restart, that is soon after it).
+            let since = self.layout.since_key(shard);
+            pipe.add_ignored(&since, redis::cmd("SET").arg(&since).arg(now).arg("NX").clone());
+            pipe.add(&since, redis::cmd("GET").arg(&since).clone());
         }
         let replies: Vec<redis::Value> = match pipe.query().await {
             Ok(v) => v,
@@ -225,6 +245,12 @@ impl LikeReader for CachedLikes {
                 Vec::new()
             }
         };
+        // A filter is trusted, and built, only once the records' server has kept records for
+        // `restart_guard` (module docs): unknown (the read failed) counts as just restarted.
+        let kept_from = replies
+            .get(buckets.len() + 1)
+            .and_then(|v| redis::from_redis_value::<Option<u64>>(v).ok().flatten())
+            .map_or(u64::MAX, |since| since.saturating_add(self.layout.restart_guard()));
         let per_bucket: Vec<Vec<Option<f64>>> =
             replies.iter().take(buckets.len()).filter_map(|v| redis::from_redis_value(v).ok()).collect();
         // The record of the latest commit, whichever bucket holds it.
@@ -236,7 +262,7 @@ impl LikeReader for CachedLikes {
             .get(buckets.len())
             .and_then(|v| redis::from_redis_value::<Option<Vec<u8>>>(v).ok().flatten())
             .and_then(|b| liked_filter::decode(&b))
-            .filter(|f| f.fresh(now, trust_ms));
+            .filter(|f| f.fresh(now, trust_ms) && f.built_at() >= kept_from);
         let looked: Vec<bool> = if ask.is_empty() {
             Vec::new()
         } else {
@@ -266,10 +292,18 @@ impl LikeReader for CachedLikes {
                         .collect()
                 }
                 // None fresh: the one read this page needs reads the whole set and builds one.
-                (Some(k), None) => {
+                (Some(k), None) if now >= kept_from => {
                     self.read_and_build(user, kind, &ask, k, filter_max, now, trust_ms).await?
                 }
-                (None, _) => self.inner.liked_among(user, kind, &ask).await?,
+                // No filters, or records may be missing (a restarted or unreachable server):
+                // the reverse index, read for this page only.
+                (_, _) => {
+                    if filter_key.is_some() {
+                        metrics::counter!("likewise_liked_filter_answers_total", "answer" => "guarded")
+                            .increment(ask.len() as u64);
+                    }
+                    self.inner.liked_among(user, kind, &ask).await?
+                }
             }
         };
         let mut looked = looked.into_iter();
@@ -577,6 +611,19 @@ mod tests {
             };
             let redis = Redis::connect(&opts).await.expect("Redis must be up at 127.0.0.1:6379");
             let b0 = likewise_store::now_ms() / WIDTH + 4;
+            if liked_filter_max > 0 {
+                // The server has kept records since long before the test.
+                let layout = Layout::new(&redis);
+                let mut conn = redis.servers.conn_for("");
+                for s in 0..shards {
+                    let _: () = redis::cmd("SET")
+                        .arg(layout.since_key(s))
+                        .arg(0)
+                        .query_async(&mut conn)
+                        .await
+                        .expect("redis");
+                }
+            }
             Fixture { redis, index: Arc::new(Index(Mutex::new(HashSet::new()), AtomicU64::new(0))), b0 }
         }
 
@@ -994,5 +1041,103 @@ mod tests {
         let _ = server.kill();
         let _ = server.wait();
         assert_eq!(stored, Some(score(false, position) as f64), "the missed unlike was never written again");
+    }
+
+    /// A viewer's shared filter, built before their like, is on one Redis server and the
+    /// like's record on another, which restarts empty: the record is gone while the filter
+    /// still says "not liked". Until the records' server has kept records long enough for the
+    /// reverse index to hold what it lost, no filter answers, so the heart follows the
+    /// reverse index as soon as it has the like, on every node.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_filter_never_hides_a_like_whose_record_a_restart_lost() {
+        let ports = [test_redis::free_port(), test_redis::free_port()];
+        let mut servers = Servers(ports.iter().map(|p| test_redis::start(*p)).collect());
+        let opts = RedisOptions {
+            url: format!("redis://127.0.0.1:{}/0", ports[0]),
+            shard_urls: vec![format!("redis://127.0.0.1:{}/0", ports[1])],
+            prefix: format!("lwtest:ownrestart:{}", rand::random::<u64>()),
+            own_likes_ttl: Duration::from_millis(WIDTH),
+            own_likes_shards: 4,
+            liked_filter_max: 1_000,
+            ..Default::default()
+        };
+        let redis = test_redis::connect(&opts).await;
+        let layout = Layout::new(&redis);
+        let at = (likewise_store::now_ms() / WIDTH + 4) * WIDTH + 100;
+        // A viewer whose filter and records are on different servers.
+        let records_of =
+            |u: u64| redis.servers.server_of(&layout.key(layout.bucket(at), layout.shard(UserId(u))));
+        let filter_of =
+            |u: u64| redis.servers.server_of(&liked_filter::key(&opts.prefix, UserId(u), TargetKind::Post));
+        let user =
+            (1..10_000u64).find(|u| records_of(*u) != filter_of(*u)).expect("a viewer split over both");
+        let restarted = records_of(user);
+        let index = Arc::new(Index(Mutex::new(HashSet::new()), AtomicU64::new(0)));
+        index.0.lock().expect("lock").insert((user, 1));
+        let clock = Arc::new(AtomicU64::new(at));
+        let node = |clock: Arc<AtomicU64>| {
+            CachedLikes::with_clock(
+                index.clone(),
+                redis.clone(),
+                Arc::new(move || clock.load(Ordering::SeqCst)),
+            )
+        };
+        let (a, b) = (node(clock.clone()), node(clock.clone()));
+        // The servers have kept records for long: the first read builds and stores a filter.
+        for s in 0..layout.shards {
+            let key = layout.since_key(s);
+            let mut conn = redis.servers.conn_for(&key);
+            let _: () = redis::cmd("SET").arg(&key).arg(0).query_async(&mut conn).await.expect("redis");
+        }
+        assert_eq!(liked(&a, user, &[1, 42]).await, [true, false]);
+        let key = liked_filter::key(&opts.prefix, UserId(user), TargetKind::Post);
+        let mut conn = redis.servers.conn_for(&key);
+        let mut stored = false;
+        for _ in 0..200 {
+            stored = redis::cmd("EXISTS").arg(&key).query_async(&mut conn).await.expect("redis");
+            if stored {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(stored, "no filter stored");
+        // The like of post 42 commits and is recorded; the reverse index does not have it yet.
+        set(&a, user, 42, true, 9).await;
+        assert_eq!(liked(&b, user, &[42]).await, [true], "answered by the record");
+        let _ = servers.0[restarted].kill();
+        let _ = servers.0[restarted].wait();
+        servers.0[restarted] = test_redis::start(ports[restarted]);
+        // Back, empty. Until the reverse index has the like, it answers "not liked"...
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while liked_among_ok(&b, user).await.is_none() {
+            assert!(tokio::time::Instant::now() < deadline, "the restarted server never answered");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // ...and once it has, every node says "liked", the filter notwithstanding.
+        index.0.lock().expect("lock").insert((user, 42));
+        let got = (liked(&a, user, &[42, 43]).await, liked(&b, user, &[42, 43]).await);
+        assert_eq!(got, (vec![true, false], vec![true, false]), "a filter built before the like hid it");
+    }
+
+    /// A test's own `redis-server`s, stopped however the test ends.
+    struct Servers(Vec<std::process::Child>);
+
+    impl Drop for Servers {
+        fn drop(&mut self) {
+            for s in &mut self.0 {
+                let _ = s.kill();
+                let _ = s.wait();
+            }
+        }
+    }
+
+    /// The answer of a read of post 42, once a read reaches the restarted server again (the
+    /// read leaves the key saying since when it keeps records there).
+    async fn liked_among_ok(node: &CachedLikes, user: u64) -> Option<bool> {
+        let key = node.layout.since_key(node.layout.shard(UserId(user)));
+        let got = liked(node, user, &[42]).await[0];
+        let mut conn = node.redis.servers.conn_for(&key);
+        let there: bool = redis::cmd("EXISTS").arg(&key).query_async(&mut conn).await.ok()?;
+        there.then_some(got)
     }
 }
