@@ -166,14 +166,10 @@ impl Posts {
     /// The viewer's own held comments on `posts` ([`Ranking::own_held`]). Empty when the
     /// read fails: then the viewer sees the counts and previews everyone sees.
     async fn own_held(&self, viewer: UserId, posts: &[PostId]) -> HashMap<PostId, Vec<Candidate>> {
-        match self.ranking.own_held(viewer, posts).await {
-            Ok(own) => own,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the viewer's held comments failed; serving everyone's counts");
-                metrics::counter!("likewise_own_held_failed_total").increment(1);
-                HashMap::new()
-            }
-        }
+        crate::comments::or_everyones(
+            self.ranking.own_held(viewer, posts).await,
+            "the viewer's held comments",
+        )
     }
 
     /// The like counts of the viewer's own posts among `known`, including likes the

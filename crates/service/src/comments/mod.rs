@@ -9,6 +9,7 @@
 //!   records into views (counts, names, the viewer's like state) in batched reads.
 
 mod read;
+pub(crate) use read::or_everyones;
 mod retries;
 mod write;
 pub use read::OwnReplies;

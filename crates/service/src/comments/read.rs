@@ -45,6 +45,17 @@ impl OwnReplies {
     }
 }
 
+/// The result of one of the reads that count a viewer's held comments for them alone, or
+/// nothing when it failed: the viewer then sees the counts everyone sees, and the failure is
+/// logged and counted (`likewise_own_held_failed_total`).
+pub(crate) fn or_everyones<T: Default>(read: ServiceResult<T>, what: &str) -> T {
+    read.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "reading {what} failed; serving everyone's counts");
+        metrics::counter!("likewise_own_held_failed_total").increment(1);
+        T::default()
+    })
+}
+
 impl Comments {
     /// Top-level comments of a post, keyset-paged by ID, as `reader` may see them.
     pub async fn list(
@@ -198,14 +209,7 @@ impl Comments {
     /// [`Comments::replies_under_own_held`], or none when the read fails: then the viewer
     /// sees the counts everyone sees for those threads.
     pub async fn replies_under_own_held_or_none(&self, held: &[(PostId, CommentId)]) -> OwnReplies {
-        match self.replies_under_own_held(held).await {
-            Ok(own) => own,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the replies under the viewer's held comments failed; serving everyone's counts");
-                metrics::counter!("likewise_own_held_failed_total").increment(1);
-                OwnReplies::default()
-            }
-        }
+        or_everyones(self.replies_under_own_held(held).await, "the replies under the viewer's held comments")
     }
 
     /// Of `recs` (as `reader` sees them), the reader's own top-level comments held back from
@@ -220,32 +224,18 @@ impl Comments {
         if mine.is_empty() {
             return Vec::new();
         }
-        match self.upstream.comment_records(&mine).await {
-            Ok(stored) => stored
-                .into_iter()
-                .flatten()
-                .filter(|r| r.parent.is_none() && r.author == reader.user && r.status.is_held())
-                .map(|r| (r.post, r.id))
-                .collect(),
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the viewer's own comments failed; serving everyone's counts");
-                metrics::counter!("likewise_own_held_failed_total").increment(1);
-                Vec::new()
-            }
-        }
+        or_everyones(self.upstream.comment_records(&mine).await, "the viewer's own comments")
+            .into_iter()
+            .flatten()
+            .filter(|r| r.parent.is_none() && r.author == reader.user && r.status.is_held())
+            .map(|r| (r.post, r.id))
+            .collect()
     }
 
     /// [`Comments::own_held_replies`], or none when the read fails: then the viewer sees the
     /// counts everyone sees.
     pub async fn own_held_replies_or_none(&self, reader: Reader, posts: &[PostId]) -> OwnReplies {
-        match self.own_held_replies(reader, posts).await {
-            Ok(own) => own,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the viewer's held replies failed; serving everyone's counts");
-                metrics::counter!("likewise_own_held_failed_total").increment(1);
-                OwnReplies::default()
-            }
-        }
+        or_everyones(self.own_held_replies(reader, posts).await, "the viewer's held replies")
     }
 
     /// Decorate records with counts, liked state and names (batched). A top-level comment's
