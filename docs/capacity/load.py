@@ -92,10 +92,13 @@ def main():
         n = a.posts
     elif a.phase == "like":
         z = Zipf(a.posts, a.zipf, rng)
+        pairs = set()  # like rows the load makes: repeats of a (user, post) pair make none
         def gen():
             for _ in range(a.likes):
                 user = rng.randint(1, a.users)
-                yield ("PUT", f"/v1/posts/{post_id(z.rank())}/like", token(secret, user), None)
+                post = post_id(z.rank())
+                pairs.add((user, post))
+                yield ("PUT", f"/v1/posts/{post}/like", token(secret, user), None)
         n = a.likes
     elif a.phase == "comment":
         z = Zipf(a.posts, a.zipf, rng)
@@ -127,8 +130,11 @@ def main():
         await asyncio.gather(*(conn_loop(host, int(port), jobs, stats) for _ in range(a.concurrency)))
     asyncio.run(run())
     dt = time.time() - t0
-    print(json.dumps({"phase": a.phase, "requests": n, "seconds": round(dt, 1),
-                      "per_s": round(n / dt), "statuses": stats}))
+    out = {"phase": a.phase, "requests": n, "seconds": round(dt, 1),
+           "per_s": round(n / dt), "statuses": stats}
+    if a.phase == "like":
+        out["distinct"] = len(pairs)
+    print(json.dumps(out))
 
 if __name__ == "__main__":
     main()

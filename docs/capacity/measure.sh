@@ -98,11 +98,25 @@ for a in j.get("account_details", []):
         st = s["state"]; print(s["name"], "messages", st["messages"], "bytes", st["bytes"])'; }
 
 snapshot() {
-  echo "== $1 $(date -u +%FT%TZ)"; echo "wal $(wal)"; cpu; rows; stream
+  { echo "== $1 $(date -u +%FT%TZ)"; echo "wal $(wal)"; cpu; rows; stream
+    for db in lwcap_s0 lwcap_s1; do
+      $PSQL -d $db -c "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    done | awk '{ s += $1 } END { print "pg_statements", s }'
+    echo "xacts $(xacts)"; } | tee "$W/snap.$1"
   redis_stats > "$W/redis.$1"
-  for db in lwcap_s0 lwcap_s1; do
-    $PSQL -d $db -c "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-  done | awk '{ s += $1 } END { print "pg_statements", s }'
+}
+
+# Transactions committed or rolled back on the shard databases so far.
+xacts() {
+  $PSQL -d postgres -c "SELECT sum(xact_commit + xact_rollback) FROM pg_stat_database WHERE datname LIKE 'lwcap_s%'"
+}
+
+# The figures of step $1 into docs/capacity/measured.json (docs/capacity/figures.py).
+figures() { W="$W" python3 "$HERE/figures.py" "$1"; }
+
+# A reader's position in the stream, from the worker's /metrics (0 before its first commit).
+positions() {
+  curl -s "http://127.0.0.1:18482/metrics" | awk -F'[{}"]' '/^likewise_stream_consumer_position\{/ { split($NF, v, " "); print $3, v[2] }'
 }
 
 offsets() {
@@ -110,22 +124,38 @@ offsets() {
 }
 
 drain() {
-  # Until every like is in the reverse index, nothing is unrelayed and both shards' counter
-  # aggregators reached the stream's end. The notifier and trending consumers are far slower
-  # (see the `consumers` step) and are not waited for.
-  local msgs
-  for _ in $(seq 1 600); do
+  # Until every like is in the reverse index, nothing is unrelayed, both shards' counter
+  # aggregators reached the stream's end and the readers of the whole stream (notifier,
+  # trending, integrity) stand at its last sequence.
+  local msgs last
+  for _ in $(seq 1 900); do
     read -r _ l _ u _ _ _ q < <(rows)
     msgs=$(stream | awk '{ print $3 }')
-    if [ "$l" = "$u" ] && [ "$q" = 0 ] && offsets | grep -q "counters@0=$msgs " && offsets | grep -q "counters@1=$msgs "; then return; fi
+    last=$(last_seq)
+    if [ "$l" = "$u" ] && [ "$q" = 0 ] && offsets | grep -q "counters@0=$msgs " && offsets | grep -q "counters@1=$msgs " &&
+       [ "$(positions | awk -v s="$last" '$1 !~ /^(counters|reverse)/ && $2 != s' | wc -l)" = 0 ]; then return; fi
     sleep 2
   done
+  echo "did not drain in 30 minutes" >&2; exit 1
+}
+
+# The stream's last sequence.
+last_seq() { curl -s "http://127.0.0.1:$NATSMON/jsz?streams=true" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print(sum(s["state"]["last_seq"] for a in j.get("account_details", []) for s in a.get("stream_detail", [])))'; }
+
+start_worker() {
+  "$BIN" serve --config "$W/lw.toml" --role worker --listen 127.0.0.1:18482 >> "$W/worker.log" 2>&1 & echo $! > "$W/worker.pid"
+}
+stop_worker() {
+  kill -TERM "$(cat "$W/worker.pid")"; while kill -0 "$(cat "$W/worker.pid")" 2>/dev/null; do sleep 0.2; done
 }
 
 # Statements with their calls, rows and WAL, summed over the shards (pg_stat_statements).
 statements() {
   for db in lwcap_s0 lwcap_s1; do
-    $PSQL -d $db -F '|' -c "SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70), calls, rows, wal_bytes,
+    $PSQL -d $db -F '|' -c "SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 200), calls, rows, wal_bytes,
                                    total_exec_time + total_plan_time
                             FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
   done | awk -F'|' '{ c[$1] += $2; r[$1] += $3; w[$1] += $4; t[$1] += $5 } END { for (k in c) print k "|" c[k] "|" r[k] "|" w[k] "|" t[k] }' | sort -t'|' -k1,1
@@ -140,6 +170,10 @@ statements_delta() {
 case "${1:-}" in
 start)
   mkdir -p "$W"; config
+  # The build measured (the binary is the checkout's: rebuild it after changing the checkout).
+  { git -C "$HERE/../.." rev-parse --short=7 HEAD | tr -d '\n'
+    [ -z "$(git -C "$HERE/../.." status --porcelain --untracked-files=no -- crates Cargo.lock)" ] || printf '+changes'
+    echo; } > "$W/build"
   install -d -o postgres "$W/pg"   # PostgreSQL refuses to run as root
   runuser -u postgres -- "$PGBIN/initdb" -D "$W/pg" -U postgres --auth=trust >/dev/null
   cat >> "$W/pg/postgresql.conf" <<EOT
@@ -163,32 +197,67 @@ register)
   python3 "$HERE/load.py" register --url $API --secret $SECRET ;;
 like)
   snapshot before_like; statements > "$W/pss.before_like"
-  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" like --url $API --secret $SECRET
+  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" like --url $API --secret $SECRET | tee "$W/load.like.json"
   snapshot after_like_ack; statements > "$W/pss.after_like_ack"
   join -a2 -e0 -o 0,1.2,2.2 <(sort "$W/redis.before_like") <(sort "$W/redis.after_like_ack") | awk '{ printf "redis %-12s %9d per like %.3f\n", $1, $3 - $2, ($3 - $2) / 1e6 }'
   drain; snapshot after_like_drained; statements > "$W/pss.after_like_drained"
   statements_delta "$W/pss.before_like" "$W/pss.after_like_drained" 1000000 | head -25
   for db in lwcap_s0 lwcap_s1; do $PSQL -d $db -c "VACUUM ANALYZE"; done
-  sizes | tee "$W/sizes.after" ;;
+  sizes | tee "$W/sizes.after"
+  figures like ;;
 consumers)
-  # Drain rates of the single-consumer notifier and trending against the per-shard ones,
-  # and the WAL per notified event (everything else has caught up by now).
-  a=$(offsets); wa=$(wal); sleep 60; b=$(offsets); wb=$(wal)
-  echo "before: $a"; echo "after:  $b"; echo "wal bytes in 60 s: $((wb - wa))"
-  for db in lwcap_s0 lwcap_s1; do $PSQL -d $db -c "SELECT count(*), pg_total_relation_size('notif_actors'), count(DISTINCT item) FROM notif_actors"; done ;;
+  # 1. Idle: what the deployment costs with no traffic (PostgreSQL transactions a second),
+  #    with and without the worker.
+  x0=$(xacts); sleep 10; x1=$(xacts); stop_worker; sleep 2; x2=$(xacts); sleep 10; x3=$(xacts)
+  # 2. Drain: a backlog of likes made while no worker ran, then one worker process started.
+  #    Each reader's drain time runs from the process start until its position reaches the
+  #    stream's end (start-up and the relay's publishing included: a lower bound of its rate).
+  python3 "$HERE/load.py" like --url $API --secret $SECRET --likes 40000 --seed 11 > "$W/load.backlog.json"
+  m0=$(last_seq); w0=$(wal); t0=$(date +%s.%N); start_worker
+  declare -A done_at=()
+  for _ in $(seq 1 3000); do
+    sleep 0.1
+    read -r _ _ _ _ _ _ _ q < <(rows)
+    [ "$q" = 0 ] || continue
+    last=$(last_seq)
+    while read -r name pos; do
+      if [ -z "${done_at[$name]:-}" ] && [ "$pos" = "$last" ]; then done_at[$name]=$(date +%s.%N); fi
+    done < <(positions)
+    # Done when the whole-stream readers reached the end and both aggregators' offsets did.
+    if [ -n "${done_at[notifications]:-}" ] && [ -n "${done_at[trending]:-}" ] && [ -n "${done_at[integrity]:-}" ] &&
+       offsets | grep -q "counters@0=$last " && offsets | grep -q "counters@1=$last "; then
+      for s in 0 1; do [ -n "${done_at[counters-$s]:-}" ] || done_at[counters-$s]=$(date +%s.%N); done
+      break
+    fi
+  done
+  w1=$(wal); sleep 1
+  read -r wcpu < <(awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' /proc/"$(cat "$W/worker.pid")"/stat)
+  { printf '{"idle_pg_transactions_per_s": %s, "idle_worker_pg_transactions_per_s": %s,' \
+      "$(awk -v a="$x0" -v b="$x1" -v c="$x2" -v d="$x3" 'BEGIN { print (d - c) / 10 }')" "$(awk -v a="$x0" -v b="$x1" -v c="$x2" -v d="$x3" 'BEGIN { print ((b - a) - (d - c)) / 10 }')"
+    printf ' "likes": %s, "messages": %s, "wal": %s, "worker_cpu_s": %s, "messages_of": {}, "drained_after_s": {' \
+      "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["distinct"])' "$W/load.backlog.json")" \
+      "$(( last - m0 ))" "$(( w1 - w0 ))" "$wcpu"
+    sep=""; for k in "${!done_at[@]}"; do printf '%s"%s": %s' "$sep" "$k" "$(awk -v a="${done_at[$k]}" -v b="$t0" 'BEGIN { print a - b }')"; sep=", "; done
+    echo "}}"; } | tee "$W/consumers.json"
+  figures consumers ;;
 comment)
   snapshot before_comment
-  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" comment --url $API --secret $SECRET --comments 20000
+  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" comment --url $API --secret $SECRET --comments 20000 | tee "$W/load.comment.json"
   sleep 15; snapshot after_comment
   for db in lwcap_s0 lwcap_s1; do $PSQL -d $db -c "VACUUM ANALYZE"; done
-  sizes | tee "$W/sizes.after_comment" ;;
+  sizes | tee "$W/sizes.after_comment"
+  figures comment ;;
 feed)
+  # The API node's reads alone: the worker is stopped meanwhile (as after a worker outage:
+  # cached counts go stale and are refreshed by the API node).
+  stop_worker
   snapshot before_feed; statements > "$W/pss.before_feed"
-  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" feed --url $API --secret $SECRET --pages 20000
+  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" feed --url $API --secret $SECRET --pages 20000 | tee "$W/load.feed.json"
   snapshot after_feed; statements > "$W/pss.after_feed"
-  # The worker's statements (notifier, relay) run meanwhile: read the API's read statements.
   statements_delta "$W/pss.before_feed" "$W/pss.after_feed" 20000 | head -20
-  join -a2 -e0 -o 0,1.2,2.2 <(sort "$W/redis.before_feed") <(sort "$W/redis.after_feed") | awk '{ printf "redis %-12s %9d per page %.3f\n", $1, $3 - $2, ($3 - $2) / 20000 }' ;;
+  join -a2 -e0 -o 0,1.2,2.2 <(sort "$W/redis.before_feed") <(sort "$W/redis.after_feed") | awk '{ printf "redis %-12s %9d per page %.3f\n", $1, $3 - $2, ($3 - $2) / 20000 }'
+  start_worker
+  figures feed ;;
 redis)
   # Right after `like`: the own-likes bucket still holds that load's records.
   $RCLI --scan --pattern 'lwcap:*' > "$W/keys.txt"
@@ -197,24 +266,42 @@ redis)
   paste -d' ' "$W/keys.txt" "$W/mem.txt" "$W/hlen.txt" |
     awk '{ f = $1; sub(/^lwcap:/, "", f); split(f, p, ":"); fam = p[1]; if (fam == "c") fam = "c:" p[2]
            n[fam]++; b[fam] += $2; h[fam] += $3 }
-         END { for (k in n) printf "%-5s keys %8d bytes %11d per key %10.1f fields %8d per field %6.1f\n", k, n[k], b[k], b[k] / n[k], h[k], b[k] / h[k] }'
-  $RCLI INFO memory | tr -d '\r' | grep -E '^used_memory:|^used_memory_dataset:' ;;
+         END { for (k in n) printf "%-5s keys %8d bytes %11d per key %10.1f fields %8d per field %6.1f\n", k, n[k], b[k], b[k] / n[k], h[k], b[k] / h[k] }' |
+    tee "$W/redis.families"
+  $RCLI INFO memory | tr -d '\r' | grep -E '^used_memory:|^used_memory_dataset:'
+  figures redis ;;
 embedded)
   mkdir -p "$W/emb"
   "$BIN" serve --config "$W/emb.toml" > "$W/emb.log" 2>&1 & echo $! > "$W/emb.pid"; sleep 3
   python3 "$HERE/load.py" register --url $EMB --secret $SECRET
   du -sb "$W/emb"
-  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" like --url $EMB --secret $SECRET
+  /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" like --url $EMB --secret $SECRET | tee "$W/load.embedded.json"
   sleep 15; kill -TERM "$(cat "$W/emb.pid")"; while kill -0 "$(cat "$W/emb.pid")" 2>/dev/null; do sleep 1; done
   # Reopen with a 1 MiB write buffer: the replayed memtables are flushed to tables.
   LIKEWISE__STORE__WRITE_BUFFER_MB=1 "$BIN" serve --config "$W/emb.toml" > "$W/emb2.log" 2>&1 & echo $! > "$W/emb.pid"
   sleep 25; kill -TERM "$(cat "$W/emb.pid")"; while kill -0 "$(cat "$W/emb.pid")" 2>/dev/null; do sleep 1; done
   du -sb "$W/emb" "$W/emb/store/keyspaces"; ls -l "$W/emb/store/"*.jnl
-  # Keyspace directories are numbered in the order store/src/embedded/mod.rs opens them
-  # (1 user_likes, 2 liker_pages, 3 events, ..., 17 notif_items, 19 notif_actors).
-  for k in "$W/emb/store/keyspaces"/*; do echo "$(du -sb "$k" | cut -f1) keyspace $(basename "$k")"; done | sort -rn | head -10 ;;
+  # Keyspace directories are numbered from 1 in the order store/src/embedded/mod.rs opens
+  # them (`ks("name"` / `ks_with("name"`); the names are read from there.
+  python3 - "$W" "$HERE/../../crates/store/src/embedded/mod.rs" <<'PY' | tee "$W/embedded.json"
+import json, os, re, sys
+w, src = sys.argv[1], open(sys.argv[2]).read()
+names = re.findall(r'\bks(?:_with)?\("([a-z_]+)"', src)
+root = os.path.join(w, "emb/store/keyspaces")
+def du(p):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(p) for f in fs)
+ks = {}
+for e in os.listdir(root):
+    if e.isdigit() and 1 <= int(e) <= len(names):
+        ks[names[int(e) - 1]] = du(os.path.join(root, e))
+rep = json.loads(open(os.path.join(w, "load.embedded.json")).read().strip().splitlines()[-1])
+print(json.dumps({"likes": rep["distinct"],
+                  "per_s": rep["per_s"], "keyspaces": ks, "keyspaces_total": du(root)}))
+PY
+  figures embedded ;;
 jetstream)
-  python3 "$HERE/js_bench.py" --url nats://127.0.0.1:$NATSPORT --nats-pid "$(cat "$W/nats.pid")" --messages 200000 --size 142 ;;
+  python3 "$HERE/js_bench.py" --url nats://127.0.0.1:$NATSPORT --nats-pid "$(cat "$W/nats.pid")" --messages 200000 --size 142 | tee "$W/jetstream.json"
+  figures jetstream ;;
 stop)
   for p in api worker emb nats; do [ -f "$W/$p.pid" ] && kill "$(cat "$W/$p.pid")" 2>/dev/null || true; done
   sleep 5; for p in api worker emb; do [ -f "$W/$p.pid" ] && kill -9 "$(cat "$W/$p.pid")" 2>/dev/null || true; done

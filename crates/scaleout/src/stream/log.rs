@@ -53,6 +53,8 @@ pub struct StreamLog {
     /// `<prefix>_<name>`: every consumer of this log is named `<family>-x<random>`.
     family: String,
     filter: String,
+    /// The reader's name (`notifications`, `counters-3`): the label of its position metric.
+    reader: String,
     state: Mutex<State>,
 }
 
@@ -75,15 +77,16 @@ impl StreamLog {
     pub async fn durable(stream: &JetStream, name: &str, filter: String, offset: u64) -> StoreResult<Self> {
         let family = format!("{}_{}", name_part(&stream.prefix), name_part(name));
         remove_family(stream, &family).await?;
-        let name = consumer_name(&family);
-        let consumer = create(stream, &name, &filter, offset).await?;
+        let first = consumer_name(&family);
+        let consumer = create(stream, &first, &filter, offset).await?;
         Ok(StreamLog {
             stream: stream.clone(),
             family,
             filter,
+            reader: name.to_string(),
             state: Mutex::new(State {
                 consumer,
-                name,
+                name: first,
                 delivered: Vec::new(),
                 last_delivery: 0,
                 floor: offset,
@@ -302,6 +305,9 @@ impl EventLog for StreamLog {
     async fn committed(&self, upto: u64) -> StoreResult<()> {
         let mut st = self.state.lock().await;
         st.floor = st.floor.max(upto);
+        // How far each reader has applied the stream: its lag against the stream's last
+        // sequence, and its drain rate (docs/capacity/measure.sh reads it).
+        metrics::gauge!("likewise_stream_consumer_position", "consumer" => self.reader.clone()).set(st.floor as f64);
         if let Some(pos) = st.delivered.iter().rposition(|(seq, _)| *seq <= upto) {
             // AckPolicy::All: acknowledging the last one acknowledges everything before it.
             // (One held from before a reposition goes to the replaced consumer, which is gone
