@@ -271,6 +271,7 @@ pub async fn seed(svc: &Arc<Engagement>) -> anyhow::Result<DemoWorld> {
     })
     .await?;
     seed_comments(svc).await?;
+    seed_views(svc).await?;
     seed_moderation(svc).await?;
     seed_like_farm(svc).await?;
     tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "demo world seeded");
@@ -323,6 +324,25 @@ async fn seed_comments(svc: &Arc<Engagement>) -> anyhow::Result<()> {
         .create(UserId(next_user()), PostId(alices), "Spoiler: the ending is the best part", None, None)
         .await?;
     Ok(())
+}
+
+/// Views (the authors' insights count unique viewers): most named users saw most posts.
+async fn seed_views(svc: &Arc<Engagement>) -> anyhow::Result<()> {
+    let s = svc.clone();
+    fan_out(POSTS, 10, move |i| {
+        let s = s.clone();
+        async move {
+            let p = FIRST_POST + i;
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ (p * 131));
+            for u in 2..=USERS {
+                if rng.below(4) != 0 {
+                    s.views.record(UserId(u), PostId(p)).await?;
+                }
+            }
+            Ok(())
+        }
+    })
+    .await
 }
 
 /// Comment authors of the moderation seed: users who wrote nothing else, so no burst of theirs
