@@ -13,6 +13,8 @@ data="$(mktemp -d)"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 log="$data/demo.log"
 export LIKEWISE__AUTH__SECRET="${LIKEWISE__AUTH__SECRET:-web-tests-secret-0123456789abcdef}"
+# Like notifications wait 1 s (not 5) for an unlike, so the settings test can wait past it.
+export LIKEWISE__NOTIFICATIONS__HOLD_MS="${LIKEWISE__NOTIFICATIONS__HOLD_MS:-1000}"
 "$bin" demo --listen "127.0.0.1:$port" --data-dir "$data/store" >"$log" 2>&1 &
 pid=$!
 cleanup() {

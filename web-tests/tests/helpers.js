@@ -3,6 +3,7 @@ import { chromium } from 'playwright-core';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createRequire } from 'node:module';
 
 export const BASE = process.env.LIKEWISE_URL || 'http://127.0.0.1:18080';
 export const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
@@ -81,4 +82,24 @@ export async function waitFor(fn, timeoutMs = 10000, what = 'condition') {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+const AXE = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
+
+/** axe-core's serious and critical violations on the page as it is now (or in `within`). */
+export async function axeViolations(page, within = null) {
+  if (!(await page.evaluate(() => typeof window.axe === 'object'))) await page.addScriptTag({ path: AXE });
+  const found = await page.evaluate(async (sel) => {
+    const r = await window.axe.run(sel ? { include: [sel] } : document, { resultTypes: ['violations'] });
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 5).map((n) => n.target.join(' ')) }));
+  }, within);
+  return found.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+}
+
+/** A fresh page at `path` (`/moderate`, `/settings?as=7`) once it is ready. */
+export async function openPage(context, path) {
+  const page = await context.newPage();
+  await page.goto(`${BASE}${path}`);
+  await page.waitForSelector('body[data-ready="true"]', { timeout: 15000 });
+  return page;
 }

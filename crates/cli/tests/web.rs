@@ -17,8 +17,18 @@ async fn serve_has_the_page_but_no_demo_sign_in() {
     let app = TestApp::start(dir.path()).await;
     let (st, _, _) = app.call_full(Method::GET, "/", None, None).await;
     assert_eq!(st, StatusCode::OK);
-    let (st, _, _) = app.call_full(Method::GET, "/web/app.js", None, None).await;
-    assert_eq!(st, StatusCode::OK);
+    for path in [
+        "/moderate",
+        "/settings",
+        "/web/app.js",
+        "/web/common.js",
+        "/web/moderate.js",
+        "/web/settings.js",
+        "/web/app.css",
+    ] {
+        let (st, _, _) = app.call_full(Method::GET, path, None, None).await;
+        assert_eq!(st, StatusCode::OK, "{path}");
+    }
     for (m, path) in
         [(Method::GET, "/demo/token?user_id=1"), (Method::GET, "/demo/world"), (Method::POST, "/demo/storm")]
     {
@@ -86,7 +96,60 @@ async fn demo_seeds_a_world_once_and_signs_in_seeded_users() {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         assert_eq!(text, "12.3K", "round {round}");
+        if round == 0 {
+            moderator_has_something_to_act_on(&client, &token).await;
+        }
         let _ = tx.send(());
         task.await.expect("join").expect("clean stop");
     }
+}
+
+/// The seeded moderator signs in with the service role, and the world gives every control of
+/// the moderator's page something to act on: a held comment of every `held_by` reason, one
+/// reported but still shown, an appeal, and a like farm the integrity consumer flags.
+async fn moderator_has_something_to_act_on(client: &(Client, String), user_token: &str) {
+    let (st, w) = get(client, "/demo/world", None).await;
+    assert_eq!(st, StatusCode::OK);
+    let moderator = w["moderator"]["user_id"].as_str().expect("a moderator").to_string();
+    let (st, t) = get(client, &format!("/demo/token?user_id={moderator}"), None).await;
+    assert_eq!(st, StatusCode::OK);
+    let token = t["token"].as_str().expect("token").to_string();
+    let (st, _) = get(client, "/v1/moderation/queue", Some(user_token)).await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "a seeded user is no moderator");
+    let (st, q) = get(client, "/v1/moderation/queue?limit=100", Some(&token)).await;
+    assert_eq!(st, StatusCode::OK, "{q}");
+    let items = q["items"].as_array().expect("items");
+    let mut reasons: Vec<String> =
+        items.iter().map(|i| i["held_by"].as_str().unwrap_or("none").to_string()).collect();
+    reasons.sort();
+    reasons.dedup();
+    assert_eq!(
+        reasons,
+        ["classifier", "hidden_words", "moderator", "near_duplicate", "none", "reports", "restricted"],
+        "{q}"
+    );
+    assert!(
+        items
+            .iter()
+            .any(|i| i["appealed"] == true && i["appeal_message"].as_str().is_some_and(|m| !m.is_empty())),
+        "an appeal with a message: {q}"
+    );
+    let mut flags = Value::Null;
+    for _ in 0..100 {
+        let (st, v) = get(client, "/v1/moderation/integrity", Some(&token)).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        flags = v;
+        if flags["items"].as_array().is_some_and(|f| !f.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let flagged: Vec<u64> = flags["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|f| f["user_id"].as_str().and_then(|u| u.parse().ok()).expect("user ID"))
+        .collect();
+    assert!(!flagged.is_empty(), "the like farm is flagged: {flags}");
+    assert!(flagged.iter().all(|u| (800_001..800_025).contains(u)), "only the farm: {flagged:?}");
 }

@@ -1,14 +1,19 @@
 //! The demo's seeded world: a few hundred named users with a follow graph, 30 posts (one of
 //! them viral, with tens of thousands of likes), comment threads with replies, a restricted
-//! user and a hidden word. Written through the service facade, only into an empty store
-//! (the world's IDs are fixed, so a restarted demo describes the same world).
+//! user and a hidden word, a moderator, held comments of every `held_by` reason (one of them
+//! appealed) and a ring of accounts liking in lockstep for the integrity consumer to flag.
+//! Written through the service facade, only into an empty store (the world's IDs are fixed,
+//! so a restarted demo describes the same world).
 
 use anyhow::Context;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::LikeAction;
 use likewise_core::model::{CommentsPolicy, PostMeta, UserProfile};
+use likewise_core::ports::ReportReason;
 use likewise_http::web::{DemoPost, DemoUser, DemoWorld};
 use likewise_service::Engagement;
+use likewise_service::comments::Reader;
+use likewise_service::review::Decision;
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
@@ -30,6 +35,14 @@ const STORM_BASE: u64 = 1_000_000;
 /// alice signs in by default; mallory is restricted by alice; alice hides "spoiler".
 pub const ALICE: u64 = 1;
 const MALLORY: u64 = 13;
+/// The moderator: `/demo/token` signs them in with the service role (the `/moderate` page).
+pub const MODERATOR: u64 = 9_000;
+/// A like farm: accounts (no profiles) liking the same posts in lockstep.
+const RING_BASE: u64 = 800_001;
+/// Accounts in the farm (a lockstep ring needs 20 by default).
+const RING: u64 = 24;
+/// Posts the farm likes (a ring member needs 10 shared by default).
+const RING_POSTS: std::ops::Range<u64> = FIRST_POST + 18..FIRST_POST + 30;
 
 const FIRST: &[&str] = &[
     "alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "ken", "liam",
@@ -41,17 +54,17 @@ const FIRST: &[&str] = &[
 const LAST: &[&str] =
     &["lee", "garcia", "novak", "okafor", "silva", "tanaka", "muller", "rossi", "dubois", "khan"];
 
-const CAPTIONS: &[(&str, &str)] = &[
-    ("Sunrise over the bay, worth the 5am alarm", "🌅"),
-    ("First sourdough that actually rose", "🍞"),
-    ("Trail run, 21 km, legs are jelly", "🏃"),
-    ("New desk setup, finally cable-managed", "💻"),
-    ("The cat has claimed the laundry basket", "🐈"),
-    ("Rainy Sunday, new book, no plans", "📚"),
-    ("Homemade ramen from scratch", "🍜"),
-    ("Caught the last light at the lighthouse", "🗼"),
-    ("Garden update: the tomatoes are winning", "🍅"),
-    ("Finished the 1000-piece puzzle", "🧩"),
+const CAPTIONS: &[&str] = &[
+    "Sunrise over the bay, worth the 5am alarm",
+    "First sourdough that actually rose",
+    "Trail run, 21 km, legs are jelly",
+    "New desk setup, finally cable-managed",
+    "The cat has claimed the laundry basket",
+    "Rainy Sunday, new book, no plans",
+    "Homemade ramen from scratch",
+    "Caught the last light at the lighthouse",
+    "Garden update: the tomatoes are winning",
+    "Finished the 1000-piece puzzle",
 ];
 
 const COMMENTS: &[&str] = &[
@@ -122,13 +135,12 @@ pub fn world() -> DemoWorld {
     let posts = (FIRST_POST..FIRST_POST + POSTS)
         .map(|p| {
             let k = (p - FIRST_POST) as usize;
-            let (caption, emoji) = CAPTIONS[k % CAPTIONS.len()];
+            let caption = CAPTIONS[k % CAPTIONS.len()];
             DemoPost {
                 post_id: p.to_string(),
                 author_username: username(author_of(p)),
                 caption: caption.to_string(),
                 hue: ((k * 47) % 360) as u16,
-                emoji: emoji.to_string(),
             }
         })
         .collect();
@@ -137,6 +149,7 @@ pub fn world() -> DemoWorld {
         posts,
         viral_post_id: VIRAL_POST.to_string(),
         default_user_id: ALICE.to_string(),
+        moderator: DemoUser { user_id: MODERATOR.to_string(), username: "moderator".to_string() },
         storm_base: STORM_BASE,
     }
 }
@@ -194,6 +207,9 @@ pub async fn seed(svc: &Arc<Engagement>) -> anyhow::Result<DemoWorld> {
         }
     })
     .await?;
+    svc.upstream
+        .put_user(UserId(MODERATOR), UserProfile { username: "moderator".into(), verified: false })
+        .await?;
     // alice follows her friends (so "Liked by" names people she knows).
     for friend in [2, 3, 4, 5, 6, 7, 8] {
         svc.upstream.set_follow(UserId(ALICE), UserId(friend), true).await?;
@@ -255,6 +271,9 @@ pub async fn seed(svc: &Arc<Engagement>) -> anyhow::Result<DemoWorld> {
     })
     .await?;
     seed_comments(svc).await?;
+    seed_views(svc).await?;
+    seed_moderation(svc).await?;
+    seed_like_farm(svc).await?;
     tracing::info!(elapsed_ms = started.elapsed().as_millis() as u64, "demo world seeded");
     Ok(world())
 }
@@ -304,5 +323,101 @@ async fn seed_comments(svc: &Arc<Engagement>) -> anyhow::Result<()> {
     svc.comments
         .create(UserId(next_user()), PostId(alices), "Spoiler: the ending is the best part", None, None)
         .await?;
+    Ok(())
+}
+
+/// Views (the authors' insights count unique viewers): most named users saw most posts.
+async fn seed_views(svc: &Arc<Engagement>) -> anyhow::Result<()> {
+    let s = svc.clone();
+    fan_out(POSTS, 10, move |i| {
+        let s = s.clone();
+        async move {
+            let p = FIRST_POST + i;
+            let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ (p * 131));
+            for u in 2..=USERS {
+                if rng.below(4) != 0 {
+                    s.views.record(UserId(u), PostId(p)).await?;
+                }
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Comment authors of the moderation seed: users who wrote nothing else, so no burst of theirs
+/// trips the velocity signal (each comment is held by the layer it is written for).
+const SPAMMER: u64 = 251;
+const COPIER: u64 = 252;
+const MOBBED: u64 = 253;
+const REPORTED: u64 = 254;
+const APPEALER: u64 = 255;
+
+/// Held comments of every `held_by` reason, one reported but still shown, and one a moderator
+/// hid whose author appealed: every control of the moderator's page has something to act on.
+/// (mallory's restricted comment and the hidden word on alice's post are seeded with the
+/// threads.)
+async fn seed_moderation(svc: &Arc<Engagement>) -> anyhow::Result<()> {
+    let c = &svc.comments;
+    // The classifier: links and shouting.
+    c.create(
+        UserId(SPAMMER),
+        PostId(FIRST_POST + 3),
+        "FREE FOLLOWERS!!!!!!!! cheap-likes.biz www.x.ru http://spam.io",
+        None,
+        None,
+    )
+    .await?;
+    // Near-duplicates: the same line on five posts; the fifth copy is held.
+    for p in FIRST_POST + 2..FIRST_POST + 7 {
+        c.create(UserId(COPIER), PostId(p), "Check my profile for daily photo tips and presets", None, None)
+            .await?;
+    }
+    // Reports: five distinct reporters hide a comment pending review.
+    let mobbed = c
+        .create(UserId(MOBBED), PostId(FIRST_POST + 5), "Honestly the old version looked better", None, None)
+        .await?;
+    for u in 60..65 {
+        svc.review
+            .report(Reader { user: UserId(u), moderator: false }, mobbed.record.id, ReportReason::Bullying)
+            .await?;
+    }
+    // One report: queued, still shown.
+    let reported =
+        c.create(UserId(REPORTED), PostId(FIRST_POST + 7), "Is this even your photo?", None, None).await?;
+    svc.review
+        .report(Reader { user: UserId(66), moderator: false }, reported.record.id, ReportReason::Other)
+        .await?;
+    // A moderator hid it; its author appeals.
+    let hidden = c
+        .create(
+            UserId(APPEALER),
+            PostId(FIRST_POST + 8),
+            "Ha, you clearly used a filter on this one",
+            None,
+            None,
+        )
+        .await?;
+    svc.review.moderate(UserId(MODERATOR), hidden.record.id, Decision::Hide).await?;
+    svc.review
+        .appeal(UserId(APPEALER), hidden.record.id, Some("It was a friendly joke, we know each other"))
+        .await?;
+    Ok(())
+}
+
+/// A like farm for the integrity consumer to flag: RING accounts liking the same posts within
+/// a second or two of each other.
+async fn seed_like_farm(svc: &Arc<Engagement>) -> anyhow::Result<()> {
+    for p in RING_POSTS {
+        let s = svc.clone();
+        fan_out(RING, 8, move |i| {
+            let s = s.clone();
+            async move {
+                s.likes.set_post_like(UserId(RING_BASE + i), PostId(p), LikeAction::Like).await?;
+                Ok(())
+            }
+        })
+        .await?;
+    }
     Ok(())
 }

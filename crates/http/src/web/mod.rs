@@ -1,7 +1,10 @@
-//! The web demo: a small page served at `/` (plain ES modules bundled into the binary, no
-//! build step), and the demo-only routes ([`demo_routes`]) that `likewise demo` adds: a
-//! sign-in that mints a token for a seeded user, the seeded world's description, and a
-//! server-side "viral storm" of likes. Outside demo mode those routes do not exist (404).
+//! The web demo: three small pages (plain ES modules bundled into the binary, no build step,
+//! no CDN): the feed at `/` (with an insights panel on the viewer's own posts), the
+//! moderator's queue at `/moderate` and the notification settings at `/settings`; and the
+//! demo-only routes ([`demo_routes`]) that `likewise demo` adds: a sign-in that mints a token
+//! for a seeded user (with the service role for the seeded moderator), the seeded world's
+//! description, and a server-side "viral storm" of likes. Outside demo mode those routes do
+//! not exist (404), and the pages ask for a pasted token.
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
@@ -20,18 +23,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
+const MODERATE_HTML: &str = include_str!("assets/moderate.html");
+const SETTINGS_HTML: &str = include_str!("assets/settings.html");
 const APP_JS: &str = include_str!("assets/app.js");
+const COMMON_JS: &str = include_str!("assets/common.js");
+const MODERATE_JS: &str = include_str!("assets/moderate.js");
+const SETTINGS_JS: &str = include_str!("assets/settings.js");
 const APP_CSS: &str = include_str!("assets/app.css");
 
 fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
     ([(CONTENT_TYPE, content_type), (CACHE_CONTROL, "no-cache")], body)
 }
 
-/// The page and its assets (no authentication: the page signs in through the API).
+const HTML: &str = "text/html; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
+
+/// The pages and their assets (no authentication: the pages sign in through the API).
 pub fn page_routes() -> Router<Arc<AppState>> {
     Router::new()
-        .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
-        .route("/web/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
+        .route("/", get(|| async { asset(HTML, INDEX_HTML) }))
+        .route("/moderate", get(|| async { asset(HTML, MODERATE_HTML) }))
+        .route("/settings", get(|| async { asset(HTML, SETTINGS_HTML) }))
+        .route("/web/app.js", get(|| async { asset(JS, APP_JS) }))
+        .route("/web/common.js", get(|| async { asset(JS, COMMON_JS) }))
+        .route("/web/moderate.js", get(|| async { asset(JS, MODERATE_JS) }))
+        .route("/web/settings.js", get(|| async { asset(JS, SETTINGS_JS) }))
         .route("/web/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
 }
 
@@ -44,7 +60,7 @@ pub struct DemoUser {
     pub username: String,
 }
 
-/// A seeded post with what the demo shows in place of a real image and caption.
+/// A seeded post with what the demo shows in place of a real picture and caption.
 #[derive(Debug, Clone, Serialize)]
 pub struct DemoPost {
     /// The post's ID (a decimal string).
@@ -55,8 +71,6 @@ pub struct DemoPost {
     pub caption: String,
     /// Colour of the placeholder picture (0..360).
     pub hue: u16,
-    /// An emoji drawn on the picture.
-    pub emoji: String,
 }
 
 /// The seeded world, as the page needs it.
@@ -70,6 +84,8 @@ pub struct DemoWorld {
     pub viral_post_id: String,
     /// Who `/` signs in as without `?as=`.
     pub default_user_id: String,
+    /// The moderator: `/demo/token` gives them a service-role token (the `/moderate` page).
+    pub moderator: DemoUser,
     /// First user ID used by storms (users above every seeded one).
     #[serde(skip)]
     pub storm_base: u64,
@@ -115,15 +131,17 @@ async fn token(
 ) -> ApiResult<Json<TokenResponse>> {
     let raw = q.user_id.ok_or_else(|| ApiError::invalid("user_id is required"))?;
     let id = parse_id(raw.trim()).map_err(|_| ApiError::invalid("user_id must be a decimal ID"))?;
-    let user = demo
+    let (user, service) = demo
         .world
         .users
         .iter()
-        .find(|u| u.user_id == id.to_string())
+        .map(|u| (u, false))
+        .chain(std::iter::once((&demo.world.moderator, true)))
+        .find(|(u, _)| u.user_id == id.to_string())
         .ok_or_else(|| ApiError::not_found("no such seeded user"))?;
     let token = state
         .keys
-        .mint(UserId(id), false, Duration::from_secs(24 * 3600))
+        .mint(UserId(id), service, Duration::from_secs(24 * 3600))
         .map_err(|_| ApiError::internal())?;
     Ok(Json(TokenResponse { token, user_id: user.user_id.clone(), username: user.username.clone() }))
 }

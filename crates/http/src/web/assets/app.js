@@ -1,49 +1,15 @@
-// Likewise web demo: a feed with optimistic hearts, a comments sheet and a live bell.
+// Likewise web demo: a feed with optimistic hearts, a comments sheet, a live bell, and an
+// insights panel on the viewer's own posts.
 // Plain ES module, no build step; talks only to the public API (and /demo/* in demo mode).
 
-const $ = (sel) => document.querySelector(sel);
-const state = { token: null, me: null, world: null, posts: new Map(), hideCounts: false };
+import {
+  $, h, icon, toast, api, session, loadWorld, demoSignIn, chosenUser, tokenSubject, username, postInfo, linkNav,
+  onBroadcast, ago, s as svgEl,
+} from './common.js';
+
+const state = Object.assign(session, { posts: new Map(), hideCounts: false });
 
 // ---------- helpers ----------
-
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
-    else if (k === 'text') el.textContent = v;
-    else el.setAttribute(k, v === true ? '' : String(v));
-  }
-  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) el.append(c);
-  return el;
-}
-
-let toastTimer;
-function toast(msg) {
-  const t = $('#toast');
-  t.textContent = msg;
-  t.hidden = false;
-  clearTimeout(toastTimer);
-  toastTimer = setTimeout(() => { t.hidden = true; }, 4000);
-}
-
-class ApiError extends Error {
-  constructor(status, body) {
-    super((body && body.message) || `HTTP ${status}`);
-    this.status = status;
-  }
-}
-
-async function api(method, path, body, extra = {}) {
-  const headers = { Authorization: `Bearer ${state.token}`, ...extra };
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
-  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  const raw = res.status === 204 ? '' : await res.text();
-  let data = null;
-  try { data = raw ? JSON.parse(raw) : null; } catch { data = null; }
-  if (!res.ok) throw new ApiError(res.status, data);
-  return data;
-}
 
 // A fresh Idempotency-Key (visible ASCII, as the API asks).
 function newKey() {
@@ -62,39 +28,19 @@ function countText(n) {
   return tenth === 0 ? `${whole}${suffix}` : `${whole}.${tenth}${suffix}`;
 }
 
-function ago(iso) {
-  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
-  if (s < 60) return 'now';
-  if (s < 3600) return `${Math.floor(s / 60)}m`;
-  if (s < 86400) return `${Math.floor(s / 3600)}h`;
-  return `${Math.floor(s / 86400)}d`;
-}
-
-function username(id) {
-  const u = state.world && state.world.users.find((x) => x.user_id === id);
-  return u ? u.username : `user${id}`;
-}
-
 // ---------- sign-in ----------
 
 async function signIn() {
-  const params = new URLSearchParams(location.search);
-  const res = await fetch('/demo/world');
-  if (res.ok) {
-    state.world = await res.json();
-    const as = params.get('as') || localStorage.getItem('likewise.as') || state.world.default_user_id;
-    const tok = await fetch(`/demo/token?user_id=${encodeURIComponent(as)}`);
-    if (!tok.ok) throw new Error(`cannot sign in as ${as}`);
-    const t = await tok.json();
-    state.token = t.token;
-    state.me = { id: t.user_id, username: t.username };
-    localStorage.setItem('likewise.as', t.user_id);
+  if (await loadWorld()) {
+    const t = await demoSignIn(chosenUser());
+    localStorage.setItem('likewise.as', t.id);
+    linkNav(t.id);
     const sel = $('#as-user');
     for (const u of state.world.users.slice(0, 60)) {
-      sel.append(h('option', { value: u.user_id, selected: u.user_id === t.user_id }, u.username));
+      sel.append(h('option', { value: u.user_id, selected: u.user_id === t.id }, u.username));
     }
-    if (!state.world.users.slice(0, 60).some((u) => u.user_id === t.user_id)) {
-      sel.append(h('option', { value: t.user_id, selected: true }, t.username));
+    if (!state.world.users.slice(0, 60).some((u) => u.user_id === t.id)) {
+      sel.append(h('option', { value: t.id, selected: true }, t.username));
     }
     sel.addEventListener('change', () => { location.search = `?as=${sel.value}`; });
     return state.world.posts.map((p) => p.post_id);
@@ -104,8 +50,8 @@ async function signIn() {
   const saved = JSON.parse(localStorage.getItem('likewise.signin') || 'null');
   if (saved) {
     state.token = saved.token;
-    const sub = JSON.parse(atob(saved.token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/')));
-    state.me = { id: sub.sub, username: `user${sub.sub}` };
+    const sub = tokenSubject(saved.token);
+    state.me = { id: sub, username: `user${sub}` };
     return saved.ids;
   }
   $('#signin').hidden = false;
@@ -147,14 +93,15 @@ function renderMeta(card, p) {
 }
 
 function renderCard(p) {
-  const info = state.world ? state.world.posts.find((x) => x.post_id === p.post_id) : null;
+  const info = postInfo(p.post_id);
   const hue = info ? info.hue : (Number(p.post_id) * 47) % 360;
   const caption = info ? info.caption : `Post ${p.post_id}`;
   const author = info ? info.author_username : username(p.author_id);
+  const mine = p.author_id === state.me.id;
   const pic = h('div', {
     class: 'pic', role: 'img', 'aria-label': `${caption} (double-tap to like)`,
     style: `background: linear-gradient(135deg, hsl(${hue} 70% 70%), hsl(${(hue + 60) % 360} 70% 55%))`,
-  }, info ? info.emoji : '📷');
+  }, icon('image', { size: 96, cls: 'ico placeholder' }));
   const card = h('article', { class: 'card', 'data-testid': `post-${p.post_id}`, 'aria-label': `Post by ${author}` },
     h('div', { class: 'head' }, author),
     pic,
@@ -162,11 +109,19 @@ function renderCard(p) {
       h('button', {
         class: 'icon like', 'data-testid': 'like-button', 'aria-pressed': 'false', 'aria-label': 'Like',
         onclick: () => toggleLike(p.post_id),
-      }, h('span', { class: 'heart', 'aria-hidden': 'true' })),
+      }, icon('heart', { cls: 'ico heart' })),
       h('button', {
         class: 'icon', 'data-testid': 'comments-button', 'aria-label': `Comments (${p.comment_count})`,
         disabled: !p.comments_enabled, onclick: (e) => openSheet(p.post_id, e.currentTarget),
-      }, '💬')),
+      }, icon('comment')),
+      mine ? h('button', {
+        class: 'linkish insights-toggle', 'data-testid': 'insights-button', 'aria-expanded': 'false',
+        'aria-controls': `insights-${p.post_id}`, onclick: (e) => toggleInsights(p.post_id, e.currentTarget),
+      }, icon('chart', { size: 18 }), ' Insights') : null),
+    mine ? h('section', {
+      id: `insights-${p.post_id}`, class: 'insights', hidden: true, 'data-testid': 'insights-panel',
+      'aria-label': 'Insights on your post',
+    }) : null,
     h('div', { class: 'meta' },
       h('div', { class: 'meta-likes' }),
       h('p', { class: 'caption' }, h('b', {}, author), caption),
@@ -180,7 +135,7 @@ function renderCard(p) {
   // Double-tap (or double-click) on the picture likes; it never unlikes.
   let lastTap = 0;
   const burst = () => {
-    const b = h('span', { class: 'burst', 'aria-hidden': 'true' }, '❤️');
+    const b = icon('heart', { filled: true, size: 100, cls: 'burst' });
     pic.append(b);
     setTimeout(() => b.remove(), 700);
   };
@@ -191,7 +146,138 @@ function renderCard(p) {
     lastTap = now;
   });
   renderMeta(card, p);
+  if (viewObserver) viewObserver.observe(pic);
   return card;
+}
+
+// A view of each post counts once per page load, when its picture is on screen.
+const viewed = new Set();
+const viewObserver = typeof IntersectionObserver === 'function' ? new IntersectionObserver((entries) => {
+  for (const e of entries) {
+    const id = e.target.closest('article')?.dataset.testid?.replace('post-', '');
+    if (!e.isIntersecting || !id || viewed.has(id)) continue;
+    viewed.add(id);
+    viewObserver.unobserve(e.target);
+    api('POST', `/v1/posts/${id}/views`).catch(() => viewed.delete(id));
+  }
+}, { threshold: 0.5 }) : null;
+
+// A moderator's decision in another tab (or a reload of the card): read the post again.
+async function refreshPost(postId) {
+  const s = state.posts.get(postId);
+  if (!s) return;
+  const v = await api('GET', `/v1/posts/${postId}`);
+  if (s.timer || s.inflight) {
+    v.viewer_has_liked = s.view.viewer_has_liked; // a like in flight keeps its optimistic state
+    v.like_count = s.view.like_count;
+    v.like_count_text = s.view.like_count_text;
+  } else {
+    s.confirmed = v.viewer_has_liked;
+  }
+  const card = renderCard(v);
+  s.card.replaceWith(card);
+  s.card = card;
+  s.view = v;
+}
+
+// ---------- the author's insights ----------
+
+const HOUR_MS = 3_600_000;
+const BUCKETS = 12; // 5 minutes each
+const MAX_LIKER_PAGES = 20;
+
+/** Likes of the last hour per 5 minutes, from the likers list (newest first). */
+async function likesLastHour(postId) {
+  const since = Date.now() - HOUR_MS;
+  const buckets = new Array(BUCKETS).fill(0);
+  let cursor = null;
+  let capped = false;
+  for (let page = 0; ; page++) {
+    if (page === MAX_LIKER_PAGES) { capped = true; break; }
+    const q = cursor ? `&cursor=${encodeURIComponent(cursor)}` : '';
+    const r = await api('GET', `/v1/posts/${postId}/likers?limit=100${q}`);
+    let older = false;
+    for (const l of r.items) {
+      const t = Date.parse(l.liked_at);
+      if (t < since) { older = true; break; }
+      buckets[Math.min(BUCKETS - 1, Math.floor((t - since) / (HOUR_MS / BUCKETS)))]++;
+    }
+    cursor = r.next_cursor;
+    if (older || !cursor) break;
+  }
+  return { buckets, capped };
+}
+
+/** Comments held on the post that its author may approve (pending or restricted). */
+async function heldOnPost(postId) {
+  let held = 0;
+  let cursor = null;
+  for (let page = 0; page < 10; page++) {
+    const q = new URLSearchParams({ order: 'newest', limit: '100' });
+    if (cursor) q.set('cursor', cursor);
+    const r = await api('GET', `/v1/posts/${postId}/comments?${q}`);
+    held += r.items.filter((c) => c.status === 'pending' || c.status === 'restricted').length;
+    cursor = r.next_cursor;
+    if (!cursor) break;
+  }
+  return held;
+}
+
+function likesChart({ buckets, capped }) {
+  const total = buckets.reduce((a, b) => a + b, 0);
+  const max = Math.max(1, ...buckets);
+  const W = 300;
+  const H = 90;
+  const bw = W / BUCKETS;
+  const label = `Likes in the last hour, per 5 minutes, oldest first: ${buckets.join(', ')}`
+    + (capped ? ' (the latest likes only)' : '');
+  const bars = buckets.map((n, i) => {
+    const bh = Math.round((n / max) * (H - 24));
+    return svgEl('rect', { x: i * bw + 2, y: H - 14 - bh, width: bw - 4, height: bh, rx: 2, class: 'bar' });
+  });
+  return svgEl('svg', {
+    viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': label, class: 'chart',
+    'data-testid': 'likes-chart', 'data-total': total,
+  }, svgEl('title', {}, label), ...bars,
+  svgEl('text', { x: 0, y: H - 2, class: 'axis' }, '60 min ago'),
+  svgEl('text', { x: W, y: H - 2, class: 'axis', 'text-anchor': 'end' }, 'now'));
+}
+
+function stat(name, value, testid) {
+  return h('div', { class: 'stat' }, h('dt', {}, name), h('dd', { 'data-testid': testid }, value));
+}
+
+async function loadInsights(postId, panel) {
+  panel.replaceChildren(h('p', { class: 'muted' }, 'Loading insights…'));
+  try {
+    const [ins, trending, held, hour] = await Promise.all([
+      api('GET', `/v1/posts/${postId}/insights`),
+      api('GET', '/v1/trending?window=1h&limit=100').catch(() => null),
+      heldOnPost(postId).catch(() => null),
+      likesLastHour(postId).catch(() => null),
+    ]);
+    const rank = trending ? trending.items.findIndex((t) => t.post_id === postId) : -1;
+    const place = !trending ? 'unknown' : rank >= 0 ? `#${rank + 1}` : 'not in the top 100';
+    panel.replaceChildren(
+      h('h3', {}, 'Insights'),
+      h('dl', { class: 'stats' },
+        stat('Likes (exact)', ins.like_count.toLocaleString('en-US'), 'insights-likes'),
+        stat('Unique viewers', ins.unique_viewers.toLocaleString('en-US'), 'insights-viewers'),
+        stat('Comments', ins.comment_count.toLocaleString('en-US'), 'insights-comments'),
+        stat('Held for your approval', held === null ? 'unknown' : String(held), 'insights-held'),
+        stat('Trending, last hour', place, 'insights-trending')),
+      hour ? likesChart(hour) : h('p', { class: 'muted' }, 'The likes chart is unavailable.'));
+  } catch (e) {
+    panel.replaceChildren(h('p', { class: 'muted' }, `Couldn't load insights: ${e.message}`));
+  }
+}
+
+function toggleInsights(postId, btn) {
+  const panel = document.getElementById(`insights-${postId}`);
+  const open = panel.hidden;
+  panel.hidden = !open;
+  btn.setAttribute('aria-expanded', String(open));
+  if (open) loadInsights(postId, panel);
 }
 
 async function loadFeed(ids) {
@@ -317,7 +403,7 @@ function commentItem(c, isReply) {
   const like = h('button', {
     class: 'icon clike', 'aria-pressed': String(c.viewer_has_liked),
     'aria-label': c.viewer_has_liked ? 'Unlike comment' : 'Like comment', disabled: deleted,
-  }, c.viewer_has_liked ? '♥' : '♡');
+  }, icon('heart', { size: 16, cls: 'ico heart' }));
   const likeCount = h('span', { class: 'muted' }, c.like_count > 0 ? `${c.like_count}` : '');
   like.addEventListener('click', async () => {
     const was = c.viewer_has_liked;
@@ -326,7 +412,6 @@ function commentItem(c, isReply) {
     const paint = () => {
       like.setAttribute('aria-pressed', String(c.viewer_has_liked));
       like.setAttribute('aria-label', c.viewer_has_liked ? 'Unlike comment' : 'Like comment');
-      like.textContent = c.viewer_has_liked ? '♥' : '♡';
       likeCount.textContent = c.like_count > 0 ? `${c.like_count}` : '';
     };
     paint();
@@ -626,6 +711,11 @@ async function main() {
   initSettings(ids);
   initViral();
   initNotifications();
+  onBroadcast((msg) => {
+    if (msg?.type !== 'comment-moderated') return;
+    refreshPost(msg.post_id).catch(() => {});
+    if (!$('#sheet').hidden && sheet.post === msg.post_id) loadComments(true);
+  });
   document.body.dataset.ready = 'true';
 }
 
