@@ -152,7 +152,7 @@ async fn wakeups(c: &Client, base: &str, cause: &str) -> f64 {
         .lines()
         .filter(|l| l.split_whitespace().next() == Some(series.as_str()))
         .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }
 
 /// An idle worker waits for work instead of polling for it: at most 10 PostgreSQL
