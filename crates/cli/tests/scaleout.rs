@@ -142,6 +142,81 @@ async fn two_api_nodes_and_a_worker_converge_to_the_rows() {
     d.cleanup().await;
 }
 
+/// The relay wake-ups of `cause` the process at `base` counted, over its shards.
+async fn wakeups(c: &Client, base: &str, cause: &str) -> f64 {
+    use http_body_util::BodyExt;
+    let resp = c.http.get(format!("{base}/metrics").parse().expect("uri")).await.expect("metrics");
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    let series = format!("likewise_relay_wakeups_total{{cause=\"{cause}\"}}");
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some(series.as_str()))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .fold(0.0, |a, b| a + b)
+}
+
+/// An idle worker waits for work instead of polling for it: at most 10 PostgreSQL
+/// transactions a second per shard (its relays used to poll their outboxes every 5 ms, 200
+/// a second each). A like made while it idles still reaches its count and its author's
+/// notification as fast as before: the write wakes the shard's relay (`NOTIFY`), which does
+/// not wait for its one-second timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_makes_few_transactions_and_a_like_still_arrives_at_once() {
+    let d = Deployment::new().await;
+    let worker = d.start("worker");
+    // Start-up (leases, consumers, snapshots) is over well within this.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let before = d.transactions().await;
+    let window = Duration::from_secs(10);
+    tokio::time::sleep(window).await;
+    let after = d.transactions().await;
+    let rates: Vec<f64> =
+        before.iter().zip(&after).map(|(b, a)| (a - b) as f64 / window.as_secs_f64()).collect();
+    for (shard, r) in rates.iter().enumerate() {
+        assert!(*r <= 10.0, "shard {shard}: an idle worker made {r:.1} transactions/s ({rates:?})");
+    }
+
+    let api = d.start("api");
+    let c = Client::new();
+    let (post, author) = (21u64, 7u64);
+    put_post(&c, &api.base, post, author).await;
+    let woken = || wakeups(&c, &worker.base, "notified");
+    let woken_before = woken().await;
+    let mut took = Vec::new();
+    for user in 1..=4u64 {
+        // Past the relay's busy spell (500 ms after its last rows): it waits for a wake-up.
+        tokio::time::sleep(Duration::from_millis(1_200)).await;
+        let (st, _) = c
+            .call(&api.base, Method::PUT, &format!("/v1/posts/{post}/like"), user, false, "")
+            .await
+            .expect("like");
+        assert_eq!(st, 200);
+        let started = Instant::now();
+        c.wait_count(&api.base, post, user as i64).await;
+        took.push(started.elapsed());
+    }
+    // Each like woke its shard's relay (a missed wake-up would wait for the timeout).
+    assert!(woken().await - woken_before >= 4.0, "relay wake-ups: {} then {}", woken_before, woken().await);
+    took.sort();
+    eprintln!("like -> count: {took:?}");
+    // Today's path (aggregator window 50 ms, the count pushed to the node) takes a fraction
+    // of the relay's one-second timeout, which a missed wake-up would add.
+    assert!(took[1] < Duration::from_millis(700), "like -> count took {took:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (count, actors) = d.post_liked_item(author, post).await;
+        if count == Some(4) && actors.len() == 4 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the author's notification: {count:?} {actors:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for s in [api, worker] {
+        stop(s);
+    }
+    d.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_flushed_mid_run_loses_nothing() {
     let d = Deployment::new().await;

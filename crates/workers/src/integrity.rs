@@ -1,7 +1,7 @@
 //! The integrity consumer: flags like farms and bot rings from like events
 //! (`likewise_core::integrity`), applies moderators' verdicts, and keeps the exact discounts
 //! of confirmed accounts' likes. Its state (flags, verdicts applied, memberships, discounts)
-//! and its offset are saved as one snapshot (`SnapshotStore`) every round, so a restart never
+//! and its offset are saved as one snapshot (`SnapshotStore`) every round that changed them, so a restart never
 //! folds an event in twice; the detection windows live in memory only.
 //!
 //! New events are folded in every 50 ms, so they come from the log's in-memory tail. A round,
@@ -143,10 +143,17 @@ async fn checkpoint(
     offset: &mut u64,
     upto: u64,
     opts: &IntegrityWorkerOptions,
+    saved: &mut Option<Vec<u8>>,
 ) -> StoreResult<()> {
     verdicts(p, state, likewise_service::now_ms()).await?;
     let flagged = state.scan(&opts.detect, likewise_service::now_ms());
-    p.snapshots.save_snapshot(INTEGRITY, upto, &codec::encode(state)).await?;
+    let body = codec::encode(state);
+    // Nothing new since the last save (an idle deployment): no write.
+    if upto == *offset && saved.as_deref() == Some(&body[..]) {
+        return Ok(());
+    }
+    p.snapshots.save_snapshot(INTEGRITY, upto, &body).await?;
+    *saved = Some(body);
     metrics::counter!("likewise_integrity_events_total").increment(upto.saturating_sub(*offset));
     *offset = upto;
     log.committed(upto).await?;
@@ -167,7 +174,7 @@ pub async fn round(
 ) -> StoreResult<usize> {
     let mut upto = *offset;
     let n = fold(log, state, &mut upto, opts).await?;
-    checkpoint(log, p, state, offset, upto, opts).await?;
+    checkpoint(log, p, state, offset, upto, opts, &mut None).await?;
     Ok(n)
 }
 
@@ -184,12 +191,14 @@ pub async fn run(
     let mut ticker = crate::Ticker::new(opts.follow_every.min(opts.every), shutdown);
     let mut upto = offset;
     let mut last_round = std::time::Instant::now();
+    // What the last save wrote (none yet: the first round saves).
+    let mut saved = None;
     while ticker.next().await {
         let step = async {
             fold(&*log, &mut state, &mut upto, &opts).await?;
             if last_round.elapsed() >= opts.every {
                 last_round = std::time::Instant::now();
-                checkpoint(&*log, &p, &mut state, &mut offset, upto, &opts).await?;
+                checkpoint(&*log, &p, &mut state, &mut offset, upto, &opts, &mut saved).await?;
             }
             Ok::<_, likewise_core::StoreError>(())
         };
@@ -201,6 +210,7 @@ pub async fn run(
                 Err(e) => tracing::warn!(error = %e, "reloading the integrity snapshot failed"),
             }
             upto = offset;
+            saved = None;
         }
     }
 }

@@ -19,6 +19,10 @@ use tokio::sync::watch;
 pub struct TrendingOptions {
     /// How often the snapshot is saved.
     pub save_every: Duration,
+    /// How often it is saved while no event came: the rankings move with the clock alone
+    /// too, but slowly (a scale-out deployment saves less often when idle, a transaction
+    /// each time).
+    pub idle_save_every: Duration,
     /// How often new events are folded in: often enough that they are read from the log's
     /// in-memory tail rather than from storage.
     pub follow_every: Duration,
@@ -30,6 +34,7 @@ impl Default for TrendingOptions {
     fn default() -> Self {
         TrendingOptions {
             save_every: Duration::from_secs(1),
+            idle_save_every: Duration::from_secs(1),
             follow_every: Duration::from_millis(50),
             read_chunk: 16_384,
         }
@@ -122,7 +127,9 @@ pub async fn run(
     while ticker.next().await {
         let step = async {
             fold(&*log, &mut state, &mut upto, opts.read_chunk).await?;
-            if last_save.elapsed() >= opts.save_every {
+            let every =
+                if upto == offset { opts.idle_save_every.max(opts.save_every) } else { opts.save_every };
+            if last_save.elapsed() >= every {
                 last_save = std::time::Instant::now();
                 checkpoint(&*log, &*snapshots, &mut state, &mut offset, upto).await?;
             }

@@ -263,6 +263,33 @@ impl Deployment {
         (count, actors)
     }
 
+    /// Transactions each shard's database has counted so far (`pg_stat_database`: a
+    /// backend reports its own within about a second of going idle).
+    #[allow(dead_code)]
+    pub async fn transactions(&self) -> Vec<i64> {
+        let (c, conn) = tokio_postgres::connect(
+            &likewise_scaleout::postgres::testing::admin_url(),
+            tokio_postgres::NoTls,
+        )
+        .await
+        .expect("connect admin");
+        tokio::spawn(conn);
+        let mut out = Vec::new();
+        for url in &self.shards.urls {
+            let name = url.rsplit('/').next().expect("database name").split('?').next().expect("name");
+            let n: i64 = c
+                .query_one(
+                    "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = $1",
+                    &[&name],
+                )
+                .await
+                .expect("stats")
+                .get(0);
+            out.push(n);
+        }
+        out
+    }
+
     /// A plain connection to the shard holding `post`.
     async fn shard_of(&self, post: u64) -> tokio_postgres::Client {
         let url = &self.shards.urls[(post % self.shards.urls.len() as u64) as usize];

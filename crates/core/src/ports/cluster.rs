@@ -80,6 +80,21 @@ pub trait Outbox: Send + Sync {
     async fn mark_relayed(&self, shard: usize, relayed: &[(u64, u64)]) -> StoreResult<()>;
     /// Delete relayed rows written before `before_ms`; returns how many.
     async fn prune(&self, shard: usize, before_ms: u64) -> StoreResult<u64>;
+    /// Wake-ups for `shard`'s relay when rows are committed, so an idle relay need not poll;
+    /// `None` when the engine has none (the relay then polls as often as while busy). Rows
+    /// committed once this returns are announced; rows committed before it may not be.
+    async fn wakeups(&self, _shard: usize) -> StoreResult<Option<Box<dyn OutboxWakeups>>> {
+        Ok(None)
+    }
+}
+
+/// A subscription to one shard's new outbox rows ([`Outbox::wakeups`]).
+#[async_trait]
+pub trait OutboxWakeups: Send {
+    /// Wait until rows were committed since the last call, or `timeout` passed: `Ok(true)`
+    /// when announced, `Ok(false)` on the timeout, an error when the subscription broke
+    /// (subscribe again). Announcements that came meanwhile are consumed together.
+    async fn wait(&mut self, timeout: std::time::Duration) -> StoreResult<bool>;
 }
 
 /// Which events a consumer reads.

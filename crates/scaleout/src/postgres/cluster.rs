@@ -8,7 +8,7 @@ use likewise_core::ids::PostId;
 use likewise_core::like::Target;
 use likewise_core::ports::CounterStore;
 use likewise_core::ports::cluster::{
-    Lease, LeaseName, Leases, LikerPageRepair, Outbox, OutboxRow, ReverseChange, ReverseIndex,
+    Lease, LeaseName, Leases, LikerPageRepair, Outbox, OutboxRow, OutboxWakeups, ReverseChange, ReverseIndex,
 };
 use likewise_core::{StoreError, StoreResult};
 
@@ -146,6 +146,10 @@ impl Outbox for PgStore {
             .execute("DELETE FROM outbox WHERE stream_seq IS NOT NULL AND created_ms < $1", &[&i(before_ms)])
             .await
             .map_err(pg_err)
+    }
+
+    async fn wakeups(&self, shard: usize) -> StoreResult<Option<Box<dyn OutboxWakeups>>> {
+        Ok(Some(Box::new(self.listen_outbox(shard).await?)))
     }
 }
 

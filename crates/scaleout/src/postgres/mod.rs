@@ -29,6 +29,8 @@
 //!   writes.
 //! - `cluster`: the deployment ports on PostgreSQL: leases (advisory locks), the outbox as the
 //!   relay reads it, the reverse index as its writer fills it.
+//! - `outbox_wakeups`: `NOTIFY` from the write transactions that add outbox rows, and the
+//!   relay's `LISTEN`, so an idle relay waits instead of polling.
 //! - `tls`: TLS to the shards (libpq's `sslmode` and `sslrootcert`, with rustls).
 //! - `testing`: throwaway databases for tests.
 
@@ -61,6 +63,7 @@ pub mod migrate;
 mod moderation;
 mod notifications;
 pub mod outbox;
+mod outbox_wakeups;
 pub mod placement;
 mod ranks;
 mod replicas;
@@ -128,6 +131,11 @@ struct Inner {
     /// Each shard's URL without its password, as `pools`, and whether it was configured
     /// (`store.postgres_shards`) rather than registered in the catalog: for messages.
     shown: parking_lot::RwLock<Vec<(String, bool)>>,
+    /// Each shard's URL as given, as `pools`: for connections outside the pool (the relay's
+    /// wake-up listener).
+    urls: parking_lot::RwLock<Vec<String>>,
+    /// When this process last announced new outbox rows on each shard (`outbox_wakeups`).
+    announced: outbox_wakeups::Announced,
     /// The size of a pool opened for a registered shard.
     pool_size: usize,
     /// Where posts and users live (the catalog as last read; see `placement`).
@@ -281,6 +289,8 @@ impl PgStore {
                 placement: parking_lot::RwLock::new(Arc::new(Placement::before_catalog(pools.len()))),
                 pools: parking_lot::RwLock::new(Arc::new(pools)),
                 shown: parking_lot::RwLock::new(opts.shards.iter().map(|u| (tls::redact(u), true)).collect()),
+                urls: parking_lot::RwLock::new(opts.shards.clone()),
+                announced: Default::default(),
                 pool_size: opts.pool_size,
                 replicas,
                 rt,
@@ -352,6 +362,7 @@ impl PgStore {
                 grown.push(added);
                 *pools = Arc::new(grown);
                 self.inner.shown.write().push((tls::redact(&url), false));
+                self.inner.urls.write().push(url.clone());
                 tracing::info!(shard, url = %tls::redact(&url), "opened a shard registered in the catalog");
             }
         }

@@ -145,9 +145,24 @@ impl PgStore {
         loop {
             attempt += 1;
             let tx = c.transaction().await.map_err(pg_err)?;
-            match shard_tx(&tx, shard, &placement, &ops).await {
-                Ok(part) => match tx.commit().await {
+            let part = match shard_tx(&tx, shard, &placement, &ops).await {
+                // Wake the shard's relay at the commit (`outbox_wakeups`): at most once per
+                // `ANNOUNCE_EVERY` from this process, so notifying transactions, which commit
+                // one at a time, stay rare under load.
+                Ok(part) if part.events && self.inner.announced.due(shard) => tx
+                    .execute(super::outbox_wakeups::ANNOUNCE, &[])
+                    .await
+                    .map(|_| (part, true))
+                    .map_err(TxError::from),
+                Ok(part) => Ok((part, false)),
+                Err(e) => Err(e),
+            };
+            match part {
+                Ok((part, announced)) => match tx.commit().await {
                     Ok(()) => {
+                        if announced {
+                            self.inner.announced.done(shard);
+                        }
                         // Before the callers hear of it: their next page read must see it.
                         self.inner.replicas.wrote(shard, &part.fences);
                         drop(c);
@@ -311,7 +326,7 @@ async fn shard_tx(
         .into_iter()
         .map(|o| o.ok_or_else(|| TxError::Fail(StoreError::Engine("shard batch lost an outcome".into()))))
         .collect::<Result<_, _>>()?;
-    Ok(ShardPart { out, fences, late })
+    Ok(ShardPart { out, fences, late, events: !events.is_empty() })
 }
 
 /// What one shard's committed part leaves to do: the outcomes, the comment pages it touched
@@ -321,6 +336,8 @@ struct ShardPart {
     out: Vec<WriteOutcome>,
     fences: Vec<Fence>,
     late: Vec<LateFingerprint>,
+    /// Whether it added outbox rows.
+    events: bool,
 }
 
 /// The comment pages a comment event's change shows on: its post's top-level comments and,

@@ -231,8 +231,13 @@ async fn trending(svc: &Engagement, p: &ClusterPorts, stop: watch::Receiver<bool
             Ok((log, start)) => {
                 // Folded once a round: the stream has no in-memory tail to keep up with, and
                 // every fold is a pull from JetStream.
+                // Saved every 10 s while idle: each save is a transaction on shard 0.
                 let d = crate::trending::TrendingOptions::default();
-                let opts = crate::trending::TrendingOptions { follow_every: d.save_every, ..d };
+                let opts = crate::trending::TrendingOptions {
+                    follow_every: d.save_every,
+                    idle_save_every: Duration::from_secs(10),
+                    ..d
+                };
                 return crate::trending::run(log, snapshots, start, opts, stop).await;
             }
             Err(e) => tracing::error!(error = %e, "trending not started"),
