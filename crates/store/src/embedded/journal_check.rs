@@ -164,9 +164,9 @@ impl ProgressFile {
     }
 
     /// Every batch up to fjall's sequence number `seqno` is durable in the journal; `journal`
-    /// is the newest journal file now. No fsync (see the module docs).
-    pub(super) fn durable(&self, seqno: u64) {
-        let journal = newest_journal(&self.dir).ok().flatten().unwrap_or(0);
+    /// is the newest journal file now (looked up when not given). No fsync (module docs).
+    pub(super) fn durable(&self, seqno: u64, journal: Option<u64>) {
+        let journal = journal.or_else(|| newest_journal(&self.dir).ok().flatten()).unwrap_or(0);
         let wrote = self.write(
             |p| {
                 p.durable = p.durable.max(seqno);
@@ -297,7 +297,11 @@ fn read_batch<R: Read>(r: &mut Counted<R>, len: u64) -> std::io::Result<Step> {
                 let head: [u8; 1 + 1 + 8 + 2 + 4 + 4] = read!(r.bytes(), "a batch is cut short");
                 raw.extend_from_slice(&head);
                 let key_len = u64::from(u16::from_le_bytes([head[10], head[11]]));
+                let length = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
                 let stored = u64::from(u32::from_le_bytes(head[16..20].try_into().expect("4 bytes")));
+                if head[1] == 0 && u64::from(length) != stored {
+                    return Ok(Step::Stop("an uncompressed item whose lengths disagree"));
+                }
                 if r.pos + key_len + stored > len {
                     return Ok(Step::Stop("a batch is cut short"));
                 }
@@ -603,6 +607,10 @@ pub(super) fn before_open(dir: &Path) -> StoreResult<BeforeOpen> {
                     file = %s.path.display(), offset = s.valid_end, reason = why, bytes = s.len - s.valid_end,
                     "dropping a torn last write from the journal (never acknowledged)"
                 );
+                // As fjall would, but without leaving it to read the torn bytes (a damaged
+                // length trips an assertion in its debug builds).
+                let f = File::options().write(true).open(&s.path).map_err(engine_err)?;
+                f.set_len(s.valid_end).and_then(|()| f.sync_all()).map_err(engine_err)?;
             }
             ends.push((s.id, s.valid_end));
         }

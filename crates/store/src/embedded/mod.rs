@@ -483,7 +483,7 @@ impl Inner {
     fn persist(&self) -> StoreResult<()> {
         let upto = journal_check::last_seqno(&self.db);
         self.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err)?;
-        self.progress.durable(upto);
+        self.progress.durable(upto, None);
         Ok(())
     }
 }

@@ -73,8 +73,8 @@ impl WriteEngine for EmbeddedStore {
         let batches = super::journal_check::last_seqno(&self.inner.db);
         // Not `persist`: that holds fjall's journal lock through the fsync, so the writer
         // could not commit the next batch meanwhile (`journal_sync.rs`).
-        self.inner.journal_sync.sync(&self.inner.db)?;
-        self.inner.progress.durable(batches);
+        let journal = self.inner.journal_sync.sync(&self.inner.db)?;
+        self.inner.progress.durable(batches, journal);
         self.inner.durable_seq.fetch_max(upto, Ordering::SeqCst);
         Ok(())
     }
