@@ -1,4 +1,5 @@
-//! The command line: `serve`, `demo`, `migrate`, `shards`, `token`, `reconcile`, `export`, `bench`.
+//! The command line: `serve`, `demo`, `migrate`, `shards`, `token`, `reconcile`, `export`, `store`,
+//! `bench`.
 
 mod demo;
 mod export;
@@ -6,6 +7,7 @@ mod migrate;
 mod reconcile;
 mod serve;
 mod shards;
+mod store;
 mod token;
 
 use clap::{Args, Parser, Subcommand};
@@ -97,6 +99,12 @@ pub enum Command {
         #[command(subcommand)]
         which: export::ExportCommand,
     },
+    /// The embedded store's files: `repair` a store whose damaged journal keeps it from
+    /// starting (offline: stop `serve` first).
+    Store {
+        #[command(subcommand)]
+        which: store::StoreCommand,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -130,6 +138,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Shards { which } => shards::run(which),
         Command::Export { which } => export::run(which),
+        Command::Store { which } => store::run(which),
         Command::Bench { which } => likewise_bench::run(which),
     }
 }

@@ -44,10 +44,11 @@ impl JournalSync {
         JournalSync { dir: dir.to_path_buf(), open: Mutex::new(None), failed: AtomicBool::new(false) }
     }
 
-    /// Make every batch committed before this call durable. A failure leaves their outcome
-    /// unknown ([`StoreError::OutcomeUnknown`]): their bytes may have reached the journal
-    /// before the error, and a later start would then replay them.
-    pub(super) fn sync(&self, db: &Database) -> StoreResult<()> {
+    /// Make every batch committed before this call durable; the id of the journal file it
+    /// fsynced (None: fjall's own fsync did). A failure leaves their outcome unknown
+    /// ([`StoreError::OutcomeUnknown`]): their bytes may have reached the journal before the
+    /// error, and a later start would then replay them.
+    pub(super) fn sync(&self, db: &Database) -> StoreResult<Option<u64>> {
         self.sync_journal(db).map_err(|e| match e {
             StoreError::Backend { engine, source } => StoreError::OutcomeUnknown { engine, source },
             StoreError::Engine(m) => StoreError::OutcomeUnknown { engine: "fjall", source: m.into() },
@@ -55,13 +56,13 @@ impl JournalSync {
         })
     }
 
-    fn sync_journal(&self, db: &Database) -> StoreResult<()> {
+    fn sync_journal(&self, db: &Database) -> StoreResult<Option<u64>> {
         if self.failed.load(Ordering::Acquire) {
             return Err(StoreError::Engine("an earlier fsync of the journal failed".into()));
         }
         db.persist(PersistMode::Buffer).map_err(engine_err)?;
         let Some(id) = newest_journal(&self.dir)? else {
-            return db.persist(PersistMode::SyncAll).map_err(engine_err);
+            return db.persist(PersistMode::SyncAll).map(|()| None).map_err(engine_err);
         };
         let mut open = self.open.lock();
         let f = match &mut *open {
@@ -71,7 +72,7 @@ impl JournalSync {
                 &mut slot.insert((id, f)).1
             }
         };
-        f.sync_all().map_err(|e| {
+        f.sync_all().map(|()| Some(id)).map_err(|e| {
             self.failed.store(true, Ordering::Release);
             tracing::error!(error = %e, "fsync of the journal failed; the store accepts no more writes");
             engine_err(e)

@@ -11,6 +11,7 @@ mod comments;
 mod counters;
 mod idempotency;
 mod integrity;
+mod journal_check;
 mod journal_sync;
 mod like_filter;
 mod liker_pages;
@@ -24,6 +25,8 @@ mod space;
 mod tail;
 mod views;
 mod write;
+
+pub use journal_check::{PROGRESS, Problem, RepairReport, repair};
 
 use fjall::{AbstractTree, Database, Keyspace, KeyspaceCreateOptions};
 use likewise_core::{StoreError, StoreResult};
@@ -188,6 +191,8 @@ struct Inner {
     all: Vec<Keyspace>,
     /// The group commit's fsync, outside fjall's journal lock (`journal_sync.rs`).
     journal_sync: journal_sync::JournalSync,
+    /// How far the journal is durable, for the check at the next open (`journal_check.rs`).
+    progress: journal_check::ProgressFile,
     /// Refuses write batches while the disk is nearly full (`space.rs`).
     space: space::SpaceGuard,
 }
@@ -254,14 +259,27 @@ impl EmbeddedStore {
         // just dropped (its background threads let go of it last): wait a little before
         // deciding that another process holds it.
         let locked_until = Instant::now() + std::time::Duration::from_secs(3);
-        let db = loop {
-            let opened = Database::builder(dir)
-                .cache_size(opts.cache_bytes)
-                .max_journaling_size(opts.max_journal_bytes)
-                .worker_threads(opts.engine_threads.max(1))
-                .open();
+        let (db, checked) = loop {
+            // The journal is checked before fjall reads it (and truncates it at the first
+            // damage), holding the lock fjall takes so that no running store is judged.
+            let checked = match journal_check::lock(dir)? {
+                journal_check::Lock::Busy => None,
+                held => {
+                    let checked = journal_check::before_open(dir)?;
+                    drop(held);
+                    Some(checked)
+                }
+            };
+            let opened = checked.ok_or(fjall::Error::Locked).and_then(|checked| {
+                Database::builder(dir)
+                    .cache_size(opts.cache_bytes)
+                    .max_journaling_size(opts.max_journal_bytes)
+                    .worker_threads(opts.engine_threads.max(1))
+                    .open()
+                    .map(|db| (db, checked))
+            });
             match opened {
-                Ok(db) => break db,
+                Ok(opened) => break opened,
                 Err(fjall::Error::Locked) if Instant::now() < locked_until => {
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
@@ -275,6 +293,7 @@ impl EmbeddedStore {
                 Err(e) => return Err(engine_err(e)),
             }
         };
+        journal_check::check_recovered(dir, &db, &checked)?;
         drop_retired_keyspaces(&db)?;
         let big = opts.memtable_bytes.max(1 << 20);
         let small = (big / 8).max(1 << 20);
@@ -354,6 +373,7 @@ impl EmbeddedStore {
             write_buffer_limit: limit.get().min(opts.write_buffer_bytes.max(1 << 20)),
             all: all.take(),
             journal_sync: journal_sync::JournalSync::new(dir),
+            progress: journal_check::record_open(dir, &db, checked)?,
             space: space::SpaceGuard::new(dir, opts.min_free_bytes),
             db,
         };
@@ -429,16 +449,42 @@ impl EmbeddedStore {
 
     /// Make everything written so far durable.
     pub fn persist(&self) -> StoreResult<()> {
-        self.inner.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err)
+        self.inner.persist()
     }
 
     /// [`persist`](Self::persist) from async code: the fsync runs on the blocking pool, so a
     /// slow disk stalls only this caller, never a runtime worker and the requests queued on it.
     pub async fn persist_async(&self) -> StoreResult<()> {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || inner.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err))
+        tokio::task::spawn_blocking(move || inner.persist())
             .await
             .map_err(|e| StoreError::Engine(format!("fsync task failed: {e}")))?
+    }
+
+    /// The clean stop (the write path and every consumer stopped): flush every keyspace's
+    /// memtable to tables and record it durably, so the journal holds nothing the tables lack
+    /// and losing or damaging it loses nothing (`journal_check.rs`).
+    pub fn close_durably(&self) -> StoreResult<()> {
+        let inner = &self.inner;
+        inner.persist()?;
+        let upto = journal_check::last_seqno(&inner.db);
+        for k in &inner.all {
+            k.rotate_memtable_and_wait().map_err(engine_err)?;
+        }
+        inner.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err)?;
+        inner.progress.clean(upto.max(journal_check::last_seqno(&inner.db))).map_err(engine_err)?;
+        tracing::info!("every memtable is flushed to tables: the journal holds nothing they lack");
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// fsync the journal (fjall's own, locked) and record how far it is durable.
+    fn persist(&self) -> StoreResult<()> {
+        let upto = journal_check::last_seqno(&self.db);
+        self.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err)?;
+        self.progress.durable(upto, None);
+        Ok(())
     }
 }
 
@@ -449,7 +495,7 @@ impl crate::open::Engine for EmbeddedStore {
     }
 
     fn persist(&self) -> StoreResult<()> {
-        EmbeddedStore::persist(self)
+        self.close_durably()
     }
 
     fn publish_gauges(&self) {

@@ -69,9 +69,12 @@ impl WriteEngine for EmbeddedStore {
         // Every batch committed before this load is in the journal the sync below flushes
         // and fsyncs (`next_seq` moves only after a commit).
         let upto = self.inner.next_seq.load(Ordering::SeqCst).saturating_sub(1);
+        // The same for fjall's sequence number, recorded for the check at the next open.
+        let batches = super::journal_check::last_seqno(&self.inner.db);
         // Not `persist`: that holds fjall's journal lock through the fsync, so the writer
         // could not commit the next batch meanwhile (`journal_sync.rs`).
-        self.inner.journal_sync.sync(&self.inner.db)?;
+        let journal = self.inner.journal_sync.sync(&self.inner.db)?;
+        self.inner.progress.durable(batches, journal);
         self.inner.durable_seq.fetch_max(upto, Ordering::SeqCst);
         Ok(())
     }
