@@ -21,6 +21,12 @@
 //! changed it, strictly increasing from batch to batch (the last one is kept in the
 //! `<consumer>#stamp` row beside the offset, read under the fence row's lock).
 //!
+//! The retention ([`NotificationStore::prune_notifications`], run per shard by that shard's
+//! workers) deletes the items last updated before its cutoff, oldest first through the
+//! `notif_age` index (migration 25), with their actors: a small batch per transaction, under
+//! the writer lock, so the notifier waits at most one batch and never changes an item being
+//! pruned.
+//!
 //! Item IDs are unique across shards: `nextval(notif_item_seq) * 4096 + the recipient's
 //! bucket` (`placement`), so the item's shard is read from its ID ([`PgStore::shard_of_item`]).
 
@@ -485,6 +491,33 @@ impl NotificationStore for PgStore {
         }
         .map_err(pg_err)?;
         rows.iter().map(item_of).collect()
+    }
+
+    async fn prune_notifications(&self, shard: usize, before_ms: u64, limit: usize) -> StoreResult<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        // Stored times are below 2^63: a larger cutoff is past every item.
+        let before = i64::try_from(before_ms).unwrap_or(i64::MAX);
+        let mut c = self.conn(shard).await?;
+        let tx = c.transaction().await.map_err(pg_err)?;
+        // The notifier's writer lock on this shard: it reads and changes items under it, so it
+        // never meets an item half pruned, and it waits at most for this one batch.
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITER_LOCK]).await.map_err(pg_err)?;
+        let rows = tx
+            .query(
+                "SELECT id FROM notif_items WHERE updated_ms < $1 ORDER BY updated_ms, id LIMIT $2",
+                &[&before, &(limit as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        if !ids.is_empty() {
+            tx.execute("DELETE FROM notif_actors WHERE item = ANY($1)", &[&ids]).await.map_err(pg_err)?;
+            tx.execute("DELETE FROM notif_items WHERE id = ANY($1)", &[&ids]).await.map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(ids.len() as u64)
     }
 }
 
