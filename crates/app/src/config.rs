@@ -218,6 +218,9 @@ pub struct NotificationsConfig {
     /// New likes per minute on one post (or comment) past which its author gets no more
     /// live pushes for it that minute (the inbox aggregate still updates); 0: no limit.
     pub live_push_max_likes_per_minute: u64,
+    /// Days a notification item is kept after its last update; older items are removed
+    /// with their actors in the background. 0: keep every item.
+    pub retain_days: i64,
 }
 
 impl Default for NotificationsConfig {
@@ -227,7 +230,24 @@ impl Default for NotificationsConfig {
             max_streams_per_user: 5,
             max_streams: 0,
             live_push_max_likes_per_minute: 1_000,
+            retain_days: 30,
         }
+    }
+}
+
+/// The longest `notifications.retain_days` (a century): a longer one is a mistake, not a plan.
+pub const MAX_RETAIN_DAYS: i64 = 36_500;
+
+impl NotificationsConfig {
+    /// `retain_days` as a duration; `None` keeps every item (0). Negative or more than
+    /// [`MAX_RETAIN_DAYS`] is an error.
+    pub fn retention(&self) -> anyhow::Result<Option<Duration>> {
+        let d = self.retain_days;
+        anyhow::ensure!(
+            (0..=MAX_RETAIN_DAYS).contains(&d),
+            "notifications.retain_days must be 0 (keep every item) or 1 to {MAX_RETAIN_DAYS} days (got {d})"
+        );
+        Ok((d > 0).then(|| Duration::from_secs(d as u64 * 86_400)))
     }
 }
 
@@ -631,6 +651,7 @@ impl Config {
         }
         self.auth.validate()?;
         self.comments.idempotency_retention()?;
+        self.notifications.retention()?;
         anyhow::ensure!(
             self.notifications.max_streams_per_user >= 1,
             "notifications.max_streams_per_user must be at least 1"
@@ -728,6 +749,10 @@ impl Config {
         Ok(likewise_workers::cluster::WorkerOptions {
             export: crate::export::from_config(&self.export)?,
             key_retention: self.comments.idempotency_retention()?,
+            notif_retention: likewise_workers::notif_retention::RetentionOptions {
+                retain: self.notifications.retention()?,
+                ..Default::default()
+            },
             integrity: likewise_workers::integrity::IntegrityWorkerOptions {
                 detect: self.integrity.options(),
                 ..Default::default()
@@ -827,6 +852,33 @@ mod tests {
             c.comments.idempotency_retention = bad.into();
             assert!(c.validate().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn notification_retention_defaults_to_30_days_and_is_checked() {
+        let mut c = Config::default();
+        let days = |d: u64| Some(Duration::from_secs(d * 86_400));
+        assert_eq!(c.worker_options().expect("options").notif_retention.retain, days(30));
+        c.notifications.retain_days = 0;
+        c.validate().expect("0 keeps every item");
+        assert_eq!(c.worker_options().expect("options").notif_retention.retain, None);
+        c.notifications.retain_days = MAX_RETAIN_DAYS;
+        assert_eq!(c.worker_options().expect("options").notif_retention.retain, days(36_500));
+        for bad in [-1, i64::MIN, MAX_RETAIN_DAYS + 1, i64::MAX] {
+            c.notifications.retain_days = bad;
+            let e = c.validate().expect_err("out of range");
+            assert!(format!("{e:#}").contains("notifications.retain_days"), "{bad}: {e:#}");
+            assert!(c.worker_options().is_err(), "{bad}");
+        }
+        // From the environment, as an operator sets it.
+        let figment = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string("[notifications]\nretain_days = 7"));
+        let c: Config = figment.extract().expect("toml");
+        assert_eq!(c.notifications.retention().expect("7 days"), days(7));
+        let figment = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string("[notifications]\nretain_days = -3"));
+        let c: Config = figment.extract().expect("toml");
+        assert!(c.validate().is_err(), "negative from a file");
     }
 
     #[test]

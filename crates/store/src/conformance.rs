@@ -13,6 +13,7 @@ use crate::Stores;
 mod hourly;
 mod integrity;
 mod keys;
+mod notifications;
 mod ranks;
 pub use hourly::*;
 pub use integrity::*;
@@ -27,6 +28,7 @@ use likewise_core::like::{LikeAction, LikeOp, Target, TargetKind};
 use likewise_core::model::{CommentsPolicy, PostMeta, UserProfile, ViewerSettings};
 use likewise_core::ports::{Liker, RankChange, RankEntry, ReportReason};
 use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, QueueChange, WriteOp, WriteOutcome};
+pub use notifications::*;
 pub use ranks::*;
 
 fn op(target: Target, user: u64, action: LikeAction, ts: u64) -> LikeOp {
@@ -951,6 +953,7 @@ macro_rules! conformance_suite {
             a_key_makes_one_comment_whatever_the_batch,
             a_key_is_stored_only_with_its_comment,
             expired_keys_are_removed,
+            notification_items_past_the_retention_are_pruned,
             rank_index_orders_moves_and_removes,
             the_rank_index_reads_as_it_was_at_a_version
         );

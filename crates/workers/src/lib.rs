@@ -12,6 +12,7 @@
 //! - [`relay`]: (scale-out) moves each shard's outbox rows to the event stream, in order.
 //! - [`reverse_index`]: (scale-out) writes the user-keyed like index from the event stream.
 //! - [`key_expiry`]: removes comment creates' `Idempotency-Key`s past their retention.
+//! - [`notif_retention`]: removes notification items (and their actors) past their retention.
 //! - [`export`]: publishes every event as public JSON to a destination (Kafka).
 //! - [`single_node`]: starts and joins everything `likewise serve` runs beside its HTTP
 //!   server on the embedded store.
@@ -26,6 +27,7 @@ pub mod cluster;
 pub mod export;
 pub mod integrity;
 pub mod key_expiry;
+pub mod notif_retention;
 pub mod notifier;
 pub mod ranker;
 pub mod reconcile;

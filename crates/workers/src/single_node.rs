@@ -7,6 +7,7 @@
 //! - the event export, when a destination is configured;
 //! - the top-comments ranker;
 //! - the expiry of comment creates' `Idempotency-Key`s ([`crate::key_expiry`]);
+//! - the retention of notification items ([`crate::notif_retention`]);
 //! - the [`flusher`]: deferred live pushes and unique-view sketches, once a second.
 //!
 //! The consumers other systems read through (trending, integrity, the export) run on a
@@ -152,6 +153,15 @@ pub fn spawn(
     let keys = svc.stores().idempotency.clone();
     tasks
         .push("key_expiry", tokio::spawn(crate::key_expiry::run(keys, opts.key_retention, shutdown.clone())));
+    tasks.push(
+        "notif_retention",
+        tokio::spawn(crate::notif_retention::run(
+            svc.stores().notifications.clone(),
+            0,
+            opts.notif_retention,
+            shutdown.clone(),
+        )),
+    );
     tasks.push("flusher", flusher(svc, shutdown.clone()));
     tasks
 }

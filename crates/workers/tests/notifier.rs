@@ -141,3 +141,70 @@ async fn likes_released_by_a_failed_step_are_not_lost() {
     assert_eq!(items[0].actor_count, 8, "every like notified once: {:?}", summary(&items));
     svc.stores().close().expect("close");
 }
+
+/// The retention on a simulated clock: an item last updated more than `retain` before "now"
+/// is removed with its actors, a newer one stays whole, pages read as if the old one had
+/// never been, and a later like of the old post starts a new item; a pass removes a backlog
+/// larger than one batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn items_past_the_retention_are_pruned_on_a_simulated_clock() {
+    use likewise_workers::notif_retention::{RetentionOptions, prune_once};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = setup(dir.path()).await;
+    let meta = PostMeta { author: UserId(7), hide_like_count: false, comments: CommentsPolicy::Everyone };
+    for p in 2..=4 {
+        svc.upstream.put_post(PostId(p), meta).await.expect("post");
+    }
+    let opts = NotifierOptions { hold: Duration::from_secs(5), ..Default::default() };
+    let mut n = Notifier::new(svc.clone(), &opts).await.expect("notifier");
+    let t0 = now_ms();
+    for u in 100..103u64 {
+        svc.likes.set_post_like(UserId(u), PostId(1), LikeAction::Like).await.expect("like");
+    }
+    n.step(t0 + 60_000).await.expect("release");
+    for u in 200..202u64 {
+        svc.likes.set_post_like(UserId(u), PostId(2), LikeAction::Like).await.expect("like");
+    }
+    n.step(t0 + 120_000).await.expect("release");
+    let (items, _) = svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox");
+    assert_eq!(
+        items.iter().map(|i| (i.post, i.actor_count)).collect::<Vec<_>>(),
+        vec![(PostId(2), 2), (PostId(1), 3)]
+    );
+    let (old, young) = (items[1].clone(), items[0].clone());
+
+    let store = svc.stores().notifications.clone();
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let retain = Duration::from_secs(30 * 86_400);
+    let opts =
+        RetentionOptions { retain: Some(retain), batch: 1, pause: Duration::ZERO, ..Default::default() };
+    let day30 = retain.as_millis() as u64;
+    // Exactly 30 days after its last update an item stays; a millisecond later it goes.
+    assert_eq!(prune_once(&*store, 0, &opts, old.updated_ms + day30, &stop).await.expect("prune"), 0);
+    let keep_all = RetentionOptions { retain: None, ..opts.clone() };
+    assert_eq!(prune_once(&*store, 0, &keep_all, u64::MAX, &stop).await.expect("keep all"), 0);
+    assert_eq!(prune_once(&*store, 0, &opts, old.updated_ms + day30 + 1, &stop).await.expect("prune"), 1);
+    let (items, next) = svc.notifications.inbox(UserId(7), None, 1).await.expect("inbox");
+    assert_eq!(items.iter().map(|i| (i.id, i.actor_count)).collect::<Vec<_>>(), vec![(young.id, 2)]);
+    assert_eq!(next, None, "the pruned item is on no later page");
+    let members = store.notif_members(old.id, &[UserId(100), UserId(101), UserId(102)]).await.expect("m");
+    assert_eq!(members, vec![false; 3]);
+
+    // A like of the old post now starts a new item, naming its one liker.
+    svc.likes.set_post_like(UserId(103), PostId(1), LikeAction::Like).await.expect("like");
+    n.step(t0 + 180_000).await.expect("release");
+    let (items, _) = svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox");
+    assert_eq!(items.len(), 2);
+    assert_eq!((items[0].post, items[0].actor_count), (PostId(1), 1));
+    assert_ne!(items[0].id, old.id);
+
+    // A backlog of several batches goes in one pass (one item per write here).
+    for p in 3..=4u64 {
+        svc.likes.set_post_like(UserId(300), PostId(p), LikeAction::Like).await.expect("like");
+    }
+    n.step(t0 + 240_000).await.expect("release");
+    let newest = svc.notifications.inbox(UserId(7), None, 1).await.expect("inbox").0[0].updated_ms;
+    assert_eq!(prune_once(&*store, 0, &opts, newest + day30 + 1, &stop).await.expect("prune"), 4);
+    assert!(svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox").0.is_empty());
+    svc.stores().close().expect("close");
+}

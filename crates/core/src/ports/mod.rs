@@ -522,6 +522,13 @@ pub trait NotificationStore: Send + Sync {
         after: Option<(u64, u64)>,
         limit: usize,
     ) -> StoreResult<Vec<NotifItem>>;
+    /// Remove up to `limit` items of storage shard `shard` (always 0 on the embedded engine:
+    /// any other shard holds nothing there) last updated before `before_ms`, the oldest
+    /// first, each with all its actors, in one short write serialized with
+    /// [`NotificationStore::apply_notifications`]; returns how many went (fewer than `limit`
+    /// once none older remain). Newer items and their actors are untouched, so every inbox
+    /// page reads as if the pruned items had never been.
+    async fn prune_notifications(&self, shard: usize, before_ms: u64, limit: usize) -> StoreResult<u64>;
 }
 
 /// A record of each viewer's own recent like/unlike writes that every API node reads, written

@@ -35,6 +35,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (22, "held_marks", include_str!("migrations/0022_held_marks.sql")),
     (23, "held_replies", include_str!("migrations/0023_held_replies.sql")),
     (24, "notif_contributions", include_str!("migrations/0024_notif_contributions.sql")),
+    (25, "notif_retention", include_str!("migrations/0025_notif_retention.sql")),
 ];
 
 /// Advisory lock key held while migrating (any constant unique to Likewise).

@@ -21,6 +21,12 @@
 //! changed it, strictly increasing from batch to batch (the last one is kept in the
 //! `<consumer>#stamp` row beside the offset, read under the fence row's lock).
 //!
+//! The retention ([`NotificationStore::prune_notifications`], run per shard by that shard's
+//! workers) deletes the items last updated before its cutoff, oldest first through the
+//! `notif_age` index (migration 25), with their actors: a small batch per transaction, under
+//! the writer lock, so the notifier waits at most one batch and never changes an item being
+//! pruned.
+//!
 //! Item IDs are unique across shards: `nextval(notif_item_seq) * 4096 + the recipient's
 //! bucket` (`placement`), so the item's shard is read from its ID ([`PgStore::shard_of_item`]).
 
@@ -486,6 +492,33 @@ impl NotificationStore for PgStore {
         .map_err(pg_err)?;
         rows.iter().map(item_of).collect()
     }
+
+    async fn prune_notifications(&self, shard: usize, before_ms: u64, limit: usize) -> StoreResult<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        // Stored times are below 2^63: a larger cutoff is past every item.
+        let before = i64::try_from(before_ms).unwrap_or(i64::MAX);
+        let mut c = self.conn(shard).await?;
+        let tx = c.transaction().await.map_err(pg_err)?;
+        // The notifier's writer lock on this shard: it reads and changes items under it, so it
+        // never meets an item half pruned, and it waits at most for this one batch.
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITER_LOCK]).await.map_err(pg_err)?;
+        let rows = tx
+            .query(
+                "SELECT id FROM notif_items WHERE updated_ms < $1 ORDER BY updated_ms, id LIMIT $2",
+                &[&before, &(limit as i64)],
+            )
+            .await
+            .map_err(pg_err)?;
+        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        if !ids.is_empty() {
+            tx.execute("DELETE FROM notif_actors WHERE item = ANY($1)", &[&ids]).await.map_err(pg_err)?;
+            tx.execute("DELETE FROM notif_items WHERE id = ANY($1)", &[&ids]).await.map_err(pg_err)?;
+        }
+        tx.commit().await.map_err(pg_err)?;
+        Ok(ids.len() as u64)
+    }
 }
 
 #[cfg(test)]
@@ -613,6 +646,78 @@ mod tests {
         assert_eq!(pg.offset("notifier").await.expect("offset"), batches.len() as u64 - 1);
         assert!(pg.apply_notifications("notifier", fb, 0, &[]).await.expect("rewind").is_empty());
         assert_eq!(pg.offset("notifier").await.expect("offset"), 0);
+    }
+
+    /// Each shard prunes its own recipients' items, by the same cutoff as the embedded
+    /// engine: an old item on one shard goes when that shard's pruner runs, another shard's
+    /// stays until its own does, and once every shard ran the inboxes match the embedded
+    /// engine's, actors included.
+    #[tokio::test]
+    async fn each_shard_prunes_its_own_items_as_the_embedded_engine_does() {
+        let t = TestShards::create(2).await;
+        let pg = t.store().await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let emb = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded");
+        assert_ne!(pg.shard_of_user(UserId(1)), pg.shard_of_user(UserId(2)));
+        let add = |r: u64, post: u64, actor: u64| Change::Add {
+            key: NotifKey { recipient: UserId(r), post: PostId(post), kind: NotifKind::PostLiked },
+            actor: UserId(actor),
+            comment: None,
+            ts_ms: 1_000 + actor,
+        };
+        let old_batch = [add(1, 5, 10), add(1, 5, 11), add(2, 5, 10), add(2, 6, 12)];
+        let new_batch = [add(1, 7, 13), add(2, 6, 14)];
+        let (s1, s2) = (pg.shard_of_user(UserId(1)), pg.shard_of_user(UserId(2)));
+        let runs: [(&dyn NotificationStore, Vec<usize>); 2] = [(&emb, vec![0]), (&pg, vec![s1, s2])];
+        let mut inboxes = Vec::new();
+        for (s, shards) in runs {
+            let f = s.fence_notifications("notifier").await.expect("fence");
+            let old = s.apply_notifications("notifier", f, 1, &old_batch).await.expect("old");
+            let new = s.apply_notifications("notifier", f, 2, &new_batch).await.expect("new");
+            let (old_ms, new_ms) = (old[0].updated_ms, new[0].updated_ms);
+            if shards.len() == 2 {
+                // Only recipient 1's shard: recipient 2's old item stays meanwhile.
+                assert_eq!(s.prune_notifications(shards[0], new_ms, 1_000).await.expect("prune"), 1);
+                let r2 = s.inbox(UserId(2), None, 10).await.expect("inbox");
+                assert_eq!(r2.len(), 2, "the other shard's items wait for its own pruner");
+            }
+            let mut pruned = 0;
+            for sh in shards {
+                pruned += s.prune_notifications(sh, new_ms, 1_000).await.expect("prune");
+            }
+            assert!(pruned >= 1);
+            let mut ranks = HashMap::new();
+            let mut shapes = Vec::new();
+            for r in [1, 2] {
+                let items = paged(s, UserId(r)).await;
+                assert!(
+                    items.iter().all(|it| it.updated_ms >= new_ms && it.updated_ms > old_ms),
+                    "{items:?}"
+                );
+                for it in &items {
+                    let members =
+                        s.notif_members(it.id, &(10..15).map(UserId).collect::<Vec<_>>()).await.expect("m");
+                    shapes.push((shape(it, &mut ranks), members));
+                }
+            }
+            inboxes.push(shapes);
+        }
+        assert_eq!(inboxes[0], inboxes[1]);
+        // Kept: recipient 1's post 7 (13), recipient 2's post 6 (12 and 14, updated later).
+        assert_eq!(inboxes[0].len(), 2, "{:?}", inboxes[0]);
+        for sh in [s1, s2] {
+            let c = pg.conn(sh).await.expect("conn");
+            let orphans: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM notif_actors a
+                     WHERE NOT EXISTS (SELECT 1 FROM notif_items i WHERE i.id = a.item)",
+                    &[],
+                )
+                .await
+                .expect("orphans")
+                .get(0);
+            assert_eq!(orphans, 0, "shard {sh}: every pruned item's actors went with it");
+        }
     }
 
     /// A writer whose fence was taken over (it lost its lease while a write was in flight)

@@ -133,6 +133,8 @@ struct Inner {
     notif_keys: Keyspace,
     notif_actors: Keyspace,
     notif_time: Keyspace,
+    /// Every item by its last update, oldest first, for the retention (`notifications.rs`).
+    notif_age: Keyspace,
     /// One writer of inboxes at a time (the notification consumer).
     notif_lock: Mutex<()>,
     // Moderation keyspaces; layouts in `moderation.rs`.
@@ -337,6 +339,7 @@ impl EmbeddedStore {
             notif_keys: ks("notif_keys", small)?,
             notif_actors: ks("notif_actors", big)?,
             notif_time: ks("notif_time", small)?,
+            notif_age: ks_with("notif_age", small, false)?,
             notif_lock: Mutex::new(()),
             blocks: ks("blocks", small)?,
             restricts: ks("restricts", small)?,
@@ -387,6 +390,8 @@ impl EmbeddedStore {
         ranks::index_held_by_author(&inner)?;
         // Stores written before the by-author index of held replies: build it.
         comments::index_held_replies(&inner)?;
+        // Stores written before the retention of notification items: index their ages.
+        notifications::index_item_ages(&inner)?;
         let head = counters::last_seq(&inner.events)?;
         *inner.id_gen.lock() =
             likewise_core::comment::id::CommentIdGen::new(comments::highest_id(&inner.comment_posts)?);

@@ -6,6 +6,7 @@
 //! | `notif_keys`   | recipient(8) post(8) kind(1)         | id(8)            |
 //! | `notif_actors` | id(8) actor(8) [source(8)]           | added ms(8)      |
 //! | `notif_time`   | recipient(8) !updated(8) id(8)       | (empty)          |
+//! | `notif_age`    | updated(8) recipient(8) id(8)        | (empty)          |
 //!
 //! `notif_actors` holds each actor's exact set of contributions to an item (the comment
 //! liked or written; a post like, and every row written before contributions were kept, is
@@ -17,6 +18,11 @@
 //! newest first (the timestamp is stored inverted): an item's `updated_ms` is the stamp of
 //! the batch that last changed it, strictly increasing from batch to batch (the last one is
 //! kept in `offsets`), so the order is the order of the inbox's changes.
+//!
+//! `notif_age` holds the same entries as `notif_time` ordered by time alone, oldest first:
+//! the retention ([`NotificationStore::prune_notifications`]) takes the items last updated
+//! before its cutoff from its front, without a scan of every inbox. Stores written before it
+//! existed get it built once on open ([`index_item_ages`]).
 
 use super::{EmbeddedStore, engine_err};
 use crate::keys::{be_u64, num_value, pair_key, parse_num};
@@ -65,6 +71,56 @@ fn time_key(recipient: u64, updated: u64, id: u64) -> [u8; 24] {
     b[8..16].copy_from_slice(&(u64::MAX - updated).to_be_bytes());
     b[16..].copy_from_slice(&id.to_be_bytes());
     b
+}
+
+fn age_key(recipient: u64, updated: u64, id: u64) -> [u8; 24] {
+    let mut b = [0u8; 24];
+    b[..8].copy_from_slice(&updated.to_be_bytes());
+    b[8..16].copy_from_slice(&recipient.to_be_bytes());
+    b[16..].copy_from_slice(&id.to_be_bytes());
+    b
+}
+
+/// Marks (in `offsets`) a store whose `notif_age` holds every item.
+const AGES_INDEXED: &[u8] = b"notif:ages_indexed";
+
+/// Items indexed per write while [`index_item_ages`] builds the index.
+const INDEX_CHUNK: usize = 10_000;
+
+/// Build `notif_age` from the stored items, once: stores written before the retention have
+/// none. Runs on open, before anything else writes; an open interrupted midway builds it
+/// again (the entries are the same).
+pub(super) fn index_item_ages(s: &super::Inner) -> StoreResult<()> {
+    if s.offsets.get(AGES_INDEXED).map_err(engine_err)?.is_some() {
+        return Ok(());
+    }
+    let mut batch = s.db.batch();
+    let (mut n, mut pending) = (0u64, 0usize);
+    for kv in s.notif_items.iter() {
+        let (k, v) = kv.into_inner().map_err(engine_err)?;
+        if k.len() != 16 {
+            return Err(StoreError::Corrupt {
+                keyspace: "notif_items",
+                detail: format!("a key of {} bytes", k.len()),
+            });
+        }
+        let (r, id) = (be_u64(&k, 0), be_u64(&k, 8));
+        let it = decode(UserId(r), id, &v)?;
+        batch.insert(&s.notif_age, age_key(r, it.updated_ms, id), []);
+        n += 1;
+        pending += 1;
+        if pending == INDEX_CHUNK {
+            batch.commit().map_err(engine_err)?;
+            batch = s.db.batch();
+            pending = 0;
+        }
+    }
+    batch.insert(&s.offsets, AGES_INDEXED, []);
+    batch.commit().map_err(engine_err)?;
+    if n > 0 {
+        tracing::info!(items = n, "indexed the notification items by age");
+    }
+    Ok(())
 }
 
 fn encode(it: &NotifItem) -> Vec<u8> {
@@ -232,6 +288,7 @@ impl NotificationStore for EmbeddedStore {
             }
             if let Some(old) = w.old_updated {
                 batch.remove(&s.notif_time, time_key(r, old, it.id));
+                batch.remove(&s.notif_age, age_key(r, old, it.id));
             }
             if it.actor_count == 0 {
                 if w.old_updated.is_some() {
@@ -242,6 +299,7 @@ impl NotificationStore for EmbeddedStore {
                 batch.insert(&s.notif_items, pair_key(r, it.id), encode(&it));
                 batch.insert(&s.notif_keys, key_bytes(&key), it.id.to_be_bytes());
                 batch.insert(&s.notif_time, time_key(r, it.updated_ms, it.id), []);
+                batch.insert(&s.notif_age, age_key(r, it.updated_ms, it.id), []);
             }
             if it.actor_count > 0 || w.old_updated.is_some() {
                 out.push(it);
@@ -283,5 +341,101 @@ impl NotificationStore for EmbeddedStore {
             }
         }
         Ok(out)
+    }
+
+    async fn prune_notifications(&self, shard: usize, before_ms: u64, limit: usize) -> StoreResult<u64> {
+        if shard != 0 || limit == 0 {
+            return Ok(0);
+        }
+        let s = &*self.inner;
+        // The notifier's writer lock: an item it is changing is never pruned under it.
+        let _one_writer = s.notif_lock.lock();
+        let mut old = Vec::new();
+        for g in s.notif_age.range(..before_ms.to_be_bytes().to_vec()).take(limit) {
+            let k = g.key().map_err(engine_err)?;
+            if k.len() != 24 {
+                return Err(StoreError::Corrupt {
+                    keyspace: "notif_age",
+                    detail: format!("a key of {} bytes", k.len()),
+                });
+            }
+            old.push((be_u64(&k, 8), be_u64(&k, 0), be_u64(&k, 16)));
+        }
+        let mut batch = s.db.batch();
+        for &(r, updated, id) in &old {
+            batch.remove(&s.notif_age, age_key(r, updated, id));
+            batch.remove(&s.notif_time, time_key(r, updated, id));
+            if let Some(v) = s.notif_items.get(pair_key(r, id)).map_err(engine_err)? {
+                let it = decode(UserId(r), id, &v)?;
+                batch.remove(&s.notif_items, pair_key(r, id));
+                // The key names this item unless a newer one took it (it never does while
+                // this one is stored; checked all the same).
+                let kb = key_bytes(&it.key);
+                if s.notif_keys
+                    .get(kb)
+                    .map_err(engine_err)?
+                    .is_some_and(|v| v.len() == 8 && be_u64(&v, 0) == id)
+                {
+                    batch.remove(&s.notif_keys, kb);
+                }
+            }
+            for g in s.notif_actors.prefix(id.to_be_bytes()) {
+                batch.remove(&s.notif_actors, g.key().map_err(engine_err)?.to_vec());
+            }
+        }
+        batch.commit().map_err(engine_err)?;
+        Ok(old.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded::EmbeddedOptions;
+
+    /// A store written before `notif_age` existed gets it built on open, and its old items
+    /// are then pruned like new ones.
+    #[tokio::test]
+    async fn items_stored_before_the_age_index_are_indexed_on_open_and_pruned() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let key = |post| NotifKey { recipient: UserId(1), post: PostId(post), kind: NotifKind::PostLiked };
+        let add = |post, actor| Change::Add { key: key(post), actor: UserId(actor), comment: None, ts_ms: 1 };
+        let stamps = {
+            let s = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("open");
+            let fence = s.fence_notifications("notifier").await.expect("fence");
+            let a = s.apply_notifications("notifier", fence, 1, &[add(1, 10), add(1, 11)]).await.expect("a");
+            let b = s.apply_notifications("notifier", fence, 2, &[add(2, 12)]).await.expect("b");
+            // As an earlier version left it: no age entries, no mark.
+            let inner = &*s.inner;
+            let mut batch = inner.db.batch();
+            for g in inner.notif_age.iter() {
+                batch.remove(&inner.notif_age, g.key().expect("key").to_vec());
+            }
+            batch.remove(&inner.offsets, AGES_INDEXED);
+            batch.commit().expect("commit");
+            assert_eq!(s.prune_notifications(0, u64::MAX, 10).await.expect("prune"), 0, "nothing indexed");
+            (a[0].updated_ms, b[0].updated_ms)
+        };
+        let s = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("reopen");
+        assert_eq!(s.inner.notif_age.iter().count(), 2);
+        assert_eq!(s.prune_notifications(0, stamps.1, 10).await.expect("prune"), 1);
+        let left = s.inbox(UserId(1), None, 10).await.expect("inbox");
+        assert_eq!(left.iter().map(|it| it.key).collect::<Vec<_>>(), vec![key(2)]);
+        assert_eq!(s.inner.notif_actors.iter().count(), 1, "the pruned item's actors went with it");
+        assert_eq!(s.inner.notif_keys.iter().count(), 1);
+        assert_eq!(s.inner.notif_time.iter().count(), 1);
+        // Other shards hold nothing on this engine.
+        assert_eq!(s.prune_notifications(1, u64::MAX, 10).await.expect("prune"), 0);
+        assert_eq!(s.prune_notifications(0, u64::MAX, 10).await.expect("prune"), 1);
+        assert!(s.inbox(UserId(1), None, 10).await.expect("inbox").is_empty());
+        for ks in [
+            &s.inner.notif_items,
+            &s.inner.notif_keys,
+            &s.inner.notif_actors,
+            &s.inner.notif_time,
+            &s.inner.notif_age,
+        ] {
+            assert_eq!(ks.iter().count(), 0);
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! Supervision of a scaled-out deployment's background work.
 //!
 //! - Worker role: per shard, under that shard's lease ([`lease`]; a second worker process is
-//!   a hot standby, never a second writer), the outbox relay, the counter aggregator and the
-//!   reverse-index writer ([`shard`]); under leases of their own, the notifier, the export,
+//!   a hot standby, never a second writer), the outbox relay, the counter aggregator, the
+//!   reverse-index writer and the pruner of the shard's notification items ([`shard`]); under leases of their own, the notifier, the export,
 //!   the trending and integrity consumers (these two under one).
 //! - API role: the top-comments refresher, fed by the aggregators' commits on the bus.
 //! - Every role: the cluster bus listener ([`bus`]).
@@ -52,6 +52,8 @@ pub struct WorkerOptions {
     pub export: Option<crate::export::Export>,
     /// How long comment creates' `Idempotency-Key`s are kept ([`crate::key_expiry`]).
     pub key_retention: Duration,
+    /// How long notification items are kept ([`crate::notif_retention`]).
+    pub notif_retention: crate::notif_retention::RetentionOptions,
     /// The integrity consumer.
     pub integrity: crate::integrity::IntegrityWorkerOptions,
     /// Run the trending consumer (always on in `serve`: off only in
@@ -68,6 +70,7 @@ impl Default for WorkerOptions {
             notifier: NotifierOptions::default(),
             export: None,
             key_retention: crate::key_expiry::DEFAULT_RETENTION,
+            notif_retention: Default::default(),
             integrity: Default::default(),
             run_trending: true,
             run_integrity: true,
@@ -85,15 +88,24 @@ pub fn spawn_workers(
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     let shard_task = {
-        let (svc, ports, agg, shutdown) =
-            (svc.clone(), ports.clone(), opts.aggregator.clone(), shutdown.clone());
+        let (svc, ports, agg, retention, shutdown) = (
+            svc.clone(),
+            ports.clone(),
+            opts.aggregator.clone(),
+            opts.notif_retention.clone(),
+            shutdown.clone(),
+        );
         move |shard: usize| {
-            let (svc, p, agg) = (svc.clone(), ports.clone(), agg.clone());
+            let (svc, p, agg, retention) = (svc.clone(), ports.clone(), agg.clone(), retention.clone());
             tokio::spawn(lease::leased(
                 ports.leases.clone(),
                 LeaseName::Shard(shard),
                 shutdown.clone(),
-                move |stop| shard::shard_workers(svc.clone(), p.clone(), agg.clone(), shard, stop),
+                move |stop| {
+                    let opts =
+                        shard::ShardOptions { aggregator: agg.clone(), notif_retention: retention.clone() };
+                    shard::shard_workers(svc.clone(), p.clone(), opts, shard, stop)
+                },
             ))
         }
     };

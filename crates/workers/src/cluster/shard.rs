@@ -1,5 +1,6 @@
 //! One shard's workers, run under that shard's lease: the outbox relay, the counter
-//! aggregator and the reverse-index writer.
+//! aggregator, the reverse-index writer and the pruner of the notification items stored on
+//! the shard ([`crate::notif_retention`]).
 
 use super::ClusterPorts;
 use crate::{Aggregator, AggregatorOptions, relay, reverse_index};
@@ -15,16 +16,33 @@ pub fn counters_consumer(shard: usize) -> String {
     likewise_core::ports::cluster::shard_consumer(likewise_core::counter::COUNTERS_CONSUMER, shard)
 }
 
+/// What a shard's workers are run with.
+#[derive(Debug, Clone, Default)]
+pub struct ShardOptions {
+    /// The counter aggregator (it gets the shard's consumer name).
+    pub aggregator: AggregatorOptions,
+    /// The retention of the shard's notification items.
+    pub notif_retention: crate::notif_retention::RetentionOptions,
+}
+
 /// Run shard `shard`'s workers until `stop`. The consumers stop after the relay's last pass,
 /// so a graceful stop applies every event committed before it.
 pub async fn shard_workers(
     svc: Arc<Engagement>,
     ports: ClusterPorts,
-    agg: AggregatorOptions,
+    opts: ShardOptions,
     shard: usize,
     stop: watch::Receiver<bool>,
 ) {
+    let agg = opts.aggregator;
     let (consumers_stop, stop_consumers) = watch::channel(false);
+    // The items stored on this shard, pruned by one process at a time (this lease's holder).
+    let pruner = tokio::spawn(crate::notif_retention::run(
+        svc.stores().notifications.clone(),
+        shard,
+        opts.notif_retention,
+        stop_consumers.clone(),
+    ));
     let relay = tokio::spawn(relay::run(
         ports.outbox.clone(),
         ports.stream.clone(),
@@ -55,7 +73,7 @@ pub async fn shard_workers(
     }
     let _ = relay.await;
     let _ = consumers_stop.send(true);
-    for t in [aggregator, reverse].into_iter().flatten() {
+    for t in [aggregator, reverse, Some(pruner)].into_iter().flatten() {
         let _ = t.await;
     }
 }

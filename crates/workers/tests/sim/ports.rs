@@ -227,6 +227,11 @@ impl NotificationStore for SimPorts {
         items.truncate(limit);
         Ok(items)
     }
+
+    async fn prune_notifications(&self, _shard: usize, _before_ms: u64, _limit: usize) -> StoreResult<u64> {
+        // The simulation keeps every item: its checks compare inboxes with every event.
+        Err(not_simulated("prune_notifications"))
+    }
 }
 
 #[async_trait]
