@@ -73,7 +73,8 @@ pub fn from_postgres(store: PgStore, gc: GroupCommitOptions) -> Stores {
 /// Put Redis in front of the counters and the viewer-likes lookups, and share the comment
 /// rate limit between nodes.
 pub fn with_shared_cache(mut stores: Stores, redis: Redis) -> Stores {
-    stores.counters = Arc::new(CachedCounters::new(stores.counters.clone(), redis.clone()));
+    stores.counters =
+        Arc::new(CachedCounters::new(stores.counters.clone(), stores.likes.clone(), redis.clone()));
     let likes = Arc::new(CachedLikes::new(stores.likes.clone(), redis.clone()));
     stores.likes = likes.clone();
     stores.own_likes = Some(likes);

@@ -208,6 +208,26 @@ pub trait CounterStore: Send + Sync {
     /// What a post's author sees (docs/architecture.md, "The read path"): it includes every acknowledged like,
     /// at the cost of reading the unapplied events, so it is not for everyone's feed.
     async fn fresh_post_likes(&self, consumer: &str, posts: &[PostId]) -> StoreResult<Vec<i64>>;
+    /// The counters of each target and, for posts, their `n` newest likers (newest first)
+    /// where this store keeps them: a shared cache the aggregator keeps them in
+    /// ([`CounterStore::likers_committed`]) answers a count cache's refresh in one read.
+    /// `None`: not kept here; the caller asks [`LikeReader::recent_likers_many`]. The
+    /// default keeps none.
+    async fn counts_and_likers(
+        &self,
+        targets: &[Target],
+        n: usize,
+    ) -> StoreResult<Vec<(Counts, Option<Vec<UserId>>)>> {
+        let _ = n;
+        Ok(self.counts(targets).await?.into_iter().map(|c| (c, None)).collect())
+    }
+    /// The aggregator committed `events` (their counters are stored): a store that keeps
+    /// posts' `n` newest likers ([`CounterStore::counts_and_likers`]) updates them. It never
+    /// fails the commit: what it cannot write it forgets, and readers reload it. The default
+    /// keeps none.
+    async fn likers_committed(&self, events: &[Event], n: usize) {
+        let _ = (events, n);
+    }
 }
 
 /// Upstream data: posts, users, follows, settings.
