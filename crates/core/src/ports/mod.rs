@@ -285,6 +285,12 @@ pub trait CommentReader: Send + Sync {
         posts: &[PostId],
         limit: usize,
     ) -> StoreResult<Vec<CommentRecord>>;
+    /// Whether `author` has any held reply at all (on any post). `true` when not known
+    /// cheaply: the default, which makes callers read [`CommentReader::held_replies_by`].
+    async fn any_held_replies_by(&self, author: UserId) -> StoreResult<bool> {
+        let _ = author;
+        Ok(true)
+    }
     /// How many replies in status visible are stored under each of `parents` (top-level
     /// comments), in order; 0 for one without replies or missing. Under a parent held back
     /// from others the shared counters leave these out (`likewise_core::comment::thread`),
@@ -441,6 +447,12 @@ pub trait RankIndex: Send + Sync {
         posts: &[PostId],
         limit: usize,
     ) -> StoreResult<Vec<RankEntry>>;
+    /// Whether `author` may have an unlisted entry on any post (a mark may outlive its
+    /// entry: `true` is a maybe). `true` when not known cheaply: the default.
+    async fn any_held_by(&self, author: UserId) -> StoreResult<bool> {
+        let _ = author;
+        Ok(true)
+    }
     /// Up to `limit` of a post's listed entries best first, strictly after `after` (a score and
     /// ID of an earlier page).
     async fn ranked(
@@ -558,6 +570,34 @@ pub trait NotificationStore: Send + Sync {
 pub trait OwnLikes: Send + Sync {
     /// `user` now likes (or no longer likes) `target`, as of the change at `position`.
     async fn record(&self, user: UserId, target: Target, liked: bool, position: u64) -> StoreResult<()>;
+}
+
+/// What a shared cache knows of whether a user has comments held back from others (held,
+/// hidden or restricted, shown to them as ordinary ones), so that a feed page skips the
+/// reads of its viewer's own held comments for the many who have none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldMark {
+    /// Nothing of theirs is held.
+    Nothing,
+    /// Something of theirs may be held: read.
+    Some,
+    /// Not known. A mark set with this version ([`HeldMarks::set`]) stands only if nothing
+    /// of theirs changed ([`HeldMarks::changed`]) since it was read.
+    Unknown(String),
+}
+
+/// Per-user marks of [`HeldMark`], shared by every API node (Redis when scaled out).
+#[async_trait]
+pub trait HeldMarks: Send + Sync {
+    /// What is known of `user`.
+    async fn get(&self, user: UserId) -> StoreResult<HeldMark>;
+    /// Mark `user` as having something held (`any`) or nothing, unless their version is no
+    /// longer `version` (a change landed since it was read: then nothing is written).
+    async fn set(&self, user: UserId, version: &str, any: bool) -> StoreResult<()>;
+    /// Something of these users' may have been held or released (call once the change is
+    /// readable): what is known of them is forgotten. Never fails: what cannot be written
+    /// now is retried.
+    async fn changed(&self, users: &[UserId]);
 }
 
 /// A rate limiter shared by every API node (GCRA in Redis when scaled out), so a user's

@@ -19,6 +19,7 @@
 
 mod connect;
 mod counters;
+mod held;
 mod liked_filter;
 mod likes;
 mod rate;
@@ -27,6 +28,7 @@ pub mod servers;
 mod test_redis;
 
 pub use counters::CachedCounters;
+pub use held::{MarkingRanks, RedisHeldMarks};
 pub use likes::CachedLikes;
 pub use rate::RedisRateLimiter;
 
