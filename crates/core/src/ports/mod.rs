@@ -547,6 +547,16 @@ pub trait NotificationStore: Send + Sync {
     ) -> StoreResult<Vec<NotifItem>>;
     /// For each user, is it among the item's actors?
     async fn notif_members(&self, item: u64, users: &[UserId]) -> StoreResult<Vec<bool>>;
+    /// [`NotificationStore::notif_members`] of several items at once (a page of an inbox),
+    /// in order: an engine whose reads are remote answers in one round trip per shard. The
+    /// default asks per item.
+    async fn notif_members_many(&self, asks: &[(u64, Vec<UserId>)]) -> StoreResult<Vec<Vec<bool>>> {
+        let mut out = Vec::with_capacity(asks.len());
+        for (item, users) in asks {
+            out.push(self.notif_members(*item, users).await?);
+        }
+        Ok(out)
+    }
     /// A recipient's items, most recently updated first, strictly after `(updated_ms, id)`.
     async fn inbox(
         &self,
