@@ -216,11 +216,7 @@ impl Engagement {
     /// [`Engagement::health`], reused for `max_age` (`/healthz`: [`HEALTH_CACHE`]): callers
     /// within it share one round of checks, and concurrent callers of an expired answer wait
     /// for the one check taking its place rather than each checking. `/metrics` checks live.
-    pub async fn health_cached(
-        &self,
-        within: std::time::Duration,
-        max_age: std::time::Duration,
-    ) -> Health {
+    pub async fn health_cached(&self, within: std::time::Duration, max_age: std::time::Duration) -> Health {
         let mut cached = self.health_cache.lock().await;
         if let Some((at, checks)) = cached.as_ref()
             && at.elapsed() < max_age
