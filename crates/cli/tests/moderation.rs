@@ -1352,29 +1352,29 @@ async fn held_comments_count_for_their_author_after_pages_read_with_nothing_held
         .call(Method::PUT, "/v1/me/hidden-words", Some(&app.user(7)), Some(r#"{"words":["rubbish"]}"#))
         .await;
     assert_eq!(st, StatusCode::OK);
-    let parent = comment(&app, 10, 1, "a fine post").await;
-    let mine = comment(&app, 11, 1, "a fine post too").await;
+    let parent = comment(app, 10, 1, "a fine post").await;
+    let mine = comment(app, 11, 1, "a fine post too").await;
     app.wait_until(|| async { app.view(12, 1).await["comment_count"] == 2 }).await;
     for _ in 0..3 {
         assert_eq!((count(1).await, count(2).await), (Some(2), Some(0)), "nothing of 11's held");
     }
 
     // Held at creation: a top-level comment, then a reply.
-    comment(&app, 11, 2, "rubbish, this").await;
+    comment(app, 11, 2, "rubbish, this").await;
     assert_eq!(count(2).await, Some(1), "their held comment counts for them");
-    reply(&app, 11, 1, &parent, "more rubbish").await;
+    reply(app, 11, 1, &parent, "more rubbish").await;
     assert_eq!(count(1).await, Some(3), "and their held reply");
     assert_eq!(app.view(12, 2).await["comment_count"], 0, "for them alone");
 
     // Held later: a moderator hides their visible comment; to them it still counts.
-    let (st, v) = moderate(&app, &mine, "hide").await;
+    let (st, v) = moderate(app, &mine, "hide").await;
     assert_eq!(st, StatusCode::OK, "{v}");
     app.wait_until(|| async { app.view(12, 1).await["comment_count"] == 1 }).await;
     for _ in 0..3 {
         assert_eq!(count(1).await, Some(3));
     }
     // Approved: it counts for everyone, and for them once.
-    let (st, v) = moderate(&app, &mine, "approve").await;
+    let (st, v) = moderate(app, &mine, "approve").await;
     assert_eq!(st, StatusCode::OK, "{v}");
     app.wait_until(|| async { app.view(12, 1).await["comment_count"] == 2 }).await;
     app.wait_until(|| async { count(1).await == Some(3) }).await;
