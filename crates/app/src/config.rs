@@ -396,8 +396,8 @@ pub struct CacheConfig {
     /// Keys (sorted sets) each own-likes time bucket in Redis is split into, by viewer (see
     /// `shared_cache::likes`): fewer means fewer Redis commands per like, more means smaller keys.
     pub own_likes_shards: u64,
-    /// Scale-out: the most likes a viewer's shared liked-set filter in Redis holds (0: no
-    /// filters; every feed page without own-likes records reads the reverse index).
+    /// Scale-out: the most likes a viewer's shared liked set in Redis holds (0: no sets;
+    /// every feed page without own-likes records reads the reverse index).
     pub liked_filter_max_items: usize,
     /// With the PostgreSQL backend, how long an API node serves a count before reloading it
     /// (the aggregator runs elsewhere and cannot write into this node's cache).
@@ -589,7 +589,7 @@ impl Config {
         );
         anyhow::ensure!(
             self.cache.liked_filter_max_items <= 1_000_000,
-            "cache.liked_filter_max_items must be at most 1000000 (a filter is read whole with every feed page)"
+            "cache.liked_filter_max_items must be at most 1000000 (a set is written whole when built)"
         );
         match self.store.backend.as_str() {
             "embedded" => anyhow::ensure!(

@@ -1336,3 +1336,47 @@ async fn a_report_racing_an_approval_never_leaves_a_pending_comment_out_of_the_q
     }
     eprintln!("trials that ended pending: {pending} of 30");
 }
+
+/// A commenter's own held comments count for them in their post views, also when their
+/// earlier pages were read while they had nothing held (what is known of that is forgotten
+/// when something of theirs is held, whether at creation or by a moderator later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_comments_count_for_their_author_after_pages_read_with_nothing_held() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let owned = TestApp::start(dir.path()).await;
+    let app = &owned;
+    let count = move |post| async move { app.view(11, post).await["comment_count"].as_i64() };
+    app.post(1, 7, false).await;
+    app.post(2, 7, false).await;
+    let (st, _) = app
+        .call(Method::PUT, "/v1/me/hidden-words", Some(&app.user(7)), Some(r#"{"words":["rubbish"]}"#))
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let parent = comment(app, 10, 1, "a fine post").await;
+    let mine = comment(app, 11, 1, "a fine post too").await;
+    app.wait_until(|| async { app.view(12, 1).await["comment_count"] == 2 }).await;
+    for _ in 0..3 {
+        assert_eq!((count(1).await, count(2).await), (Some(2), Some(0)), "nothing of 11's held");
+    }
+
+    // Held at creation: a top-level comment, then a reply.
+    comment(app, 11, 2, "rubbish, this").await;
+    assert_eq!(count(2).await, Some(1), "their held comment counts for them");
+    reply(app, 11, 1, &parent, "more rubbish").await;
+    assert_eq!(count(1).await, Some(3), "and their held reply");
+    assert_eq!(app.view(12, 2).await["comment_count"], 0, "for them alone");
+
+    // Held later: a moderator hides their visible comment; to them it still counts.
+    let (st, v) = moderate(app, &mine, "hide").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    app.wait_until(|| async { app.view(12, 1).await["comment_count"] == 1 }).await;
+    for _ in 0..3 {
+        assert_eq!(count(1).await, Some(3));
+    }
+    // Approved: it counts for everyone, and for them once.
+    let (st, v) = moderate(app, &mine, "approve").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    app.wait_until(|| async { app.view(12, 1).await["comment_count"] == 2 }).await;
+    app.wait_until(|| async { count(1).await == Some(3) }).await;
+    owned.stop().await;
+}

@@ -3,7 +3,9 @@
 //! limit, and the NATS event stream.
 
 use crate::postgres::{PgOptions, PgStore};
-use crate::shared_cache::{CachedCounters, CachedLikes, Redis, RedisOptions, RedisRateLimiter};
+use crate::shared_cache::{
+    CachedCounters, CachedLikes, MarkingRanks, Redis, RedisHeldMarks, RedisOptions, RedisRateLimiter,
+};
 use crate::stream::bus::NatsBus;
 use crate::stream::{JetStream, NoDirectLog, StreamOptions};
 use async_trait::async_trait;
@@ -70,13 +72,18 @@ pub fn from_postgres(store: PgStore, gc: GroupCommitOptions) -> Stores {
     Stores::from_engine(Arc::new(store), events, gc)
 }
 
-/// Put Redis in front of the counters and the viewer-likes lookups, and share the comment
-/// rate limit between nodes.
+/// Put Redis in front of the counters and the viewer-likes lookups, keep what is known of
+/// users' held comments there, and share the comment rate limit between nodes.
 pub fn with_shared_cache(mut stores: Stores, redis: Redis) -> Stores {
-    stores.counters = Arc::new(CachedCounters::new(stores.counters.clone(), redis.clone()));
+    stores.counters =
+        Arc::new(CachedCounters::new(stores.counters.clone(), stores.likes.clone(), redis.clone()));
     let likes = Arc::new(CachedLikes::new(stores.likes.clone(), redis.clone()));
     stores.likes = likes.clone();
     stores.own_likes = Some(likes);
+    let marks: Arc<dyn likewise_core::ports::HeldMarks> =
+        Arc::new(RedisHeldMarks::new(redis.clone(), redis.opts.own_likes_ttl));
+    stores.ranks = Arc::new(MarkingRanks::new(stores.ranks.clone(), marks.clone()));
+    stores.held_marks = Some(marks);
     stores.rate_limiter = Some(Arc::new(RedisRateLimiter::new(redis)));
     stores
 }

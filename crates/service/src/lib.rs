@@ -139,7 +139,16 @@ pub struct Engagement {
     pub trending: trending::Trending,
     /// Integrity flags and verdicts.
     pub integrity: integrity::Integrity,
+    /// The last `/healthz` answer and when it was taken ([`Engagement::health_cached`]).
+    health_cache: tokio::sync::Mutex<Option<(std::time::Instant, Health)>>,
 }
+
+/// Each dependency's name and whether it answered.
+pub type Health = Vec<(&'static str, bool)>;
+
+/// How long `/healthz` reuses its engine checks: load balancers poll it from every
+/// instance every few seconds, and each check is a round trip to every engine.
+pub const HEALTH_CACHE: Duration = Duration::from_secs(1);
 
 impl Engagement {
     /// Compose the services over opened stores.
@@ -160,6 +169,7 @@ impl Engagement {
             notifications: Notifications::new(shared.clone(), upstream.clone()),
             trending: trending::Trending::new(shared.clone(), upstream.clone()),
             integrity: integrity::Integrity::new(shared.clone()),
+            health_cache: tokio::sync::Mutex::new(None),
             shared,
             upstream,
             moderation,
@@ -203,6 +213,21 @@ impl Engagement {
         Ok(self.shared.stores.meta.ping().await?)
     }
 
+    /// [`Engagement::health`], reused for `max_age` (`/healthz`: [`HEALTH_CACHE`]): callers
+    /// within it share one round of checks, and concurrent callers of an expired answer wait
+    /// for the one check taking its place rather than each checking. `/metrics` checks live.
+    pub async fn health_cached(&self, within: std::time::Duration, max_age: std::time::Duration) -> Health {
+        let mut cached = self.health_cache.lock().await;
+        if let Some((at, checks)) = cached.as_ref()
+            && at.elapsed() < max_age
+        {
+            return checks.clone();
+        }
+        let checks = self.health(within).await;
+        *cached = Some((std::time::Instant::now(), checks.clone()));
+        checks
+    }
+
     /// `/healthz`: whether each dependency answers within `within`, by name: `storage`
     /// first, then the shared cache and the event stream when the deployment has them. The
     /// probes run at once, so the answer takes at most `within`. Each answer is also the
@@ -230,4 +255,50 @@ impl Engagement {
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A dependency that counts its checks.
+    struct Counted(Arc<AtomicU64>);
+
+    #[async_trait::async_trait]
+    impl likewise_store::Probe for Counted {
+        fn name(&self) -> &'static str {
+            "cache"
+        }
+        async fn probe(&self) -> likewise_core::StoreResult<()> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    /// `/healthz` checks the engines at most once per `max_age`, however often it is polled
+    /// (also by many callers at once); `/metrics`' checks stay live.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn health_checks_are_reused_for_their_max_age() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut stores = likewise_store::testing::open_small(dir.path());
+        let probes = Arc::new(AtomicU64::new(0));
+        stores.probes = vec![Arc::new(Counted(probes.clone()))];
+        let svc = Engagement::new(stores, ServiceOptions::default());
+        let within = Duration::from_secs(1);
+        let max_age = Duration::from_millis(300);
+        let polls = (0..50).map(|_| svc.health_cached(within, max_age));
+        for checks in futures::future::join_all(polls).await {
+            assert_eq!(checks, [("storage", true), ("cache", true)]);
+        }
+        assert_eq!(probes.load(Ordering::SeqCst), 1, "fifty polls, one check");
+        tokio::time::sleep(max_age).await;
+        svc.health_cached(within, max_age).await;
+        svc.health_cached(within, max_age).await;
+        assert_eq!(probes.load(Ordering::SeqCst), 2, "checked again once the answer is old");
+        svc.health(within).await;
+        svc.health(within).await;
+        assert_eq!(probes.load(Ordering::SeqCst), 4, "live checks are not cached");
+        svc.stores().close().expect("close");
+    }
 }

@@ -116,25 +116,50 @@ impl Notifications {
         Notifications { shared, upstream, live }
     }
 
+    /// Views of a page of items: the recipients' followees, the items' actors among them
+    /// and the names shown, each read in one batch for the whole page (never per item).
     async fn notif_views(&self, items: Vec<NotifItem>) -> ServiceResult<Vec<NotifView>> {
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        // People the recipient follows first: check (a bounded number of) followees against
+        // each item's exact actor set, then fill with the most recent actors.
+        let mut recipients: Vec<UserId> = items.iter().map(|it| it.key.recipient).collect();
+        recipients.sort_unstable();
+        recipients.dedup();
+        let followees: std::collections::HashMap<UserId, Vec<UserId>> = recipients
+            .iter()
+            .copied()
+            .zip(futures::future::try_join_all(recipients.iter().map(|r| self.upstream.followees(*r))).await?)
+            .map(|(r, f)| (r, f.iter().copied().take(256).collect()))
+            .collect();
+        let asks: Vec<(u64, Vec<UserId>)> = items
+            .iter()
+            .map(|it| (it.id, followees.get(&it.key.recipient).cloned().unwrap_or_default()))
+            .collect();
+        let members = self.shared.stores.notifications.notif_members_many(&asks).await?;
+        let picks: Vec<Vec<UserId>> = items
+            .iter()
+            .zip(asks.iter().zip(members))
+            .map(|(it, ((_, candidates), member))| {
+                let mut pick: Vec<UserId> =
+                    candidates.iter().zip(member).filter(|(_, m)| *m).map(|(u, _)| *u).take(2).collect();
+                for u in &it.recent {
+                    if pick.len() >= 2 {
+                        break;
+                    }
+                    if !pick.contains(u) {
+                        pick.push(*u);
+                    }
+                }
+                pick
+            })
+            .collect();
+        let all: Vec<UserId> = picks.iter().flatten().copied().collect();
+        let mut names = self.upstream.usernames(&all).await?.into_iter();
         let mut out = Vec::with_capacity(items.len());
-        for it in items {
-            // People the recipient follows first: check (a bounded number of) followees
-            // against the item's exact actor set, then fill with the most recent actors.
-            let followees = self.upstream.followees(it.key.recipient).await?;
-            let candidates: Vec<UserId> = followees.iter().copied().take(256).collect();
-            let member = self.shared.stores.notifications.notif_members(it.id, &candidates).await?;
-            let mut pick: Vec<UserId> =
-                candidates.iter().zip(member).filter(|(_, m)| *m).map(|(u, _)| *u).take(2).collect();
-            for u in &it.recent {
-                if pick.len() >= 2 {
-                    break;
-                }
-                if !pick.contains(u) {
-                    pick.push(*u);
-                }
-            }
-            let actors = self.upstream.usernames(&pick).await?;
+        for (it, pick) in items.into_iter().zip(picks) {
+            let actors: Vec<String> = names.by_ref().take(pick.len()).collect();
             let text = render_text(it.key.kind, &actors, it.actor_count);
             out.push(NotifView {
                 id: it.id,
@@ -347,5 +372,138 @@ mod tests {
         let ids: Vec<u64> = got.iter().map(|v| v.id).collect();
         assert_eq!(got.len(), 40, "every item arrives exactly once: {ids:?}");
         assert_eq!(got.iter().find(|v| v.id == 35).map(|v| v.actor_count), Some(2));
+    }
+
+    /// Counts the store calls a page of views makes, delegating to the embedded store.
+    struct Counting {
+        inner: likewise_store::Stores,
+        calls: parking_lot::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    }
+
+    impl Counting {
+        fn count(&self, what: &'static str) {
+            *self.calls.lock().entry(what).or_default() += 1;
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl likewise_core::ports::NotificationStore for Counting {
+        async fn fence_notifications(&self, consumer: &str) -> likewise_core::StoreResult<u64> {
+            self.inner.notifications.fence_notifications(consumer).await
+        }
+        async fn apply_notifications(
+            &self,
+            consumer: &str,
+            fence: u64,
+            offset: u64,
+            changes: &[likewise_core::notify::Change],
+        ) -> likewise_core::StoreResult<Vec<NotifItem>> {
+            self.inner.notifications.apply_notifications(consumer, fence, offset, changes).await
+        }
+        async fn notif_members(&self, item: u64, users: &[UserId]) -> likewise_core::StoreResult<Vec<bool>> {
+            self.count("notif_members");
+            self.inner.notifications.notif_members(item, users).await
+        }
+        async fn notif_members_many(
+            &self,
+            asks: &[(u64, Vec<UserId>)],
+        ) -> likewise_core::StoreResult<Vec<Vec<bool>>> {
+            self.count("notif_members_many");
+            self.inner.notifications.notif_members_many(asks).await
+        }
+        async fn inbox(
+            &self,
+            recipient: UserId,
+            after: Option<(u64, u64)>,
+            limit: usize,
+        ) -> likewise_core::StoreResult<Vec<NotifItem>> {
+            self.inner.notifications.inbox(recipient, after, limit).await
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl likewise_core::ports::MetaStore for Counting {
+        async fn put_post(
+            &self,
+            id: PostId,
+            meta: likewise_core::model::PostMeta,
+        ) -> likewise_core::StoreResult<()> {
+            self.inner.meta.put_post(id, meta).await
+        }
+        async fn posts(
+            &self,
+            ids: &[PostId],
+        ) -> likewise_core::StoreResult<Vec<Option<likewise_core::model::PostMeta>>> {
+            self.inner.meta.posts(ids).await
+        }
+        async fn put_user(
+            &self,
+            id: UserId,
+            p: likewise_core::model::UserProfile,
+        ) -> likewise_core::StoreResult<()> {
+            self.inner.meta.put_user(id, p).await
+        }
+        async fn users(
+            &self,
+            ids: &[UserId],
+        ) -> likewise_core::StoreResult<Vec<Option<likewise_core::model::UserProfile>>> {
+            self.count("users");
+            self.inner.meta.users(ids).await
+        }
+        async fn set_follow(&self, a: UserId, b: UserId, on: bool) -> likewise_core::StoreResult<()> {
+            self.inner.meta.set_follow(a, b, on).await
+        }
+        async fn followees(&self, user: UserId, limit: usize) -> likewise_core::StoreResult<Vec<UserId>> {
+            self.count("followees");
+            self.inner.meta.followees(user, limit).await
+        }
+        async fn put_settings(
+            &self,
+            user: UserId,
+            s: likewise_core::model::ViewerSettings,
+        ) -> likewise_core::StoreResult<()> {
+            self.inner.meta.put_settings(user, s).await
+        }
+        async fn settings(
+            &self,
+            user: UserId,
+        ) -> likewise_core::StoreResult<likewise_core::model::ViewerSettings> {
+            self.inner.meta.settings(user).await
+        }
+        async fn ping(&self) -> likewise_core::StoreResult<()> {
+            self.inner.meta.ping().await
+        }
+    }
+
+    /// A page of items costs one read of followees, one of their memberships and one of
+    /// names, whatever its length: not three per item.
+    #[tokio::test]
+    async fn a_page_of_items_reads_followees_members_and_names_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = EmbeddedOptions {
+            cache_bytes: 8 << 20,
+            memtable_bytes: 4 << 20,
+            max_journal_bytes: 64 << 20,
+            ..Default::default()
+        };
+        let store = EmbeddedStore::open(&dir.path().join("s"), &opts).expect("open");
+        let inner = likewise_store::open::from_embedded(store, Default::default());
+        let counting = Arc::new(Counting { inner: inner.clone(), calls: Default::default() });
+        let mut stores = inner;
+        stores.notifications = counting.clone();
+        stores.meta = counting.clone();
+        let svc = Engagement::new(stores, crate::ServiceOptions::default());
+        svc.upstream.set_follow(UserId(7), UserId(1003), true).await.expect("follow");
+        counting.calls.lock().clear();
+        // Two recipients, twenty items of distinct recent actors.
+        let items: Vec<NotifItem> = (1..=20).map(|i| item(i, 7 + i % 2)).collect();
+        let views = svc.notifications.notif_views(items).await.expect("views");
+        assert_eq!(views.len(), 20);
+        assert_eq!(views[2].actors, [likewise_core::model::UserProfile::placeholder_name(UserId(1003))]);
+        let calls = counting.calls.lock().clone();
+        assert_eq!(calls.get("notif_members").copied().unwrap_or(0), 0, "{calls:?}");
+        assert_eq!(calls.get("notif_members_many").copied(), Some(1), "{calls:?}");
+        assert_eq!(calls.get("users").copied(), Some(1), "{calls:?}");
+        assert!(calls.get("followees").copied().unwrap_or(0) <= 2, "one per recipient: {calls:?}");
     }
 }

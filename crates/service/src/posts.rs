@@ -17,6 +17,7 @@ use likewise_core::display::count_text;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::Target;
 use likewise_core::model::{CommentsPolicy, PostMeta};
+use likewise_core::ports::HeldMark;
 use likewise_core::visibility::like_count_visible;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -80,13 +81,12 @@ impl Posts {
         let targets: Vec<Target> = post_ids.iter().map(|p| Target::post(p.0)).collect();
 
         let reader = crate::comments::Reader { user: viewer, moderator: false };
-        let (counts, liked, settings, followees, own, mut own_replies) = tokio::join!(
+        let (counts, liked, settings, followees, (own, mut own_replies)) = tokio::join!(
             self.shared.counts.get_many(&targets),
             self.shared.viewer_likes.liked(viewer, &post_ids),
             self.upstream.viewer_settings(viewer),
             self.upstream.followees(viewer),
-            self.own_held(viewer, &post_ids),
-            self.comments.own_held_replies_or_none(reader, &post_ids),
+            self.own_held_all(reader, &post_ids),
         );
         let (counts, liked, settings, followees) = (counts?, liked?, settings?, followees?);
         // Under the viewer's own held comments, the replies they see count for them too: to
@@ -163,6 +163,50 @@ impl Posts {
         Ok(out)
     }
 
+    /// The viewer's own held comments and held replies on `posts`. Where a shared cache
+    /// keeps held marks ([`likewise_core::ports::HeldMarks`]), a viewer known to have nothing held costs no store
+    /// read; one not known costs one lookup of whether they have anything held anywhere,
+    /// whose answer is kept for every node until something of theirs changes.
+    async fn own_held_all(
+        &self,
+        reader: crate::comments::Reader,
+        posts: &[PostId],
+    ) -> (HashMap<PostId, Vec<Candidate>>, crate::comments::OwnReplies) {
+        let viewer = reader.user;
+        if let Some(marks) = &self.shared.stores.held_marks {
+            let version = match marks.get(viewer).await {
+                Ok(HeldMark::Nothing) => {
+                    held_mark_answer(0).increment(1);
+                    return Default::default();
+                }
+                Ok(HeldMark::Some) => None,
+                Ok(HeldMark::Unknown(v)) => Some(v),
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading a held mark failed; reading the store");
+                    None
+                }
+            };
+            if let Some(v) = version {
+                let stores = &self.shared.stores;
+                if let (Ok(top), Ok(replies)) = tokio::join!(
+                    stores.ranks.any_held_by(viewer),
+                    stores.comments.any_held_replies_by(viewer)
+                ) {
+                    let any = top || replies;
+                    if let Err(e) = marks.set(viewer, &v, any).await {
+                        tracing::debug!(error = %e, "setting a held mark failed");
+                    }
+                    if !any {
+                        held_mark_answer(1).increment(1);
+                        return Default::default();
+                    }
+                }
+            }
+            held_mark_answer(2).increment(1);
+        }
+        tokio::join!(self.own_held(viewer, posts), self.comments.own_held_replies_or_none(reader, posts))
+    }
+
     /// The viewer's own held comments on `posts` ([`Ranking::own_held`]). Empty when the
     /// read fails: then the viewer sees the counts and previews everyone sees.
     async fn own_held(&self, viewer: UserId, posts: &[PostId]) -> HashMap<PostId, Vec<Candidate>> {
@@ -199,4 +243,14 @@ impl Posts {
     pub async fn post_view(&self, viewer: UserId, id: PostId) -> ServiceResult<PostView> {
         self.post_views(viewer, &[id]).await?.pop().ok_or(ServiceError::NotFound("post"))
     }
+}
+
+/// `likewise_held_marks_total{answer}`: feed pages whose viewer's held comments were skipped
+/// on a mark (`nothing`), skipped after looking once (`looked_nothing`), or read (`read`).
+fn held_mark_answer(i: usize) -> &'static metrics::Counter {
+    static C: std::sync::OnceLock<[metrics::Counter; 3]> = std::sync::OnceLock::new();
+    &C.get_or_init(|| {
+        ["nothing", "looked_nothing", "read"]
+            .map(|a| metrics::counter!("likewise_held_marks_total", "answer" => a))
+    })[i]
 }

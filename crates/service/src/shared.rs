@@ -120,6 +120,12 @@ impl Shared {
             self.top.invalidate(r.post);
             self.announce(Invalidation::Top(r.post));
         }
+        // What is known of its author's held comments is forgotten (the status may hold or
+        // release it).
+        if let Some(marks) = self.stores.held_marks.clone() {
+            let author = r.author;
+            tokio::spawn(async move { marks.changed(&[author]).await });
+        }
     }
 
     /// Comment records by ID through the record cache (read paths only; see

@@ -6,9 +6,9 @@ use crate::embedded::{EmbeddedOptions, EmbeddedStore};
 use crate::group_commit::{GroupCommitOptions, GroupCommitter};
 use async_trait::async_trait;
 use likewise_core::ports::{
-    CommentReader, CounterStore, EventLog, IdempotencyStore, IntegrityStore, LikeReader, MetaStore,
-    ModerationStore, NotificationStore, OwnLikes, RankIndex, SharedRateLimiter, SnapshotStore, ViewStore,
-    WriteEngine,
+    CommentReader, CounterStore, EventLog, HeldMarks, IdempotencyStore, IntegrityStore, LikeReader,
+    MetaStore, ModerationStore, NotificationStore, OwnLikes, RankIndex, SharedRateLimiter, SnapshotStore,
+    ViewStore, WriteEngine,
 };
 use likewise_core::{StoreError, StoreResult};
 use std::path::PathBuf;
@@ -90,6 +90,9 @@ pub struct Stores {
     /// Where API nodes record each viewer's own like writes for the other nodes (a shared
     /// cache); `None`: this process sees every write itself.
     pub own_likes: Option<Arc<dyn OwnLikes>>,
+    /// What is known of users' held comments, shared by every API node (a shared cache);
+    /// `None`: feed pages read them from storage.
+    pub held_marks: Option<Arc<dyn HeldMarks>>,
     /// Rate limits shared by every API node; `None`: each process limits alone.
     pub rate_limiter: Option<Arc<dyn SharedRateLimiter>>,
     /// Dependencies other than the storage, for `/healthz` (none on the embedded engine).
@@ -132,6 +135,7 @@ impl Stores {
             ranks: engine.clone(),
             engine,
             own_likes: None,
+            held_marks: None,
             rate_limiter: None,
             probes: Vec::new(),
         }

@@ -197,6 +197,9 @@ impl Aggregator {
             metrics::counter!("likewise_rank_index_changes_total").increment(ranks.len() as u64);
         }
         let values = stores.counters.apply_deltas(&self.opts.consumer, self.offset, upto, &deltas).await?;
+        // Posts' newest likers where the counter store keeps them (Redis on the scale-out
+        // engines): API nodes refresh a stale count and its likers from there.
+        stores.counters.likers_committed(&events, self.svc.shared.opts.recent_likers).await;
         self.svc.shared.counters_committed(upto, &values, &events);
         self.offset = upto;
         if let Err(e) = self.log.committed(upto).await {

@@ -208,6 +208,26 @@ pub trait CounterStore: Send + Sync {
     /// What a post's author sees (docs/architecture.md, "The read path"): it includes every acknowledged like,
     /// at the cost of reading the unapplied events, so it is not for everyone's feed.
     async fn fresh_post_likes(&self, consumer: &str, posts: &[PostId]) -> StoreResult<Vec<i64>>;
+    /// The counters of each target and, for posts, their `n` newest likers (newest first)
+    /// where this store keeps them: a shared cache the aggregator keeps them in
+    /// ([`CounterStore::likers_committed`]) answers a count cache's refresh in one read.
+    /// `None`: not kept here; the caller asks [`LikeReader::recent_likers_many`]. The
+    /// default keeps none.
+    async fn counts_and_likers(
+        &self,
+        targets: &[Target],
+        n: usize,
+    ) -> StoreResult<Vec<(Counts, Option<Vec<UserId>>)>> {
+        let _ = n;
+        Ok(self.counts(targets).await?.into_iter().map(|c| (c, None)).collect())
+    }
+    /// The aggregator committed `events` (their counters are stored): a store that keeps
+    /// posts' `n` newest likers ([`CounterStore::counts_and_likers`]) updates them. It never
+    /// fails the commit: what it cannot write it forgets, and readers reload it. The default
+    /// keeps none.
+    async fn likers_committed(&self, events: &[Event], n: usize) {
+        let _ = (events, n);
+    }
 }
 
 /// Upstream data: posts, users, follows, settings.
@@ -265,6 +285,12 @@ pub trait CommentReader: Send + Sync {
         posts: &[PostId],
         limit: usize,
     ) -> StoreResult<Vec<CommentRecord>>;
+    /// Whether `author` has any held reply at all (on any post). `true` when not known
+    /// cheaply: the default, which makes callers read [`CommentReader::held_replies_by`].
+    async fn any_held_replies_by(&self, author: UserId) -> StoreResult<bool> {
+        let _ = author;
+        Ok(true)
+    }
     /// How many replies in status visible are stored under each of `parents` (top-level
     /// comments), in order; 0 for one without replies or missing. Under a parent held back
     /// from others the shared counters leave these out (`likewise_core::comment::thread`),
@@ -421,6 +447,12 @@ pub trait RankIndex: Send + Sync {
         posts: &[PostId],
         limit: usize,
     ) -> StoreResult<Vec<RankEntry>>;
+    /// Whether `author` may have an unlisted entry on any post (a mark may outlive its
+    /// entry: `true` is a maybe). `true` when not known cheaply: the default.
+    async fn any_held_by(&self, author: UserId) -> StoreResult<bool> {
+        let _ = author;
+        Ok(true)
+    }
     /// Up to `limit` of a post's listed entries best first, strictly after `after` (a score and
     /// ID of an earlier page).
     async fn ranked(
@@ -515,6 +547,16 @@ pub trait NotificationStore: Send + Sync {
     ) -> StoreResult<Vec<NotifItem>>;
     /// For each user, is it among the item's actors?
     async fn notif_members(&self, item: u64, users: &[UserId]) -> StoreResult<Vec<bool>>;
+    /// [`NotificationStore::notif_members`] of several items at once (a page of an inbox),
+    /// in order: an engine whose reads are remote answers in one round trip per shard. The
+    /// default asks per item.
+    async fn notif_members_many(&self, asks: &[(u64, Vec<UserId>)]) -> StoreResult<Vec<Vec<bool>>> {
+        let mut out = Vec::with_capacity(asks.len());
+        for (item, users) in asks {
+            out.push(self.notif_members(*item, users).await?);
+        }
+        Ok(out)
+    }
     /// A recipient's items, most recently updated first, strictly after `(updated_ms, id)`.
     async fn inbox(
         &self,
@@ -545,6 +587,34 @@ pub trait NotificationStore: Send + Sync {
 pub trait OwnLikes: Send + Sync {
     /// `user` now likes (or no longer likes) `target`, as of the change at `position`.
     async fn record(&self, user: UserId, target: Target, liked: bool, position: u64) -> StoreResult<()>;
+}
+
+/// What a shared cache knows of whether a user has comments held back from others (held,
+/// hidden or restricted, shown to them as ordinary ones), so that a feed page skips the
+/// reads of its viewer's own held comments for the many who have none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldMark {
+    /// Nothing of theirs is held.
+    Nothing,
+    /// Something of theirs may be held: read.
+    Some,
+    /// Not known. A mark set with this version ([`HeldMarks::set`]) stands only if nothing
+    /// of theirs changed ([`HeldMarks::changed`]) since it was read.
+    Unknown(String),
+}
+
+/// Per-user marks of [`HeldMark`], shared by every API node (Redis when scaled out).
+#[async_trait]
+pub trait HeldMarks: Send + Sync {
+    /// What is known of `user`.
+    async fn get(&self, user: UserId) -> StoreResult<HeldMark>;
+    /// Mark `user` as having something held (`any`) or nothing, unless their version is no
+    /// longer `version` (a change landed since it was read: then nothing is written).
+    async fn set(&self, user: UserId, version: &str, any: bool) -> StoreResult<()>;
+    /// Something of these users' may have been held or released (call once the change is
+    /// readable): what is known of them is forgotten. Never fails: what cannot be written
+    /// now is retried.
+    async fn changed(&self, users: &[UserId]);
 }
 
 /// A rate limiter shared by every API node (GCRA in Redis when scaled out), so a user's

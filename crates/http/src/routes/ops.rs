@@ -15,7 +15,9 @@ use std::sync::Arc;
 pub async fn healthz(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     // Well inside the request timeout: a partitioned dependency is reported, never waited for.
     let within = (state.opts.request_timeout / 2).min(std::time::Duration::from_secs(2));
-    let checks = state.svc.health(within).await;
+    // Load balancers poll every instance every few seconds: the engines are checked at most
+    // once a second (`likewise_service::HEALTH_CACHE`), whoever asks.
+    let checks = state.svc.health_cached(within, likewise_service::HEALTH_CACHE).await;
     let storage = checks.iter().any(|(name, ok)| *name == "storage" && *ok);
     for (name, _) in checks.iter().filter(|(_, ok)| !*ok) {
         tracing::warn!(dependency = *name, "health check failed");

@@ -380,6 +380,24 @@ impl CommentReader for PgStore {
         Ok(out)
     }
 
+    async fn any_held_replies_by(&self, author: UserId) -> StoreResult<bool> {
+        // Every shard (replies live on their posts'), each one probe of the partial index
+        // `comments_held_replies`, from the primaries as `held_replies_by`.
+        let found = try_join_all((0..self.shard_count()).map(|shard| async move {
+            let c = self.conn(shard).await?;
+            c.query_one(
+                "SELECT EXISTS (SELECT 1 FROM comments
+                     WHERE author = $1 AND parent IS NOT NULL AND status IN (2, 3, 4))",
+                &[&i(author.0)],
+            )
+            .await
+            .map(|r| r.get::<_, bool>(0))
+            .map_err(pg_err)
+        }))
+        .await?;
+        Ok(found.into_iter().any(|b| b))
+    }
+
     async fn visible_reply_counts(&self, parents: &[CommentId]) -> StoreResult<Vec<i64>> {
         let mut by_shard: BTreeMap<usize, Vec<i64>> = BTreeMap::new();
         for p in parents {

@@ -145,6 +145,9 @@ struct Inner {
     /// The runtime the group-commit thread drives its async statements on.
     rt: tokio::runtime::Handle,
     stream_positions: bool,
+    /// Connections checked out of the primaries' pools (each serves one transaction or a
+    /// few pipelined statements): what a read path's PostgreSQL cost is measured in.
+    checkouts: std::sync::atomic::AtomicU64,
 }
 
 /// Map a driver or pool error to a store error.
@@ -295,6 +298,7 @@ impl PgStore {
                 replicas,
                 rt,
                 stream_positions: opts.stream_positions,
+                checkouts: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -406,8 +410,15 @@ impl PgStore {
         })
     }
 
+    /// How many connections have been checked out of the primaries' pools ([`PgStore::conn`]):
+    /// tests measure a read path's PostgreSQL round trips with it.
+    pub fn checkouts(&self) -> u64 {
+        self.inner.checkouts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// A pooled connection to a shard.
     pub(crate) async fn conn(&self, shard: usize) -> StoreResult<deadpool_postgres::Object> {
+        self.inner.checkouts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.pool_of(shard)?.get().await.map_err(|e| match e {
             // Every connection stayed busy for the pool's whole wait: overload, not a fault.
             deadpool_postgres::PoolError::Timeout(_) => {

@@ -451,6 +451,37 @@ impl NotificationStore for PgStore {
         Ok(actors.iter().map(|a| found.contains(a)).collect())
     }
 
+    async fn notif_members_many(&self, asks: &[(u64, Vec<UserId>)]) -> StoreResult<Vec<Vec<bool>>> {
+        // One query per shard: every (item, actor) pair asked, matched against the actors.
+        let mut by_shard: std::collections::BTreeMap<usize, (Vec<i64>, Vec<i64>)> = Default::default();
+        for (item, users) in asks {
+            let s = by_shard.entry(self.shard_of_item(*item)).or_default();
+            for u in users {
+                s.0.push(i(*item));
+                s.1.push(i(u.0));
+            }
+        }
+        let found =
+            futures::future::try_join_all(by_shard.into_iter().filter(|(_, (k, _))| !k.is_empty()).map(
+                |(shard, (items, actors))| async move {
+                    let c = self.conn(shard).await?;
+                    c.query(
+                    "SELECT DISTINCT k.item, k.actor FROM unnest($1::bigint[], $2::bigint[]) AS k(item, actor)
+                     WHERE EXISTS (SELECT 1 FROM notif_actors a WHERE a.item = k.item AND a.actor = k.actor)",
+                    &[&items, &actors],
+                )
+                .await
+                .map_err(pg_err)
+                },
+            ))
+            .await?;
+        let pairs: HashSet<(i64, i64)> = found.iter().flatten().map(|r| (r.get(0), r.get(1))).collect();
+        Ok(asks
+            .iter()
+            .map(|(item, users)| users.iter().map(|u| pairs.contains(&(i(*item), i(u.0)))).collect())
+            .collect())
+    }
+
     async fn inbox(
         &self,
         recipient: UserId,
@@ -640,6 +671,12 @@ mod tests {
                 let mb = pg.notif_members(y.id, &actors).await.expect("postgres");
                 assert_eq!(ma, mb);
                 assert_eq!(mb.iter().filter(|m| **m).count() as u64, y.actor_count);
+            }
+            // The whole page's members at once: the same answers.
+            let asks: Vec<(u64, Vec<UserId>)> = b.iter().map(|y| (y.id, actors.clone())).collect();
+            let many = pg.notif_members_many(&asks).await.expect("postgres");
+            for ((item, users), got) in asks.iter().zip(&many) {
+                assert_eq!(got, &pg.notif_members(*item, users).await.expect("postgres"));
             }
         }
         // The offset lands where `CounterStore::offset` reads it, and may rewind.

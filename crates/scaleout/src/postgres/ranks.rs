@@ -329,6 +329,14 @@ impl RankIndex for PgStore {
         Ok(rows.iter().map(|r| entry(post, r)).collect())
     }
 
+    async fn any_held_by(&self, author: UserId) -> StoreResult<bool> {
+        let c = self.conn(self.shard_of_user(author)).await?;
+        c.query_one("SELECT EXISTS (SELECT 1 FROM held_marks WHERE author_id = $1)", &[&i(author.0)])
+            .await
+            .map(|r| r.get::<_, bool>(0))
+            .map_err(pg_err)
+    }
+
     async fn held_by_author(
         &self,
         author: UserId,

@@ -4,16 +4,98 @@ use super::{Redis, redis_err};
 use async_trait::async_trait;
 use likewise_core::StoreResult;
 use likewise_core::counter::{CounterField, CounterKey, Counts};
-use likewise_core::ids::{CommentId, PostId};
-use likewise_core::like::Target;
-use likewise_core::ports::{CounterStore, Recount};
+use likewise_core::event::{Event, EventKind};
+use likewise_core::ids::{CommentId, PostId, UserId};
+use likewise_core::like::{Target, TargetKind};
+use likewise_core::ports::{CounterStore, LikeReader, Recount};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Hash fields of a counter entry.
-const FIELDS: [&str; 3] = ["l", "c", "r"];
+/// Hash fields of a counter entry: the counts, then (posts) the newest likers and the
+/// likers' version (see [`APPLY_LIKERS`]).
+const FIELDS: [&str; 5] = ["l", "c", "r", "k", "kv"];
+
+/// The aggregator's update of a post's newest likers in one replica (`KEYS[1]`), after its
+/// commit. `ARGV`: how many are kept, the TTL (s), then the batch's like (`+<user>`) and
+/// unlike (`-<user>`) events of the post in commit order. The likers are field `k`, user IDs
+/// newest first, comma-separated: either the post's `n` newest or all of them.
+///
+/// With no `k` (a cold post, Redis lost), nothing is guessed: the version `kv` is bumped so
+/// that a reader's fill from a PostgreSQL read that may predate these events is refused
+/// ([`FILL_LIKERS`]), and readers load it again. An unlike of one of a full list's likers
+/// drops the list (its successor is not known here) the same way. Returns the list's
+/// length, or -1 when there is none.
+const APPLY_LIKERS: &str = r"
+local cur = redis.call('HGET', KEYS[1], 'k')
+if not cur then
+  redis.call('HINCRBY', KEYS[1], 'kv', 1)
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+  return -1
+end
+local n = tonumber(ARGV[1])
+local list = {}
+for id in string.gmatch(cur, '[^,]+') do list[#list + 1] = id end
+for i = 3, #ARGV do
+  local op, id = string.sub(ARGV[i], 1, 1), string.sub(ARGV[i], 2)
+  local full, found, kept = #list >= n, false, {}
+  for _, u in ipairs(list) do
+    if u == id then found = true else kept[#kept + 1] = u end
+  end
+  if op == '+' then
+    table.insert(kept, 1, id)
+    while #kept > n do table.remove(kept) end
+  elseif found and full then
+    redis.call('HDEL', KEYS[1], 'k')
+    redis.call('HINCRBY', KEYS[1], 'kv', 1)
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    return -1
+  end
+  list = kept
+end
+redis.call('HSET', KEYS[1], 'k', table.concat(list, ','))
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return #list
+";
+
+/// A reader's fill of a post's newest likers (read from PostgreSQL) into one replica
+/// (`KEYS[1]`): only while it has none and its version is still the one the reader saw
+/// before reading PostgreSQL (`ARGV[1]`, empty for none), so a fill never replaces or
+/// predates what the aggregator applied since. `ARGV[2]`: the likers, `ARGV[3]`: the TTL.
+const FILL_LIKERS: &str = r"
+if redis.call('HEXISTS', KEYS[1], 'k') == 1 then return 0 end
+if (redis.call('HGET', KEYS[1], 'kv') or '') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'k', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+/// What one replica holds for a target.
+#[derive(Debug, Clone, Default)]
+struct Entry {
+    /// The counts, when all three are there.
+    counts: Option<Counts>,
+    /// The newest likers, when kept.
+    likers: Option<Vec<UserId>>,
+    /// The likers' version (empty for none).
+    version: String,
+}
+
+fn encode_likers(likers: &[UserId]) -> String {
+    let mut out = String::with_capacity(likers.len() * 12);
+    for (i, u) in likers.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&u.0.to_string());
+    }
+    out
+}
+
+fn decode_likers(s: &str) -> Option<Vec<UserId>> {
+    s.split(',').filter(|p| !p.is_empty()).map(|p| p.parse().ok().map(UserId)).collect()
+}
 
 fn field_name(f: CounterField) -> &'static str {
     match f {
@@ -33,10 +115,16 @@ const RELEASE: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
 /// A [`CounterStore`] whose reads go through Redis and whose commits write Redis after the
-/// inner (PostgreSQL) commit.
+/// inner (PostgreSQL) commit. Posts' newest likers are kept beside their counts (field `k`
+/// of the same hash), written by the aggregator ([`CounterStore::likers_committed`]), so an
+/// API node refreshes a count and its "liked by" in one Redis read; `likes` (PostgreSQL) is
+/// read only for a post Redis has none for, under the same lease as a missing count.
 pub struct CachedCounters {
     inner: Arc<dyn CounterStore>,
+    likes: Arc<dyn LikeReader>,
     redis: Redis,
+    apply_likers: redis::Script,
+    fill_likers: redis::Script,
     /// Values committed to PostgreSQL whose Redis write failed, and the order of writes.
     sync: Arc<Sync>,
 }
@@ -49,6 +137,8 @@ pub struct CachedCounters {
 #[derive(Default)]
 struct Sync {
     unsynced: Mutex<HashMap<CounterKey, i64>>,
+    /// Posts whose likers' update failed: their lists are dropped (readers reload them).
+    stale_likers: Mutex<HashSet<u64>>,
     order: tokio::sync::Mutex<()>,
     retrying: std::sync::atomic::AtomicBool,
 }
@@ -67,9 +157,16 @@ impl Sync {
 const RETRY_EVERY: Duration = Duration::from_millis(500);
 
 impl CachedCounters {
-    /// Wrap `inner`.
-    pub fn new(inner: Arc<dyn CounterStore>, redis: Redis) -> Self {
-        CachedCounters { inner, redis, sync: Arc::default() }
+    /// Wrap `inner`; `likes` reads the likers of posts Redis has none for.
+    pub fn new(inner: Arc<dyn CounterStore>, likes: Arc<dyn LikeReader>, redis: Redis) -> Self {
+        CachedCounters {
+            inner,
+            likes,
+            redis,
+            apply_likers: redis::Script::new(APPLY_LIKERS),
+            fill_likers: redis::Script::new(FILL_LIKERS),
+            sync: Arc::default(),
+        }
     }
 
     fn key(&self, t: Target, replica: u32) -> String {
@@ -80,8 +177,8 @@ impl CachedCounters {
         rand::random_range(0..self.redis.opts.replicas.max(1))
     }
 
-    /// Read one replica of each target; `None` where any field is missing.
-    async fn read(&self, targets: &[Target]) -> StoreResult<Vec<Option<Counts>>> {
+    /// Read one replica of each target: its counts, likers and likers' version.
+    async fn read_entries(&self, targets: &[Target]) -> StoreResult<Vec<Entry>> {
         let r = self.replica();
         let mut pipe = self.redis.servers.pipe();
         for t in targets {
@@ -91,13 +188,43 @@ impl CachedCounters {
         let rows = pipe.query().await.map_err(redis_err)?;
         rows.iter()
             .map(|v| {
-                let v: Vec<Option<i64>> = redis::from_redis_value(v).map_err(redis_err)?;
-                Ok(match v.as_slice() {
-                    [Some(l), Some(c), Some(r)] => Some(Counts { likes: *l, comments: *c, replies: *r }),
-                    _ => None,
+                let v: Vec<Option<String>> = redis::from_redis_value(v).map_err(redis_err)?;
+                let num = |i: usize| v.get(i).and_then(|x| x.as_deref()).and_then(|x| x.parse::<i64>().ok());
+                Ok(Entry {
+                    counts: match (num(0), num(1), num(2)) {
+                        (Some(l), Some(c), Some(r)) => Some(Counts { likes: l, comments: c, replies: r }),
+                        _ => None,
+                    },
+                    likers: v.get(3).and_then(|x| x.as_deref()).and_then(decode_likers),
+                    version: v.get(4).cloned().flatten().unwrap_or_default(),
                 })
             })
             .collect()
+    }
+
+    /// Fill every replica of each post with its likers read from PostgreSQL, unless the
+    /// aggregator wrote or moved them since `version` was read ([`FILL_LIKERS`]).
+    async fn fill_likers(&self, values: &[(Target, &str, Vec<UserId>)]) -> StoreResult<()> {
+        let mut pipe = self.redis.servers.pipe();
+        let ttl = self.redis.opts.counter_ttl.as_secs().max(1) as i64;
+        for (t, version, likers) in values {
+            let list = encode_likers(likers);
+            for r in 0..self.redis.opts.replicas.max(1) {
+                let k = self.key(*t, r);
+                pipe.add_ignored(
+                    &k,
+                    redis::cmd("EVALSHA")
+                        .arg(self.fill_likers.get_hash())
+                        .arg(1)
+                        .arg(&k)
+                        .arg(*version)
+                        .arg(&list)
+                        .arg(ttl)
+                        .clone(),
+                );
+            }
+        }
+        pipe.query_loading(Some(&self.fill_likers)).await.map(|_| ()).map_err(redis_err)
     }
 
     /// Fill every replica of each target with HSETNX (never overwriting a fresher value).
@@ -116,12 +243,23 @@ impl CachedCounters {
         pipe.query().await.map(|_| ()).map_err(redis_err)
     }
 
-    /// Load misses from the inner store, one node per key at a time (lease), and fill Redis.
-    async fn load_misses(&self, targets: &[Target]) -> StoreResult<Vec<Counts>> {
+    /// Whether `e` lacks what a read of `n` likers needs: its counts, or a post's likers.
+    fn lacks(t: &Target, e: &Entry, n: usize) -> bool {
+        e.counts.is_none() || (n > 0 && t.kind == TargetKind::Post && e.likers.is_none())
+    }
+
+    /// Load what Redis lacks of `entries` (counts, posts' likers) from PostgreSQL, one node
+    /// per key at a time (lease), and fill Redis.
+    async fn load_missing(&self, targets: &[Target], entries: &mut [Entry], n: usize) -> StoreResult<()> {
+        let missing: Vec<usize> =
+            (0..targets.len()).filter(|i| Self::lacks(&targets[*i], &entries[*i], n)).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
         let token: u64 = rand::random();
         let mut pipe = self.redis.servers.pipe();
-        for t in targets {
-            let k = self.key(*t, 0) + ":lease";
+        for i in &missing {
+            let k = self.key(targets[*i], 0) + ":lease";
             pipe.add(&k, redis::cmd("SET").arg(&k).arg(token).arg("NX").arg("PX").arg(LEASE_MS).clone());
         }
         let won: Vec<Option<String>> = pipe
@@ -131,43 +269,129 @@ impl CachedCounters {
             .iter()
             .map(|v| redis::from_redis_value(v).map_err(redis_err))
             .collect::<StoreResult<_>>()?;
-        let mut out: Vec<Option<Counts>> = vec![None; targets.len()];
-        let mine: Vec<usize> =
-            (0..targets.len()).filter(|i| won.get(*i).is_some_and(Option::is_some)).collect();
+        let (mut mine, mut waiting) = (Vec::new(), Vec::new());
+        for (i, w) in missing.iter().zip(&won) {
+            if w.is_some() { mine.push(*i) } else { waiting.push(*i) }
+        }
         if !mine.is_empty() {
-            let want: Vec<Target> = mine.iter().map(|i| targets[*i]).collect();
-            let loaded = self.inner.counts(&want).await?;
-            metrics::counter!("likewise_shared_cache_fills_total").increment(want.len() as u64);
-            let values: Vec<(Target, Counts)> = want.iter().copied().zip(loaded.iter().copied()).collect();
-            self.fill(&values).await?;
+            let loaded = self.load_from_store(targets, entries, &mine, n, true).await;
             let mut release = self.redis.servers.pipe();
-            for t in &want {
-                let k = self.key(*t, 0) + ":lease";
+            for i in &mine {
+                let k = self.key(targets[*i], 0) + ":lease";
                 release.add_ignored(&k, redis::cmd("EVAL").arg(RELEASE).arg(1).arg(&k).arg(token).clone());
             }
             let _ = release.query().await;
-            for (i, c) in mine.iter().zip(loaded) {
-                out[*i] = Some(c);
-            }
+            loaded?;
         }
         // Others: wait for the lease holder's fill, then load directly (correctness first).
-        let mut waiting: Vec<usize> = (0..targets.len()).filter(|i| out[*i].is_none()).collect();
         let deadline = tokio::time::Instant::now() + LEASE_WAIT;
         while !waiting.is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
             let want: Vec<Target> = waiting.iter().map(|i| targets[*i]).collect();
-            for (i, c) in waiting.iter().zip(self.read(&want).await?) {
-                out[*i] = c;
+            for (i, e) in waiting.iter().zip(self.read_entries(&want).await?) {
+                if !Self::lacks(&targets[*i], &e, n) {
+                    entries[*i] = e;
+                }
             }
-            waiting.retain(|i| out[*i].is_none());
+            waiting.retain(|i| Self::lacks(&targets[*i], &entries[*i], n));
         }
         if !waiting.is_empty() {
-            let want: Vec<Target> = waiting.iter().map(|i| targets[*i]).collect();
-            for (i, c) in waiting.iter().zip(self.inner.counts(&want).await?) {
-                out[*i] = Some(c);
+            self.load_from_store(targets, entries, &waiting, n, false).await?;
+        }
+        Ok(())
+    }
+
+    /// Read the counts and posts' likers `entries[which]` lack from PostgreSQL; with `fill`,
+    /// write them to Redis too (never over anything newer: [`CachedCounters::fill`],
+    /// [`FILL_LIKERS`]). A failed fill only costs the next reader a load.
+    async fn load_from_store(
+        &self,
+        targets: &[Target],
+        entries: &mut [Entry],
+        which: &[usize],
+        n: usize,
+        fill: bool,
+    ) -> StoreResult<()> {
+        let counts: Vec<usize> = which.iter().copied().filter(|i| entries[*i].counts.is_none()).collect();
+        let likers: Vec<usize> = which
+            .iter()
+            .copied()
+            .filter(|i| n > 0 && targets[*i].kind == TargetKind::Post && entries[*i].likers.is_none())
+            .collect();
+        let want: Vec<Target> = counts.iter().map(|i| targets[*i]).collect();
+        let posts: Vec<Target> = likers.iter().map(|i| targets[*i]).collect();
+        let (c, l) = tokio::join!(
+            async { if want.is_empty() { Ok(Vec::new()) } else { self.inner.counts(&want).await } },
+            async {
+                if posts.is_empty() { Ok(Vec::new()) } else { self.likes.recent_likers_many(&posts, n).await }
+            },
+        );
+        let (c, l) = (c?, l?);
+        metrics::counter!("likewise_shared_cache_fills_total").increment(want.len() as u64);
+        likers_source().store.increment(posts.len() as u64);
+        for (i, c) in counts.iter().zip(c) {
+            entries[*i].counts = Some(c);
+        }
+        for (i, l) in likers.iter().zip(l) {
+            entries[*i].likers = Some(l.into_iter().map(|l| l.user).collect());
+        }
+        if fill {
+            let values: Vec<(Target, Counts)> =
+                counts.iter().map(|i| (targets[*i], entries[*i].counts.unwrap_or_default())).collect();
+            let lists: Vec<(Target, &str, Vec<UserId>)> = likers
+                .iter()
+                .map(|i| {
+                    let e = &entries[*i];
+                    (targets[*i], e.version.as_str(), e.likers.clone().unwrap_or_default())
+                })
+                .collect();
+            let (a, b) = tokio::join!(
+                async { if values.is_empty() { Ok(()) } else { self.fill(&values).await } },
+                async { if lists.is_empty() { Ok(()) } else { self.fill_likers(&lists).await } },
+            );
+            if let Err(e) = a.and(b) {
+                tracing::debug!(error = %e, "filling the shared cache failed");
+                metrics::counter!("likewise_shared_cache_errors_total").increment(1);
             }
         }
-        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+        Ok(())
+    }
+
+    /// Counts and (with `n` > 0) posts' `n` newest likers: Redis first, PostgreSQL for what
+    /// it lacks (lease), PostgreSQL alone when Redis cannot be read.
+    async fn read_through(&self, targets: &[Target], n: usize) -> StoreResult<Vec<Entry>> {
+        let mut entries = match self.read_entries(targets).await {
+            Ok(e) => e,
+            Err(e) => {
+                // Redis down: serve from PostgreSQL (slower, still right).
+                tracing::warn!(error = %e, "shared cache read failed; reading the store");
+                metrics::counter!("likewise_shared_cache_errors_total").increment(1);
+                let mut entries = vec![Entry::default(); targets.len()];
+                let all: Vec<usize> = (0..targets.len()).collect();
+                self.load_from_store(targets, &mut entries, &all, n, false).await?;
+                return Ok(entries);
+            }
+        };
+        let missing = entries.iter().filter(|e| e.counts.is_none()).count();
+        metrics::counter!("likewise_shared_cache_lookups_total", "result" => "hit")
+            .increment((targets.len() - missing) as u64);
+        metrics::counter!("likewise_shared_cache_lookups_total", "result" => "miss")
+            .increment(missing as u64);
+        if n > 0 {
+            let kept = targets
+                .iter()
+                .zip(&entries)
+                .filter(|(t, e)| t.kind == TargetKind::Post && e.likers.is_some())
+                .count();
+            likers_source().redis.increment(kept as u64);
+        }
+        if let Err(e) = self.load_missing(targets, &mut entries, n).await {
+            tracing::warn!(error = %e, "shared cache fill failed; reading the store");
+            let lacking: Vec<usize> =
+                (0..targets.len()).filter(|i| Self::lacks(&targets[*i], &entries[*i], n)).collect();
+            self.load_from_store(targets, &mut entries, &lacking, n, false).await?;
+        }
+        Ok(entries)
     }
 
     /// Write `values` and whatever is unsynced, in commit order; what fails stays unsynced
@@ -201,15 +425,26 @@ impl CachedCounters {
                 let _order = sync.order.lock().await;
                 let all: Vec<(CounterKey, i64)> =
                     std::mem::take(&mut *sync.unsynced.lock()).into_iter().collect();
-                if all.is_empty() {
+                let stale: Vec<u64> = sync.stale_likers.lock().drain().collect();
+                if all.is_empty() && stale.is_empty() {
                     sync.retrying.store(false, Ordering::Release);
                     return;
                 }
-                if publish(&redis, &all).await.is_ok() {
-                    metrics::counter!("likewise_shared_cache_resyncs_total").increment(all.len() as u64);
-                    continue; // one more round ends the task, or writes what failed meanwhile
+                if !all.is_empty() {
+                    if publish(&redis, &all).await.is_ok() {
+                        metrics::counter!("likewise_shared_cache_resyncs_total").increment(all.len() as u64);
+                    } else {
+                        sync.keep(all);
+                    }
                 }
-                sync.keep(all);
+                if !stale.is_empty() {
+                    let mut pipe = redis.servers.pipe();
+                    add_likers_drops(&redis, &mut pipe, &stale);
+                    if pipe.query().await.is_err() {
+                        sync.stale_likers.lock().extend(stale);
+                    }
+                }
+                // Another round ends the task, or writes what failed (meanwhile).
             }
         });
     }
@@ -218,6 +453,35 @@ impl CachedCounters {
 /// A counter's Redis key: `<prefix>:c:<kind>:<id>#r<replica>`.
 fn counter_key(redis: &Redis, t: Target, replica: u32) -> String {
     redis.key(&format!("c:{}:{}#r{replica}", t.kind.code(), t.id))
+}
+
+/// Drop the likers of `posts` from every replica, bumping their version so that no fill
+/// read before it lands ([`FILL_LIKERS`]): readers load them again.
+fn add_likers_drops(redis: &Redis, pipe: &mut super::servers::RoutedPipe, posts: &[u64]) {
+    let ttl = redis.opts.counter_ttl.as_secs().max(1) as i64;
+    for post in posts {
+        for r in 0..redis.opts.replicas.max(1) {
+            let key = counter_key(redis, Target::post(*post), r);
+            pipe.add_ignored(&key, redis::cmd("HDEL").arg(&key).arg("k").clone());
+            pipe.add_ignored(&key, redis::cmd("HINCRBY").arg(&key).arg("kv").arg(1).clone());
+            pipe.add_ignored(&key, redis::cmd("EXPIRE").arg(&key).arg(ttl).clone());
+        }
+    }
+}
+
+/// `likewise_recent_likers_reads_total{source}`: posts' recent likers a count refresh took
+/// from Redis, or read from PostgreSQL (cold posts, Redis lost).
+struct LikersSource {
+    redis: metrics::Counter,
+    store: metrics::Counter,
+}
+
+fn likers_source() -> &'static LikersSource {
+    static C: std::sync::OnceLock<LikersSource> = std::sync::OnceLock::new();
+    C.get_or_init(|| LikersSource {
+        redis: metrics::counter!("likewise_recent_likers_reads_total", "source" => "redis"),
+        store: metrics::counter!("likewise_recent_likers_reads_total", "source" => "store"),
+    })
 }
 
 /// Write new absolute values to every replica of their keys.
@@ -237,36 +501,78 @@ async fn publish(redis: &Redis, values: &[(CounterKey, i64)]) -> StoreResult<()>
 #[async_trait]
 impl CounterStore for CachedCounters {
     async fn counts(&self, targets: &[Target]) -> StoreResult<Vec<Counts>> {
-        let cached = match self.read(targets).await {
-            Ok(c) => c,
-            Err(e) => {
-                // Redis down: serve from PostgreSQL (slower, still right).
-                tracing::warn!(error = %e, "shared cache read failed; reading the store");
-                metrics::counter!("likewise_shared_cache_errors_total").increment(1);
-                return self.inner.counts(targets).await;
-            }
-        };
-        let missing: Vec<usize> = (0..targets.len()).filter(|i| cached[*i].is_none()).collect();
-        metrics::counter!("likewise_shared_cache_lookups_total", "result" => "hit")
-            .increment((targets.len() - missing.len()) as u64);
-        if missing.is_empty() {
-            return Ok(cached.into_iter().map(Option::unwrap_or_default).collect());
+        Ok(self.read_through(targets, 0).await?.into_iter().map(|e| e.counts.unwrap_or_default()).collect())
+    }
+
+    async fn counts_and_likers(
+        &self,
+        targets: &[Target],
+        n: usize,
+    ) -> StoreResult<Vec<(Counts, Option<Vec<UserId>>)>> {
+        let entries = self.read_through(targets, n).await?;
+        Ok(targets
+            .iter()
+            .zip(entries)
+            .map(|(t, e)| {
+                let likers = (n > 0 && t.kind == TargetKind::Post).then(|| {
+                    let mut l = e.likers.unwrap_or_default();
+                    l.truncate(n);
+                    l
+                });
+                (e.counts.unwrap_or_default(), likers)
+            })
+            .collect())
+    }
+
+    async fn likers_committed(&self, events: &[Event], n: usize) {
+        if n == 0 {
+            return;
         }
-        metrics::counter!("likewise_shared_cache_lookups_total", "result" => "miss")
-            .increment(missing.len() as u64);
-        let want: Vec<Target> = missing.iter().map(|i| targets[*i]).collect();
-        let loaded = match self.load_misses(&want).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "shared cache fill failed; reading the store");
-                self.inner.counts(&want).await?
-            }
-        };
-        let mut out: Vec<Counts> = cached.into_iter().map(Option::unwrap_or_default).collect();
-        for (i, c) in missing.into_iter().zip(loaded) {
-            out[i] = c;
+        // Each post's likes and unlikes, in commit order.
+        let mut ops: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for e in events.iter().filter(|e| e.target.kind == TargetKind::Post) {
+            let op = match e.kind {
+                EventKind::LikeCreated => format!("+{}", e.actor.0),
+                EventKind::LikeRemoved => format!("-{}", e.actor.0),
+                _ => continue,
+            };
+            ops.entry(e.target.id).or_default().push(op);
         }
-        Ok(out)
+        let _order = self.sync.order.lock().await;
+        // Lists whose earlier update failed go first: they are dropped before anything is
+        // applied on top of them.
+        let stale: Vec<u64> = self.sync.stale_likers.lock().drain().collect();
+        if ops.is_empty() && stale.is_empty() {
+            return;
+        }
+        let ttl = self.redis.opts.counter_ttl.as_secs().max(1) as i64;
+        let mut pipe = self.redis.servers.pipe();
+        add_likers_drops(&self.redis, &mut pipe, &stale);
+        for (post, ops) in &ops {
+            for r in 0..self.redis.opts.replicas.max(1) {
+                let k = self.key(Target::post(*post), r);
+                pipe.add_ignored(
+                    &k,
+                    redis::cmd("EVALSHA")
+                        .arg(self.apply_likers.get_hash())
+                        .arg(1)
+                        .arg(&k)
+                        .arg(n)
+                        .arg(ttl)
+                        .arg(ops)
+                        .clone(),
+                );
+            }
+        }
+        if let Err(e) = pipe.query_loading(Some(&self.apply_likers)).await {
+            tracing::warn!(error = %e, posts = ops.len(), "writing recent likers to Redis failed; dropping them");
+            metrics::counter!("likewise_shared_cache_errors_total").increment(1);
+            let mut s = self.sync.stale_likers.lock();
+            s.extend(stale);
+            s.extend(ops.keys().copied());
+            drop(s);
+            self.retry_later();
+        }
     }
 
     async fn apply_deltas(
@@ -336,7 +642,8 @@ mod tests {
         let redis = test_redis::connect(&opts).await;
         let dir = tempfile::tempdir().expect("tempdir");
         let emb = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded");
-        let counters = CachedCounters::new(Arc::new(emb), redis.clone());
+        let emb = Arc::new(emb);
+        let counters = CachedCounters::new(emb.clone(), emb, redis.clone());
         let key = CounterKey { target: Target::post(42), field: CounterField::Likes };
         let redis_key = |r| counter_key(&redis, Target::post(42), r);
 
@@ -360,5 +667,116 @@ mod tests {
         assert!(counters.sync.unsynced.lock().is_empty());
         let _ = server.kill();
         let _ = server.wait();
+    }
+
+    /// PostgreSQL's likers of posts, as a fake that counts the reads.
+    struct Likers(parking_lot::Mutex<HashMap<u64, Vec<u64>>>, std::sync::atomic::AtomicU64);
+
+    #[async_trait]
+    impl LikeReader for Likers {
+        async fn liked_among(&self, _: UserId, _: TargetKind, ids: &[u64]) -> StoreResult<Vec<bool>> {
+            Ok(vec![false; ids.len()])
+        }
+        async fn liked_ids(&self, _: UserId, _: TargetKind, _: usize) -> StoreResult<Vec<u64>> {
+            Ok(Vec::new())
+        }
+        async fn likers(
+            &self,
+            t: Target,
+            _: Option<likewise_core::ports::Liker>,
+            limit: usize,
+        ) -> StoreResult<Vec<likewise_core::ports::Liker>> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let all = self.0.lock().get(&t.id).cloned().unwrap_or_default();
+            Ok(all
+                .into_iter()
+                .take(limit)
+                .map(|u| likewise_core::ports::Liker { user: UserId(u), liked_at_ms: 0 })
+                .collect())
+        }
+    }
+
+    fn like(post: u64, user: u64, created: bool) -> Event {
+        Event::like(0, created, Target::post(post), UserId(0), UserId(user), 0, post)
+    }
+
+    /// Posts' newest likers come from Redis once there: the aggregator's commits keep them
+    /// (likes first, an unlike of a listed liker out), PostgreSQL is read only for a post
+    /// Redis has none for, and a fill read before an aggregator's commit never lands over it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn recent_likers_are_kept_by_the_aggregator_and_read_from_redis() {
+        let opts = RedisOptions {
+            prefix: format!("lwtest:likers:{}", rand::random::<u64>()),
+            replicas: 2,
+            ..RedisOptions::default()
+        };
+        let redis = Redis::connect(&opts).await.expect("Redis must be up at 127.0.0.1:6379");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let emb = Arc::new(EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded"));
+        let pg = Arc::new(Likers(parking_lot::Mutex::new(HashMap::new()), Default::default()));
+        pg.0.lock().insert(1, vec![13, 12, 11]);
+        let counters = CachedCounters::new(emb, pg.clone(), redis.clone());
+        let reads = || pg.1.load(std::sync::atomic::Ordering::SeqCst);
+        let likers = |rows: Vec<(Counts, Option<Vec<UserId>>)>| -> Vec<u64> {
+            rows[0].1.clone().expect("a post's likers").iter().map(|u| u.0).collect()
+        };
+
+        // Cold: read once from PostgreSQL, then from Redis (whichever replica).
+        assert_eq!(
+            likers(counters.counts_and_likers(&[Target::post(1)], 3).await.expect("read")),
+            [13, 12, 11]
+        );
+        assert_eq!(reads(), 1);
+        for _ in 0..6 {
+            assert_eq!(
+                likers(counters.counts_and_likers(&[Target::post(1)], 3).await.expect("read")),
+                [13, 12, 11]
+            );
+        }
+        assert_eq!(reads(), 1, "a kept list is never read again");
+
+        // The aggregator's commits: a like goes first (the list stays the newest three), an
+        // unlike of someone not listed changes nothing.
+        counters.likers_committed(&[like(1, 14, true), like(1, 11, true), like(1, 99, false)], 3).await;
+        for _ in 0..4 {
+            assert_eq!(
+                likers(counters.counts_and_likers(&[Target::post(1)], 3).await.expect("read")),
+                [11, 14, 13]
+            );
+        }
+        assert_eq!(reads(), 1);
+
+        // An unlike of a full list's liker: its successor is unknown, so the list is read again.
+        pg.0.lock().insert(1, vec![11, 13, 12]);
+        counters.likers_committed(&[like(1, 14, false)], 3).await;
+        assert_eq!(
+            likers(counters.counts_and_likers(&[Target::post(1)], 3).await.expect("read")),
+            [11, 13, 12]
+        );
+        assert_eq!(reads(), 2);
+
+        // A fill read before an aggregator commit on a post Redis had nothing for is refused:
+        // the commit moved the version the reader saw.
+        let before = counters.read_entries(&[Target::post(2)]).await.expect("read");
+        assert!(before[0].likers.is_none());
+        counters.likers_committed(&[like(2, 21, true)], 3).await;
+        counters.fill_likers(&[(Target::post(2), before[0].version.as_str(), vec![])]).await.expect("fill");
+        for r in 0..2 {
+            let k = counter_key(&redis, Target::post(2), r);
+            let mut c = redis.servers.conn_for(&k);
+            let kept: Option<String> =
+                redis::cmd("HGET").arg(&k).arg("k").query_async(&mut c).await.expect("hget");
+            assert_eq!(kept, None, "replica {r}");
+        }
+        pg.0.lock().insert(2, vec![21]);
+        assert_eq!(likers(counters.counts_and_likers(&[Target::post(2)], 3).await.expect("read")), [21]);
+
+        // Non-post targets carry no likers; n = 0 asks for none.
+        let rows = counters.counts_and_likers(&[Target::comment(5)], 3).await.expect("read");
+        assert!(rows[0].1.is_none());
+        let mut c = redis.servers.conn_for("");
+        let keys: Vec<String> =
+            redis::cmd("KEYS").arg(format!("{}:*", opts.prefix)).query_async(&mut c).await.expect("keys");
+        let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut c).await.expect("del");
     }
 }

@@ -94,16 +94,21 @@ impl CachedLikes {
         let all = self.inner.liked_ids(user, kind, max + 1).await?;
         let (stored, answers) = if all.len() > max {
             metrics::counter!("likewise_liked_filter_builds_total", "outcome" => "too_many").increment(1);
-            (liked_filter::encode_too_many(now), self.inner.liked_among(user, kind, ask).await?)
+            (liked_filter::store(key, None, now, trust_ms), self.inner.liked_among(user, kind, ask).await?)
         } else {
             metrics::counter!("likewise_liked_filter_builds_total", "outcome" => "built").increment(1);
             let set: std::collections::HashSet<u64> = all.iter().copied().collect();
-            (liked_filter::encode_filter(&all, now), ask.iter().map(|id| set.contains(id)).collect())
+            (
+                liked_filter::store(key, Some(&all), now, trust_ms),
+                ask.iter().map(|id| set.contains(id)).collect(),
+            )
         };
         // Stored in the background: the page does not wait for it, and a failure only
         // means the next page reads again.
         let mut pipe = self.redis.servers.pipe();
-        pipe.add_ignored(key, redis::cmd("SET").arg(key).arg(stored).arg("PX").arg(trust_ms.max(1)).clone());
+        for cmd in stored {
+            pipe.add_ignored(key, cmd);
+        }
         tokio::spawn(async move {
             let set = pipe.query().await;
             if let Err(e) = set {
@@ -230,7 +235,8 @@ impl LikeReader for CachedLikes {
             pipe.add(&k, redis::cmd("ZMSCORE").arg(&k).arg(&fields).clone());
         }
         if let Some(k) = &filter_key {
-            pipe.add(k, redis::cmd("GET").arg(k).clone());
+            // The set's header and the page's posts in it.
+            pipe.add(k, redis::cmd("HMGET").arg(k).arg(liked_filter::HEADER_FIELD).arg(ids).clone());
             // Since when the records' server has kept records (set by the first read that
             // finds it missing: after a restart, that is soon after it).
             let since = self.layout.since_key(shard);
@@ -258,44 +264,39 @@ impl LikeReader for CachedLikes {
             (0..ids.len()).map(|i| newest(per_bucket.iter().filter_map(|b| *b.get(i)?))).collect();
         let ask: Vec<u64> = ids.iter().zip(&own).filter(|(_, o)| o.is_none()).map(|(id, _)| *id).collect();
         let trust_ms = self.layout.width / 2;
-        let shared = replies
-            .get(buckets.len())
-            .and_then(|v| redis::from_redis_value::<Option<Vec<u8>>>(v).ok().flatten())
-            .and_then(|b| liked_filter::decode(&b))
-            .filter(|f| f.fresh(now, trust_ms) && f.built_at() >= kept_from);
+        let stored: Vec<Option<Vec<u8>>> =
+            replies.get(buckets.len()).and_then(|v| redis::from_redis_value(v).ok()).unwrap_or_default();
+        let shared =
+            stored.first().cloned().flatten().and_then(|b| liked_filter::decode(&b)).filter(|f| {
+                f.fresh(now, trust_ms) && f.built_at() >= kept_from && stored.len() == ids.len() + 1
+            });
         let looked: Vec<bool> = if ask.is_empty() {
             Vec::new()
         } else {
             match (&filter_key, shared) {
-                // The shared filter: "no" is final, only "maybe" is read.
-                (Some(_), Some(f)) => {
-                    let maybe: Vec<u64> = ask.iter().copied().filter(|id| f.may_contain(*id)).collect();
-                    metrics::counter!("likewise_liked_filter_answers_total", "answer" => "no")
-                        .increment((ask.len() - maybe.len()) as u64);
-                    metrics::counter!("likewise_liked_filter_answers_total", "answer" => "maybe")
-                        .increment(maybe.len() as u64);
-                    let read = if maybe.is_empty() {
-                        Vec::new()
-                    } else {
-                        self.inner.liked_among(user, kind, &maybe).await?
-                    };
-                    let mut read = maybe.into_iter().zip(read);
-                    let mut next = read.next();
-                    ask.iter()
-                        .map(|id| match next {
-                            Some((m, liked)) if m == *id => {
-                                next = read.next();
-                                liked
-                            }
-                            _ => false,
-                        })
-                        .collect()
+                // The shared set answers exactly: no read.
+                (Some(_), Some(liked_filter::Shared::Set { .. })) => {
+                    let liked: std::collections::HashSet<u64> = ids
+                        .iter()
+                        .zip(stored.iter().skip(1))
+                        .filter(|(_, v)| v.is_some())
+                        .map(|(id, _)| *id)
+                        .collect();
+                    metrics::counter!("likewise_liked_filter_answers_total", "answer" => "set")
+                        .increment(ask.len() as u64);
+                    ask.iter().map(|id| liked.contains(id)).collect()
                 }
-                // None fresh: the one read this page needs reads the whole set and builds one.
+                // More likes than a set holds: the reverse index, for this page.
+                (Some(_), Some(liked_filter::Shared::TooMany { .. })) => {
+                    metrics::counter!("likewise_liked_filter_answers_total", "answer" => "too_many")
+                        .increment(ask.len() as u64);
+                    self.inner.liked_among(user, kind, &ask).await?
+                }
+                // None fresh: the one read this page needs reads the whole set and stores it.
                 (Some(k), None) if now >= kept_from => {
                     self.read_and_build(user, kind, &ask, k, filter_max, now, trust_ms).await?
                 }
-                // No filters, or records may be missing (a restarted or unreachable server):
+                // No sets, or records may be missing (a restarted or unreachable server):
                 // the reverse index, read for this page only.
                 (_, _) => {
                     if filter_key.is_some() {
@@ -934,7 +935,7 @@ mod tests {
     /// posts it rules out, and only its "maybe" for the rest. Answers stay exact throughout:
     /// own-likes records (a like and an unlike after the build) come first.
     #[tokio::test]
-    async fn a_shared_filter_saves_the_reads_of_later_pages_on_every_node() {
+    async fn a_shared_set_saves_the_reads_of_later_pages_on_every_node() {
         let f = Fixture::with_filters(4, 1_000).await;
         for p in [3, 50, 700] {
             f.index.0.lock().expect("lock").insert((9, p));
@@ -949,17 +950,17 @@ mod tests {
         let page2: Vec<u64> = (100..120).collect();
         assert_eq!(liked(&b, 9, &page2).await, vec![false; 20]);
         assert_eq!(f.reads(), 1, "the filter ruled every post out");
-        // A page holding a liked post: one read, for the "maybe"s only.
+        // A page holding a liked post: the set answers it too, with no read.
         let page3: Vec<u64> = (690..710).collect();
         let want3: Vec<bool> = page3.iter().map(|p| *p == 700).collect();
         assert_eq!(liked(&b, 9, &page3).await, want3);
-        assert_eq!(f.reads(), 2);
+        assert_eq!(f.reads(), 1, "a warm viewer's page reads no reverse index");
         // Changes after the build answer from their records, on either node.
         set(&a, 9, 101, true, 10).await;
         set(&a, 9, 700, false, 11).await;
         let got = liked(&b, 9, &[101, 700, 102]).await;
         assert_eq!(got, vec![true, false, false]);
-        assert_eq!(f.reads(), 2, "records and the filter answered");
+        assert_eq!(f.reads(), 1, "records and the set answered");
         f.cleanup().await;
     }
 

@@ -10,8 +10,11 @@
 //!   (`<prefix>:c:1:42#r3`), each read at random, so one viral post does not pin one Redis
 //!   shard's CPU.
 //! - [`CachedLikes`]: "has this viewer liked these?" reads the viewer's own recent writes
-//!   (written synchronously by the API node that took the write, into time-bucketed hashes
-//!   sharded by viewer) and asks the reverse index only for the rest.
+//!   (written synchronously by the API node that took the write, into time-bucketed sorted
+//!   sets sharded by viewer), then the viewer's shared liked set, and asks the reverse index
+//!   only to build that set (or for a viewer with more likes than it holds).
+//! - [`RedisHeldMarks`]: per user, whether they have comments held (a feed page skips the
+//!   reads of its viewer's held comments when not).
 //! - [`RedisRateLimiter`]: per-user limits shared by every API node (GCRA in a Lua script).
 //!
 //! `connect` opens the connections: plaintext or TLS (`rediss://`), with an ACL user. With
@@ -19,6 +22,7 @@
 
 mod connect;
 mod counters;
+mod held;
 mod liked_filter;
 mod likes;
 mod rate;
@@ -27,6 +31,7 @@ pub mod servers;
 mod test_redis;
 
 pub use counters::CachedCounters;
+pub use held::{MarkingRanks, RedisHeldMarks};
 pub use likes::CachedLikes;
 pub use rate::RedisRateLimiter;
 
@@ -55,8 +60,8 @@ pub struct RedisOptions {
     pub own_likes_ttl: Duration,
     /// Keys (sorted sets) per own-likes bucket (viewers are spread over them by ID).
     pub own_likes_shards: u64,
-    /// The most likes a viewer's shared liked-set filter holds (`likes/filter.rs`); a viewer
-    /// with more is looked up in the reverse index. 0: no filters.
+    /// The most likes a viewer's shared liked set holds (`liked_filter.rs`); a viewer with
+    /// more is looked up in the reverse index. 0: no sets.
     pub liked_filter_max: usize,
 }
 

@@ -70,6 +70,8 @@ pub struct Servers {
     /// Per server: until when (ms on `clock`) it is skipped.
     down_until: Arc<Vec<AtomicU64>>,
     clock: Arc<std::time::Instant>,
+    /// Pipelines sent (one per server a call touches): round trips.
+    round_trips: Arc<AtomicU64>,
 }
 
 impl Servers {
@@ -82,7 +84,13 @@ impl Servers {
             owner: Arc::new(owner),
             down_until,
             clock: Arc::new(std::time::Instant::now()),
+            round_trips: Arc::default(),
         }
+    }
+
+    /// Pipelines sent so far, one per server a call touched: the round trips tests measure.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
     }
 
     fn now_ms(&self) -> u64 {
@@ -180,6 +188,7 @@ impl RoutedPipe {
         let parts = futures::future::join_all(self.pipes.iter().enumerate().filter_map(|(n, p)| {
             let (pipe, _) = p.as_ref()?;
             let mut conn = self.servers.conns[n].clone();
+            self.servers.round_trips.fetch_add(1, Ordering::Relaxed);
             Some(async move {
                 if self.servers.skipped(n) {
                     return Err(redis::RedisError::from((

@@ -183,18 +183,31 @@ impl CountCache {
     async fn load(&self, targets: &[Target]) -> StoreResult<Vec<(u64, Cached)>> {
         let epoch = self.epoch.load(Ordering::Acquire);
         self.loads.fetch_add(1, Ordering::Relaxed);
-        let counts = self.counters.counts(targets).await?;
-        // Every post's recent likers in one call (one round trip per shard on remote engines).
-        let posts: Vec<Target> = if self.recent_n > 0 {
-            targets.iter().copied().filter(|t| t.kind == TargetKind::Post).collect()
+        // Counts, and the recent likers where the counter store keeps them (a shared cache
+        // the aggregator writes them into): one read for the page's targets.
+        let mut rows = self.counters.counts_and_likers(targets, self.recent_n).await?;
+        // The other posts' recent likers in one call (one round trip per shard on remote
+        // engines).
+        let ask: Vec<usize> = if self.recent_n > 0 {
+            (0..targets.len())
+                .filter(|i| targets[*i].kind == TargetKind::Post && rows[*i].1.is_none())
+                .collect()
         } else {
             Vec::new()
         };
-        let mut likers = self.likes.recent_likers_many(&posts, self.recent_n).await?.into_iter();
+        if !ask.is_empty() {
+            let posts: Vec<Target> = ask.iter().map(|i| targets[*i]).collect();
+            let likers = self.likes.recent_likers_many(&posts, self.recent_n).await?;
+            for (i, l) in ask.into_iter().zip(likers) {
+                rows[i].1 = Some(l.into_iter().map(|l| l.user).collect());
+            }
+        }
         let mut out = Vec::with_capacity(targets.len());
-        for (t, c) in targets.iter().zip(counts) {
+        for (t, (c, likers)) in targets.iter().zip(rows) {
             let recent = if t.kind == TargetKind::Post && self.recent_n > 0 {
-                likers.next().unwrap_or_default().into_iter().map(|l| l.user).collect()
+                let mut l = likers.unwrap_or_default();
+                l.truncate(self.recent_n);
+                l
             } else {
                 Vec::new()
             };

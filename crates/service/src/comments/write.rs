@@ -106,6 +106,13 @@ impl Comments {
         metrics::counter!("likewise_comments_total", "kind" => if stored.parent.is_some() { "reply" } else { "top" })
             .increment(1);
         self.indexer.reindex(&touched(&stored)).await;
+        if stored.status != CommentStatus::Visible
+            && let Some(marks) = &self.shared.stores.held_marks
+        {
+            // Before the answer: the commenter's next page, on any node, reads their held
+            // comments again (the rank index tells the marks too, when it has the entry).
+            marks.changed(&[viewer]).await;
+        }
         if let Some(layer) = held_by {
             metrics::counter!("likewise_comments_held_total", "layer" => layer.as_str()).increment(1);
         }
