@@ -212,14 +212,23 @@ test('a decision on a comment that no longer exists drops it with a message', as
 
 test('each decision replaces the last message rather than adding to it', async () => {
   const page = await track(openPage(browser.context, '/moderate'));
-  await page.route('**/v1/moderation/comments/*', (route) =>
-    route.fulfill({ json: { ...fakeComment(0, ''), comment_id: route.request().url().split('/').pop(), status: 'visible' } }));
-  for (let i = 0; i < 2; i++) {
-    const response = page.waitForResponse((r) => r.url().includes('/v1/moderation/comments/'));
-    await page.locator('li.qitem').first().getByRole('button', { name: 'Approve' }).click();
-    await response;
-  }
-  await waitFor(async () => /Approved/.test(await page.locator('#queue-count').textContent()), 3000, 'the message');
+  let release;
+  const gate = new Promise((r) => { release = r; });
+  await page.route('**/v1/moderation/comments/*', async (route) => {
+    await gate; // both decisions are on their way before either answers
+    await route.fulfill({ json: { ...fakeComment(0, ''), comment_id: route.request().url().split('/').pop(), status: 'visible' } });
+  });
+  const answered = page.waitForResponse((r) => r.url().includes('/v1/moderation/comments/'));
+  await page.locator('li.qitem').first().getByRole('button', { name: 'Approve' }).click();
+  await page.locator('li.qitem').first().getByRole('button', { name: 'Approve' }).click();
+  release();
+  await answered;
+  await waitFor(async () => {
+    const said = await page.locator('#queue-count').textContent();
+    return /Approved/.test(said) && (await page.evaluate(() => performance.getEntriesByType('resource')
+      .filter((e) => e.name.includes('/v1/moderation/comments/')).length)) >= 2;
+  }, 3000, 'both answers');
+  await new Promise((r) => setTimeout(r, 200));
   const said = await page.locator('#queue-count').textContent();
   assert.equal(said.match(/Approved/g).length, 1, said);
 });
