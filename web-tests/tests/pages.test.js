@@ -76,6 +76,12 @@ test('a moderator approves a held comment and a reader sees it appear live', asy
   await item.getByRole('button', { name: 'Approve' }).click();
   assert.equal(await queueItem(mod, text).count(), 0, 'optimistic: gone at once');
   await reader.locator('#comments li.comment', { hasText: text }).waitFor({ timeout: 5000 });
+  // The card's count trails the decision by up to a second, then settles on the server's.
+  const button = reader.getByTestId('post-1006').getByTestId('comments-button');
+  await waitFor(async () => {
+    const shown = Number((await button.getAttribute('aria-label')).match(/\d+/)[0]);
+    return shown === (await apiAs(50, 'GET', '/v1/posts/1006')).comment_count;
+  }, 6000, "the card's count to equal GET /v1/posts/1006");
 });
 
 test('a refused decision comes back with a message', async () => {

@@ -1,13 +1,22 @@
 // Likewise web demo: a feed with optimistic hearts, a comments sheet, a live bell, and an
-// insights panel on the viewer's own posts.
+// insights panel on the viewer's own posts. The counts of the posts on screen, an open comments
+// sheet and an open insights panel are read again every few seconds while the tab is visible,
+// so a moderator's decision or a new like shows on any device.
 // Plain ES module, no build step; talks only to the public API (and /demo/* in demo mode).
 
 import {
   $, h, icon, toast, api, session, loadWorld, demoSignIn, chosenUser, tokenSubject, username, postInfo, linkNav,
-  onBroadcast, ago, s as svgEl,
+  onBroadcast, ago, every, s as svgEl,
 } from './common.js';
 
 const state = Object.assign(session, { posts: new Map(), hideCounts: false });
+
+const COUNTS_POLL_MS = 3000; // the counts of the posts on screen
+const SHEET_POLL_MS = 3000; // an open comments sheet
+const INSIGHTS_POLL_MS = 5000; // an open insights panel
+// After the viewer's own like, the displayed count trails it for about a second: keep the
+// optimistic count that long rather than show the older one and then the newer.
+const OWN_LIKE_GRACE_MS = 2500;
 
 // ---------- helpers ----------
 
@@ -125,13 +134,7 @@ function renderCard(p) {
     h('div', { class: 'meta' },
       h('div', { class: 'meta-likes' }),
       h('p', { class: 'caption' }, h('b', {}, author), caption),
-      ...p.preview_comments.map((c) => h('p', { class: 'preview' }, h('b', {}, c.author_username), ' ', c.text)),
-      p.comments_enabled
-        ? (p.comment_count > 0
-          ? h('button', { class: 'linkish', onclick: (e) => openSheet(p.post_id, e.currentTarget) },
-            `View all ${p.comment_count} comments`)
-          : null)
-        : h('p', { class: 'muted' }, 'Comments are turned off.')));
+      h('div', { class: 'meta-comments' })));
   // Double-tap (or double-click) on the picture likes; it never unlikes.
   let lastTap = 0;
   const burst = () => {
@@ -146,8 +149,72 @@ function renderCard(p) {
     lastTap = now;
   });
   renderMeta(card, p);
+  renderComments(card, p);
   if (viewObserver) viewObserver.observe(pic);
+  if (screenObserver) screenObserver.observe(card);
   return card;
+}
+
+/** The comment count, the previews and "View all": drawn again only when they changed. */
+function renderComments(card, p) {
+  const box = card.querySelector('.meta-comments');
+  const sig = JSON.stringify([p.comments_enabled, p.comment_count, p.preview_comments.map((c) => [c.author_username, c.text])]);
+  if (box.dataset.sig === sig) return;
+  box.dataset.sig = sig;
+  const btn = card.querySelector('[data-testid="comments-button"]');
+  btn.setAttribute('aria-label', `Comments (${p.comment_count})`);
+  btn.disabled = !p.comments_enabled;
+  const hadFocus = box.contains(document.activeElement);
+  box.replaceChildren(
+    ...p.preview_comments.map((c) => h('p', { class: 'preview' }, h('b', {}, c.author_username), ' ',
+      h('span', { class: 'text', dir: 'auto' }, c.text))),
+    p.comments_enabled
+      ? (p.comment_count > 0
+        ? h('button', {
+          class: 'linkish view-all', 'data-testid': 'view-all-comments', onclick: (e) => openSheet(p.post_id, e.currentTarget),
+        }, `View all ${p.comment_count} comments`)
+        : null)
+      : h('p', { class: 'muted' }, 'Comments are turned off.'));
+  if (hadFocus) (box.querySelector('button') || btn).focus({ preventScroll: true });
+}
+
+// The posts on screen (any part of the card), whose counts are read again every few seconds.
+const onScreen = new Set();
+const screenObserver = typeof IntersectionObserver === 'function' ? new IntersectionObserver((entries) => {
+  for (const e of entries) {
+    if (e.isIntersecting && e.target.isConnected) onScreen.add(e.target);
+    else {
+      onScreen.delete(e.target);
+      if (!e.target.isConnected) screenObserver.unobserve(e.target);
+    }
+  }
+}) : null;
+
+/** A fresh read of a post, applied in place; the viewer's own like in progress wins. */
+function applyPost(v) {
+  const s = state.posts.get(v.post_id);
+  if (!s) return;
+  const own = s.timer || s.inflight || Date.now() - s.likedAt < OWN_LIKE_GRACE_MS;
+  if (own) {
+    v.viewer_has_liked = s.view.viewer_has_liked; // a like in flight keeps its optimistic state
+    v.like_count = s.view.like_count;
+    v.like_count_text = s.view.like_count_text;
+    v.liked_by = s.view.liked_by;
+  } else {
+    s.confirmed = v.viewer_has_liked;
+  }
+  s.view = v;
+  renderMeta(s.card, v);
+  renderComments(s.card, v);
+}
+
+/** Read the posts on screen again (one request). */
+async function refreshOnScreen() {
+  for (const card of onScreen) if (!card.isConnected) onScreen.delete(card);
+  const ids = screenObserver ? [...onScreen].map((card) => card.dataset.testid.replace('post-', '')) : [...state.posts.keys()];
+  if (!ids.length) return;
+  const { posts } = await api('GET', `/v1/posts?ids=${ids.join(',')}`);
+  for (const v of posts) applyPost(v);
 }
 
 // A view of each post counts once per page load, when its picture is on screen.
@@ -162,29 +229,27 @@ const viewObserver = typeof IntersectionObserver === 'function' ? new Intersecti
   }
 }, { threshold: 0.5 }) : null;
 
-// A moderator's decision in another tab (or a reload of the card): read the post again.
+// A moderator's decision in another tab: read the post now, and again until its counts
+// settle (they trail a decision by up to about a second). The regular poll covers the rest.
 async function refreshPost(postId) {
-  const s = state.posts.get(postId);
-  if (!s) return;
-  const v = await api('GET', `/v1/posts/${postId}`);
-  if (s.timer || s.inflight) {
-    v.viewer_has_liked = s.view.viewer_has_liked; // a like in flight keeps its optimistic state
-    v.like_count = s.view.like_count;
-    v.like_count_text = s.view.like_count_text;
-  } else {
-    s.confirmed = v.viewer_has_liked;
+  let last = null;
+  for (const wait of [0, 700, 1500, 2500]) {
+    await new Promise((r) => setTimeout(r, wait));
+    if (!state.posts.has(postId)) return;
+    const v = await api('GET', `/v1/posts/${postId}`);
+    applyPost(v);
+    const sig = `${v.like_count}|${v.comment_count}`;
+    if (wait >= 1500 && sig === last) return; // unchanged across a second or more: settled
+    last = sig;
   }
-  const card = renderCard(v);
-  s.card.replaceWith(card);
-  s.card = card;
-  s.view = v;
 }
 
 // ---------- the author's insights ----------
 
 const HOUR_MS = 3_600_000;
 const BUCKETS = 12; // 5 minutes each
-const MAX_LIKER_PAGES = 20;
+const LIKERS_PAGE = 100;
+const MAX_LIKER_PAGES = 20; // the chart reads at most the latest 2,000 likers
 
 /** Likes of the last hour per 5 minutes, from the likers list (newest first). */
 async function likesLastHour(postId) {
@@ -195,7 +260,7 @@ async function likesLastHour(postId) {
   for (let page = 0; ; page++) {
     if (page === MAX_LIKER_PAGES) { capped = true; break; }
     const q = cursor ? `&cursor=${encodeURIComponent(cursor)}` : '';
-    const r = await api('GET', `/v1/posts/${postId}/likers?limit=100${q}`);
+    const r = await api('GET', `/v1/posts/${postId}/likers?limit=${LIKERS_PAGE}${q}`);
     let older = false;
     for (const l of r.items) {
       const t = Date.parse(l.liked_at);
@@ -223,32 +288,50 @@ async function heldOnPost(postId) {
   return held;
 }
 
+/** Bars per 5 minutes, each with its number, a scale line at the top bar, and a time axis. */
 function likesChart({ buckets, capped }) {
   const total = buckets.reduce((a, b) => a + b, 0);
   const max = Math.max(1, ...buckets);
   const W = 300;
-  const H = 90;
+  const H = 110;
+  const top = 14; // room for the numbers over the bars
+  const base = H - 14; // the bars' baseline, over the time axis
   const bw = W / BUCKETS;
+  const capNote = `counted from the latest ${(MAX_LIKER_PAGES * LIKERS_PAGE).toLocaleString('en-US')} likes only`;
   const label = `Likes in the last hour, per 5 minutes, oldest first: ${buckets.join(', ')}`
-    + (capped ? ' (the latest likes only)' : '');
-  const bars = buckets.map((n, i) => {
-    const bh = Math.round((n / max) * (H - 24));
-    return svgEl('rect', { x: i * bw + 2, y: H - 14 - bh, width: bw - 4, height: bh, rx: 2, class: 'bar' });
+    + (capped ? ` (${capNote})` : '');
+  const y = (n) => base - Math.round((n / max) * (base - top));
+  const bars = buckets.flatMap((n, i) => {
+    const x = i * bw + 2;
+    return [
+      svgEl('rect', { x, y: y(n), width: bw - 4, height: base - y(n), rx: 2, class: 'bar' }),
+      n > 0 ? svgEl('text', { x: x + (bw - 4) / 2, y: y(n) - 2, class: 'count', 'text-anchor': 'middle' }, n.toLocaleString('en-US')) : null,
+    ];
   });
-  return svgEl('svg', {
+  const chart = svgEl('svg', {
     viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': label, class: 'chart',
-    'data-testid': 'likes-chart', 'data-total': total,
-  }, svgEl('title', {}, label), ...bars,
+    'data-testid': 'likes-chart', 'data-total': total, 'data-max': max,
+  }, svgEl('title', {}, label),
+  svgEl('line', { x1: 0, x2: W, y1: top, y2: top, class: 'grid' }),
+  svgEl('line', { x1: 0, x2: W, y1: base, y2: base, class: 'grid' }),
+  ...bars,
   svgEl('text', { x: 0, y: H - 2, class: 'axis' }, '60 min ago'),
+  svgEl('text', { x: W / 2, y: H - 2, class: 'axis', 'text-anchor': 'middle' }, '30 min'),
   svgEl('text', { x: W, y: H - 2, class: 'axis', 'text-anchor': 'end' }, 'now'));
+  return h('figure', { class: 'likes-chart' },
+    chart,
+    h('figcaption', { class: 'chart-note muted', 'data-testid': 'chart-note' },
+      `${total.toLocaleString('en-US')} likes in the last hour, per 5 minutes (busiest: ${max.toLocaleString('en-US')})`,
+      capped ? h('b', {}, `; ${capNote}, so older likes of the hour are missing`) : null, '.'));
 }
 
 function stat(name, value, testid) {
   return h('div', { class: 'stat' }, h('dt', {}, name), h('dd', { 'data-testid': testid }, value));
 }
 
-async function loadInsights(postId, panel) {
-  panel.replaceChildren(h('p', { class: 'muted' }, 'Loading insights…'));
+async function loadInsights(postId, panel, again = false) {
+  if (again && !panel.isConnected) { insightPolls.get(postId)?.stop(); return; } // the feed was drawn again
+  if (!again) panel.replaceChildren(h('p', { class: 'muted' }, 'Loading insights…'));
   try {
     const [ins, trending, held, hour] = await Promise.all([
       api('GET', `/v1/posts/${postId}/insights`),
@@ -258,6 +341,7 @@ async function loadInsights(postId, panel) {
     ]);
     const rank = trending ? trending.items.findIndex((t) => t.post_id === postId) : -1;
     const place = !trending ? 'unknown' : rank >= 0 ? `#${rank + 1}` : 'not in the top 100';
+    if (panel.hidden) return; // closed meanwhile
     panel.replaceChildren(
       h('h3', {}, 'Insights'),
       h('dl', { class: 'stats' },
@@ -268,16 +352,25 @@ async function loadInsights(postId, panel) {
         stat('Trending, last hour', place, 'insights-trending')),
       hour ? likesChart(hour) : h('p', { class: 'muted' }, 'The likes chart is unavailable.'));
   } catch (e) {
-    panel.replaceChildren(h('p', { class: 'muted' }, `Couldn't load insights: ${e.message}`));
+    // A failed refresh keeps the figures shown; the next one retries.
+    if (!again) panel.replaceChildren(h('p', { class: 'muted' }, `Couldn't load insights: ${e.message}`));
   }
 }
+
+// Open panels read their figures again every few seconds.
+const insightPolls = new Map();
 
 function toggleInsights(postId, btn) {
   const panel = document.getElementById(`insights-${postId}`);
   const open = panel.hidden;
   panel.hidden = !open;
   btn.setAttribute('aria-expanded', String(open));
-  if (open) loadInsights(postId, panel);
+  insightPolls.get(postId)?.stop();
+  insightPolls.delete(postId);
+  if (open) {
+    loadInsights(postId, panel);
+    insightPolls.set(postId, every(INSIGHTS_POLL_MS, () => loadInsights(postId, panel, true)));
+  }
 }
 
 async function loadFeed(ids) {
@@ -287,7 +380,7 @@ async function loadFeed(ids) {
   state.posts.clear();
   for (const p of posts) {
     const card = renderCard(p);
-    state.posts.set(p.post_id, { view: p, card, confirmed: p.viewer_has_liked, timer: null, inflight: false });
+    state.posts.set(p.post_id, { view: p, card, confirmed: p.viewer_has_liked, timer: null, inflight: false, likedAt: 0 });
     feed.append(card);
   }
 }
@@ -305,6 +398,7 @@ function toggleLike(postId) {
     v.liked_by = [state.me.username];
   }
   renderMeta(s.card, v);
+  s.likedAt = Date.now();
   clearTimeout(s.timer);
   s.timer = setTimeout(() => { s.timer = null; sendLike(postId); }, 300);
 }
@@ -318,6 +412,7 @@ async function sendLike(postId) {
   try {
     const r = await api(want ? 'PUT' : 'DELETE', `/v1/posts/${postId}/like`);
     s.confirmed = r.liked;
+    s.likedAt = Date.now();
   } catch (e) {
     // Roll back to what the server has.
     const v = s.view;
@@ -371,7 +466,7 @@ function initViral() {
       $('#viral-count').textContent = n === null ? 'hidden' : n.toLocaleString('en-US');
       $('#viral-text').textContent = v.like_count_text ?? 'hidden';
       const s = state.posts.get(id);
-      if (s && !s.timer && !s.inflight && n !== last) {
+      if (s && !s.timer && !s.inflight && Date.now() - s.likedAt >= OWN_LIKE_GRACE_MS && n !== last) {
         s.view.like_count = v.like_count;
         s.view.like_count_text = v.like_count_text;
         renderMeta(s.card, s.view);
@@ -406,6 +501,7 @@ function commentItem(c, isReply) {
   }, icon('heart', { size: 16, cls: 'ico heart' }));
   const likeCount = h('span', { class: 'muted' }, c.like_count > 0 ? `${c.like_count}` : '');
   like.addEventListener('click', async () => {
+    li.likedAt = Date.now();
     const was = c.viewer_has_liked;
     c.viewer_has_liked = !was;
     c.like_count += was ? -1 : 1;
@@ -465,15 +561,23 @@ function commentItem(c, isReply) {
     }
   }
   const mention = c.reply_to_user_id ? h('span', { class: 'muted' }, `@${username(c.reply_to_user_id)} `) : null;
-  const li = h('li', { class: 'comment', 'data-testid': `comment-${c.comment_id}` },
+  const li = h('li', { class: 'comment', 'data-testid': `comment-${c.comment_id}`, 'data-sig': commentSig(c) },
     h('div', { class: 'line' },
       h('div', { class: 'body' },
         h('b', {}, deleted ? '' : c.author_username),
         c.pinned ? h('span', { class: 'tag' }, 'Pinned') : null,
         c.status !== 'visible' && !deleted ? h('span', { class: 'tag warn' }, c.status.replace(/_/g, ' ')) : null,
-        ' ', mention, deleted ? h('i', { class: 'muted' }, 'Comment deleted') : c.text,
+        ' ', mention, deleted ? h('i', { class: 'muted' }, 'Comment deleted') : h('span', { class: 'text', dir: 'auto' }, c.text),
         tools),
       like, likeCount));
+  li.comment = c;
+  li.paintLikes = (n, liked) => {
+    c.like_count = n;
+    c.viewer_has_liked = liked;
+    like.setAttribute('aria-pressed', String(liked));
+    like.setAttribute('aria-label', liked ? 'Unlike comment' : 'Like comment');
+    likeCount.textContent = n > 0 ? `${n}` : '';
+  };
   if (!isReply) {
     const replies = h('ul', { class: 'replies', 'aria-label': 'Replies' });
     li.append(replies);
@@ -483,6 +587,7 @@ function commentItem(c, isReply) {
       const more = h('button', { class: 'linkish view-replies' });
       const label = () => { more.textContent = `View ${li.replyState.total - li.replyState.loaded} more replies`; };
       label();
+      li.relabel = label;
       more.addEventListener('click', async () => {
         more.disabled = true;
         try {
@@ -498,6 +603,70 @@ function commentItem(c, isReply) {
     }
   }
   return li;
+}
+
+/** What a comment's element shows, apart from its likes and reply count (updated in place). */
+function commentSig(c) {
+  return JSON.stringify([c.status, c.text, c.pinned, c.author_username, c.reply_to_user_id]);
+}
+
+/**
+ * Read the open sheet again (as many comments as are loaded, and a page more) and bring the
+ * list in line: new comments appear, hidden or deleted ones leave, changed ones are drawn
+ * again; untouched ones stay as they are (their replies open, the focus where it was).
+ */
+async function refreshSheet() {
+  if ($('#sheet').hidden || sheet.loading || !sheet.post) return;
+  const list = $('#comments');
+  const shown = [...list.children].filter((li) => li.comment);
+  const post = sheet.post;
+  const order = sheet.order;
+  sheet.loading = true;
+  let page;
+  try {
+    const limit = Math.min(100, Math.max(10, shown.filter((li) => !li.local).length + 10));
+    page = await api('GET', `/v1/posts/${post}/comments?${new URLSearchParams({ order, limit: String(limit) })}`);
+  } finally {
+    sheet.loading = false;
+  }
+  if ($('#sheet').hidden || sheet.post !== post || sheet.order !== order) return;
+  const focused = document.activeElement;
+  const byId = new Map(shown.map((li) => [li.comment.comment_id, li]));
+  const want = page.items.map((c) => {
+    const li = byId.get(c.comment_id);
+    if (!li) return commentItem(c, false);
+    if (li.dataset.sig !== commentSig(c)) {
+      const fresh = commentItem(c, false);
+      if (li.replyState?.loaded) { // keep the replies already open
+        fresh.repliesList.replaceWith(li.repliesList);
+        fresh.repliesList = li.repliesList;
+        fresh.replyState = { ...li.replyState, total: c.reply_count };
+        fresh.querySelector('.view-replies')?.remove();
+      }
+      return fresh;
+    }
+    if (!(Date.now() - (li.likedAt || 0) < 3000)) li.paintLikes(c.like_count, c.viewer_has_liked);
+    if (li.replyState && c.reply_count !== li.replyState.total) {
+      li.replyState.total = c.reply_count;
+      li.relabel?.();
+    }
+    return li;
+  });
+  const keep = new Set(want);
+  // Comments posted here that the page read does not reach (another order) stay on top.
+  const local = shown.filter((li) => li.local && !keep.has(li) && !page.items.some((c) => c.comment_id === li.comment.comment_id));
+  const next = [...local, ...want];
+  for (const li of shown) if (!next.includes(li)) li.remove();
+  list.querySelector('.empty')?.remove();
+  let at = list.firstElementChild;
+  for (const li of next) {
+    if (li === at) { at = at.nextElementSibling; continue; }
+    list.insertBefore(li, at);
+  }
+  if (!next.length) list.append(h('li', { class: 'muted empty' }, 'No comments yet. Start the conversation.'));
+  sheet.cursor = page.next_cursor;
+  $('#load-more').hidden = !page.next_cursor;
+  if (focused && focused.isConnected && document.activeElement !== focused) focused.focus({ preventScroll: true });
 }
 
 function startReply(c) {
@@ -591,9 +760,15 @@ function initSheet() {
       if (c.parent_id) {
         const parent = list.querySelector(`[data-testid="comment-${c.parent_id}"]`);
         if (parent && parent.repliesList) parent.repliesList.append(commentItem(c, true));
-        else list.prepend(commentItem(c, true));
+        else {
+          const li = commentItem(c, true);
+          li.local = true;
+          list.prepend(li);
+        }
       } else {
-        list.prepend(commentItem(c, false));
+        const li = commentItem(c, false);
+        li.local = true;
+        list.prepend(li);
       }
       cancelReply();
     } catch (err) {
@@ -711,10 +886,12 @@ async function main() {
   initSettings(ids);
   initViral();
   initNotifications();
+  every(COUNTS_POLL_MS, refreshOnScreen);
+  const sheetPoll = every(SHEET_POLL_MS, refreshSheet);
   onBroadcast((msg) => {
     if (msg?.type !== 'comment-moderated') return;
     refreshPost(msg.post_id).catch(() => {});
-    if (!$('#sheet').hidden && sheet.post === msg.post_id) loadComments(true);
+    if (!$('#sheet').hidden && sheet.post === msg.post_id) sheetPoll.now();
   });
   document.body.dataset.ready = 'true';
 }

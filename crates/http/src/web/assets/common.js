@@ -134,11 +134,50 @@ export function linkNav(userId) {
   }
 }
 
-// Moderators' decisions reach the readers' tabs at once (BroadcastChannel, same browser);
-// other browsers see them on their next read.
+// Moderators' decisions reach the readers' tabs of the same browser at once (BroadcastChannel);
+// other browsers and devices see them within a few seconds, as their pages poll (`every`).
 const channel = typeof BroadcastChannel === 'function' ? new BroadcastChannel('likewise') : null;
 export function broadcast(msg) { channel?.postMessage(msg); }
 export function onBroadcast(fn) { channel?.addEventListener('message', (e) => fn(e.data)); }
+
+/**
+ * Run `fn` every `ms` while the tab is visible: paused while it is hidden, run at once when it
+ * shows again. A run never overlaps the previous one. `stop()` ends it; `now()` runs it early.
+ */
+export function every(ms, fn) {
+  let timer = null;
+  let running = false;
+  let stopped = false;
+  let again = false;
+  const schedule = (delay) => {
+    clearTimeout(timer);
+    if (!stopped && document.visibilityState === 'visible') timer = setTimeout(tick, delay);
+  };
+  async function tick() {
+    if (stopped || running) return;
+    running = true;
+    again = false;
+    try { await fn(); } catch { /* the next run retries */ }
+    running = false;
+    schedule(again ? 0 : ms);
+  }
+  const onVisibility = () => {
+    if (document.visibilityState === 'visible') schedule(0);
+    else clearTimeout(timer);
+  };
+  document.addEventListener('visibilitychange', onVisibility);
+  schedule(ms);
+  return {
+    stop() { stopped = true; clearTimeout(timer); document.removeEventListener('visibilitychange', onVisibility); },
+    now() { if (running) again = true; else schedule(0); },
+  };
+}
+
+/** Milliseconds under a second, seconds above: "2 ms", "14 s". */
+export function span(seconds) {
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  return `${Math.round(seconds)} s`;
+}
 
 export function ago(iso) {
   const sec = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);

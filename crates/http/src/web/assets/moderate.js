@@ -1,9 +1,12 @@
 // The moderator's page: the review queue (why each comment is held, its reports and appeal)
 // with one-click decisions, and the integrity consumer's flags. Decisions are optimistic: the
 // comment leaves the list at once and comes back, with a message, if the server refuses.
+// The queue is read again every few seconds (new held comments show up), keeping the
+// moderator's focus and the decisions still on their way.
 
 import {
   $, h, icon, toast, api, session, loadWorld, demoSignIn, tokenSubject, username, postInfo, linkNav, broadcast, ago,
+  every, span,
 } from './common.js';
 
 const REASONS = {
@@ -14,7 +17,10 @@ const REASONS = {
   restricted: 'Restricted',
   moderator: 'Moderator',
 };
-const queue = { items: [], cursor: null };
+const QUEUE_POLL_MS = 5000;
+// `decided`: comments decided here (the queue may list them for a moment after the decision);
+// `said`: the last decision's message, shown before the count.
+const queue = { items: [], cursor: null, more: false, decided: new Set(), said: '' };
 const flags = { items: [], cursor: null };
 
 async function signIn() {
@@ -56,7 +62,7 @@ function rejectLabel(item) {
 
 function queueItem(item) {
   const post = postInfo(item.post_id);
-  const postText = post ? `${post.author_username}'s post “${post.caption}”` : `post ${item.post_id}`;
+  const postText = post ? `${post.author_username}'s post “${post.caption}” (post ${item.post_id})` : `post ${item.post_id}`;
   const headId = `q-${item.comment_id}-h`;
   const tags = h('p', { class: 'tags' },
     h('span', { class: 'tag' }, item.status.replace(/_/g, ' ')),
@@ -75,10 +81,11 @@ function queueItem(item) {
   },
   h('p', { class: 'qhead', id: headId }, h('b', {}, item.author_username), ` on ${postText}`,
     h('span', { class: 'muted' }, ` · ${ago(item.created_at)}`)),
-  h('blockquote', { class: 'qtext' }, item.text),
+  h('blockquote', { class: 'qtext text', dir: 'auto' }, item.text),
   tags,
   item.appealed
-    ? h('p', { class: 'appeal' }, h('b', {}, 'Appeal: '), item.appeal_message ? `“${item.appeal_message}”` : h('i', {}, 'no message'))
+    ? h('p', { class: 'appeal' }, h('b', {}, 'Appeal: '),
+      item.appeal_message ? h('span', { class: 'text', dir: 'auto' }, `“${item.appeal_message}”`) : h('i', {}, 'no message'))
     : null,
   h('div', { class: 'decide', role: 'group', 'aria-label': 'Decision' }, approve, reject));
 }
@@ -89,7 +96,9 @@ function renderQueue(focusIndex = null) {
   list.replaceChildren(...items.map(queueItem));
   if (!items.length) list.append(h('li', { class: 'muted empty' }, 'Nothing awaits a decision here.'));
   const left = queue.items.filter((i) => !i.gone).length;
-  $('#queue-count').textContent = `${items.length} shown, ${left} awaiting a decision`;
+  // More pages: the number awaiting a decision is at least what is loaded.
+  const counted = `${items.length} shown, ${left}${queue.cursor ? '+' : ''} awaiting a decision`;
+  $('#queue-count').textContent = queue.said ? `${queue.said} ${counted}` : counted;
   $('#queue-more').hidden = !queue.cursor;
   if (focusIndex !== null) {
     const lis = list.querySelectorAll('li.qitem');
@@ -103,9 +112,51 @@ async function loadQueue(more = false) {
   if (more && queue.cursor) q.set('cursor', queue.cursor);
   const page = await api('GET', `/v1/moderation/queue?${q}`);
   if (!more) queue.items = [];
-  queue.items.push(...page.items);
+  queue.items.push(...page.items.filter((i) => !queue.decided.has(i.comment_id)));
   queue.cursor = page.next_cursor;
+  if (more) queue.more = true;
   renderQueue();
+}
+
+/** Where the focus is in the queue: the item and, if any, its button. */
+function queueFocus() {
+  const li = document.activeElement?.closest?.('li.qitem');
+  return li ? { id: li.dataset.id, action: document.activeElement.dataset?.action || null } : null;
+}
+
+function restoreFocus(f) {
+  if (!f) return;
+  const li = $(`[data-testid="queue-item-${f.id}"]`);
+  const el = li && f.action ? li.querySelector(`[data-action="${f.action}"]`) : li;
+  if (el && document.activeElement !== el) el.focus({ preventScroll: true });
+}
+
+/**
+ * Read the first page again: comments held since show up, decided ones leave. Items whose
+ * decision is on its way (or done here) stay out; items from later pages stay as loaded.
+ */
+async function refreshQueue() {
+  const page = await api('GET', '/v1/moderation/queue?limit=100');
+  const known = new Map(queue.items.map((i) => [i.comment_id, i]));
+  const fresh = page.items.filter((i) => !queue.decided.has(i.comment_id)).map((i) => {
+    const had = known.get(i.comment_id);
+    return had && had.gone ? had : i; // a decision in flight keeps the item out of the list
+  });
+  const ids = new Set(fresh.map((i) => i.comment_id));
+  const inFlight = queue.items.filter((i) => i.gone && !ids.has(i.comment_id) && !queue.decided.has(i.comment_id));
+  const later = queue.more ? queue.items.filter((i) => !i.gone && !ids.has(i.comment_id)) : [];
+  const next = [...fresh, ...later, ...inFlight];
+  const sig = (list) => JSON.stringify(list.map((i) => [i.comment_id, !!i.gone, i.status, i.held_by, i.report_count,
+    i.appealed, i.appeal_message, i.text]));
+  const before = sig(queue.items);
+  queue.items = next;
+  if (!queue.more) queue.cursor = page.next_cursor;
+  if (sig(next) === before && $('#queue-more').hidden === !queue.cursor) return;
+  const f = queueFocus();
+  const y = window.scrollY;
+  renderQueue();
+  window.scrollTo(0, y);
+  restoreFocus(f);
 }
 
 async function decide(item, action) {
@@ -116,10 +167,23 @@ async function decide(item, action) {
   renderQueue(hadFocus ? before : null);
   try {
     const c = await api('POST', `/v1/moderation/comments/${item.comment_id}`, { action });
+    queue.decided.add(item.comment_id);
     broadcast({ type: 'comment-moderated', post_id: c.post_id, comment_id: c.comment_id, status: c.status });
     const done = action === 'approve' ? 'Approved' : rejectLabel(item) === 'Hide' ? 'Hidden' : 'Rejected';
-    $('#queue-count').textContent = `${done}: ${item.author_username}'s comment. ${$('#queue-count').textContent}`;
+    queue.said = `${done}: ${item.author_username}'s comment.`; // replaces the previous message
+    const f = queueFocus();
+    renderQueue();
+    restoreFocus(f);
   } catch (e) {
+    if (e.status === 404) {
+      // The comment no longer exists (its author deleted it): nothing left to decide.
+      queue.decided.add(item.comment_id);
+      queue.items = queue.items.filter((i) => i !== item);
+      queue.said = `${item.author_username}'s comment no longer exists: removed from the queue.`;
+      renderQueue();
+      toast(`That comment no longer exists (deleted): removed from the queue.`);
+      return;
+    }
     item.gone = false; // rolled back: it is still awaiting a decision
     renderQueue();
     if (hadFocus) $(`[data-testid="queue-item-${item.comment_id}"]`)?.focus();
@@ -147,7 +211,7 @@ function onQueueKey(e) {
 function evidence(f) {
   const e = f.evidence || {};
   if (e.partners !== undefined) {
-    return `${e.partners} partner accounts, ${e.shared_targets} shared targets within ${Math.round(e.span_seconds)} s`;
+    return `${e.partners} partner accounts, ${e.shared_targets} shared targets within ${span(e.span_seconds)}`;
   }
   if (e.likes !== undefined) return `${e.likes} likes in ${e.window_seconds} s (${Math.round(e.likes_per_minute)}/min)`;
   return '';
@@ -163,10 +227,10 @@ function flagRow(f) {
   }, text);
   return h('tr', { 'data-testid': `flag-${f.user_id}` },
     h('th', { scope: 'row' }, who),
-    h('td', {}, f.reason.replace(/_/g, ' ')),
-    h('td', {}, evidence(f)),
-    h('td', {}, ago(f.flagged_at)),
-    h('td', { 'data-testid': 'decision' }, f.decision ? DECISIONS[f.decision] : 'Undecided',
+    h('td', { 'data-label': 'Reason' }, f.reason.replace(/_/g, ' ')),
+    h('td', { 'data-label': 'Evidence' }, evidence(f)),
+    h('td', { 'data-label': 'Flagged' }, ago(f.flagged_at)),
+    h('td', { 'data-testid': 'decision', 'data-label': 'Decision' }, f.decision ? DECISIONS[f.decision] : 'Undecided',
       f.likes_discounted ? h('span', { class: 'muted' }, ' (likes discounted)') : null),
     h('td', { class: 'decide' }, button('confirm', 'Confirm'), ' ', button('clear', 'Clear')));
 }
@@ -219,6 +283,7 @@ async function main() {
     const me = await signIn();
     $('#who').textContent = `Signed in as ${me.username} (service role)`;
     await Promise.all([loadQueue(), loadFlags()]);
+    every(QUEUE_POLL_MS, refreshQueue);
     document.body.dataset.ready = 'true';
   } catch (e) {
     toast(`Couldn't load the queue: ${e.message}`);
