@@ -419,6 +419,14 @@ mod tests {
         ) -> likewise_core::StoreResult<Vec<NotifItem>> {
             self.inner.notifications.inbox(recipient, after, limit).await
         }
+        async fn prune_notifications(
+            &self,
+            shard: usize,
+            before_ms: u64,
+            limit: usize,
+        ) -> likewise_core::StoreResult<u64> {
+            self.inner.notifications.prune_notifications(shard, before_ms, limit).await
+        }
     }
 
     #[async_trait::async_trait]
