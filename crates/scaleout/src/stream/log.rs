@@ -307,7 +307,8 @@ impl EventLog for StreamLog {
         st.floor = st.floor.max(upto);
         // How far each reader has applied the stream: its lag against the stream's last
         // sequence, and its drain rate (docs/capacity/measure.sh reads it).
-        metrics::gauge!("likewise_stream_consumer_position", "consumer" => self.reader.clone()).set(st.floor as f64);
+        metrics::gauge!("likewise_stream_consumer_position", "consumer" => self.reader.clone())
+            .set(st.floor as f64);
         if let Some(pos) = st.delivered.iter().rposition(|(seq, _)| *seq <= upto) {
             // AckPolicy::All: acknowledging the last one acknowledges everything before it.
             // (One held from before a reposition goes to the replaced consumer, which is gone
