@@ -358,3 +358,147 @@ async fn a_retry_reaching_another_api_node_finds_the_key() {
     }
     d.cleanup().await;
 }
+
+/// A thread that keeps one core busy until dropped (a CPU hog beside the service).
+struct Hog(Arc<std::sync::atomic::AtomicBool>, Option<std::thread::JoinHandle<u64>>);
+
+impl Hog {
+    fn start() -> Hog {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let spin = std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                n = std::hint::black_box(n.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            n
+        });
+        Hog(stop, Some(spin))
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.1.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// 100 users each send their keyed comment 5 times at once over `bases` (a barrier releases
+/// all 500 senders), with a CPU hog beside the service; a sender that gets no 201 sends again
+/// after a moment (a 409 while the first call runs; a 503 or 504 under load). Every sender
+/// ends with a 201 naming its user's one comment, and each node pages through exactly one
+/// comment per user. Prints how long the storm took and what else was answered.
+async fn keyed_retry_storm_beside_a_hog(engine: &str, bases: &[String]) {
+    const USERS: u64 = 100;
+    const RETRIES: usize = 5;
+    let c = Client::new();
+    let (st, v) = c
+        .call(&bases[0], Method::PUT, &format!("/v1/posts/{POST}"), 1, true, r#"{"author_id":"7"}"#)
+        .await
+        .expect("post");
+    assert_eq!(st, 200, "{v}");
+    let hog = Hog::start();
+    let barrier = Arc::new(Barrier::new(USERS as usize * RETRIES + 1));
+    let mut tasks = Vec::new();
+    for user in 5_000..5_000 + USERS {
+        for r in 0..RETRIES {
+            let (c, base, barrier) = (c.clone(), bases[r % bases.len()].clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                let key = format!("hog-{user}");
+                let body = format!(r#"{{"text": "hello from {user} beside a hog"}}"#);
+                let path = format!("/v1/posts/{POST}/comments");
+                barrier.wait().await;
+                let mut others = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                loop {
+                    let (st, v) = c
+                        .call_with(
+                            &base,
+                            Method::POST,
+                            &path,
+                            user,
+                            false,
+                            &body,
+                            &[("idempotency-key", &key)],
+                        )
+                        .await
+                        .expect("call");
+                    match st {
+                        201 => return (user, v["comment_id"].as_str().expect("id").to_string(), others),
+                        409 => assert_error(StatusCode::CONFLICT, &v, 409, "conflict"),
+                        503 => assert_error(StatusCode::SERVICE_UNAVAILABLE, &v, 503, "unavailable"),
+                        504 => assert_error(StatusCode::GATEWAY_TIMEOUT, &v, 504, "outcome_unknown"),
+                        _ => panic!("user {user}: {st} {v}"),
+                    }
+                    others.push((st, v["message"].as_str().unwrap_or_default().to_string()));
+                    assert!(Instant::now() < deadline, "user {user}: no 201 in 60 s: {others:?}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }));
+        }
+    }
+    barrier.wait().await;
+    let started = Instant::now();
+    let mut per_user: HashMap<u64, HashSet<String>> = HashMap::new();
+    let mut others: HashMap<(u16, String), usize> = HashMap::new();
+    for t in tasks {
+        let (user, id, got) = t.await.expect("task");
+        per_user.entry(user).or_default().insert(id);
+        for answer in got {
+            *others.entry(answer).or_default() += 1;
+        }
+    }
+    let took = started.elapsed();
+    drop(hog);
+    eprintln!(
+        "{engine}: keyed retry storm of {USERS} users x {RETRIES} beside a CPU hog: every sender's 201 \
+         after {took:.2?}; other answers on the way: {others:?}"
+    );
+    assert_eq!(per_user.len(), USERS as usize);
+    for (user, ids) in &per_user {
+        assert_eq!(ids.len(), 1, "user {user}: every 201 names one comment: {ids:?}");
+    }
+    for base in bases {
+        let mut authors: HashMap<String, usize> = HashMap::new();
+        let mut cursor = String::new();
+        loop {
+            let path = format!("/v1/posts/{POST}/comments?order=newest&limit=100{cursor}");
+            let (_, v) = c.call(base, Method::GET, &path, 1, true, "").await.expect("page");
+            for item in v["items"].as_array().expect("items") {
+                *authors.entry(item["author_id"].to_string()).or_default() += 1;
+            }
+            match v["next_cursor"].as_str() {
+                Some(n) => cursor = format!("&cursor={n}"),
+                None => break,
+            }
+        }
+        assert_eq!(authors.len(), USERS as usize, "{base}: {authors:?}");
+        assert!(authors.values().all(|n| *n == 1), "{base}: one comment per user: {authors:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_retry_storm_beside_a_cpu_hog_ends_with_one_comment_per_user_embedded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().display().to_string();
+    let s = start_with(&["serve", "--listen", "127.0.0.1:0", "--data-dir", data.as_str()], &[]);
+    keyed_retry_storm_beside_a_hog("embedded", std::slice::from_ref(&s.base)).await;
+    common::proc::stop(s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "open: on a loaded two-core machine the storm's first calls outlive the 10 s request \
+            timeout and are sent again from the start, and some users get no 201 in 60 s \
+            (the same with one statement per create)"]
+async fn a_keyed_retry_storm_beside_a_cpu_hog_ends_with_one_comment_per_user_on_two_postgres_nodes() {
+    let d = Deployment::new().await;
+    let (a, b) = (d.start("api"), d.start("api"));
+    keyed_retry_storm_beside_a_hog("postgres", &[a.base.clone(), b.base.clone()]).await;
+    for s in [a, b] {
+        common::proc::stop(s);
+    }
+    d.cleanup().await;
+}

@@ -780,3 +780,168 @@ async fn keys_spread_over_two_redis_servers_and_losing_one_loses_nothing() {
     }
     d.cleanup().await;
 }
+
+/// Like (or unlike) `post` as `user` through `base`, again until it answers 200 (20 s at
+/// most); returns when it was acknowledged.
+async fn set_like(c: &Client, base: &str, post: u64, user: u64, liked: bool) -> Instant {
+    let (m, path) = (if liked { Method::PUT } else { Method::DELETE }, format!("/v1/posts/{post}/like"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok((200, v)) = c.call(base, m.clone(), &path, user, false, "").await {
+            assert_eq!(v["liked"], liked, "{v}");
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "user {user} post {post}: no 200 in 20 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Two Redis servers; the second is killed and restarted empty while likes go on. Every
+/// (user, post) heart, on both API nodes, equals the like rows within 5 s: the hearts of
+/// likes from before the restart from 5 s after it, and those of likes and unlikes committed
+/// in the 5 s after the restart 5 s after each was acknowledged; and they stay right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hearts_equal_the_rows_within_5_s_of_a_redis_server_restarting_empty() {
+    use futures::StreamExt;
+    use std::collections::{HashMap, HashSet};
+    let mut second = common::deployment::RedisProcess::start().await;
+    let d = Deployment::with_redis_servers(&[second.url.clone()], "[limits]\nlikes_per_minute = 0\n").await;
+    let worker = d.start("worker");
+    let (a, b) = (d.start("api"), d.start("api"));
+    let bases = vec![a.base.clone(), b.base.clone()];
+    let c = Client::new();
+    let posts = [1u64, 2, 3, 4];
+    for p in posts {
+        put_post(&c, &a.base, p, 7).await;
+    }
+    // Before: users 1..=60 like most posts, some unlike again through the other node.
+    futures::stream::iter((1..=60u64).flat_map(|u| posts.map(|p| (u, p))))
+        .for_each_concurrent(16, |(u, p)| {
+            let (c, bases) = (c.clone(), bases.clone());
+            async move {
+                if (u + p) % 3 == 0 {
+                    return;
+                }
+                let i = ((u + p) % 2) as usize;
+                set_like(&c, &bases[i], p, u, true).await;
+                if (u + p) % 5 == 0 {
+                    set_like(&c, &bases[1 - i], p, u, false).await;
+                }
+            }
+        })
+        .await;
+    // Every pair of `users` on every node, until each equals the rows or `deadline` (per pair)
+    // passes; the pairs still wrong then, and how long the last one took to be right.
+    let rows = |users: Vec<u64>| {
+        let d = &d;
+        async move {
+            let mut liked = HashSet::new();
+            for p in posts {
+                for u in d.likers_in_rows(1, p).await {
+                    if users.contains(&u) {
+                        liked.insert((u, p));
+                    }
+                }
+            }
+            liked
+        }
+    };
+    let check =
+        |users: Vec<u64>, liked: HashSet<(u64, u64)>, deadline: HashMap<(u64, u64), Instant>, by: Instant| {
+            let (c, bases) = (c.clone(), bases.clone());
+            async move {
+                let pairs: Vec<(u64, u64, String)> = users
+                    .iter()
+                    .flat_map(|u| posts.map(|p| (*u, p)))
+                    .flat_map(|(u, p)| bases.iter().map(move |b| (u, p, b.clone())))
+                    .collect();
+                let liked = Arc::new(liked);
+                let wrong = Arc::new(Mutex::new(Vec::new()));
+                futures::stream::iter(pairs)
+                    .for_each_concurrent(16, |(u, p, base)| {
+                        let until = deadline.get(&(u, p)).copied().unwrap_or(by);
+                        let (c, liked, wrong) = (c.clone(), liked.clone(), wrong.clone());
+                        async move {
+                            let want = liked.contains(&(u, p));
+                            loop {
+                                let got = get_post(&c, &base, p, u).await["viewer_has_liked"].as_bool();
+                                if got == Some(want) {
+                                    return;
+                                }
+                                if Instant::now() > until {
+                                    wrong.lock().expect("lock").push((u, p, base, got));
+                                    return;
+                                }
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                        }
+                    })
+                    .await;
+                wrong.lock().expect("lock").clone()
+            }
+        };
+    let before: Vec<u64> = (1..=60).collect();
+    let before_liked = rows(before.clone()).await;
+    let wrong =
+        check(before.clone(), before_liked.clone(), HashMap::new(), Instant::now() + Duration::from_secs(15))
+            .await;
+    assert!(wrong.is_empty(), "hearts wrong before the restart: {wrong:?}");
+
+    second.kill();
+    second.restart().await;
+    let restarted = Instant::now();
+    // In the 5 s after the restart: users 301..=340 like and unlike, alternating nodes, while
+    // the hearts of the pairs from before are checked.
+    let after: Vec<u64> = (301..=340).collect();
+    let writes = {
+        let (c, bases, after) = (c.clone(), bases.clone(), after.clone());
+        tokio::spawn(async move {
+            let acked = Arc::new(Mutex::new(HashMap::<(u64, u64), Instant>::new()));
+            let mut round = 0u64;
+            while restarted.elapsed() < Duration::from_secs(5) {
+                futures::stream::iter(after.iter().copied())
+                    .for_each_concurrent(16, |u| {
+                        let (c, bases, acked) = (c.clone(), bases.clone(), acked.clone());
+                        async move {
+                            let p = posts[((u + round) % 4) as usize];
+                            let liked = !(u + round).is_multiple_of(3);
+                            let at = set_like(&c, &bases[((u + round) % 2) as usize], p, u, liked).await;
+                            acked.lock().expect("lock").insert((u, p), at);
+                        }
+                    })
+                    .await;
+                round += 1;
+            }
+            let acked = acked.lock().expect("lock").clone();
+            (round, acked)
+        })
+    };
+    let wrong =
+        check(before.clone(), before_liked.clone(), HashMap::new(), restarted + Duration::from_secs(5)).await;
+    let (rounds, acked) = writes.await.expect("writes");
+    assert!(wrong.is_empty(), "hearts from before the restart still wrong 5 s after it: {wrong:?}");
+    let after_liked = rows(after.clone()).await;
+    let deadlines: HashMap<(u64, u64), Instant> =
+        acked.iter().map(|(pair, at)| (*pair, *at + Duration::from_secs(5))).collect();
+    let wrong =
+        check(after.clone(), after_liked.clone(), deadlines, restarted + Duration::from_secs(5)).await;
+    assert!(
+        wrong.is_empty(),
+        "hearts of likes in the 5 s after the restart wrong 5 s after their 200 ({rounds} rounds): {wrong:?}"
+    );
+    // And they stay right.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all: Vec<u64> = before.iter().chain(&after).copied().collect();
+    let mut liked = before_liked;
+    liked.extend(after_liked);
+    let wrong = check(all.clone(), liked, HashMap::new(), Instant::now()).await;
+    assert!(wrong.is_empty(), "hearts wrong again later: {wrong:?}");
+    eprintln!(
+        "hearts right within 5 s of a Redis server restart: {} pairs on 2 nodes, {rounds} rounds of writes after it",
+        all.len() * posts.len()
+    );
+    for s in [a, b, worker] {
+        stop(s);
+    }
+    d.cleanup().await;
+}

@@ -952,6 +952,7 @@ macro_rules! conformance_suite {
             integrity_verdicts_keep_the_latest_and_page_in_time_order,
             a_key_makes_one_comment_whatever_the_batch,
             a_key_is_stored_only_with_its_comment,
+            keys_in_one_batch_resolve_in_arrival_order,
             expired_keys_are_removed,
             notification_items_past_the_retention_are_pruned,
             rank_index_orders_moves_and_removes,

@@ -6,7 +6,8 @@
 //! - Writes: the comment operations of a shard's write transaction (`write.rs`). Each reads
 //!   the rows it involves (the comment locked `FOR UPDATE`), lets
 //!   `likewise_core::comment::transition` plan it, and writes the plan's rows; the plan's
-//!   events go into the outbox with the transaction's other events.
+//!   events go into the outbox with the transaction's other events. Creates are written
+//!   together, a run of them in a constant number of statements (`creates.rs`).
 
 use super::placement::Placement;
 use super::replicas::Fence;
@@ -27,10 +28,11 @@ use std::collections::{BTreeMap, HashMap};
 use tokio_postgres::Transaction;
 
 /// The select list for comment rows.
-const COMMENT_COLS: &str = "id, post_id, author, post_author, parent, reply_to_user, status, body, simhash";
+pub(super) const COMMENT_COLS: &str =
+    "id, post_id, author, post_author, parent, reply_to_user, status, body, simhash";
 
 /// Decode a `comments` row selected with [`COMMENT_COLS`].
-fn comment_row(r: &tokio_postgres::Row) -> StoreResult<CommentRecord> {
+pub(super) fn comment_row(r: &tokio_postgres::Row) -> StoreResult<CommentRecord> {
     let status: i16 = r.get(6);
     Ok(CommentRecord {
         id: CommentId(r.get::<_, i64>(0) as u64),
@@ -238,7 +240,7 @@ async fn has_replies(
 }
 
 /// Write one row of a plan.
-async fn write_row(tx: &Transaction<'_>, w: &RowWrite) -> Result<(), TxError> {
+pub(super) async fn write_row(tx: &Transaction<'_>, w: &RowWrite) -> Result<(), TxError> {
     match w {
         RowWrite::Insert(r) => {
             tx.execute(

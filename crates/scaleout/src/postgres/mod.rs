@@ -19,7 +19,8 @@
 //!   catalog that places them, and how IDs (new and legacy) are routed; `reshard`: moving
 //!   buckets between shards while the service runs.
 //! - `write`: the write engine: each shard's part of a batch as one transaction (likes, and
-//!   the comment operations `comments` applies); `tx`: that transaction's retry-or-fail errors.
+//!   the comment operations `comments` applies, creates together in `creates`, their keys in
+//!   `idempotency`); `tx`: that transaction's retry-or-fail errors.
 //! - `likes`, `counters`, `comments`: the hot read ports.
 //! - `replicas`: read replicas: which reads may use a shard's streaming replica, its lag
 //!   measured against the primary, and the fall back to the primary.
@@ -54,6 +55,7 @@ macro_rules! insert_liker_pages_from {
 mod cluster;
 mod comments;
 mod counters;
+mod creates;
 mod hourly_views;
 mod idempotency;
 mod integrity;

@@ -259,6 +259,96 @@ impl TestShards {
     }
 }
 
+/// A TCP proxy in front of a PostgreSQL server that counts the statements its clients run:
+/// extended-protocol `Execute` and simple `Query` messages (a `BEGIN` or `COMMIT` is one).
+/// Tests measure what a write costs in statements with it.
+pub struct StatementCounter {
+    /// The server's URL with the proxy's address in it.
+    pub url: String,
+    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl StatementCounter {
+    /// Proxy the server of `url` (a `postgres://user@host:port/db` URL) on a port of its own;
+    /// clients connect to [`StatementCounter::url`] without TLS.
+    pub async fn start(url: &str) -> StatementCounter {
+        let start = url.find('@').map_or(url.find("://").map_or(0, |p| p + 3), |p| p + 1);
+        let end = start + url[start..].find('/').unwrap_or(url.len() - start);
+        let server = url[start..end].to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = count.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(upstream) = tokio::net::TcpStream::connect(&server).await else { continue };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = upstream.into_split();
+                tokio::spawn(count_frontend(cr, sw, counted.clone()));
+                tokio::spawn(async move {
+                    let (mut sr, mut cw) = (sr, cw);
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                });
+            }
+        });
+        // In plain text, so the messages can be read (a server with TLS would take it).
+        let sep = if url[end..].contains('?') { '&' } else { '?' };
+        let url = format!("{}127.0.0.1:{port}{}{sep}sslmode=disable", &url[..start], &url[end..]);
+        StatementCounter { url, count }
+    }
+
+    /// Statements counted so far.
+    pub fn get(&self) -> u64 {
+        self.count.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Forward a client's bytes to the server, counting `Execute` ('E') and `Query` ('Q')
+/// messages. The first messages carry no type byte (an SSL or GSS request, then the startup
+/// message).
+async fn count_frontend(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut into: tokio::net::tcp::OwnedWriteHalf,
+    count: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut buf, mut pending) = (vec![0u8; 16 * 1024], Vec::new());
+    let mut started = false;
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        pending.extend_from_slice(&buf[..n]);
+        loop {
+            let header = if started { 5 } else { 8 };
+            if pending.len() < header {
+                break;
+            }
+            let at = usize::from(started);
+            let len =
+                u32::from_be_bytes([pending[at], pending[at + 1], pending[at + 2], pending[at + 3]]) as usize;
+            let total = at + len;
+            if pending.len() < total {
+                break;
+            }
+            if started {
+                if matches!(pending[0], b'E' | b'Q') {
+                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            } else {
+                // 80877103: SSLRequest, 80877104: GSSENCRequest; anything else is the startup.
+                let code = u32::from_be_bytes([pending[4], pending[5], pending[6], pending[7]]);
+                started = !matches!(code, 80_877_103 | 80_877_104);
+            }
+            pending.drain(..total);
+        }
+        if into.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
 impl Drop for TestShards {
     /// Dropped in the background: each `DROP DATABASE` waits for a checkpoint (seconds on a
     /// busy server), and tests should not. What a process leaves undropped when it exits is

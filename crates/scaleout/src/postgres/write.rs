@@ -3,8 +3,10 @@
 //! A batch is split by shard; each shard's part is ONE transaction, run concurrently with the
 //! other shards' parts:
 //! 1. comment operations, in arrival order (each sees the earlier ones: same transaction),
-//!    planned by `likewise_core::comment::transition` and written by `comments.rs` (a create
-//!    under an `Idempotency-Key` stores its key beside the comment: `idempotency.rs`);
+//!    planned by `likewise_core::comment::transition` and written by `comments.rs`; a run of
+//!    consecutive creates is written together in a constant number of statements
+//!    (`creates.rs`), and a create under an `Idempotency-Key` stores its key beside the
+//!    comment (`idempotency.rs`: the batch's keys are claimed first, in one statement);
 //! 2. likes in *rounds*: round r holds the r-th operation on each (target, user) key, so
 //!    every key appears at most once per statement and per-key arrival order holds. A round is
 //!    one multi-row `INSERT ... ON CONFLICT DO NOTHING RETURNING` (likes) and one multi-row
@@ -26,7 +28,8 @@
 //! Deadlocks and serialization failures between nodes are retried.
 
 use super::comments::{LateFingerprint, comment_op};
-use super::idempotency::keyed_comment_op;
+use super::creates::{Create, apply_creates};
+use super::idempotency::claim_batch_keys;
 use super::likes::{WINDOW_MS, target_of};
 use super::placement::Placement;
 use super::replicas::Fence;
@@ -224,42 +227,6 @@ impl PgStore {
 /// Attempts of a fingerprint written after its comment's commit.
 const LATE_ATTEMPTS: usize = 4;
 
-/// Claim every `Idempotency-Key` of the batch's keyed creates in one statement, in key
-/// order, before anything else: transactions of two API nodes holding the same keys then wait
-/// for each other in one order instead of deadlocking (each claiming its first key, then
-/// waiting on the other's). Returns the keys this transaction claimed (new ones); the others
-/// were already stored.
-async fn claim_keys(tx: &PoolTx<'_>, ops: &[&WriteOp], now: u64) -> Result<HashSet<(i64, String)>, TxError> {
-    let mut keys: Vec<(i64, String, i64)> = ops
-        .iter()
-        .filter_map(|op| match op {
-            WriteOp::KeyedComment(r, _, k) => Some((i(k.caller.0), k.key.as_str().to_string(), i(r.post.0))),
-            _ => None,
-        })
-        .collect();
-    if keys.is_empty() {
-        return Ok(HashSet::new());
-    }
-    // One row per key: the first create that uses it names the post.
-    keys.sort();
-    keys.dedup_by(|a, b| (a.0, &a.1) == (b.0, &b.1));
-    let (mut callers, mut names, mut posts) = (Vec::new(), Vec::new(), Vec::new());
-    for (c, k, p) in keys {
-        callers.push(c);
-        names.push(k);
-        posts.push(p);
-    }
-    let rows = tx
-        .query(
-            "INSERT INTO comment_keys (caller, key, created_at_ms, record, post_id)
-             SELECT c, k, $3, '', p FROM unnest($1::bigint[], $2::text[], $4::bigint[]) AS t(c, k, p) ORDER BY c, k
-             ON CONFLICT DO NOTHING RETURNING caller, key",
-            &[&callers, &names, &i(now), &posts],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-}
-
 /// One shard's part of a batch, inside its transaction.
 async fn shard_tx(
     tx: &PoolTx<'_>,
@@ -270,20 +237,44 @@ async fn shard_tx(
     let mut out: Vec<Option<WriteOutcome>> = vec![None; ops.len()];
     let mut events: Vec<(usize, Event)> = Vec::new();
     let now = likewise_store::now_ms();
-    let mut claimed = claim_keys(tx, ops, now).await?;
+    // Every key of the batch first, in key order (`idempotency.rs`).
+    let mut keys = claim_batch_keys(tx, ops, now).await?;
     let mut late = Vec::new();
+    // Comment operations in arrival order, each seeing the earlier ones; consecutive creates
+    // together (`creates.rs`). Their events join the outbox in arrival order.
+    let mut planned: Vec<Vec<Event>> = vec![Vec::new(); ops.len()];
+    let mut run: Vec<Create<'_>> = Vec::new();
     for (k, op) in ops.iter().enumerate() {
-        let (outcome, planned) = match op {
-            WriteOp::Comment(c) => comment_op(tx, shard, ids, c, now, &mut late).await?,
-            WriteOp::KeyedComment(r, held_by, keyed) => {
-                let mine = claimed.remove(&(i(keyed.caller.0), keyed.key.as_str().to_string()));
-                keyed_comment_op(tx, shard, ids, r, *held_by, keyed, now, mine, &mut late).await?
+        let create = match op {
+            WriteOp::Comment(CommentOp::Create(r, held_by)) => {
+                Some(Create { at: k, record: r, held_by: *held_by, keyed: None })
             }
-            WriteOp::Like(_) => continue,
+            WriteOp::KeyedComment(r, held_by, keyed) => {
+                Some(Create { at: k, record: r, held_by: *held_by, keyed: Some(keyed) })
+            }
+            _ => None,
         };
-        out[k] = Some(WriteOutcome::Comment(outcome));
-        events.extend(planned.into_iter().map(|e| (k, e)));
+        if let Some(c) = create {
+            run.push(c);
+            continue;
+        }
+        if let WriteOp::Comment(c) = op {
+            for (at, outcome, events) in
+                apply_creates(tx, shard, ids, std::mem::take(&mut run), &mut keys, now, &mut late).await?
+            {
+                out[at] = Some(WriteOutcome::Comment(outcome));
+                planned[at] = events;
+            }
+            let (outcome, events) = comment_op(tx, shard, ids, c, now, &mut late).await?;
+            out[k] = Some(WriteOutcome::Comment(outcome));
+            planned[k] = events;
+        }
     }
+    for (at, outcome, events) in apply_creates(tx, shard, ids, run, &mut keys, now, &mut late).await? {
+        out[at] = Some(WriteOutcome::Comment(outcome));
+        planned[at] = events;
+    }
+    events.extend(planned.into_iter().enumerate().flat_map(|(k, es)| es.into_iter().map(move |e| (k, e))));
     // Likes, in rounds.
     let mut round_of: HashMap<(Target, UserId), usize> = HashMap::new();
     let mut rounds: Vec<Vec<(usize, &LikeOp)>> = Vec::new();

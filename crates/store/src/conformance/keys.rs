@@ -89,6 +89,73 @@ pub async fn a_key_is_stored_only_with_its_comment(s: &Stores) {
     assert_eq!(s.idempotency.key_count().await.expect("count"), 0);
 }
 
+/// In one batch, creates under keys resolve in arrival order: a repeat after a create that
+/// made nothing (its parent is gone) tries again and may create; a repeat of a create that
+/// made its comment is answered with it, whatever its body; creates in between, and on both
+/// sides of a delete of their parent, see what the batch did before them.
+pub async fn keys_in_one_batch_resolve_in_arrival_order(s: &Stores) {
+    let parent = match keyed_create(s, 9, "parent", "parent").await {
+        CommentOutcome::Done(Some(r)) => r.id,
+        other => panic!("parent create answered {other:?}"),
+    };
+    let reply = |author: u64, to: u64, key: &str, text: &str| {
+        let mut r = record(author, text);
+        r.parent = Some(CommentId(to));
+        let mut k = keyed(author, key, text);
+        k.fingerprint = fingerprint(POST, Some(CommentId(to)), text);
+        WriteOp::KeyedComment(r, None, k)
+    };
+    let ops = vec![
+        // Key "a": its parent is missing, then the same key with another request creates.
+        reply(1, 12345, "a", "to nobody"),
+        WriteOp::KeyedComment(record(1, "top"), None, keyed(1, "a", "top")),
+        // Key "b": created, then repeated with another body: answered with the first.
+        reply(2, parent.0, "b", "first"),
+        WriteOp::KeyedComment(record(2, "second"), None, keyed(2, "b", "second")),
+        // Key "c" before the parent's delete, key "d" after it (under the placeholder the
+        // delete leaves, since "c" replied).
+        reply(3, parent.0, "c", "before"),
+        WriteOp::Comment(likewise_core::write::CommentOp::Delete { id: parent, actor: UserId(9) }),
+        reply(4, parent.0, "d", "after"),
+        // A plain create between keyed ones.
+        WriteOp::Comment(likewise_core::write::CommentOp::Create(record(5, "plain"), None)),
+    ];
+    let out = super::one_batch(s, ops).await;
+    let comment = |o: &WriteOutcome| match o {
+        WriteOutcome::Comment(c) => c.clone(),
+        other => panic!("not a comment outcome: {other:?}"),
+    };
+    assert_eq!(comment(&out[0]), CommentOutcome::NotFound, "{out:?}");
+    let a = match comment(&out[1]) {
+        CommentOutcome::Done(Some(r)) => r,
+        other => panic!("the repeat after nothing answered {other:?}"),
+    };
+    let b = match comment(&out[2]) {
+        CommentOutcome::Done(Some(r)) => r,
+        other => panic!("key b answered {other:?}"),
+    };
+    match comment(&out[3]) {
+        CommentOutcome::Replayed(k) => {
+            assert_eq!(k.comment, b);
+            assert_eq!(k.fingerprint, fingerprint(POST, Some(parent), "first"));
+        }
+        other => panic!("key b's repeat answered {other:?}"),
+    }
+    assert!(matches!(comment(&out[4]), CommentOutcome::Done(Some(_))), "{out:?}");
+    // The parent has replies: the delete leaves a placeholder, which a later reply keeps.
+    assert!(matches!(comment(&out[5]), CommentOutcome::Done(_)), "{out:?}");
+    assert!(matches!(comment(&out[7]), CommentOutcome::Done(Some(_))), "{out:?}");
+    let found = s.idempotency.find_key(UserId(1), &keyed(1, "a", "").key, POST).await.expect("find");
+    assert_eq!(found.map(|k| (k.comment.id, k.fingerprint)), Some((a.id, fingerprint(POST, None, "top"))));
+    let found = s.idempotency.find_key(UserId(2), &keyed(2, "b", "").key, POST).await.expect("find");
+    assert_eq!(found.map(|k| k.comment.id), Some(b.id));
+    let after = s.idempotency.find_key(UserId(4), &keyed(4, "d", "").key, POST).await.expect("find");
+    match comment(&out[6]) {
+        CommentOutcome::Done(Some(r)) => assert_eq!(after.map(|k| k.comment.id), Some(r.id)),
+        other => panic!("a reply under the placeholder answered {other:?}"),
+    }
+}
+
 /// Keys older than the cut are removed, newer ones kept; a removed key is free again.
 pub async fn expired_keys_are_removed(s: &Stores) {
     assert!(matches!(keyed_create(s, 1, "old", "a").await, CommentOutcome::Done(Some(_))));
