@@ -193,8 +193,9 @@ def step_redis():
     with open(os.path.join(W, "redis.families")) as f:
         for line in f:
             p = line.split()
-            if len(p) >= 11 and p[1] == "keys":
-                fam[p[0]] = {"keys": int(p[2]), "bytes": int(p[4]), "fields": int(p[8])}
+            # "<family> keys N bytes B per key X fields F per field Y"
+            if len(p) >= 10 and p[1] == "keys" and p[8] == "fields":
+                fam[p[0]] = {"keys": int(p[2]), "bytes": int(p[4]), "fields": int(p[9])}
     out = {}
     c = fam.get("c:1")
     if c:
@@ -306,6 +307,8 @@ def main():
         results = {}
     results[step] = {
         "build": build(),
+        # Other work on the machine inflates CPU figures and lowers rates: say how busy it was.
+        "load_average": float(open("/proc/loadavg").read().split()[1]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "figures": {k: round(v, 3) if isinstance(v, float) else v for k, v in sorted(figures.items())},
     }

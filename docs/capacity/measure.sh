@@ -64,7 +64,7 @@ EOT
 cpu() {
   local hz pm; hz=$(getconf CLK_TCK); pm=$(head -1 "$W/pg/postmaster.pid")
   for p in api worker redis nats; do
-    [ -f "$W/$p.pid" ] && awk -v hz="$hz" -v n="$p" '{ print n, ($14 + $15) / hz }' /proc/"$(cat "$W/$p.pid")"/stat
+    [ -f "$W/$p.pid" ] && [ -e /proc/"$(cat "$W/$p.pid")" ] && awk -v hz="$hz" -v n="$p" '{ print n, ($14 + $15) / hz }' /proc/"$(cat "$W/$p.pid")"/stat
   done
   { cat /proc/"$pm"/stat; for c in $(pgrep -P "$pm"); do cat /proc/"$c"/stat 2>/dev/null || true; done; } |
     awk -v hz="$hz" -v pm="$pm" '{ s += $14 + $15; if ($1 == pm) s += $16 + $17 } END { print "postgres", s / hz }'
@@ -116,7 +116,7 @@ figures() { W="$W" python3 "$HERE/figures.py" "$1"; }
 
 # A reader's position in the stream, from the worker's /metrics (0 before its first commit).
 positions() {
-  curl -s "http://127.0.0.1:18482/metrics" | awk -F'[{}"]' '/^likewise_stream_consumer_position\{/ { split($NF, v, " "); print $3, v[2] }'
+  curl -s "http://127.0.0.1:18482/metrics" | awk -F'[{}"]' '/^likewise_stream_consumer_position\{/ { split($NF, v, " "); print $3, v[1] }'
 }
 
 offsets() {
@@ -127,13 +127,15 @@ drain() {
   # Until every like is in the reverse index, nothing is unrelayed, both shards' counter
   # aggregators reached the stream's end and the readers of the whole stream (notifier,
   # trending, integrity) stand at its last sequence.
-  local msgs last
+  local last
   for _ in $(seq 1 900); do
     read -r _ l _ u _ _ _ q < <(rows)
-    msgs=$(stream | awk '{ print $3 }')
     last=$(last_seq)
-    if [ "$l" = "$u" ] && [ "$q" = 0 ] && offsets | grep -q "counters@0=$msgs " && offsets | grep -q "counters@1=$msgs " &&
-       [ "$(positions | awk -v s="$last" '$1 !~ /^(counters|reverse)/ && $2 != s' | wc -l)" = 0 ]; then return; fi
+    # A shard's aggregator is done when it stands where the shard's reverse-index writer does
+    # (both read the shard's messages, and l = u says that writer has applied them all).
+    if [ "$l" = "$u" ] && [ "$q" = 0 ] &&
+       [ "$(positions | awk -v s="$last" '{ p[$1] = $2 } $1 !~ /^(counters|reverse)/ && $2 != s { bad++ }
+            END { for (k in p) if (k ~ /^counters-/) { r = k; sub(/^counters/, "reverse", r); if (p[k] != p[r]) bad++ }; print bad + 0 }')" = 0 ]; then return; fi
     sleep 2
   done
   echo "did not drain in 30 minutes" >&2; exit 1
@@ -149,8 +151,12 @@ start_worker() {
   "$BIN" serve --config "$W/lw.toml" --role worker --listen 127.0.0.1:18482 >> "$W/worker.log" 2>&1 & echo $! > "$W/worker.pid"
 }
 stop_worker() {
-  kill -TERM "$(cat "$W/worker.pid")"; while kill -0 "$(cat "$W/worker.pid")" 2>/dev/null; do sleep 0.2; done
+  kill -TERM "$(cat "$W/worker.pid")" 2>/dev/null || true
+  while kill -0 "$(cat "$W/worker.pid")" 2>/dev/null; do sleep 0.2; done
 }
+
+# Wait until the node at $1 answers /healthz (a store replaying its journal takes a while).
+wait_up() { for _ in $(seq 1 300); do curl -sf "http://$1/healthz" >/dev/null && return; sleep 0.2; done; echo "$1 did not start" >&2; exit 1; }
 
 # Statements with their calls, rows and WAL, summed over the shards (pg_stat_statements).
 statements() {
@@ -200,6 +206,9 @@ like)
   /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" like --url $API --secret $SECRET | tee "$W/load.like.json"
   snapshot after_like_ack; statements > "$W/pss.after_like_ack"
   join -a2 -e0 -o 0,1.2,2.2 <(sort "$W/redis.before_like") <(sort "$W/redis.after_like_ack") | awk '{ printf "redis %-12s %9d per like %.3f\n", $1, $3 - $2, ($3 - $2) / 1e6 }'
+  bash "$0" like-after ;;
+like-after)
+  # The rest of `like`, from the drain on (rerun it alone if the drain was interrupted).
   drain; snapshot after_like_drained; statements > "$W/pss.after_like_drained"
   statements_delta "$W/pss.before_like" "$W/pss.after_like_drained" 1000000 | head -25
   for db in lwcap_s0 lwcap_s1; do $PSQL -d $db -c "VACUUM ANALYZE"; done
@@ -224,9 +233,17 @@ consumers)
       if [ -z "${done_at[$name]:-}" ] && [ "$pos" = "$last" ]; then done_at[$name]=$(date +%s.%N); fi
     done < <(positions)
     # Done when the whole-stream readers reached the end and both aggregators' offsets did.
+    # A shard's readers (aggregator, reverse index) are done when both stand at the same
+    # position and every like is in the reverse index.
+    read -r _ l _ u _ < <(rows)
+    while read -r name pos; do
+      case $name in counters-*) r=reverse-${name#counters-}
+        if [ -z "${done_at[$name]:-}" ] && [ "$l" = "$u" ] && [ "$pos" = "$(positions | awk -v r="$r" '$1 == r { print $2 }')" ]; then
+          done_at[$name]=$(date +%s.%N); done_at[$r]=${done_at[$r]:-${done_at[$name]}}; fi ;;
+      esac
+    done < <(positions)
     if [ -n "${done_at[notifications]:-}" ] && [ -n "${done_at[trending]:-}" ] && [ -n "${done_at[integrity]:-}" ] &&
-       offsets | grep -q "counters@0=$last " && offsets | grep -q "counters@1=$last "; then
-      for s in 0 1; do [ -n "${done_at[counters-$s]:-}" ] || done_at[counters-$s]=$(date +%s.%N); done
+       [ -n "${done_at[counters-0]:-}" ] && [ -n "${done_at[counters-1]:-}" ]; then
       break
     fi
   done
@@ -272,14 +289,14 @@ redis)
   figures redis ;;
 embedded)
   mkdir -p "$W/emb"
-  "$BIN" serve --config "$W/emb.toml" > "$W/emb.log" 2>&1 & echo $! > "$W/emb.pid"; sleep 3
+  "$BIN" serve --config "$W/emb.toml" > "$W/emb.log" 2>&1 & echo $! > "$W/emb.pid"; wait_up "$EMB"
   python3 "$HERE/load.py" register --url $EMB --secret $SECRET
   du -sb "$W/emb"
   /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" like --url $EMB --secret $SECRET | tee "$W/load.embedded.json"
   sleep 15; kill -TERM "$(cat "$W/emb.pid")"; while kill -0 "$(cat "$W/emb.pid")" 2>/dev/null; do sleep 1; done
   # Reopen with a 1 MiB write buffer: the replayed memtables are flushed to tables.
   LIKEWISE__STORE__WRITE_BUFFER_MB=1 "$BIN" serve --config "$W/emb.toml" > "$W/emb2.log" 2>&1 & echo $! > "$W/emb.pid"
-  sleep 25; kill -TERM "$(cat "$W/emb.pid")"; while kill -0 "$(cat "$W/emb.pid")" 2>/dev/null; do sleep 1; done
+  wait_up "$EMB"; sleep 20; kill -TERM "$(cat "$W/emb.pid")"; while kill -0 "$(cat "$W/emb.pid")" 2>/dev/null; do sleep 1; done
   du -sb "$W/emb" "$W/emb/store/keyspaces"; ls -l "$W/emb/store/"*.jnl
   # Keyspace directories are numbered from 1 in the order store/src/embedded/mod.rs opens
   # them (`ks("name"` / `ks_with("name"`); the names are read from there.
