@@ -233,6 +233,10 @@ fn spawn_write_buffer_governor(inner: std::sync::Weak<Inner>) {
 /// from memory rather than from storage beside the writer.
 const EVENT_TAIL_EVENTS: usize = 262_144;
 
+/// How long a clean stop waits for its memtables to be flushed before it leaves them to the
+/// journal (`EmbeddedStore::close_durably`).
+const CLOSE_FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Keyspaces earlier versions wrote and this one no longer reads, removed on open:
 /// `likes` duplicated `user_likes` (see `likes.rs`); every like it held is also in
 /// `user_likes` and `likers`, written in the same atomic batches.
@@ -473,8 +477,27 @@ impl EmbeddedStore {
         let inner = &self.inner;
         inner.persist()?;
         let upto = journal_check::last_seqno(&inner.db);
-        for k in &inner.all {
-            k.rotate_memtable_and_wait().map_err(engine_err)?;
+        // Bounded: a flush that never completes (fjall's flush worker gone or stuck) must not
+        // hang the stop. Then the tables are not marked complete and the journal, fsynced
+        // above, still holds everything: the next start replays it, as after a crash.
+        let keyspaces = inner.all.clone();
+        let (done, flushed) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("likewise-close-flush".into())
+            .spawn(move || {
+                let r = keyspaces.iter().try_for_each(|k| k.rotate_memtable_and_wait().map(drop));
+                let _ = done.send(r);
+            })
+            .map_err(|e| StoreError::Engine(format!("cannot start the closing flush: {e}")))?;
+        match flushed.recv_timeout(CLOSE_FLUSH_WAIT) {
+            Ok(r) => r.map_err(engine_err)?,
+            Err(_) => {
+                tracing::warn!(
+                    waited_s = CLOSE_FLUSH_WAIT.as_secs(),
+                    "memtables were not flushed at the stop; the journal keeps their data for the next start"
+                );
+                return Ok(());
+            }
         }
         inner.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err)?;
         inner.progress.clean(upto.max(journal_check::last_seqno(&inner.db))).map_err(engine_err)?;
