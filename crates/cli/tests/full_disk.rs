@@ -232,8 +232,15 @@ async fn a_full_disk_refuses_writes_with_503_and_they_resume_once_space_is_freed
     }
     let (st, _, v) = request(&c, &base, Method::GET, &format!("/v1/posts/{POST}"), AUTHOR, "").await;
     assert_eq!(st, 200, "reads go on while the disk is full: {v}");
-    let (st, _, v) = health(&c, &base).await;
-    assert_eq!((st, &v["checks"]["storage"]), (503, &serde_json::json!("down")), "{v}");
+    let down_by = Instant::now() + Duration::from_secs(3);
+    loop {
+        let (st, _, v) = health(&c, &base).await;
+        if (st, &v["checks"]["storage"]) == (503, &serde_json::json!("down")) {
+            break;
+        }
+        assert!(Instant::now() < down_by, "/healthz while the disk is full: {st} {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // Space is freed: writes are taken again, without a restart.
     std::fs::remove_file(&filler).expect("remove the filler");
@@ -255,8 +262,16 @@ async fn a_full_disk_refuses_writes_with_503_and_they_resume_once_space_is_freed
         assert!(matches!(answer.0, 200 | 201), "a write after recovery: {answer:?}");
         record(&acked, k, &answer);
     }
-    let (st, _, v) = health(&c, &base).await;
-    assert_eq!(st, 200, "/healthz once writes work again: {v}");
+    // /healthz reuses its engine checks for one second (docs/api.md): it turns within that.
+    let healthy_by = Instant::now() + Duration::from_secs(3);
+    loop {
+        let (st, _, v) = health(&c, &base).await;
+        if st == 200 {
+            break;
+        }
+        assert!(Instant::now() < healthy_by, "/healthz once writes work again: {st} {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     proc::stop(server);
 
     // Nothing acknowledged was lost.
