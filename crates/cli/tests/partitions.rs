@@ -223,8 +223,10 @@ async fn faults_on_each_server_lose_nothing_count_nothing_twice_and_never_hang()
                 match h {
                     Some((st, checks)) => {
                         reported_down |= checks[name] == "down";
-                        // Only a storage outage makes the whole node unavailable.
-                        if name != "storage" {
+                        // Only a storage outage makes the whole node unavailable. /healthz
+                        // reuses its checks for a second (docs/api.md): the first answers of a
+                        // phase may still carry the previous phase's storage outage.
+                        if name != "storage" && asked.duration_since(started) > Duration::from_millis(1500) {
                             assert_eq!(st, 200, "{name} {fault:?}: /healthz {st} {checks}");
                         }
                     }
