@@ -3,6 +3,8 @@
 //! longer than the count refresh interval, so every cached count goes stale at least once,
 //! they cost at most 0.2 PostgreSQL round trips and 3 Redis round trips a page.
 
+mod common;
+
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::LikeAction;
 use likewise_core::model::{CommentsPolicy, PostMeta};
@@ -143,23 +145,5 @@ async fn a_warm_feed_page_reads_redis_not_postgres() {
     assert_eq!(views.iter().map(|x| x.viewer_has_liked).collect::<Vec<_>>(), [true, true, false]);
 
     svc.stores().close().expect("close");
-    likewise_cli_test_cleanup(&prefix);
-}
-
-/// Delete the test's Redis keys.
-fn likewise_cli_test_cleanup(prefix: &str) {
-    let pattern = format!("{prefix}:*");
-    let _ = std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-        let _ = rt.block_on(async move {
-            let client = redis::Client::open("redis://127.0.0.1:6379/0")?;
-            let mut c = client.get_multiplexed_async_connection().await?;
-            let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut c).await?;
-            if !keys.is_empty() {
-                let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut c).await?;
-            }
-            redis::RedisResult::Ok(())
-        });
-    })
-    .join();
+    common::delete_redis_keys(&prefix);
 }
