@@ -266,6 +266,13 @@ export function calls(api: Client): { [Op in keyof operations]: () => Promise<un
       // A user never flagged answers 404.
       return error ? describe(error) : data;
     },
+    analytics_hourly: async () => {
+      const { data, error } = await api.GET("/v1/analytics/hourly", {
+        params: { query: { since: "2026-12-04", until: "2026-12-05T12:00:00Z" } },
+      });
+      if (error) return describe(error);
+      return data.rows.map((r) => [r.post_id, r.hour, r.likes, r.comments, r.unique_viewers] as const);
+    },
     moderate_comment: async () => {
       const body: Schemas["ModerationDecision"] = { action: "hide" };
       const { data, error } = await api.POST("/v1/moderation/comments/{comment_id}", {

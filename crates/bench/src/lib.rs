@@ -13,7 +13,7 @@
 //! - `stats`: latency percentiles and the progress bar.
 //! - `proc`: what /proc says about a process (resident memory, CPU time).
 
-mod client;
+pub mod client;
 mod cold_read;
 mod comments;
 mod export_lag;

@@ -3,8 +3,9 @@
 //! (`tests/support/analytics_reader.py`), a reader independent of the writer. The sums must
 //! match what the API acknowledged: likes minus unlikes per post equal its like rows, comments
 //! what was created, the visible-comment delta the post's comment count, unique viewers the
-//! distinct viewers within the HyperLogLog's error. Embedded engine only (the command refuses
-//! the postgres backend, checked below).
+//! distinct viewers within the HyperLogLog's error. Then beside a live node: the embedded
+//! store held by a running `serve` is read through it (`GET /v1/analytics/hourly`), and a
+//! scale-out deployment's event stream is read while it runs.
 
 mod common;
 
@@ -293,8 +294,9 @@ fn bad_flags_fail_with_clear_errors() {
                 "--config",
                 pg.to_str().expect("utf-8"),
             ],
-            "is not supported",
+            "likewise_no_such_db",
         ),
+        (vec!["--since", "2024-01-01", "--until", "2026-12-04", "--out", out], "more than 8784 hours"),
     ];
     for (args, want) in cases {
         let o = export(dir.path(), &args);
@@ -335,4 +337,232 @@ async fn an_export_reaching_behind_the_retained_log_warns() {
     );
     let r = read(&the_file(&out_dir));
     assert_eq!(r["posts"]["1"]["likes"], 5 - removed, "{r}");
+}
+
+/// A free local port (bound, then released for the server to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// Run `likewise export analytics ARGS` with `envs`.
+fn export_env(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_likewise"))
+        .args(["export", "analytics"])
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run likewise export analytics")
+}
+
+/// Per-post sums of a file, as the reader reports them.
+fn sums(file: &Path) -> Value {
+    read(file)["posts"].clone()
+}
+
+async fn ok(
+    c: &common::proc::Client,
+    base: &str,
+    m: Method,
+    path: &str,
+    user: u64,
+    service: bool,
+    body: &str,
+) {
+    let (st, v) = c.call(base, m, path, user, service, body).await.expect("call");
+    assert!((200..300).contains(&st), "{path}: {st} {v}");
+}
+
+/// On a node: post 1 (author 7) gets `likes` likes from users 1001.., the first of them
+/// removed again, and two comments.
+async fn engage(c: &common::proc::Client, base: &str, first_user: u64, likes: u64) {
+    let post = r#"{"author_id": "7", "hide_like_count": false, "comments": "everyone"}"#;
+    ok(c, base, Method::PUT, "/v1/posts/1", 7, true, post).await;
+    for u in first_user..first_user + likes {
+        ok(c, base, Method::PUT, "/v1/posts/1/like", u, false, "").await;
+    }
+    ok(c, base, Method::DELETE, "/v1/posts/1/like", first_user, false, "").await;
+    for u in [first_user, first_user + 1] {
+        ok(
+            c,
+            base,
+            Method::POST,
+            "/v1/posts/1/comments",
+            u,
+            false,
+            r#"{"text": "a fine morning for a walk"}"#,
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_beside_a_running_node_reads_through_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().to_str().expect("utf-8").to_string();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut node = common::proc::start_with(&["serve", "--data-dir", &data, "--listen", &listen], &[]);
+    let c = common::proc::Client::new();
+    engage(&c, &node.base, 1001, 6).await;
+    let (since, until) = (now_plus(-1), now_plus(2));
+    // The node of this data directory is found at server.listen, and its secret signs the token.
+    let envs = [("LIKEWISE__SERVER__LISTEN", listen.as_str()), ("LIKEWISE__AUTH__SECRET", common::SECRET)];
+    let live = dir.path().join("live");
+    let out = export_env(
+        &["--data-dir", &data, "--since", &since, "--until", &until, "--out", live.to_str().expect("utf-8")],
+        &envs,
+    );
+    assert!(out.status.success(), "export beside the node failed: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("reading through the running node"), "{}", text(&out.stderr));
+    let got = sums(&the_file(&live));
+    assert_eq!(
+        (&got["1"]["likes"], &got["1"]["unlikes"], &got["1"]["comments"]),
+        (&Value::from(6), &Value::from(1), &Value::from(2)),
+        "{got}"
+    );
+
+    // The node goes on taking writes; an export with --url and --token sees them.
+    engage(&c, &node.base, 2001, 3).await;
+    let token =
+        c.keys.mint(likewise_core::ids::UserId(1), true, std::time::Duration::from_secs(600)).expect("token");
+    let by_url = dir.path().join("by-url");
+    let out = export_env(
+        &[
+            "--data-dir",
+            &data,
+            "--url",
+            &node.base,
+            "--token",
+            &token,
+            "--since",
+            &since,
+            "--until",
+            &until,
+            "--out",
+            by_url.to_str().expect("utf-8"),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "export with --url failed: {}", text(&out.stderr));
+    let live_sums = sums(&the_file(&by_url));
+    assert_eq!(live_sums["1"]["likes"], 9, "{live_sums}");
+    assert_eq!(live_sums["1"]["comments"], 4, "{live_sums}");
+
+    // A token that is not a service's is refused, and the command says so.
+    let user = c
+        .keys
+        .mint(likewise_core::ids::UserId(1001), false, std::time::Duration::from_secs(600))
+        .expect("token");
+    let refused = dir.path().join("refused");
+    let out = export_env(
+        &[
+            "--url",
+            &node.base,
+            "--token",
+            &user,
+            "--since",
+            &since,
+            "--until",
+            &until,
+            "--out",
+            refused.to_str().expect("utf-8"),
+        ],
+        &[],
+    );
+    assert!(!out.status.success(), "a user's token exported");
+    assert!(text(&out.stderr).contains("403"), "{}", text(&out.stderr));
+
+    // Stopped, the store read directly gives the same rows as the node did.
+    common::proc::signal(&node.child, "-TERM");
+    assert!(node.child.wait().expect("wait").success(), "clean stop");
+    let offline = dir.path().join("offline");
+    let out = export(
+        dir.path(),
+        &["--since", &since, "--until", &until, "--out", offline.to_str().expect("utf-8")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("through the running node"), "{}", text(&out.stderr));
+    assert_eq!(sums(&the_file(&offline)), live_sums);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hourly_route_checks_its_caller_and_its_span() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    app.like(1001, 1, true).await;
+    let q = |since: &str, until: &str| format!("/v1/analytics/hourly?since={since}&until={until}");
+    let now = q(&now_plus(-1).replace('+', "%2B"), &now_plus(2).replace('+', "%2B"));
+    let (st, v) = app.call(Method::GET, &now, None, None).await;
+    assert_eq!((st, v["error"].as_str()), (StatusCode::UNAUTHORIZED, Some("unauthenticated")), "{v}");
+    let (st, v) = app.call(Method::GET, &now, Some(&app.user(1001)), None).await;
+    assert_eq!((st, v["error"].as_str()), (StatusCode::FORBIDDEN, Some("forbidden")), "{v}");
+    for (path, want) in [
+        ("/v1/analytics/hourly".to_string(), "required"),
+        (q("2026-12-04", "2026-12-03"), "must be later"),
+        (q("2026-12-04T10:05:00Z", "2026-12-04T10:50:00Z"), "same hour"),
+        (q("yesterday", "2026-12-04"), "not a time"),
+        (q("2020-01-01", "2026-12-04"), "more than 8784 hours"),
+    ] {
+        let (st, v) = app.call(Method::GET, &path, Some(&app.service()), None).await;
+        assert_eq!((st, v["error"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid")), "{path}: {v}");
+        assert!(v["message"].as_str().is_some_and(|m| m.contains(want)), "{path}: {v}");
+    }
+    let (st, v) = app.call(Method::GET, &now, Some(&app.service()), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{v}");
+    assert_eq!((rows[0]["post_id"].as_str(), rows[0]["likes"].as_i64()), (Some("1"), Some(1)), "{v}");
+    assert!(v["warning"].is_null(), "{v}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_out_export_reads_the_stream_while_the_deployment_runs() {
+    let d = common::deployment::Deployment::new().await;
+    let node = d.start("all");
+    let c = common::proc::Client::new();
+    engage(&c, &node.base, 1001, 5).await;
+    // A node whose events live in the stream sends the caller to the command.
+    let (st, v) = c
+        .call(&node.base, Method::GET, "/v1/analytics/hourly?since=2026-12-01&until=2026-12-02", 1, true, "")
+        .await
+        .expect("call");
+    assert_eq!((st, v["error"].as_str()), (409, Some("conflict")), "{v}");
+    let config = d.config.to_str().expect("utf-8").to_string();
+    let (since, until) = (now_plus(-1), now_plus(2));
+    // The events reach the stream through the relay: wait for them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut n = 0;
+    let got = loop {
+        n += 1;
+        let out_dir = d.dir.path().join(format!("out-{n}"));
+        let out = export_env(
+            &[
+                "--config",
+                &config,
+                "--since",
+                &since,
+                "--until",
+                &until,
+                "--out",
+                out_dir.to_str().expect("utf-8"),
+            ],
+            &[("LIKEWISE__AUTH__SECRET", common::SECRET)],
+        );
+        assert!(out.status.success(), "export failed: {}", text(&out.stderr));
+        let got = sums(&the_file(&out_dir));
+        if got["1"]["comments"] == 2 || std::time::Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    assert_eq!(
+        (&got["1"]["likes"], &got["1"]["unlikes"], &got["1"]["comments"]),
+        (&Value::from(5), &Value::from(1), &Value::from(2)),
+        "{got}"
+    );
+    // The node served on throughout.
+    let (st, v) = c.call(&node.base, Method::GET, "/v1/posts/1", 1001, false, "").await.expect("call");
+    assert_eq!(st, 200, "{v}");
+    drop(node);
 }

@@ -401,6 +401,43 @@ pub struct Health {
     pub checks: std::collections::BTreeMap<String, String>,
 }
 
+/// `GET /v1/analytics/hourly`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AnalyticsHourly {
+    /// The first hour covered (the `since` given, truncated to its UTC hour).
+    pub since: String,
+    /// The end of the span, exclusive.
+    pub until: String,
+    /// Set when the node's event log no longer holds every event of the span (it keeps
+    /// `aggregator.retain_events`): the hours before its oldest event are incomplete.
+    pub warning: Option<String>,
+    /// One row per post and UTC hour with any activity, sorted by hour, then post.
+    pub rows: Vec<AnalyticsRow>,
+}
+
+/// One post in one UTC hour (the columns of the analytics export's Parquet file).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AnalyticsRow {
+    #[schema(value_type = String)]
+    pub post_id: PostId,
+    /// The hour's start, RFC 3339 UTC.
+    pub hour: String,
+    /// Likes created on the post itself.
+    pub likes: i64,
+    /// Likes removed from the post itself.
+    pub unlikes: i64,
+    /// Comments written on the post, held ones included.
+    pub comments: i64,
+    /// Net change of the post's visible comment count.
+    pub comments_visible_delta: i64,
+    /// Likes created on the post's comments.
+    pub comment_likes: i64,
+    /// Likes removed from the post's comments.
+    pub comment_unlikes: i64,
+    /// Distinct viewers, estimated (HyperLogLog).
+    pub unique_viewers: i64,
+}
+
 /// Milliseconds since the epoch as RFC 3339 UTC.
 pub fn rfc3339_ms(ms: u64) -> String {
     let nanos = i128::from(ms) * 1_000_000;

@@ -45,6 +45,10 @@ impl ApiError {
     pub fn unauthenticated(msg: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthenticated", msg)
     }
+    /// 409 conflict.
+    pub fn conflict(msg: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "conflict", msg)
+    }
     /// 403 forbidden.
     pub fn forbidden(msg: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "forbidden", msg)

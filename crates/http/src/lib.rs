@@ -212,6 +212,7 @@ fn api_routes(hidden_words_limit: usize) -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(moderation::decide))
         .routes(routes!(integrity::list))
         .routes(routes!(integrity::decide))
+        .routes(routes!(analytics::hourly))
 }
 
 /// Only `/healthz` and `/metrics`: what a worker process (no API) offers its operators.

@@ -23,6 +23,7 @@
 //! - [`cluster`]: keeping several API nodes' caches in step (invalidations, live pushes).
 //! - [`error`]: [`ServiceError`], classified by kind.
 
+pub mod analytics;
 pub mod cache;
 pub mod cluster;
 pub mod comments;

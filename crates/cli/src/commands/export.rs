@@ -1,17 +1,21 @@
 //! `likewise export analytics --since T --until T --out DIR`: per-post hourly aggregates as
-//! one Parquet file (see [`crate::analytics`] for the columns).
+//! one Parquet file (see [`crate::analytics`] for the columns). No downtime is needed:
 //!
-//! Offline, on the embedded engine: the store is locked by a running `serve`, so stop it
-//! first (as for `reconcile`). Likes, unlikes and comments come from the event log, read from
-//! its retained start to its head; unique viewers from the hourly view sketches. The log is
-//! truncated behind the aggregator (keeping `aggregator.retain_events` events): hours before
-//! its oldest retained event are incomplete, and the command warns when `--since` reaches
-//! back that far. The postgres backend is refused (its events live in the NATS stream, which
-//! this command does not read).
+//! - embedded store, no node running: the store is opened here and its log read from its
+//!   retained start to its head;
+//! - embedded store held by a running `serve` (or `--url`): the node is asked
+//!   (`GET /v1/analytics/hourly`), which reads its own log the same way;
+//! - postgres backend: the event stream is read by a consumer of this command's own, and the
+//!   view sketches from PostgreSQL, while the deployment runs.
+//!
+//! Likes, unlikes and comments come from the event log; unique viewers from the hourly view
+//! sketches. The log keeps `aggregator.retain_events` events (the stream, `stream.max_age`):
+//! hours before its oldest retained event are incomplete, and the command warns when
+//! `--since` reaches back that far.
 
 use crate::analytics::Span;
 #[cfg(feature = "analytics")]
-use crate::analytics::{Aggregate, rfc3339};
+use crate::analytics::{HourRow, rfc3339};
 #[cfg(feature = "analytics")]
 use crate::progress::Progress;
 use crate::progress::ProgressArgs;
@@ -25,9 +29,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
     /// Per-post hourly aggregates (likes, unlikes, comments, comment likes, unique viewers)
-    /// as a Parquet file DIR/likewise-analytics-<since>-<until>.parquet. Offline, on the
-    /// embedded store only: stop `likewise serve` first. Covers what the event log retains
-    /// (aggregator.retain_events events); warns when --since is older.
+    /// as a Parquet file DIR/likewise-analytics-<since>-<until>.parquet. Runs beside a live
+    /// node: a store held by `likewise serve` is read through the node (or --url); on the
+    /// postgres backend the event stream is read directly. Covers what the event log retains
+    /// (aggregator.retain_events events; the stream's max_age); warns when --since is older.
     Analytics {
         /// First hour covered: RFC 3339 (2026-12-04T10:00:00Z) or a date (2026-12-04, midnight
         /// UTC); truncated to its UTC hour.
@@ -39,6 +44,14 @@ pub enum ExportCommand {
         /// Directory the file is written to (created if missing).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Read through a live node (`GET /v1/analytics/hourly`) instead of opening the store,
+        /// for example http://127.0.0.1:8080. Without it, on the embedded store, a node already
+        /// running on the data directory is asked at server.listen.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+        /// Service token for the node (default: one signed with the configuration's secret).
+        #[arg(long, value_name = "TOKEN", env = "LIKEWISE_TOKEN")]
+        token: Option<String>,
         #[command(flatten)]
         common: super::Common,
         #[command(flatten)]
@@ -46,25 +59,33 @@ pub enum ExportCommand {
     },
 }
 
-/// Events read from the log per call.
-#[cfg(feature = "analytics")]
-const READ_BATCH: usize = 10_000;
-/// Sketches read per call.
-#[cfg(feature = "analytics")]
-const VIEWS_PAGE: usize = 10_000;
-
 /// Run `likewise export ...`.
 pub fn run(cmd: ExportCommand) -> anyhow::Result<()> {
     match cmd {
-        ExportCommand::Analytics { since, until, out, common, progress } => {
-            let span = Span::parse(&since, &until)?;
-            analytics(common.load(None)?, span, &out, progress)
+        ExportCommand::Analytics { since, until, out, url, token, common, progress } => {
+            let span = crate::analytics::span(&since, &until)?;
+            analytics(common.load(None)?, span, &out, Source { url, token }, progress)
         }
     }
 }
 
+/// Where the rows come from when the store is not opened here.
+#[cfg_attr(not(feature = "analytics"), allow(dead_code))]
+struct Source {
+    /// A live node to ask (`--url`).
+    url: Option<String>,
+    /// Its service token (`--token`).
+    token: Option<String>,
+}
+
 #[cfg(not(feature = "analytics"))]
-fn analytics(_cfg: Config, _span: Span, _out: &Path, _progress: ProgressArgs) -> anyhow::Result<()> {
+fn analytics(
+    _cfg: Config,
+    _span: Span,
+    _out: &Path,
+    _from: Source,
+    _progress: ProgressArgs,
+) -> anyhow::Result<()> {
     anyhow::bail!(
         "this build of likewise has no analytics export: build it with the `analytics` cargo feature \
          (on by default; this binary was built without it)"
@@ -72,65 +93,55 @@ fn analytics(_cfg: Config, _span: Span, _out: &Path, _progress: ProgressArgs) ->
 }
 
 #[cfg(feature = "analytics")]
-fn analytics(cfg: Config, span: Span, out: &Path, progress: ProgressArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        cfg.store.backend == "embedded",
-        "likewise export analytics reads the embedded store's event log; store.backend = {:?} is not \
-         supported (on the scale-out engine the events live in the NATS stream, which it does not read)",
-        cfg.store.backend
-    );
+fn analytics(
+    cfg: Config,
+    span: Span,
+    out: &Path,
+    from: Source,
+    progress: ProgressArgs,
+) -> anyhow::Result<()> {
+    let created = !out.exists();
     check_writable(out)?;
+    let result = write_export(cfg, span, out, from, progress);
+    if result.is_err() && created {
+        // A refused export leaves nothing behind (the directory is removed only if empty).
+        let _ = std::fs::remove_dir(out);
+    }
+    result
+}
+
+#[cfg(feature = "analytics")]
+fn write_export(
+    cfg: Config,
+    span: Span,
+    out: &Path,
+    from: Source,
+    progress: ProgressArgs,
+) -> anyhow::Result<()> {
     likewise_app::runtime::init_logging("warn");
-    let rows = likewise_app::runtime::runtime()?.block_on(async {
-        let engines = likewise_app::engines::open(&cfg).await.context(
-            "opening the store (is `likewise serve` running on this data directory? stop it first)",
-        )?;
-        let stores = engines.stores.clone();
-        let mut agg = Aggregate::new(span);
-        // The log from its retained start, up to its head (no writer runs meanwhile).
-        let head = stores.events.head().await?;
-        let bar = Progress::start("export analytics", head, "events", progress);
-        let (mut after, mut first) = (0u64, None);
-        loop {
-            let batch = stores.events.read_after(after, READ_BATCH).await?;
-            let Some(last) = batch.last() else { break };
-            after = last.seq;
-            first = first.or(batch.first().map(|e| (e.seq, e.ts_ms)));
-            for e in &batch {
-                agg.add_event(e);
+    let rt = likewise_app::runtime::runtime()?;
+    let (rows, warning) = match (&from.url, cfg.store.backend.as_str()) {
+        (Some(url), _) => rt.block_on(through_node(&cfg, url, from.token.as_deref(), span))?,
+        (None, "embedded") => match rt.block_on(from_store(&cfg, span, progress)) {
+            Ok(r) => r,
+            // The store is held by a node of this data directory: ask it instead.
+            Err(e) if rt.block_on(node_answers(&cfg.server.listen)) => {
+                eprintln!(
+                    "the store is in use ({}); reading through the running node at {}",
+                    likewise_core::error::chain(&*e),
+                    cfg.server.listen
+                );
+                let url = format!("http://{}", cfg.server.listen);
+                rt.block_on(through_node(&cfg, &url, from.token.as_deref(), span))?
             }
-            // Counted from the oldest retained event: a truncated log has fewer to read.
-            let from = first.map_or(1, |(seq, _)| seq);
-            bar.set_total((head + 1).saturating_sub(from).max(after + 1 - from));
-            bar.set_done(after + 1 - from);
-        }
-        bar.finish();
-        let mut page = None;
-        loop {
-            let views = stores.views.hourly_views(span.since_ms, span.until_ms, page, VIEWS_PAGE).await?;
-            let Some(last) = views.last() else { break };
-            page = Some((last.hour_ms, last.post));
-            for v in &views {
-                agg.add_views(v)?;
-            }
-        }
-        stores.close()?;
-        // Truncated: the oldest retained event is not the first ever written.
-        match first {
-            Some((seq, ts)) if seq > 1 && ts > span.since_ms => eprintln!(
-                "warning: the event log retains events from {} on (aggregator.retain_events); likes, \
-                 unlikes and comments of earlier hours are missing from the export",
-                rfc3339(ts)
-            ),
-            None if head > 0 => eprintln!(
-                "warning: the event log retains no events (aggregator.retain_events); the export holds \
-                 unique viewers only"
-            ),
-            _ => {}
-        }
-        anyhow::Ok(agg.into_rows())
-    })?;
-    let path = crate::analytics::parquet::write(out, &span.file_name(), &rows)?;
+            Err(e) => return Err(e),
+        },
+        (None, _) => rt.block_on(from_stream(&cfg, span, progress))?,
+    };
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
+    let path = crate::analytics::parquet::write(out, &crate::analytics::file_name(&span), &rows)?;
     println!(
         "wrote {} rows ({} to {}) to {}",
         rows.len(),
@@ -139,6 +150,115 @@ fn analytics(cfg: Config, span: Span, out: &Path, progress: ProgressArgs) -> any
         path.display()
     );
     Ok(())
+}
+
+/// Rows and warning of an export.
+#[cfg(feature = "analytics")]
+type Rows = (Vec<HourRow>, Option<String>);
+
+/// The embedded store opened here: its log from its retained start to its head.
+#[cfg(feature = "analytics")]
+async fn from_store(cfg: &Config, span: Span, progress: ProgressArgs) -> anyhow::Result<Rows> {
+    let engines = likewise_app::engines::open(cfg).await?;
+    let stores = engines.stores.clone();
+    let bar = Progress::start("export analytics", 0, "events", progress);
+    let report =
+        likewise_service::analytics::hourly(&*stores.events, &*stores.views, span, false, |done, total| {
+            bar.set_total(total);
+            bar.set_done(done);
+        })
+        .await;
+    bar.finish();
+    stores.close()?;
+    let report = report?;
+    let warning = report.warning(&span);
+    Ok((report.rows, warning))
+}
+
+/// A scale-out deployment, running or not: the event stream read by a consumer of this
+/// command's own (from the stream's first retained event to its last one now), the view
+/// sketches from PostgreSQL.
+#[cfg(feature = "analytics")]
+async fn from_stream(cfg: &Config, span: Span, progress: ProgressArgs) -> anyhow::Result<Rows> {
+    let engines = likewise_app::engines::open(cfg).await?;
+    let cluster = engines.cluster.as_ref().context("the scale-out engines have no event stream")?;
+    let name = format!("analytics-export-{:016x}", rand_id());
+    let log = cluster.stream.consumer(&name, likewise_core::ports::cluster::Scope::All, 0).await?;
+    let bar = Progress::start("export analytics", 0, "events", progress);
+    let report =
+        likewise_service::analytics::hourly(&*log, &*engines.stores.views, span, true, |done, total| {
+            bar.set_total(total);
+            bar.set_done(done);
+        })
+        .await;
+    bar.finish();
+    drop(log);
+    engines.stores.close()?;
+    let report = report?;
+    let warning = report.warning(&span);
+    Ok((report.rows, warning))
+}
+
+/// A name part no other run of this command picks.
+#[cfg(feature = "analytics")]
+fn rand_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// Does a likewise node answer at `listen`?
+#[cfg(feature = "analytics")]
+async fn node_answers(listen: &str) -> bool {
+    let client = likewise_bench::client::HttpClient::new(&format!("http://{listen}"), 1);
+    matches!(tokio::time::timeout(std::time::Duration::from_secs(5), client.metrics()).await, Ok(Some(_)))
+}
+
+/// A live node's rows (`GET /v1/analytics/hourly`), with `token`, or a service token minted
+/// from the configuration's signing secret.
+#[cfg(feature = "analytics")]
+async fn through_node(cfg: &Config, url: &str, token: Option<&str>, span: Span) -> anyhow::Result<Rows> {
+    use likewise_http::dto::AnalyticsHourly;
+    let token = match token {
+        Some(t) => t.to_string(),
+        None => likewise_app::tokens::signing_keys(cfg)
+            .and_then(|k| {
+                k.mint(likewise_core::ids::UserId(1), true, std::time::Duration::from_secs(3600))
+                    .map_err(|e| anyhow::anyhow!(e))
+            })
+            .context(
+                "no --token given, and no service token can be made from this configuration's signing secret",
+            )?,
+    };
+    let client = likewise_bench::client::HttpClient::new(url, 1);
+    let path =
+        format!("/v1/analytics/hourly?since={}&until={}", rfc3339(span.since_ms), rfc3339(span.until_ms));
+    let answer: AnalyticsHourly =
+        client.get_json(&path, &token, &format!("the analytics of the node at {url}")).await?;
+    let rows = answer
+        .rows
+        .iter()
+        .map(|r| {
+            let hour_ms =
+                likewise_service::analytics::parse_time("hour", &r.hour).map_err(anyhow::Error::msg)?;
+            Ok(HourRow {
+                post: r.post_id.0,
+                hour_ms,
+                likes: r.likes,
+                unlikes: r.unlikes,
+                comments: r.comments,
+                comments_visible_delta: r.comments_visible_delta,
+                comment_likes: r.comment_likes,
+                comment_unlikes: r.comment_unlikes,
+                unique_viewers: r.unique_viewers,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((rows, answer.warning))
 }
 
 /// Fail early, before reading the log, when `out` cannot take the file.

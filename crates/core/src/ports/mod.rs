@@ -102,6 +102,11 @@ pub trait EventLog: Send + Sync {
     async fn committed(&self, _upto: u64) -> StoreResult<()> {
         Ok(())
     }
+    /// Can this log be read directly from its start (`read_after(0, ..)`)? Not where the
+    /// events are only reachable through a stream consumer (a sharded PostgreSQL store).
+    fn readable(&self) -> bool {
+        true
+    }
 }
 
 /// A consistent recount of one target, taken from a single snapshot.

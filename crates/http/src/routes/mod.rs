@@ -1,6 +1,7 @@
 //! Route handlers, one file per resource. Each handler parses at the edge, calls the
 //! service, and maps the result; errors go through [`crate::error::ApiError`].
 
+pub mod analytics;
 pub mod comments;
 pub mod events;
 pub mod integrity;

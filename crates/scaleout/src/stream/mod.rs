@@ -216,6 +216,9 @@ impl EventLog for NoDirectLog {
     async fn truncate(&self, _upto: u64) -> StoreResult<u64> {
         Ok(0)
     }
+    fn readable(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
