@@ -721,7 +721,8 @@ impl Config {
         }
     }
 
-    /// Aggregator options.
+    /// Aggregator options as configured; the consumers it holds the log for are added from
+    /// the workers that run (`WorkerOptions::aggregator_options`).
     pub fn aggregator_options(&self) -> likewise_workers::AggregatorOptions {
         let a = &self.aggregator;
         likewise_workers::AggregatorOptions {
@@ -730,41 +731,8 @@ impl Config {
             reconcile_hot: a.reconcile_hot,
             retain_events: a.retain_events,
             rank_index: a.rank_index,
-            // The log's other consumers in this process: their unread events stay.
-            hold_for: [
-                likewise_workers::notifier::NOTIFIER,
-                likewise_service::trending::TRENDING,
-                likewise_service::integrity::INTEGRITY,
-            ]
-            .into_iter()
-            .chain(self.export.kafka_brokers.is_some().then_some(likewise_workers::export::EXPORT))
-            .map(String::from)
-            .collect(),
             ..likewise_workers::AggregatorOptions::default()
         }
-    }
-
-    /// Options of the background workers (the embedded process's, or a worker role's).
-    pub fn worker_options(&self) -> anyhow::Result<likewise_workers::cluster::WorkerOptions> {
-        Ok(likewise_workers::cluster::WorkerOptions {
-            export: crate::export::from_config(&self.export)?,
-            key_retention: self.comments.idempotency_retention()?,
-            notif_retention: likewise_workers::notif_retention::RetentionOptions {
-                retain: self.notifications.retention()?,
-                ..Default::default()
-            },
-            integrity: likewise_workers::integrity::IntegrityWorkerOptions {
-                detect: self.integrity.options(),
-                ..Default::default()
-            },
-            aggregator: self.aggregator_options(),
-            notifier: likewise_workers::notifier::NotifierOptions {
-                hold: Duration::from_millis(self.notifications.hold_ms),
-                ..Default::default()
-            },
-            run_trending: true,
-            run_integrity: true,
-        })
     }
 
     /// HTTP options.
@@ -845,9 +813,9 @@ mod tests {
     #[test]
     fn idempotency_keys_are_kept_at_least_a_day() {
         let mut c = Config::default();
-        assert_eq!(c.worker_options().expect("options").key_retention, Duration::from_secs(86_400));
+        assert_eq!(c.comments.idempotency_retention().expect("retention"), Duration::from_secs(86_400));
         c.comments.idempotency_retention = "7d".into();
-        assert_eq!(c.worker_options().expect("options").key_retention, Duration::from_secs(7 * 86_400));
+        assert_eq!(c.comments.idempotency_retention().expect("retention"), Duration::from_secs(7 * 86_400));
         for bad in ["23h", "0", "soon"] {
             c.comments.idempotency_retention = bad.into();
             assert!(c.validate().is_err(), "{bad}");
@@ -858,17 +826,17 @@ mod tests {
     fn notification_retention_defaults_to_30_days_and_is_checked() {
         let mut c = Config::default();
         let days = |d: u64| Some(Duration::from_secs(d * 86_400));
-        assert_eq!(c.worker_options().expect("options").notif_retention.retain, days(30));
+        assert_eq!(c.notifications.retention().expect("retention"), days(30));
         c.notifications.retain_days = 0;
         c.validate().expect("0 keeps every item");
-        assert_eq!(c.worker_options().expect("options").notif_retention.retain, None);
+        assert_eq!(c.notifications.retention().expect("retention"), None);
         c.notifications.retain_days = MAX_RETAIN_DAYS;
-        assert_eq!(c.worker_options().expect("options").notif_retention.retain, days(36_500));
+        assert_eq!(c.notifications.retention().expect("retention"), days(36_500));
         for bad in [-1, i64::MIN, MAX_RETAIN_DAYS + 1, i64::MAX] {
             c.notifications.retain_days = bad;
             let e = c.validate().expect_err("out of range");
             assert!(format!("{e:#}").contains("notifications.retain_days"), "{bad}: {e:#}");
-            assert!(c.worker_options().is_err(), "{bad}");
+            assert!(c.notifications.retention().is_err(), "{bad}");
         }
         // From the environment, as an operator sets it.
         let figment = Figment::from(Serialized::defaults(Config::default()))

@@ -5,7 +5,8 @@
 //! - [`engines`]: the one place an engine is chosen: the embedded store, or (feature
 //!   `scaleout`) PostgreSQL, Redis and NATS.
 //! - [`export`]: the event export destination (Kafka, feature `kafka`).
-//! - [`startup`]: builds and runs the service: HTTP server, background workers, graceful stop.
+//! - [`startup`]: builds and runs the service: the workers' options (the export's sink among
+//!   them), HTTP server, background workers, graceful stop.
 //! - [`secret`]: the token signing secret (which also keys cursors).
 //! - [`tokens`]: which tokens are accepted (the secret, an identity provider's JWKS, or both).
 //! - [`runtime`]: the log subscriber and the Tokio runtime every command runs in.

@@ -91,6 +91,29 @@ pub fn writable_dir(dir: &std::path::Path) -> anyhow::Result<()> {
     }
 }
 
+/// Options of the background workers (the embedded process's, or a worker role's), with the
+/// export's sink built from `[export]`.
+pub fn worker_options(cfg: &Config) -> anyhow::Result<WorkerOptions> {
+    Ok(WorkerOptions {
+        export: crate::export::from_config(&cfg.export)?,
+        key_retention: cfg.comments.idempotency_retention()?,
+        notif_retention: likewise_workers::notif_retention::RetentionOptions {
+            retain: cfg.notifications.retention()?,
+            ..Default::default()
+        },
+        integrity: likewise_workers::integrity::IntegrityWorkerOptions {
+            detect: cfg.integrity.options(),
+            ..Default::default()
+        },
+        aggregator: cfg.aggregator_options(),
+        notifier: likewise_workers::notifier::NotifierOptions {
+            hold: std::time::Duration::from_millis(cfg.notifications.hold_ms),
+            ..Default::default()
+        },
+        without: Vec::new(),
+    })
+}
+
 /// What runs beside the HTTP server.
 enum Mode {
     /// Everything in this process on the embedded store.
@@ -129,13 +152,15 @@ impl Application {
                     ports,
                     api: role != "worker",
                     worker: role != "api",
-                    opts: cfg.worker_options()?,
+                    opts: worker_options(cfg)?,
                 };
                 (mode, ReconcileHandle::routed(Vec::new(), Arc::new(|_| 0)))
             }
             None => {
-                let (aggregator, reconcile) = Aggregator::new(svc.clone(), cfg.aggregator_options()).await?;
-                (Mode::Embedded { aggregator, workers: cfg.worker_options()? }, reconcile)
+                let workers = worker_options(cfg)?;
+                let (aggregator, reconcile) =
+                    Aggregator::new(svc.clone(), workers.aggregator_options()).await?;
+                (Mode::Embedded { aggregator, workers }, reconcile)
             }
         };
         let listener = TcpListener::bind(&cfg.server.listen)
@@ -315,4 +340,37 @@ pub async fn shutdown_signal() {
         _ = term => {},
     }
     tracing::info!("shutdown signal received");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use likewise_workers::Consumer;
+
+    /// The aggregator holds the log's truncation for the consumers that run and for no other:
+    /// one that is off would never move its offset, and the log would grow forever.
+    #[test]
+    fn the_log_is_held_for_the_consumers_that_run_and_no_other() {
+        let held = |cfg: &Config, without: &[Consumer]| {
+            let opts = WorkerOptions { without: without.to_vec(), ..worker_options(cfg).expect("options") };
+            let held = opts.aggregator_options().hold_for;
+            let running: Vec<&str> = opts.consumers().map(Consumer::name).collect();
+            assert_eq!(held, running, "without {without:?}");
+            held
+        };
+        let mut cfg = Config::default();
+        assert_eq!(held(&cfg, &[]), ["notifications", "trending", "integrity"]);
+        assert_eq!(held(&cfg, &[Consumer::Trending]), ["notifications", "integrity"]);
+        assert_eq!(held(&cfg, &[Consumer::Trending, Consumer::Integrity]), ["notifications"]);
+        // Brokers set but blank name no destination: no export runs.
+        cfg.export.kafka_brokers = Some(" ".into());
+        assert_eq!(held(&cfg, &[]), ["notifications", "trending", "integrity"]);
+        #[cfg(feature = "kafka")]
+        {
+            cfg.export.kafka_brokers = Some("127.0.0.1:9".into());
+            assert_eq!(held(&cfg, &[]), ["notifications", "trending", "integrity", "export"]);
+            assert_eq!(held(&cfg, &[Consumer::Integrity]), ["notifications", "trending", "export"]);
+            assert_eq!(held(&cfg, &[Consumer::Export]), ["notifications", "trending", "integrity"]);
+        }
+    }
 }

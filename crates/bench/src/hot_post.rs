@@ -21,6 +21,17 @@ pub enum StreamConsumer {
     Integrity,
 }
 
+impl StreamConsumer {
+    /// The consumer it names.
+    pub fn consumer(self) -> likewise_workers::Consumer {
+        match self {
+            StreamConsumer::Export => likewise_workers::Consumer::Export,
+            StreamConsumer::Trending => likewise_workers::Consumer::Trending,
+            StreamConsumer::Integrity => likewise_workers::Consumer::Integrity,
+        }
+    }
+}
+
 /// `bench hot-post` options.
 #[derive(Debug, Args)]
 pub struct HotPostArgs {

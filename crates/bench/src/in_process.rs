@@ -10,7 +10,7 @@ use likewise_core::model::{CommentsPolicy, PostMeta};
 use likewise_core::ports::Recount;
 use likewise_service::Engagement;
 use likewise_store::Stores;
-use likewise_workers::{Aggregator, cluster};
+use likewise_workers::{Aggregator, Consumer, cluster};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -132,23 +132,17 @@ async fn open(a: &HotPostArgs) -> anyhow::Result<Bench> {
     let stores = engines.stores.clone();
     let svc = Engagement::new(stores.clone(), cfg.service_options());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut workers = likewise_app::startup::worker_options(&cfg)?;
+    workers.without.extend(a.without.iter().map(|c| c.consumer()));
     // With the postgres backend (a config file naming the shards, Redis and NATS), the same
     // bench drives the scale-out write path: group commit into batched shard transactions,
     // the outbox relay to JetStream and the shard's aggregator, all in this process. Post and
     // likers are fresh random IDs so runs can share databases.
     let (spawn_workers, post, base, consumer) = if let Some(ports) = engines.cluster {
         let spawn: SpawnWorkers = {
-            let (svc, ports, mut opts, stop_rx) =
-                (svc.clone(), ports.clone(), cfg.worker_options()?, stop_rx.clone());
+            let (svc, ports, opts, stop_rx) = (svc.clone(), ports.clone(), workers.clone(), stop_rx.clone());
             // The worker role always runs every consumer; `--without` leaves some out, to
             // measure what they cost here too.
-            for c in &a.without {
-                match c {
-                    StreamConsumer::Export => opts.export = None,
-                    StreamConsumer::Trending => opts.run_trending = false,
-                    StreamConsumer::Integrity => opts.run_integrity = false,
-                }
-            }
             if !a.without.is_empty() {
                 println!("worker role without: {:?}", a.without);
             }
@@ -162,36 +156,19 @@ async fn open(a: &HotPostArgs) -> anyhow::Result<Bench> {
         );
         (spawn, post, rand::random_range(1u64 << 40..1u64 << 41), consumer)
     } else {
-        let mut agg_opts = cfg.aggregator_options();
-        // Consumers left out would otherwise hold the log's truncation back.
-        let left_out: Vec<&str> = a
-            .without
-            .iter()
-            .map(|c| match c {
-                StreamConsumer::Export => likewise_workers::export::EXPORT,
-                StreamConsumer::Trending => likewise_service::trending::TRENDING,
-                StreamConsumer::Integrity => likewise_service::integrity::INTEGRITY,
-            })
-            .collect();
-        agg_opts.hold_for.retain(|c| !left_out.contains(&c.as_str()));
-        let (agg, _) = Aggregator::new(svc.clone(), agg_opts).await?;
+        if !a.consumers {
+            // The aggregator alone: it holds the log for nobody.
+            workers.without = Consumer::ALL.to_vec();
+        }
+        let (agg, _) = Aggregator::new(svc.clone(), workers.aggregator_options()).await?;
         let spawn: SpawnWorkers = if a.consumers {
             // Everything the single-node `serve` runs beside its HTTP server.
-            let (svc, mut opts) = (svc.clone(), cfg.worker_options()?);
-            for c in &a.without {
-                match c {
-                    StreamConsumer::Export => opts.export = None,
-                    StreamConsumer::Trending => opts.run_trending = false,
-                    StreamConsumer::Integrity => opts.run_integrity = false,
-                }
-            }
-            let mut names = vec!["aggregator", "notifier", "ranker"];
-            names.extend(opts.run_trending.then_some("trending"));
-            names.extend(opts.run_integrity.then_some("integrity"));
-            names.extend(opts.export.is_some().then_some("Kafka export"));
+            let svc = svc.clone();
+            let mut names = vec!["aggregator", "ranker"];
+            names.extend(workers.consumers().map(Consumer::name));
             println!("consumers: {}", names.join(", "));
             Box::new(move || {
-                let tasks = likewise_workers::single_node::spawn(&svc, agg, opts, &stop_rx);
+                let tasks = likewise_workers::single_node::spawn(&svc, agg, workers, &stop_rx);
                 vec![tokio::spawn(tasks.join())]
             })
         } else {

@@ -46,7 +46,7 @@ pub struct AggregatorOptions {
     pub retain_events: u64,
     /// Other consumers of the same log whose unread events must never be deleted, however
     /// far behind they are (the export during a broker outage, the notifier, the trending
-    /// consumer).
+    /// consumer): those that run (`WorkerOptions::aggregator_options`).
     pub hold_for: Vec<String>,
     /// Keep the rank index (`false` only to measure what it costs).
     pub rank_index: bool,

@@ -14,6 +14,9 @@
 //! - [`key_expiry`]: removes comment creates' `Idempotency-Key`s past their retention.
 //! - [`notif_retention`]: removes notification items (and their actors) past their retention.
 //! - [`export`]: publishes every event as public JSON to a destination (Kafka).
+//! - [`consumers`]: the event log's consumers beside the aggregator, listed once: their names,
+//!   which of them run, the lease each runs under when scaled out. What `single_node` and
+//!   `cluster` start, and what the aggregator holds the log for, follow this list.
 //! - [`single_node`]: starts and joins everything `likewise serve` runs beside its HTTP
 //!   server on the embedded store.
 //! - [`cluster`]: (scale-out) leases, each shard's workers, the roles' tasks, the bus
@@ -24,6 +27,7 @@
 
 pub mod aggregator;
 pub mod cluster;
+pub mod consumers;
 pub mod export;
 pub mod integrity;
 pub mod key_expiry;
@@ -37,6 +41,7 @@ pub mod single_node;
 pub mod trending;
 
 pub use aggregator::{Aggregator, AggregatorOptions, StepReport};
+pub use consumers::Consumer;
 pub use reconcile::ReconcileHandle;
 
 use std::time::Duration;

@@ -20,6 +20,7 @@
 
 use crate::Aggregator;
 use crate::cluster::WorkerOptions;
+use crate::consumers::Consumer;
 use crate::ranker::RankerOptions;
 use likewise_service::Engagement;
 use std::sync::Arc;
@@ -110,7 +111,8 @@ impl Drop for ConsumersRuntime {
     }
 }
 
-/// Start everything the single-node service runs beside its HTTP server.
+/// Start everything the single-node service runs beside its HTTP server: `aggregator` is
+/// built from `opts.aggregator_options()`, so it holds the log for the consumers started here.
 pub fn spawn(
     svc: &Arc<Engagement>,
     aggregator: Aggregator,
@@ -119,25 +121,32 @@ pub fn spawn(
 ) -> Tasks {
     let mut tasks = Tasks::default();
     tasks.push("aggregator", tokio::spawn(aggregator.run(shutdown.clone())));
-    tasks.push("notifier", tokio::spawn(crate::notifier::run(svc.clone(), opts.notifier, shutdown.clone())));
-    if opts.run_trending {
-        tasks.push_consumer("trending", trending(svc, shutdown.clone()));
-    }
-    if opts.run_integrity {
-        tasks.push_consumer("integrity", integrity(svc, opts.integrity.clone(), shutdown.clone()));
-    }
-    if let Some(export) = opts.export {
-        let stores = svc.stores();
-        tasks.push_consumer(
-            "export",
-            crate::export::run(
-                stores.events.clone(),
-                stores.counters.clone(),
-                export.sink,
-                export.opts,
-                shutdown.clone(),
+    for c in opts.consumers() {
+        match c {
+            Consumer::Notifier => tasks.push(
+                "notifier",
+                tokio::spawn(crate::notifier::run(svc.clone(), opts.notifier.clone(), shutdown.clone())),
             ),
-        );
+            Consumer::Trending => tasks.push_consumer("trending", trending(svc, shutdown.clone())),
+            Consumer::Integrity => {
+                tasks.push_consumer("integrity", integrity(svc, opts.integrity.clone(), shutdown.clone()))
+            }
+            Consumer::Export => {
+                if let Some(export) = opts.export.clone() {
+                    let stores = svc.stores();
+                    tasks.push_consumer(
+                        "export",
+                        crate::export::run(
+                            stores.events.clone(),
+                            stores.counters.clone(),
+                            export.sink,
+                            export.opts,
+                            shutdown.clone(),
+                        ),
+                    );
+                }
+            }
+        }
     }
     tasks.push(
         "ranker",

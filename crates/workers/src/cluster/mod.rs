@@ -15,7 +15,9 @@ pub mod lease;
 pub mod shard;
 
 use crate::AggregatorOptions;
+use crate::consumers::Consumer;
 use crate::notifier::NotifierOptions;
+use futures_util::future::join_all;
 use likewise_core::ports::EventLog;
 use likewise_core::ports::cluster::{Bus, EventStream, LeaseName, Leases, Outbox, ReverseIndex, Scope};
 use likewise_service::Engagement;
@@ -44,7 +46,8 @@ pub struct ClusterPorts {
 /// Options of the worker role.
 #[derive(Debug, Clone)]
 pub struct WorkerOptions {
-    /// The counter aggregators (each gets its shard's consumer name).
+    /// The counter aggregators (each gets its shard's consumer name, and the consumers to
+    /// hold the log for from [`Self::aggregator_options`]).
     pub aggregator: AggregatorOptions,
     /// The notifier.
     pub notifier: NotifierOptions,
@@ -56,11 +59,9 @@ pub struct WorkerOptions {
     pub notif_retention: crate::notif_retention::RetentionOptions,
     /// The integrity consumer.
     pub integrity: crate::integrity::IntegrityWorkerOptions,
-    /// Run the trending consumer (always on in `serve`: off only in
-    /// `bench hot-post --consumers --without`, to measure what it costs).
-    pub run_trending: bool,
-    /// The same for the integrity consumer.
-    pub run_integrity: bool,
+    /// Consumers not run although configured (none in `serve`: only
+    /// `bench hot-post --consumers --without` leaves some out, to measure what they cost).
+    pub without: Vec<Consumer>,
 }
 
 impl Default for WorkerOptions {
@@ -72,8 +73,24 @@ impl Default for WorkerOptions {
             key_retention: crate::key_expiry::DEFAULT_RETENTION,
             notif_retention: Default::default(),
             integrity: Default::default(),
-            run_trending: true,
-            run_integrity: true,
+            without: Vec::new(),
+        }
+    }
+}
+
+impl WorkerOptions {
+    /// The log's consumers these options run, in start order.
+    pub fn consumers(&self) -> impl Iterator<Item = Consumer> + '_ {
+        Consumer::ALL.into_iter().filter(|c| c.runs(self))
+    }
+
+    /// The counter aggregators' options: [`Self::aggregator`], with the log's truncation held
+    /// for every consumer that runs (their unread events stay, however far behind they are)
+    /// and for no other.
+    pub fn aggregator_options(&self) -> AggregatorOptions {
+        AggregatorOptions {
+            hold_for: self.consumers().map(|c| c.name().to_string()).collect(),
+            ..self.aggregator.clone()
         }
     }
 }
@@ -91,7 +108,7 @@ pub fn spawn_workers(
         let (svc, ports, agg, retention, shutdown) = (
             svc.clone(),
             ports.clone(),
-            opts.aggregator.clone(),
+            opts.aggregator_options(),
             opts.notif_retention.clone(),
             shutdown.clone(),
         );
@@ -137,59 +154,6 @@ pub fn spawn_workers(
             }
         }));
     }
-    if let Some(export) = &opts.export {
-        let (svc, p, export) = (svc.clone(), ports.clone(), export.clone());
-        tasks.push(tokio::spawn(lease::leased(
-            ports.leases.clone(),
-            LeaseName::Export,
-            shutdown.clone(),
-            move |stop| {
-                let (svc, p, export) = (svc.clone(), p.clone(), export.clone());
-                async move {
-                    let counters = svc.stores().counters.clone();
-                    let log = async {
-                        let offset = counters.offset(crate::export::EXPORT).await?;
-                        p.stream.consumer(crate::export::EXPORT, Scope::All, offset).await
-                    }
-                    .await;
-                    match log {
-                        Ok(log) => crate::export::run(log, counters, export.sink, export.opts, stop).await,
-                        Err(e) => {
-                            tracing::error!(error = %e, "export not started");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                    }
-                }
-            },
-        )));
-    }
-    // The trending and integrity consumers share one lease: each holds a connection for as
-    // long as it is held, and a small pool should not run out of them for lease holders.
-    let (svc2, p2, iopts) = (svc.clone(), ports.clone(), opts.integrity.clone());
-    let (run_trending, run_integrity) = (opts.run_trending, opts.run_integrity);
-    if run_trending || run_integrity {
-        tasks.push(tokio::spawn(lease::leased(
-            ports.leases.clone(),
-            LeaseName::Trending,
-            shutdown.clone(),
-            move |stop| {
-                let (svc, p, iopts) = (svc2.clone(), p2.clone(), iopts.clone());
-                async move {
-                    let t = async {
-                        if run_trending {
-                            trending(&svc, &p, stop.clone()).await
-                        }
-                    };
-                    let i = async {
-                        if run_integrity {
-                            integrity(&svc, &p, iopts, stop.clone()).await
-                        }
-                    };
-                    tokio::join!(t, i);
-                }
-            },
-        )));
-    }
     // Every worker process expires keys: deleting what is already gone costs nothing, and a
     // standby then needs no lease of its own for it.
     tasks.push(tokio::spawn(crate::key_expiry::run(
@@ -197,30 +161,89 @@ pub fn spawn_workers(
         opts.key_retention,
         shutdown.clone(),
     )));
-    let (svc, p, notifier) = (svc.clone(), ports.clone(), opts.notifier.clone());
-    tasks.push(tokio::spawn(lease::leased(
-        ports.leases.clone(),
-        LeaseName::Notifier,
-        shutdown.clone(),
-        move |stop| {
-            let (svc, p, opts) = (svc.clone(), p.clone(), notifier.clone());
+    // The log's consumers, each lease's together.
+    let running: Vec<Consumer> = opts.consumers().collect();
+    let mut names: Vec<LeaseName> = Vec::new();
+    for c in &running {
+        if !names.contains(&c.lease()) {
+            names.push(c.lease());
+        }
+    }
+    for name in names {
+        let members: Vec<Consumer> = running.iter().copied().filter(|c| c.lease() == name).collect();
+        let (svc, p, opts) = (svc.clone(), ports.clone(), opts.clone());
+        tasks.push(tokio::spawn(lease::leased(ports.leases.clone(), name, shutdown.clone(), move |stop| {
+            let (svc, p, opts, members) = (svc.clone(), p.clone(), opts.clone(), members.clone());
             async move {
-                let log = async {
-                    let offset = crate::notifier::Notifier::stored_offset(&svc).await?;
-                    p.stream.consumer("notifications", Scope::All, offset).await
-                }
-                .await;
-                match log {
-                    Ok(log) => crate::notifier::run_with(svc, opts, log, stop).await,
-                    Err(e) => {
-                        tracing::error!(error = %e, "notifier not started");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
+                join_all(members.into_iter().map(|c| consumer(c, &svc, &p, &opts, stop.clone()))).await;
             }
-        },
-    )));
+        })));
+    }
     tasks
+}
+
+/// Consumer `c` on the stream until `stop` flips, or until it cannot start (the lease's
+/// holder starts it again).
+async fn consumer(
+    c: Consumer,
+    svc: &Arc<Engagement>,
+    p: &ClusterPorts,
+    opts: &WorkerOptions,
+    stop: watch::Receiver<bool>,
+) {
+    match c {
+        Consumer::Notifier => notifier(svc, p, opts.notifier.clone(), stop).await,
+        Consumer::Trending => trending(svc, p, stop).await,
+        Consumer::Integrity => integrity(svc, p, opts.integrity.clone(), stop).await,
+        Consumer::Export => {
+            if let Some(e) = &opts.export {
+                export(svc, p, e.clone(), stop).await
+            }
+        }
+    }
+}
+
+/// The notifier on the stream, from its stored offset.
+async fn notifier(
+    svc: &Arc<Engagement>,
+    p: &ClusterPorts,
+    opts: NotifierOptions,
+    stop: watch::Receiver<bool>,
+) {
+    let log = async {
+        let offset = crate::notifier::Notifier::stored_offset(svc).await?;
+        p.stream.consumer(crate::notifier::NOTIFIER, Scope::All, offset).await
+    }
+    .await;
+    match log {
+        Ok(log) => crate::notifier::run_with(svc.clone(), opts, log, stop).await,
+        Err(e) => {
+            tracing::error!(error = %e, "notifier not started");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// The export on the stream, from its stored offset.
+async fn export(
+    svc: &Engagement,
+    p: &ClusterPorts,
+    export: crate::export::Export,
+    stop: watch::Receiver<bool>,
+) {
+    let counters = svc.stores().counters.clone();
+    let log = async {
+        let offset = counters.offset(crate::export::EXPORT).await?;
+        p.stream.consumer(crate::export::EXPORT, Scope::All, offset).await
+    }
+    .await;
+    match log {
+        Ok(log) => crate::export::run(log, counters, export.sink, export.opts, stop).await,
+        Err(e) => {
+            tracing::error!(error = %e, "export not started");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
 }
 
 /// Wait a second before starting again, unless the stop flipped: `false` to give up.
