@@ -134,7 +134,13 @@ fn write_export(
                 let url = format!("http://{}", cfg.server.listen);
                 rt.block_on(through_node(&cfg, &url, from.token.as_deref(), span))?
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                return Err(e.context(format!(
+                    "no node answers at server.listen ({}): if `likewise serve` holds this data \
+                     directory at another address, pass --url",
+                    cfg.server.listen
+                )));
+            }
         },
         (None, _) => rt.block_on(from_stream(&cfg, span, progress))?,
     };
