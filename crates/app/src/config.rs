@@ -550,9 +550,9 @@ impl Config {
 
     fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
-            (1..=likewise_store::group_commit::MAX_BATCH).contains(&self.write.max_batch),
+            (1..=likewise_engine::group_commit::MAX_BATCH).contains(&self.write.max_batch),
             "write.max_batch must be between 1 and {}",
-            likewise_store::group_commit::MAX_BATCH
+            likewise_engine::group_commit::MAX_BATCH
         );
         anyhow::ensure!((1..=64).contains(&self.write.lanes), "write.lanes must be between 1 and 64");
         anyhow::ensure!(self.write.max_in_flight >= 1, "write.max_in_flight must be at least 1");
@@ -682,7 +682,7 @@ impl Config {
                 engine_threads: self.store.engine_threads,
                 min_free_bytes: self.store.min_free_mb << 20,
             },
-            group_commit: likewise_store::group_commit::GroupCommitOptions {
+            group_commit: likewise_engine::group_commit::GroupCommitOptions {
                 max_batch: self.write.max_batch,
                 max_delay: Duration::from_micros(self.write.max_delay_us),
                 max_in_flight: self.write.max_in_flight,

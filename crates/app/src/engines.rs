@@ -9,7 +9,7 @@
 use crate::config::Config;
 use anyhow::Context;
 use likewise_core::ports::cluster::LikerPageRepair;
-use likewise_store::Stores;
+use likewise_engine::Stores;
 use likewise_workers::cluster::ClusterPorts;
 use std::sync::Arc;
 

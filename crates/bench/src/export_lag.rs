@@ -4,7 +4,7 @@
 //! the log's head.
 
 use crate::stats::summarise;
-use likewise_store::Stores;
+use likewise_engine::Stores;
 use likewise_workers::export::EXPORT;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;

@@ -4,8 +4,8 @@
 use likewise_app::config::{Config, Overrides};
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::model::{CommentsPolicy, PostMeta};
+use likewise_engine::Stores;
 use likewise_service::Engagement;
-use likewise_store::Stores;
 use std::sync::Arc;
 
 /// The service and its store. Fields drop in order: the directory goes after the store.

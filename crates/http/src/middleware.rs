@@ -79,12 +79,12 @@ pub async fn require_json(req: Request, next: Next) -> Response {
 
 /// Answer 503 `unavailable` when a request takes longer than the configured timeout, and
 /// only when that is true: its writes still queued are cancelled first, so they never run
-/// (`likewise_store::write_gate`). A request with a write already in a committing batch waits
+/// (`likewise_engine::write_gate`). A request with a write already in a committing batch waits
 /// for it instead and answers its real outcome; if even that does not come within half the
 /// timeout more (at most 5 s: a server cut off mid-commit), 504 `outcome_unknown`.
 pub async fn timeout(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let deadline = std::time::Instant::now() + state.opts.request_timeout;
-    let writes = Arc::new(likewise_store::write_gate::RequestWrites::until(deadline));
+    let writes = Arc::new(likewise_engine::write_gate::RequestWrites::until(deadline));
     let handler = writes.clone().scope(next.run(req));
     tokio::pin!(handler);
     tokio::select! {

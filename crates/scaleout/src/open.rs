@@ -11,8 +11,8 @@ use crate::stream::{JetStream, NoDirectLog, StreamOptions};
 use async_trait::async_trait;
 use likewise_core::StoreResult;
 use likewise_core::ports::EventLog;
-use likewise_store::group_commit::{GroupCommitOptions, MAX_BATCH};
-use likewise_store::{Engine, Stores};
+use likewise_engine::group_commit::{GroupCommitOptions, MAX_BATCH};
+use likewise_engine::{Engine, Stores};
 use std::sync::Arc;
 
 const _: () =

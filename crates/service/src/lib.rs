@@ -47,7 +47,7 @@ pub use error::{ServiceError, ServiceResult};
 use comments::Comments;
 use likes::Likes;
 use likewise_core::ports::cluster::{Broadcast, Invalidation};
-use likewise_store::Stores;
+use likewise_engine::Stores;
 use moderation::Moderation;
 use notifications::Notifications;
 use posts::Posts;
@@ -55,7 +55,7 @@ use ranking::Ranking;
 use review::Review;
 use shared::Shared;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use upstream::Upstream;
 use views::Views;
 
@@ -253,10 +253,9 @@ impl Engagement {
     }
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
+/// Milliseconds since the Unix epoch: the write path's clock, re-exported for the service's
+/// callers.
+pub use likewise_engine::now_ms;
 
 #[cfg(test)]
 mod tests {
@@ -267,7 +266,7 @@ mod tests {
     struct Counted(Arc<AtomicU64>);
 
     #[async_trait::async_trait]
-    impl likewise_store::Probe for Counted {
+    impl likewise_engine::Probe for Counted {
         fn name(&self) -> &'static str {
             "cache"
         }

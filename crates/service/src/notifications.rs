@@ -376,7 +376,7 @@ mod tests {
 
     /// Counts the store calls a page of views makes, delegating to the embedded store.
     struct Counting {
-        inner: likewise_store::Stores,
+        inner: likewise_engine::Stores,
         calls: parking_lot::Mutex<std::collections::BTreeMap<&'static str, u64>>,
     }
 

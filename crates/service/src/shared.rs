@@ -14,7 +14,7 @@ use likewise_core::event::Event;
 use likewise_core::ids::CommentId;
 use likewise_core::ports::cluster::{Broadcast, Invalidation};
 use likewise_core::write::CommentRecord;
-use likewise_store::Stores;
+use likewise_engine::Stores;
 use std::sync::{Arc, OnceLock};
 
 /// See the module documentation.

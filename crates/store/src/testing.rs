@@ -1,9 +1,9 @@
 //! What other crates' tests need from the embedded engine: a store opened with small caches
 //! in a scratch directory (feature `testing`).
 
-use crate::Stores;
 use crate::embedded::{EmbeddedOptions, EmbeddedStore};
-use crate::group_commit::GroupCommitOptions;
+use likewise_engine::Stores;
+use likewise_engine::group_commit::GroupCommitOptions;
 use std::path::Path;
 
 /// Engine options sized for tests: small caches and memtables, so many stores fit at once.

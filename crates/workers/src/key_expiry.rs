@@ -34,7 +34,7 @@ pub async fn expire_once(
 pub async fn run(keys: Arc<dyn IdempotencyStore>, retention: Duration, stop: watch::Receiver<bool>) {
     let mut ticker = Ticker::new(EVERY, stop);
     while ticker.next().await {
-        if let Err(e) = expire_once(&*keys, retention, likewise_store::now_ms()).await {
+        if let Err(e) = expire_once(&*keys, retention, likewise_engine::now_ms()).await {
             tracing::warn!(error = %e, "expiring idempotency keys failed");
         }
     }

@@ -94,7 +94,7 @@ pub async fn run(
     }
     let mut ticker = crate::Ticker::new(opts.every, stop.clone());
     while ticker.next().await {
-        match prune_once(&*store, shard, &opts, likewise_store::now_ms(), &stop).await {
+        match prune_once(&*store, shard, &opts, likewise_engine::now_ms(), &stop).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(shard, items = n, "pruned notification items past the retention"),
             Err(e) => tracing::warn!(error = %e, shard, "pruning notification items failed"),

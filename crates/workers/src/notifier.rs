@@ -277,7 +277,7 @@ impl Notifier {
     }
 
     /// Apply `changes` and the committable offset to the inbox store, then publish.
-    async fn apply(&mut self, stores: &likewise_store::Stores, changes: Vec<Change>) -> StoreResult<usize> {
+    async fn apply(&mut self, stores: &likewise_engine::Stores, changes: Vec<Change>) -> StoreResult<usize> {
         let offset = self.holder.safe_offset(self.processed);
         if changes.is_empty() && offset == self.committed {
             return Ok(0);

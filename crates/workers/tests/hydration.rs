@@ -15,8 +15,8 @@ use likewise_core::ports::{
     RankIndex, Recount, ReportReason,
 };
 use likewise_core::write::CommentRecord;
+use likewise_engine::Stores;
 use likewise_service::{Engagement, ServiceOptions};
-use likewise_store::Stores;
 use likewise_workers::{Aggregator, AggregatorOptions};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

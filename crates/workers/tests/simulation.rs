@@ -41,7 +41,7 @@ fn env_u64(name: &str) -> Option<u64> {
 fn run_seed(
     rt: &tokio::runtime::Runtime,
     seed: u64,
-    base: &likewise_store::Stores,
+    base: &likewise_engine::Stores,
 ) -> Result<Vec<String>, (String, Vec<String>)> {
     let mut world = sim::world::World::new(seed, base);
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| rt.block_on(world.run())));

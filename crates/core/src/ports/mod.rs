@@ -1,6 +1,6 @@
 //! The ports: small traits a storage engine implements. The service holds them as
 //! `Arc<dyn Port>`; the engine is picked in one place (`likewise-app`'s `engines.rs`). Every
-//! engine passes the same conformance suite (`likewise_store::conformance`).
+//! engine passes the same conformance suite (`likewise_engine::conformance`).
 //!
 //! - this module: the storage ports every engine serves (writes, likes, the event log,
 //!   counters, comments, upstream data, moderation, integrity verdicts, views,

@@ -181,7 +181,7 @@ impl PgStore {
         offset: i64,
         key: (i16, i64, i16),
     ) -> StoreResult<Vec<likewise_core::event::Event>> {
-        let now = i(likewise_store::now_ms());
+        let now = i(likewise_engine::now_ms());
         let mut out = Vec::new();
         for r in outbox {
             let seq = u(r.get(0));

@@ -522,13 +522,13 @@ mod tests {
 
     // One shard: the suite reads the event log, and only one shard's outbox is a total order
     // (multi-shard routing is covered by the scale-out tests).
-    async fn open() -> (likewise_store::Stores, TestShards) {
+    async fn open() -> (likewise_engine::Stores, TestShards) {
         let t = TestShards::create(1).await;
         let stores = t.stores().await;
         (stores, t)
     }
 
-    likewise_store::conformance_suite!(open().await);
+    likewise_engine::conformance_suite!(open().await);
 
     /// Statements are prepared once per connection; their plans must still follow the tables'
     /// sizes (see `connect`).

@@ -403,7 +403,7 @@ impl NotificationStore for PgStore {
             .await
             .map_err(pg_err)?
             .map(|r| r.get(0));
-        let stamp = next_stamp(last_stamp.map_or(0, u), likewise_store::now_ms());
+        let stamp = next_stamp(last_stamp.map_or(0, u), likewise_engine::now_ms());
         let mut touched: HashMap<NotifKey, NotifItem> = HashMap::new();
         let mut home_part = Vec::new();
         let ids = self.placement();

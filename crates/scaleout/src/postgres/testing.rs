@@ -4,8 +4,8 @@
 //! fails, never skips, when it is not.
 
 use super::{PgOptions, PgStore};
-use likewise_store::Stores;
-use likewise_store::group_commit::GroupCommitOptions;
+use likewise_engine::Stores;
+use likewise_engine::group_commit::GroupCommitOptions;
 
 /// The admin connection URL tests use.
 pub fn admin_url() -> String {
@@ -60,7 +60,7 @@ fn remove_left_over(admin: &str) {
                 else {
                     return Vec::new();
                 };
-                let now = likewise_store::now_ms() / 1000;
+                let now = likewise_engine::now_ms() / 1000;
                 rows.iter().map(|r| r.get::<_, String>(0)).filter(|n| is_left_over(n, now)).collect()
             });
         });
@@ -125,7 +125,7 @@ async fn migrated_template(client: &tokio_postgres::Client, admin: &str) -> Stri
     let name = match find(client, &prefix).await {
         Some(name) => name,
         None => {
-            let now = likewise_store::now_ms() / 1000;
+            let now = likewise_engine::now_ms() / 1000;
             let scratch = "likewise_template_building";
             client
                 .batch_execute(&format!("DROP DATABASE IF EXISTS {scratch} WITH (FORCE)"))
@@ -189,7 +189,7 @@ impl TestShards {
         tokio::spawn(conn);
         remove_left_over(&admin);
         let tag: u32 = rand::random();
-        let born = likewise_store::now_ms() / 1000;
+        let born = likewise_engine::now_ms() / 1000;
         let mut names = Vec::new();
         let mut urls = Vec::new();
         let template = migrated_template(&client, &admin).await;
@@ -217,7 +217,7 @@ impl TestShards {
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL is not reachable at {}: {e}", t.admin));
         tokio::spawn(conn);
-        let (tag, born): (u32, u64) = (rand::random(), likewise_store::now_ms() / 1000);
+        let (tag, born): (u32, u64) = (rand::random(), likewise_engine::now_ms() / 1000);
         for i in 0..n {
             let name = test_db_name(born, tag, i);
             client.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("create database");

@@ -236,7 +236,7 @@ async fn shard_tx(
 ) -> Result<ShardPart, TxError> {
     let mut out: Vec<Option<WriteOutcome>> = vec![None; ops.len()];
     let mut events: Vec<(usize, Event)> = Vec::new();
-    let now = likewise_store::now_ms();
+    let now = likewise_engine::now_ms();
     // Every key of the batch first, in key order (`idempotency.rs`).
     let mut keys = claim_batch_keys(tx, ops, now).await?;
     let mut late = Vec::new();
@@ -541,7 +541,7 @@ async fn insert_events(tx: &PoolTx<'_>, events: &[(usize, Event)]) -> Result<Vec
     let counts: Vec<i32> = parts.iter().map(|(_, v)| v.len() as i32).collect();
     let bodies: Vec<Vec<u8>> =
         parts.iter().map(|(_, v)| likewise_core::event::pack(v.iter().map(|k| &events[*k].1))).collect();
-    let now = i(likewise_store::now_ms());
+    let now = i(likewise_engine::now_ms());
     // ORDER BY ord: rows (and their bigserial seqs) follow the partitions' first appearance.
     let insert = tx
         .prepare_cached(

@@ -65,7 +65,7 @@ pub struct CachedLikes {
 impl CachedLikes {
     /// Wrap `inner` (starts the own-likes writer task: call inside a Tokio runtime).
     pub fn new(inner: Arc<dyn LikeReader>, redis: Redis) -> Self {
-        Self::with_clock(inner, redis, Arc::new(likewise_store::now_ms))
+        Self::with_clock(inner, redis, Arc::new(likewise_engine::now_ms))
     }
 
     fn with_clock(inner: Arc<dyn LikeReader>, redis: Redis, clock: Clock) -> Self {
@@ -611,7 +611,7 @@ mod tests {
                 ..Default::default()
             };
             let redis = Redis::connect(&opts).await.expect("Redis must be up at 127.0.0.1:6379");
-            let b0 = likewise_store::now_ms() / WIDTH + 4;
+            let b0 = likewise_engine::now_ms() / WIDTH + 4;
             if liked_filter_max > 0 {
                 // The server has kept records since long before the test.
                 let layout = Layout::new(&redis);
@@ -1011,7 +1011,7 @@ mod tests {
         };
         let redis = test_redis::connect(&opts).await;
         let index = Arc::new(Index(Mutex::new(HashSet::new()), AtomicU64::new(0)));
-        let at = (likewise_store::now_ms() / WIDTH + 4) * WIDTH + 100;
+        let at = (likewise_engine::now_ms() / WIDTH + 4) * WIDTH + 100;
         let node = CachedLikes::with_clock(index, redis.clone(), Arc::new(move || at));
         set(&node, 9, 42, true, 7).await;
         let _ = server.kill();
@@ -1064,7 +1064,7 @@ mod tests {
         };
         let redis = test_redis::connect(&opts).await;
         let layout = Layout::new(&redis);
-        let at = (likewise_store::now_ms() / WIDTH + 4) * WIDTH + 100;
+        let at = (likewise_engine::now_ms() / WIDTH + 4) * WIDTH + 100;
         // A viewer whose filter and records are on different servers.
         let records_of =
             |u: u64| redis.servers.server_of(&layout.key(layout.bucket(at), layout.shard(UserId(u))));

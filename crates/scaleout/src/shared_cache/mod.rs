@@ -126,7 +126,7 @@ pub struct Redis {
 }
 
 #[async_trait::async_trait]
-impl likewise_store::Probe for Redis {
+impl likewise_engine::Probe for Redis {
     fn name(&self) -> &'static str {
         "cache"
     }

@@ -102,7 +102,7 @@ pub fn name_part(s: &str) -> String {
 }
 
 #[async_trait]
-impl likewise_store::Probe for JetStream {
+impl likewise_engine::Probe for JetStream {
     fn name(&self) -> &'static str {
         "stream"
     }
@@ -226,7 +226,7 @@ mod tests {
     //! Against the real NATS server on 127.0.0.1:4222 (a 2.9 server on this project's
     //! machines); fails, never skips, when it is unreachable.
     use super::*;
-    use likewise_store::Probe;
+    use likewise_engine::Probe;
 
     #[tokio::test]
     async fn the_probe_succeeds_on_the_local_nats_server() {

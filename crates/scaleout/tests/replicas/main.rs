@@ -16,9 +16,9 @@ use likewise_core::comment::status::CommentStatus;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{LikeAction, LikeOp, Target, TargetKind};
 use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord};
+use likewise_engine::Stores;
+use likewise_engine::group_commit::GroupCommitOptions;
 use likewise_scaleout::postgres::{PgOptions, PgStore, ReplicaStatus};
-use likewise_store::Stores;
-use likewise_store::group_commit::GroupCommitOptions;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,7 +72,7 @@ fn like(user: u64) -> LikeOp {
         action: LikeAction::Like,
         target_author: UserId(9),
         post: 42,
-        ts_ms: likewise_store::now_ms(),
+        ts_ms: likewise_engine::now_ms(),
     }
 }
 
@@ -145,7 +145,7 @@ async fn reads_go_to_a_fresh_replica_and_to_the_primary_otherwise() {
     // Its author reads the comment just written, from the primary: the replica lacks it.
     let mine =
         match stores.writer.submit_comment(CommentOp::Create(comment(43), None)).await.expect("comment") {
-            likewise_store::group_commit::Committed { outcome: CommentOutcome::Done(Some(r)), .. } => r.id,
+            likewise_engine::group_commit::Committed { outcome: CommentOutcome::Done(Some(r)), .. } => r.id,
             other => panic!("a create answered {:?}", other.outcome),
         };
     let s2 = status(&store);

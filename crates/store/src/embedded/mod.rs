@@ -517,7 +517,7 @@ impl Inner {
 }
 
 #[async_trait::async_trait]
-impl crate::open::Engine for EmbeddedStore {
+impl likewise_engine::Engine for EmbeddedStore {
     fn name(&self) -> &'static str {
         "embedded"
     }
@@ -547,16 +547,16 @@ impl crate::open::Engine for EmbeddedStore {
 
 #[cfg(test)]
 mod conformance_tests {
-    use crate::group_commit::GroupCommitOptions;
     use crate::open::from_embedded;
+    use likewise_engine::group_commit::GroupCommitOptions;
 
-    fn open_temp() -> (crate::Stores, tempfile::TempDir) {
+    fn open_temp() -> (likewise_engine::Stores, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = super::EmbeddedStore::open(dir.path(), &super::EmbeddedOptions::default()).expect("open");
         (from_embedded(store, GroupCommitOptions::default()), dir)
     }
 
-    crate::conformance_suite!(open_temp());
+    likewise_engine::conformance_suite!(open_temp());
 }
 
 #[cfg(test)]

@@ -247,7 +247,7 @@ impl NotificationStore for EmbeddedStore {
             Some(v) => parse_num("offsets", &v)?,
             None => 0,
         };
-        let stamp = next_stamp(last_stamp, crate::now_ms());
+        let stamp = next_stamp(last_stamp, likewise_engine::now_ms());
         let mut work: HashMap<NotifKey, Work> = HashMap::new();
         let mut order: Vec<NotifKey> = Vec::new();
         for ch in changes {

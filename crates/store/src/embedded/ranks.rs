@@ -532,7 +532,7 @@ impl EmbeddedStore {
         now: &HashMap<(u64, u64), Option<RankEntry>>,
     ) -> StoreResult<()> {
         let s = &*self.inner;
-        let at_ms = crate::now_ms();
+        let at_ms = likewise_engine::now_ms();
         let mut moved: BTreeMap<u64, Vec<(u64, Then)>> = BTreeMap::new();
         for (&(post, comment), old) in before {
             let new = now.get(&(post, comment)).copied().flatten();

@@ -33,7 +33,7 @@ impl WriteEngine for EmbeddedStore {
         let mut likes = LikeOverlay::default();
         let mut comments = CommentOverlay::default();
         let mut keys = KeyOverlay::default();
-        let now = crate::now_ms();
+        let now = likewise_engine::now_ms();
         let mut out = Vec::with_capacity(ops.len());
         for op in ops {
             out.push(match op {

@@ -80,7 +80,7 @@ async fn like(s: &PgStore, post: u64, user: u64) {
         action: LikeAction::Like,
         target_author: UserId(1),
         post,
-        ts_ms: likewise_store::now_ms(),
+        ts_ms: likewise_engine::now_ms(),
     };
     s.apply_async(&[WriteOp::Like(op)]).await.expect("like");
 }

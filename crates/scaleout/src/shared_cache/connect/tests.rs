@@ -10,7 +10,7 @@ use crate::tls::testing::{REDIS_PASSWORD, REDIS_USER, TestServer};
 use likewise_core::counter::DeltaBatch;
 use likewise_core::ids::UserId;
 use likewise_core::like::{LikeAction, LikeOp, Target, TargetKind};
-use likewise_store::group_commit::GroupCommitOptions;
+use likewise_engine::group_commit::GroupCommitOptions;
 
 fn options(server: &TestServer, user_info: &str) -> RedisOptions {
     RedisOptions {
