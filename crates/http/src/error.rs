@@ -84,6 +84,12 @@ impl ApiError {
         e.retry_after = Some(retry_after_secs.max(1));
         e
     }
+    /// 429 with its own message (a busy single slot, say).
+    pub fn rate_limited_because(retry_after_secs: u64, msg: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", msg);
+        e.retry_after = Some(retry_after_secs.max(1));
+        e
+    }
     /// 503 unavailable.
     pub fn unavailable(msg: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg)

@@ -50,8 +50,15 @@ pub fn parse_time(name: &str, s: &str) -> Result<u64, String> {
         )
     })?;
     let ms = t.unix_timestamp_nanos() / 1_000_000;
-    u64::try_from(ms).map_err(|_| format!("{name} {s:?} lies before 1970"))
+    let ms = u64::try_from(ms).map_err(|_| format!("{name} {s:?} lies before 1970"))?;
+    if ms > LAST_MS {
+        return Err(format!("{name} {s:?} lies after the year 9999"));
+    }
+    Ok(ms)
 }
+
+/// 9999-12-31T23:59:59.999Z: the last instant RFC 3339 can write.
+const LAST_MS: u64 = 253_402_300_799_999;
 
 impl Span {
     /// The span from `since` to `until` (see [`parse_time`]), each truncated to its whole UTC
@@ -179,7 +186,7 @@ pub struct Report {
     /// Sorted by hour, then post.
     pub rows: Vec<HourRow>,
     /// When the oldest retained event was written, if the log had been truncated (events
-    /// before it are gone: hours before it are incomplete). `None`: complete from the first
+    /// before it are gone: its hour and the hours before it are incomplete). `None`: complete from the first
     /// event ever written, or nothing retained at all (see `nothing_retained`).
     pub retained_from_ms: Option<u64>,
     /// The log had events once but retains none: likes, unlikes and comments are missing.
@@ -192,8 +199,10 @@ impl Report {
         match self.retained_from_ms {
             Some(ts) if ts > span.since_ms => Some(format!(
                 "the event log retains events from {} on (aggregator.retain_events); likes, unlikes and \
-                 comments of earlier hours are missing from the export",
-                rfc3339(ts)
+                 comments before it are missing from the export (the hours before {} and part of that \
+                 hour)",
+                rfc3339(ts),
+                rfc3339(hour_of(ts))
             )),
             _ if self.nothing_retained => Some(
                 "the event log retains no events (aggregator.retain_events); the export holds unique \

@@ -190,6 +190,13 @@ async fn from_stream(cfg: &Config, span: Span, progress: ProgressArgs) -> anyhow
     let cluster = engines.cluster.as_ref().context("the scale-out engines have no event stream")?;
     let name = format!("analytics-export-{:016x}", rand_id());
     let log = cluster.stream.consumer(&name, likewise_core::ports::cluster::Scope::All, 0).await?;
+    if log.head().await? == 0 {
+        eprintln!(
+            "warning: the event stream of stream.prefix {:?} holds no events: is the prefix the \
+             deployment's? Likes, unlikes and comments will all be 0",
+            cfg.stream.prefix
+        );
+    }
     let bar = Progress::start("export analytics", 0, "events", progress);
     let report =
         likewise_service::analytics::hourly(&*log, &*engines.stores.views, span, true, |done, total| {
@@ -198,7 +205,10 @@ async fn from_stream(cfg: &Config, span: Span, progress: ProgressArgs) -> anyhow
         })
         .await;
     bar.finish();
+    // The consumer deletes itself in the background when dropped: give that a moment before
+    // the runtime ends (one that is missed expires on the server after its inactivity limit).
     drop(log);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     engines.stores.close()?;
     let report = report?;
     let warning = report.warning(&span);
@@ -224,10 +234,19 @@ async fn node_answers(listen: &str) -> bool {
     matches!(tokio::time::timeout(std::time::Duration::from_secs(5), client.metrics()).await, Ok(Some(_)))
 }
 
+/// How long an export through a node may take in all (a wedged node must not hang a
+/// scheduled job forever).
+#[cfg(feature = "analytics")]
+const NODE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30 * 60);
+/// Between two asks of a node busy with another export (its `Retry-After`).
+#[cfg(feature = "analytics")]
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A live node's rows (`GET /v1/analytics/hourly`), with `token`, or a service token minted
 /// from the configuration's signing secret.
 #[cfg(feature = "analytics")]
 async fn through_node(cfg: &Config, url: &str, token: Option<&str>, span: Span) -> anyhow::Result<Rows> {
+    use likewise_bench::client::{Method, StatusCode};
     use likewise_http::dto::AnalyticsHourly;
     let token = match token {
         Some(t) => t.to_string(),
@@ -240,11 +259,40 @@ async fn through_node(cfg: &Config, url: &str, token: Option<&str>, span: Span) 
                 "no --token given, and no service token can be made from this configuration's signing secret",
             )?,
     };
+    anyhow::ensure!(
+        url.starts_with("http://") && !url.contains('?') && !url.contains('#'),
+        "--url {url:?} must be a node's plain-HTTP base address, such as http://127.0.0.1:8080"
+    );
     let client = likewise_bench::client::HttpClient::new(url, 1);
     let path =
         format!("/v1/analytics/hourly?since={}&until={}", rfc3339(span.since_ms), rfc3339(span.until_ms));
-    let answer: AnalyticsHourly =
-        client.get_json(&path, &token, &format!("the analytics of the node at {url}")).await?;
+    // A node runs one export at a time: wait for one that runs already (its answer is a 429),
+    // within the overall limit.
+    let deadline = std::time::Instant::now() + NODE_TIMEOUT;
+    let body = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ask = client.call(Method::GET, &path, Some(&token), None);
+        let (status, body) = match tokio::time::timeout(left, ask).await {
+            Ok(r) => r.with_context(|| format!("asking the node at {url}"))?,
+            Err(_) => anyhow::bail!("the node at {url} did not answer within {} s", NODE_TIMEOUT.as_secs()),
+        };
+        if status == StatusCode::TOO_MANY_REQUESTS && left > BUSY_WAIT {
+            eprintln!(
+                "the node at {url} is busy with another export; trying again in {} s",
+                BUSY_WAIT.as_secs()
+            );
+            tokio::time::sleep(BUSY_WAIT).await;
+            continue;
+        }
+        anyhow::ensure!(
+            status.is_success(),
+            "the node at {url} answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        break body;
+    };
+    let answer: AnalyticsHourly = serde_json::from_slice(&body)
+        .with_context(|| format!("the node at {url} sent no analytics answer"))?;
     let rows = answer
         .rows
         .iter()

@@ -21,8 +21,10 @@ use utoipa::IntoParams;
 #[into_params(parameter_in = Query)]
 pub struct HourlyQuery {
     /// First hour covered: RFC 3339 or a date (midnight UTC); truncated to its UTC hour.
+    #[param(required = true)]
     pub since: Option<String>,
     /// End of the span, exclusive, truncated to its UTC hour; at most 366 days after `since`.
+    #[param(required = true)]
     pub until: Option<String>,
 }
 
@@ -36,6 +38,7 @@ fn slot() -> &'static Semaphore {
 /// comment count's change, comment likes and unlikes, and unique viewers, one row per post and
 /// UTC hour with any of them, sorted by hour, then post. Read from the node's retained event
 /// log up to its head when the request arrived. One at a time per node (429 while one runs).
+/// Not bound by `server.request_timeout_ms`: a year's log takes longer than a request.
 #[utoipa::path(get, path = "/v1/analytics/hourly", operation_id = "analytics_hourly", tag = "operations",
     params(HourlyQuery),
     responses((status = 200, body = AnalyticsHourly), (status = 400, body = crate::error::ErrorBody),
@@ -55,16 +58,30 @@ pub async fn hourly(
     if !stores.events.readable() {
         return Err(ApiError::conflict(
             "this node's events are read through the event stream: run `likewise export analytics` \
-             with the deployment's configuration, which reads the stream and PostgreSQL while the \
-             deployment runs",
+             with the deployment's configuration and without --url; it reads the stream and \
+             PostgreSQL itself while the deployment runs",
         ));
     }
-    let Ok(_slot) = slot().try_acquire() else {
-        return Err(ApiError::rate_limited(10));
+    let Ok(slot) = slot().try_acquire() else {
+        return Err(ApiError::rate_limited_because(
+            10,
+            "another analytics export is running on this node; retry when it is done",
+        ));
     };
-    let report = analytics::hourly(&*stores.events, &*stores.views, span, false, |_, _| {})
-        .await
-        .map_err(likewise_service::error::ServiceError::from)?;
+    // The embedded engine reads its log on the calling thread: on a thread of its own, so the
+    // node's runtime threads go on serving while a long log is read.
+    let (events, views) = (stores.events.clone(), stores.views.clone());
+    let rt = tokio::runtime::Handle::current();
+    let report = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        rt.block_on(analytics::hourly(&*events, &*views, span, false, |_, _| {}))
+    })
+    .await
+    .map_err(|e| {
+        tracing::error!(error = %e, "the analytics export's task failed");
+        ApiError::internal()
+    })?
+    .map_err(likewise_service::error::ServiceError::from)?;
     Ok(Json(AnalyticsHourly {
         since: rfc3339_ms(span.since_ms),
         until: rfc3339_ms(span.until_ms),

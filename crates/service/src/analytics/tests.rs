@@ -30,6 +30,7 @@ fn times_parse_as_rfc3339_or_a_date_and_spans_are_whole_hours() {
         ("2026-12-04", "2026-13-04", "--until \"2026-13-04\" is not a time"),
         ("1969-12-31", "2026-12-04", "before 1970"),
         ("2025-01-01", "2026-12-04", "more than 8784 hours"),
+        ("9999-12-31T00:00:00Z", "9999-12-31T23:00:00-01:00", "after the year 9999"),
     ] {
         let e = Span::parse(since, until, flags).expect_err(since);
         assert!(e.contains(want), "{since} {until}: {e}");
