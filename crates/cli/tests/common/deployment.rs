@@ -9,6 +9,9 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+/// The machine's NATS JetStream server, which deployments use unless a test brings its own.
+const MACHINE_NATS: &str = "nats://127.0.0.1:4222";
+
 /// One isolated deployment: its shards, prefixes and config file.
 pub struct Deployment {
     pub shards: TestShards,
@@ -16,6 +19,8 @@ pub struct Deployment {
     pub redis_url: String,
     /// Every Redis server of the deployment (`cache.redis_urls` when more than one).
     pub redis_servers: Vec<String>,
+    /// The NATS server its stream lives on (the proxy's upstream when behind proxies).
+    pub nats_url: String,
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
     started: Mutex<u32>,
@@ -39,14 +44,22 @@ impl Deployment {
 
     /// A deployment whose config file ends with `extra` (TOML sections of its own).
     pub async fn with_config(extra: &str) -> Deployment {
-        Self::build(extra, None, Vec::new()).await
+        Self::build(extra, None, Vec::new(), MACHINE_NATS).await
+    }
+
+    /// A deployment on the NATS server at `nats_url` instead of the machine's: a test that
+    /// stops its stream server starts one of its own ([`super::nats_server::NatsServer`]),
+    /// since other tests use the machine's.
+    #[allow(dead_code)]
+    pub async fn with_nats(nats_url: &str, extra: &str) -> Deployment {
+        Self::build(extra, None, Vec::new(), nats_url).await
     }
 
     /// A deployment whose keys are spread over the Redis servers at 127.0.0.1:6379 and
     /// `more` (`cache.redis_urls`, client-side sharding).
     #[allow(dead_code)]
     pub async fn with_redis_servers(more: &[String], extra: &str) -> Deployment {
-        Self::build(extra, None, more.to_vec()).await
+        Self::build(extra, None, more.to_vec(), MACHINE_NATS).await
     }
 
     /// A deployment whose nodes reach PostgreSQL, Redis and NATS each through a fault proxy
@@ -57,7 +70,7 @@ impl Deployment {
             redis: FaultProxy::start("127.0.0.1:6379").await,
             nats: FaultProxy::start("127.0.0.1:4222").await,
         };
-        let d = Self::build(extra, Some(&proxies), Vec::new()).await;
+        let d = Self::build(extra, Some(&proxies), Vec::new(), MACHINE_NATS).await;
         (d, proxies)
     }
 
@@ -87,7 +100,12 @@ impl Deployment {
         out
     }
 
-    async fn build(extra: &str, proxies: Option<&Proxies>, more_redis: Vec<String>) -> Deployment {
+    async fn build(
+        extra: &str,
+        proxies: Option<&Proxies>,
+        more_redis: Vec<String>,
+        nats_url: &str,
+    ) -> Deployment {
         let shards = TestShards::create(2).await;
         let prefix = format!("t{:016x}", rand::random::<u64>());
         let redis_url = "redis://127.0.0.1:6379/0".to_string();
@@ -100,6 +118,7 @@ impl Deployment {
             prefix,
             redis_url,
             redis_servers,
+            nats_url: nats_url.to_string(),
             dir,
             config,
             started: Mutex::new(0),
@@ -107,7 +126,7 @@ impl Deployment {
             extra: extra.to_string(),
         };
         let text = match proxies {
-            None => d.config_text(&d.shards.urls, &d.redis_url, "nats://127.0.0.1:4222", extra),
+            None => d.config_text(&d.shards.urls, &d.redis_url, &d.nats_url, extra),
             Some(p) => {
                 let urls: Vec<String> = d.shards.urls.iter().map(|u| Self::via(u, p.pg.port)).collect();
                 let redis = format!("redis://127.0.0.1:{}/0", p.redis.port);
@@ -396,7 +415,7 @@ impl Drop for Deployment {
         for pid in self.pids.lock().map(|p| p.clone()).unwrap_or_default() {
             let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
-        super::delete_stream(&self.prefix);
+        super::delete_stream_at(&self.nats_url, &self.prefix);
         super::delete_redis_keys(&self.prefix);
     }
 }

@@ -4,7 +4,9 @@
 
 pub mod deployment;
 pub mod fault_proxy;
+pub mod nats_server;
 pub mod proc;
+pub mod prometheus;
 pub mod python;
 
 use bytes::Bytes;
@@ -81,11 +83,17 @@ pub fn delete_redis_keys(prefix: &str) {
 /// Delete the event stream of deployment `prefix` (from any context: its own thread and
 /// runtime, so it works in `Drop` inside or outside a runtime).
 pub fn delete_stream(prefix: &str) {
+    delete_stream_at("nats://127.0.0.1:4222", prefix);
+}
+
+/// [`delete_stream`] on the NATS server at `url` (a test's own; nothing when it is down).
+pub fn delete_stream_at(url: &str, prefix: &str) {
     let name = format!("{}_EVENTS", prefix.to_uppercase());
+    let url = url.to_string();
     let _ = std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
         rt.block_on(async move {
-            if let Ok(client) = async_nats::connect("nats://127.0.0.1:4222").await {
+            if let Ok(client) = async_nats::connect(url).await {
                 let _ = async_nats::jetstream::new(client).delete_stream(name).await;
             }
         });

@@ -111,8 +111,19 @@ impl likewise_engine::Probe for JetStream {
     /// bytes to the socket. Only whether JetStream answered without an error counts: the
     /// answer is not read into async-nats's `Account`, which requires fields NATS 2.9 does not
     /// send (`reserved_memory`, `reserved_storage`), so every probe of a 2.9 server failed.
+    ///
+    /// Without a connection (the server is gone and the client is reconnecting) the answer
+    /// is "down" at once: async-nats does not fail a request then (it waits for a reconnect
+    /// or its own timeout), so the probe would wait out its whole bound, and every `/healthz`
+    /// and `/metrics` with it: longer than a 1 s scrape or health-check timeout, so the
+    /// stream gauge went missing rather than to 0 and `LikewiseStreamDown` never fired
+    /// (`crates/cli/tests/alerts_live.rs`).
     async fn probe(&self) -> StoreResult<()> {
+        use async_nats::connection::State;
         use async_nats::jetstream::response::Response;
+        if self.client.connection_state() != State::Connected {
+            return Err(nats_err("not connected to the NATS server"));
+        }
         let answer: Response<serde::de::IgnoredAny> = self.js.request("INFO", b"").await.map_err(nats_err)?;
         match answer {
             Response::Ok(_) => Ok(()),
