@@ -41,8 +41,15 @@ pub(crate) fn key_json(row: &str, key: &[String]) -> String {
     format!("jsonb_build_object({})", parts.join(", "))
 }
 
+/// The columns that identify a table's rows.
+pub(crate) struct RowKey {
+    pub columns: Vec<String>,
+    /// Whether they are the primary key (never null, indexed), not every column.
+    pub primary: bool,
+}
+
 /// The columns that identify a row of `table`: its primary key, or every column.
-async fn key_columns(c: &tokio_postgres::Client, table: &str) -> Result<Vec<String>, tokio_postgres::Error> {
+async fn key_columns(c: &tokio_postgres::Client, table: &str) -> Result<RowKey, tokio_postgres::Error> {
     let pk: Vec<String> = c
         .query(
             "SELECT a.attname::text FROM pg_index i
@@ -56,9 +63,10 @@ async fn key_columns(c: &tokio_postgres::Client, table: &str) -> Result<Vec<Stri
         .map(|r| r.get(0))
         .collect();
     if !pk.is_empty() {
-        return Ok(pk);
+        return Ok(RowKey { columns: pk, primary: true });
     }
-    Ok(c.query(
+    let columns = c
+        .query(
         "SELECT attname::text FROM pg_attribute WHERE attrelid = $1::text::regclass AND attnum > 0 AND NOT attisdropped
          ORDER BY attnum",
         &[&table],
@@ -66,7 +74,8 @@ async fn key_columns(c: &tokio_postgres::Client, table: &str) -> Result<Vec<Stri
     .await?
     .iter()
     .map(|r| r.get(0))
-    .collect())
+    .collect();
+    Ok(RowKey { columns, primary: false })
 }
 
 fn function(t: &Table, key: &[String]) -> String {
@@ -142,13 +151,13 @@ fn function(t: &Table, key: &[String]) -> String {
 /// as online schema changes do.
 pub(crate) async fn install(
     c: &deadpool_postgres::ClientWrapper,
-) -> Result<Vec<Vec<String>>, tokio_postgres::Error> {
+) -> Result<Vec<RowKey>, tokio_postgres::Error> {
     let mut keys = Vec::with_capacity(TABLES.len());
     for t in TABLES {
         // The function always (an upgrade may change what it checks; replacing one takes no
         // table lock), the trigger unless it is there.
         let key = key_columns(c, t.name).await?;
-        c.batch_execute(&function(t, &key)).await?;
+        c.batch_execute(&function(t, &key.columns)).await?;
         keys.push(key);
         let there: bool = c
             .query_one(

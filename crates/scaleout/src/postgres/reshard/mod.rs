@@ -16,14 +16,15 @@
 //! 5. **Bulk copy**: every user-written table's rows of the buckets (`tables`) replace
 //!    whatever the target held of them, by binary `COPY` from a snapshot of the source, with
 //!    no fence; rows are counted on both sides.
-//! 6. **Fence**: the listing turns into a fence (new writes of the buckets are refused at
+//! 6. **Fence**: once the source's aggregator has worked off its backlog (the buckets still
+//!    take writes meanwhile), the listing turns into a fence (new writes of the buckets are refused at
 //!    once, every other bucket writes on), then the mover takes the fence locks exclusively:
 //!    every writer that got in before is done.
 //! 7. **Drain and catch-up**: the move waits until the source's aggregator has applied the
 //!    buckets' last events (the derived tables, `counters` and `comment_ranks`, take its
 //!    writes until the buckets have moved); then, in one target transaction, the rows whose
 //!    keys were logged are replaced by the source's (or deleted), the derived tables are
-//!    copied whole, and every table is counted on both sides.
+//!    copied whole, and the tables this changed are counted on both sides.
 //! 8. **Mark** the buckets moved on the source (`bucket_fences`): from here on the source
 //!    refuses their rows for good, whatever a writer believes.
 //! 9. **Switch** the catalog (the buckets' shard, its version; the journal says `switched`)
@@ -379,6 +380,18 @@ impl PgStore {
             return Err(engine("stopped after the bulk copy (test)".into()));
         }
         tokio::time::sleep(opts.pause_after_bulk).await;
+        let consumer =
+            likewise_core::ports::cluster::shard_consumer(likewise_core::counter::COUNTERS_CONSUMER, source);
+        // The aggregator's backlog is worked off before the fence, while the buckets still take
+        // writes: under a storm it runs seconds behind, and draining all of it under the fence
+        // held the buckets' writes that long. The drain under the fence then waits only for
+        // the events of the last moments.
+        if opts.drain
+            && let Err(e) = self.drain(&src, source, &consumer, opts.drain_timeout).await
+        {
+            self.release(source, buckets, "logging").await;
+            return Err(e);
+        }
         // 6. The fence: new writes of these buckets are refused (the logging ends, committed),
         //    then the writers that got past it before are waited for (their locks). A writer
         //    holding two of the buckets can close a cycle with the mover (it takes them in row
@@ -389,14 +402,11 @@ impl PgStore {
             .execute("UPDATE bucket_fences SET logging = false WHERE bucket = ANY($1)", &[&b])
             .await
             .map_err(pg_err)?;
-        let fence_tx = lock_buckets(&mut src, &b).await?;
+        // Writes of the buckets are refused from here on: the hold counts from now.
         let fenced_at = Instant::now();
+        let fence_tx = lock_buckets(&mut src, &b).await?;
         // 7. The source's counters hold every event of these buckets.
         if opts.drain {
-            let consumer = likewise_core::ports::cluster::shard_consumer(
-                likewise_core::counter::COUNTERS_CONSUMER,
-                source,
-            );
             let drained = self.drain(&fence_tx, source, &consumer, opts.drain_timeout).await;
             if let Err(e) = drained {
                 return Err(self.unfence(fence_tx, source, buckets, e).await);
@@ -495,10 +505,10 @@ impl PgStore {
     }
 
     /// Step 7: wait until `consumer` (the source's aggregator) has applied the source's outbox
-    /// up to its last row now (no row of a fenced bucket can follow it).
+    /// up to its last row now (under the fence, no row of a fenced bucket can follow it).
     async fn drain(
         &self,
-        fence_tx: &deadpool_postgres::Transaction<'_>,
+        fence_tx: &impl deadpool_postgres::GenericClient,
         source: usize,
         consumer: &str,
         timeout: Duration,
@@ -571,13 +581,24 @@ impl PgStore {
         buckets: &[u32],
         target: usize,
         pass: Pass,
-        keys: &[Vec<String>],
+        keys: &[fence::RowKey],
     ) -> StoreResult<(u64, u64)> {
         let list = int_array(buckets);
         let mut tc = self.conn(target).await?;
         let ttx = tc.transaction().await.map_err(pg_err)?;
         ttx.batch_execute(MOVER_TX).await.map_err(pg_err)?;
         let (mut total, mut caught) = (0u64, 0u64);
+        // The catch-up's logged keys, every table's in one read.
+        let mut changes: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
+        if pass == Pass::CatchUp {
+            for r in source_tx
+                .query(&format!("SELECT tbl, key::text FROM bucket_changes WHERE bucket = ANY({list})"), &[])
+                .await
+                .map_err(pg_err)?
+            {
+                changes.entry(r.get(0)).or_default().push(r.get(1));
+            }
+        }
         for (t, key) in TABLES.iter().zip(keys) {
             let filter = format!("{} = ANY({list})", t.bucket);
             let select = match (pass, t.fence) {
@@ -589,24 +610,19 @@ impl PgStore {
                     format!("SELECT * FROM {} r WHERE {filter}", t.name)
                 }
                 (Pass::CatchUp, Fence::Moving) => {
-                    let changed: Vec<String> = source_tx
-                        .query(
-                            &format!(
-                                "SELECT key::text FROM bucket_changes WHERE tbl = $1 AND bucket = ANY({list})"
-                            ),
-                            &[&t.name],
-                        )
-                        .await
-                        .map_err(pg_err)?
-                        .iter()
-                        .map(|r| r.get(0))
-                        .collect();
-                    if changed.is_empty() {
+                    let Some(changed) = changes.get(t.name) else {
                         continue;
-                    }
+                    };
+                    // A primary key's columns are never null: `=` lets the rows be found
+                    // through its index, where `IS NOT DISTINCT FROM` scans the whole table
+                    // under the fence.
                     let same = key
+                        .columns
                         .iter()
-                        .map(|c| format!("r.\"{c}\" IS NOT DISTINCT FROM k.\"{c}\""))
+                        .map(|c| match key.primary {
+                            true => format!("r.\"{c}\" = k.\"{c}\""),
+                            false => format!("r.\"{c}\" IS NOT DISTINCT FROM k.\"{c}\""),
+                        })
                         .collect::<Vec<_>>()
                         .join(" AND ");
                     ttx.execute(
@@ -615,7 +631,7 @@ impl PgStore {
                              FROM unnest($1::text[]) AS k) k WHERE {same}",
                             name = t.name
                         ),
-                        &[&changed],
+                        &[changed],
                     )
                     .await
                     .map_err(pg_err)?;
@@ -646,8 +662,17 @@ impl PgStore {
             }
         }
         // Counted on both sides: the source as the pass saw it, the target with it applied.
+        // The catch-up counts only the tables it changed (and the derived ones, copied whole):
+        // the bulk pass counted the others as of its snapshot, every change of their rows on
+        // the source since is logged, and nothing but the mover writes them on the target
+        // before the switch. Counting all of them under the fence scanned every table.
         for t in TABLES {
-            if pass == Pass::Bulk && t.fence == Fence::Moved {
+            let skip = match (pass, t.fence) {
+                (Pass::Bulk, Fence::Moved) => true,
+                (Pass::CatchUp, Fence::Moving) => !changes.contains_key(t.name),
+                _ => false,
+            };
+            if skip {
                 continue;
             }
             let count = format!("SELECT count(*) FROM {} r WHERE {} = ANY({list})", t.name, t.bucket);

@@ -525,3 +525,61 @@ async fn the_journal_tells_buckets_in_a_move_from_switched_ones() {
         .expect("resume");
     assert_eq!(s.journaled_moves().await.expect("journal"), JournaledMoves::default());
 }
+
+/// The aggregator's backlog is drained before the fence, while the buckets still take writes:
+/// an aggregator a second behind (played here by the test, which applies the source's outbox
+/// by moving the consumer's offset) is waited for with no write refused, and the fence then
+/// holds the buckets' writes only for the events of its last moments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_aggregator_is_waited_for_before_the_fence() {
+    let t = two_and_a_new_one().await;
+    let s = node(&t).await;
+    let post = 7u64;
+    let source = s.shard_of_post(PostId(post));
+    let bucket = s.placement().bucket_of(post);
+    for u in 0..10u64 {
+        s.apply_async(&[like(Target::post(post), post, 72_000 + u, true)]).await.expect("like");
+    }
+    let consumer =
+        likewise_core::ports::cluster::shard_consumer(likewise_core::counter::COUNTERS_CONSUMER, source);
+    let home = t.client(s.offset_shard(&consumer).expect("home")).await;
+    let src = t.client(source).await;
+    let lag = Duration::from_secs(1);
+    let aggregator = tokio::spawn(async move {
+        // A second after the move starts, the outbox so far is applied; whether the buckets
+        // were fenced by then tells whether their writes waited for it.
+        loop {
+            let listed: bool = src
+                .query_one("SELECT EXISTS (SELECT 1 FROM bucket_fences)", &[])
+                .await
+                .expect("fences")
+                .get(0);
+            if listed {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        tokio::time::sleep(lag).await;
+        let fenced: bool = src
+            .query_one("SELECT EXISTS (SELECT 1 FROM bucket_fences WHERE NOT logging)", &[])
+            .await
+            .expect("fences")
+            .get(0);
+        let last: i64 =
+            src.query_one("SELECT coalesce(max(seq), 0) FROM outbox", &[]).await.expect("outbox").get(0);
+        home.execute(
+            "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
+             ON CONFLICT (consumer) DO UPDATE SET upto = EXCLUDED.upto",
+            &[&consumer, &last],
+        )
+        .await
+        .expect("offset");
+        fenced
+    });
+    let opts = MoveOptions { grace: Duration::from_millis(10), ..MoveOptions::default() };
+    let report = s.move_buckets(&[bucket], 2, &opts).await.expect("move");
+    let fenced_while_behind = aggregator.await.expect("aggregator");
+    eprintln!("a move behind an aggregator {lag:?} late held writes {:?}", report.fenced_for);
+    assert!(!fenced_while_behind, "the buckets' writes were refused while the aggregator caught up");
+    assert_eq!(s.shard_of_post(PostId(post)), 2);
+}

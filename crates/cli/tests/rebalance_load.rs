@@ -1,0 +1,220 @@
+//! `likewise shards rebalance` under a write storm on two API nodes, every writer aiming at
+//! posts whose buckets move: no acknowledged like or comment is lost, counts equal the rows on
+//! both nodes, and the run prints how long writes to a moving bucket were held and the
+//! longest request (figures; the assert on them is only a generous ceiling, speed targets
+//! belong in benchmarks). A binary of its own: three shards under two API nodes and a
+//! worker take most of the server's 100 connections.
+
+mod common;
+
+use common::SECRET;
+use common::deployment::Deployment;
+use common::proc::{Client, get_post, put_post, stop};
+use hyper::Method;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Writers of the storm, spread over the two nodes.
+const WRITERS: u64 = 24;
+
+/// What the storm got acknowledged, and how long its requests took.
+#[derive(Default)]
+struct Storm {
+    /// Per post: the users whose like answered 200.
+    likers: HashMap<u64, HashSet<u64>>,
+    /// Per post: the comments answered 201.
+    comments: HashMap<u64, HashSet<String>>,
+    requests: usize,
+    /// Answered other than 200/201 (not acknowledged), by status (0: no answer).
+    refused: HashMap<u16, usize>,
+    longest: Duration,
+}
+
+/// One writer until `stop`: each round a new user likes a post (through the node of the
+/// round), and every third round also comments on it.
+async fn writer(
+    c: Arc<Client>,
+    bases: Vec<String>,
+    posts: Vec<u64>,
+    me: u64,
+    stop: Arc<AtomicBool>,
+) -> Storm {
+    let mut s = Storm::default();
+    let mut round = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        round += 1;
+        let user = 1_000_000 + me * 100_000 + round;
+        let post = posts[((me + round) % posts.len() as u64) as usize];
+        let base = &bases[(round % bases.len() as u64) as usize];
+        let mut timed = |answer: &Result<(u16, serde_json::Value), String>, took: Duration| {
+            s.requests += 1;
+            s.longest = s.longest.max(took);
+            let st = answer.as_ref().map_or(0, |(st, _)| *st);
+            if st != 200 && st != 201 {
+                *s.refused.entry(st).or_default() += 1;
+            }
+        };
+        let t = Instant::now();
+        let answer = c.call(base, Method::PUT, &format!("/v1/posts/{post}/like"), user, false, "").await;
+        timed(&answer, t.elapsed());
+        if let Ok((200, v)) = &answer {
+            assert_eq!(v["liked"], true, "{v}");
+            s.likers.entry(post).or_default().insert(user);
+        }
+        if round.is_multiple_of(3) {
+            let body = format!(r#"{{"text":"round {round} of writer {me}"}}"#);
+            let t = Instant::now();
+            let answer =
+                c.call(base, Method::POST, &format!("/v1/posts/{post}/comments"), user, false, &body).await;
+            timed(&answer, t.elapsed());
+            if let Ok((201, v)) = &answer {
+                let id = v["comment_id"].as_str().expect("comment_id").to_string();
+                s.comments.entry(post).or_default().insert(id);
+            }
+        }
+    }
+    s
+}
+
+/// The first column of `sql` (one `$1`, bound to `id`) on each of `urls`.
+async fn rows_per_shard(urls: &[String], sql: &str, id: u64) -> Vec<HashSet<i64>> {
+    let mut out = Vec::new();
+    for url in urls {
+        let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
+        tokio::spawn(conn);
+        let rows = c.query(sql, &[&(id as i64)]).await.expect("rows");
+        out.push(rows.iter().map(|r| r.get::<_, i64>(0)).collect());
+    }
+    out
+}
+
+/// The rows of `sql` for `id` over every shard, asserting they are all on one shard.
+async fn rows_on_one_shard(urls: &[String], sql: &str, id: u64) -> HashSet<i64> {
+    let per_shard = rows_per_shard(urls, sql, id).await;
+    assert!(per_shard.iter().filter(|s| !s.is_empty()).count() <= 1, "post {id}: rows on two shards");
+    per_shard.into_iter().flatten().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
+    let d = Deployment::new().await;
+    let third = likewise_scaleout::postgres::testing::TestShards::create(1).await;
+    let mut urls = d.shards.urls.clone();
+    urls.push(third.urls[0].clone());
+    let config = std::fs::read_to_string(&d.config).expect("config");
+    std::fs::write(&d.config, config.replace("postgres_pool_size = 8", "postgres_pool_size = 3"))
+        .expect("config");
+    let likewise = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_likewise"))
+            .args(args)
+            .args(["--config", &d.config.display().to_string()])
+            .env("LIKEWISE__AUTH__SECRET", SECRET)
+            .output()
+            .expect("likewise")
+    };
+    let worker = d.start("worker");
+    let (a, b) = (d.start("api"), d.start("api"));
+    let bases = vec![a.base.clone(), b.base.clone()];
+    let c = Client::new();
+    // Posts in buckets the rebalance moves (the top third of the 4,096, half of each shard's).
+    let posts: Vec<u64> = (0..32).map(|k| 2_900 + k * 37).collect();
+    for p in &posts {
+        put_post(&c, &a.base, *p, 7).await;
+    }
+    let out = likewise(&["shards", "add", &urls[2]]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let stop_storm = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|me| tokio::spawn(writer(c.clone(), bases.clone(), posts.clone(), me, stop_storm.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let config = d.config.display().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_likewise"))
+            .args(["shards", "rebalance", "--buckets-per-move", "128", "--config", &config])
+            .env("LIKEWISE__AUTH__SECRET", SECRET)
+            .output()
+            .expect("rebalance")
+    })
+    .await
+    .expect("rebalance");
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop_storm.store(true, Ordering::Release);
+    let mut storm = Storm::default();
+    for w in writers {
+        let s = w.await.expect("writer");
+        for (p, users) in s.likers {
+            storm.likers.entry(p).or_default().extend(users);
+        }
+        for (p, ids) in s.comments {
+            storm.comments.entry(p).or_default().extend(ids);
+        }
+        storm.requests += s.requests;
+        for (st, n) in s.refused {
+            *storm.refused.entry(st).or_default() += n;
+        }
+        storm.longest = storm.longest.max(s.longest);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("shard 2: 1365 buckets"), "{text}");
+    let holds: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.split("writes to them waited ").nth(1)?.strip_suffix(" ms")?.parse().ok())
+        .collect();
+    assert!(!holds.is_empty(), "{text}");
+    let mut sorted = holds.clone();
+    sorted.sort_unstable();
+    eprintln!(
+        "rebalance under a storm: {} moves in {:.1} s; writes to a moving bucket held {} ms at most \
+         (median {} ms); {} requests ({:.0}/s), the longest {} ms; not acknowledged: {:?}",
+        holds.len(),
+        took.as_secs_f64(),
+        sorted[sorted.len() - 1],
+        sorted[sorted.len() / 2],
+        storm.requests,
+        storm.requests as f64 / (took.as_secs_f64() + 3.0),
+        storm.longest.as_millis(),
+        storm.refused
+    );
+
+    // Every acknowledged write is there, on one shard; counts equal the rows on both nodes.
+    for p in &posts {
+        let likers =
+            rows_on_one_shard(&urls, "SELECT user_id FROM likes WHERE kind = 1 AND target = $1", *p).await;
+        for u in storm.likers.get(p).into_iter().flatten() {
+            assert!(likers.contains(&(*u as i64)), "post {p}: acknowledged like of {u} lost");
+        }
+        let comments = rows_on_one_shard(&urls, "SELECT id FROM comments WHERE post_id = $1", *p).await;
+        let comments: HashSet<String> = comments.iter().map(i64::to_string).collect();
+        for id in storm.comments.get(p).into_iter().flatten() {
+            assert!(comments.contains(id), "post {p}: acknowledged comment {id} lost");
+        }
+        for base in &bases {
+            c.wait_count(base, *p, likers.len() as i64).await;
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                let v = get_post(&c, base, *p, common::OBSERVER).await;
+                if v["comment_count"].as_u64() == Some(comments.len() as u64) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "post {p}: comment_count {v} is not {}", comments.len());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    let acked: usize = storm.likers.values().map(HashSet::len).sum();
+    assert!(acked > 500, "the storm got too little acknowledged to tell: {acked}");
+    // A generous ceiling only: the figures above are what to read.
+    assert!(storm.longest < Duration::from_secs(10), "a request took {:?}", storm.longest);
+    for s in [a, b, worker] {
+        stop(s);
+    }
+    d.cleanup().await;
+}
