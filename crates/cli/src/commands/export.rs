@@ -167,7 +167,7 @@ type Rows = (Vec<HourRow>, Option<String>);
 async fn from_store(cfg: &Config, span: Span, progress: ProgressArgs) -> anyhow::Result<Rows> {
     let engines = likewise_app::engines::open(cfg).await?;
     let stores = engines.stores.clone();
-    let bar = Progress::start("export analytics", 0, "events", progress);
+    let bar = Progress::start("export analytics", stores.events.head().await?, "events", progress);
     let report =
         likewise_service::analytics::hourly(&*stores.events, &*stores.views, span, false, |done, total| {
             bar.set_total(total);
@@ -190,14 +190,15 @@ async fn from_stream(cfg: &Config, span: Span, progress: ProgressArgs) -> anyhow
     let cluster = engines.cluster.as_ref().context("the scale-out engines have no event stream")?;
     let name = format!("analytics-export-{:016x}", rand_id());
     let log = cluster.stream.consumer(&name, likewise_core::ports::cluster::Scope::All, 0).await?;
-    if log.head().await? == 0 {
+    let head = log.head().await?;
+    if head == 0 {
         eprintln!(
             "warning: the event stream of stream.prefix {:?} holds no events: is the prefix the \
              deployment's? Likes, unlikes and comments will all be 0",
             cfg.stream.prefix
         );
     }
-    let bar = Progress::start("export analytics", 0, "events", progress);
+    let bar = Progress::start("export analytics", head, "events", progress);
     let report =
         likewise_service::analytics::hourly(&*log, &*engines.stores.views, span, true, |done, total| {
             bar.set_total(total);
