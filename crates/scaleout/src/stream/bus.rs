@@ -3,12 +3,14 @@
 //!
 //! Messages are `[node id: 8 bytes][payload]` on `<prefix>.cluster.<what>`, fire and forget,
 //! published in the order they were sent (one publisher task), so a node never applies an
-//! older counter value after a newer one from the same aggregator. A node ignores its own
+//! older counter value after a newer one from the same aggregator, nor a comment's
+//! invalidation before the move its status change registered. A node ignores its own
 //! messages. The wire forms below are this adapter's: nothing else reads them.
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use likewise_core::StoreResult;
+use likewise_core::comment::uncounted::Move;
 use likewise_core::counter::{CounterField, CounterKey};
 use likewise_core::event::{EVENT_V3_LEN, Event, encoded_len};
 use likewise_core::ids::{CommentId, PostId, UserId};
@@ -50,6 +52,40 @@ pub fn decode_invalidation(s: &str) -> Option<Invalidation> {
         _ => return None,
     };
     it.next().is_none().then_some(inv)
+}
+
+/// Wire form of a count move, e.g. `+ 42 1001 0 11 -1`: registered (`+`) or withdrawn
+/// (`-`), then post, comment, parent (0: none), author and delta.
+pub fn encode_move(m: &Move, made: bool) -> String {
+    format!(
+        "{} {} {} {} {} {}",
+        if made { '+' } else { '-' },
+        m.post.0,
+        m.comment.0,
+        m.parent.map_or(0, |p| p.0),
+        m.author.0,
+        m.delta
+    )
+}
+
+/// Parse [`encode_move`]'s form.
+pub fn decode_move(s: &str) -> Option<(Move, bool)> {
+    let f: Vec<&str> = s.split(' ').collect();
+    let [made, post, comment, parent, author, delta] = f.as_slice() else { return None };
+    let made = match *made {
+        "+" => true,
+        "-" => false,
+        _ => return None,
+    };
+    let n = |v: &str| v.parse::<u64>().ok();
+    let m = Move {
+        post: PostId(n(post)?),
+        comment: CommentId(n(comment)?),
+        parent: Some(n(parent)?).filter(|p| *p != 0).map(CommentId),
+        author: UserId(n(author)?),
+        delta: delta.parse().ok()?,
+    };
+    Some((m, made))
 }
 
 /// Wire form of an inbox item: space-separated numbers, recent actors comma-separated.
@@ -218,6 +254,10 @@ impl Broadcast for NatsBus {
         }
     }
 
+    fn count_move(&self, m: Move, made: bool) {
+        self.send("moves", encode_move(&m, made).as_bytes());
+    }
+
     fn notifications(&self, items: &[NotifItem]) {
         if items.is_empty() {
             return;
@@ -240,6 +280,7 @@ impl Bus for NatsBus {
             node: self.node,
             inval: bus_subject(&self.prefix, "inval"),
             counts: bus_subject(&self.prefix, "counts"),
+            moves: bus_subject(&self.prefix, "moves"),
         }))
     }
 }
@@ -250,6 +291,7 @@ struct NatsInbox {
     node: u64,
     inval: String,
     counts: String,
+    moves: String,
 }
 
 #[async_trait]
@@ -276,6 +318,10 @@ impl BusInbox for NatsInbox {
             if msg.subject.as_str() == self.inval {
                 if let Some(inv) = decode_invalidation(text) {
                     return Some(BusMessage::Invalidate(inv));
+                }
+            } else if msg.subject.as_str() == self.moves {
+                if let Some((mv, made)) = decode_move(text) {
+                    return Some(BusMessage::CountMove { mv, made });
                 }
             } else {
                 return Some(BusMessage::Notifications(text.lines().filter_map(decode_item).collect()));
@@ -306,6 +352,19 @@ mod tests {
         assert_eq!(decode_invalidation("post"), None);
         assert_eq!(decode_invalidation("post 1 2"), None);
         assert_eq!(decode_invalidation("nope 1"), None);
+    }
+
+    #[test]
+    fn count_moves_round_trip() {
+        let m =
+            Move { post: PostId(42), comment: CommentId(1001), parent: None, author: UserId(11), delta: -1 };
+        for made in [true, false] {
+            assert_eq!(decode_move(&encode_move(&m, made)), Some((m, made)));
+        }
+        let reply = Move { parent: Some(CommentId(1000)), delta: 1, ..m };
+        assert_eq!(decode_move(&encode_move(&reply, true)), Some((reply, true)));
+        assert_eq!(decode_move("+ 42 1001 0 11"), None);
+        assert_eq!(decode_move("* 42 1001 0 11 1"), None);
     }
 
     #[test]
