@@ -1380,3 +1380,115 @@ async fn held_comments_count_for_their_author_after_pages_read_with_nothing_held
     app.wait_until(|| async { count(1).await == Some(3) }).await;
     owned.stop().await;
 }
+
+/// Poll the `comment_count` `viewer` sees of `post`, on the single-post route and on a feed
+/// page, until `stop`: every value seen.
+fn watch_count(
+    app: std::sync::Arc<TestApp>,
+    viewer: u64,
+    post: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<i64>> {
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Acquire) {
+            seen.push(app.view(viewer, post).await["comment_count"].as_i64().expect("count"));
+            seen.push(feed(&app, viewer, &[post]).await[0]["comment_count"].as_i64().expect("count"));
+        }
+        seen
+    })
+}
+
+/// Run `change` while the author's view of the post is polled, wait until everyone else sees
+/// `others` (the aggregator committed the change), keep polling a moment, and return every
+/// count the author saw.
+async fn author_counts_around<F, Fut>(
+    app: &std::sync::Arc<TestApp>,
+    author: u64,
+    post: u64,
+    others: i64,
+    change: F,
+) -> Vec<i64>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchers: Vec<_> = (0..2).map(|_| watch_count(app.clone(), author, post, stop.clone())).collect();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    change().await;
+    app.wait_until(|| async { app.view(common::OBSERVER, post).await["comment_count"] == others }).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let mut seen = Vec::new();
+    for w in watchers {
+        seen.extend(w.await.expect("join"));
+    }
+    seen
+}
+
+/// The author of a comment sees it counted whether it is held or not, so approving or holding
+/// it never moves the `comment_count` they see (on a post and on a feed page), neither while
+/// the counters catch up with the change nor after: not when the post's author approves it
+/// (no dip), reports hold it with a reply under it (never counted twice), a moderator
+/// approves it, or hides it; nor when the post's author approves their held reply. Everyone
+/// else sees each change once the counters have it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn approvals_and_holds_never_move_their_authors_counts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = std::sync::Arc::new(TestApp::start(dir.path()).await);
+    let (post_author, author, replier) = (7, 11, 12);
+    app.post(1, post_author, false).await;
+    // The post's author restricts the author: their comments wait for the post author's
+    // approval.
+    let path = format!("/v1/me/restricts/{author}");
+    let (st, _) = app.call(Method::PUT, &path, Some(&app.user(post_author)), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let open = comment(&app, 10, 1, "a fine post").await;
+    let mine = comment(&app, author, 1, "a thoughtful remark").await;
+    app.wait_until(|| async { app.view(common::OBSERVER, 1).await["comment_count"] == 1 }).await;
+    assert_eq!(app.view(author, 1).await["comment_count"], 2);
+    let never_moves = |seen: Vec<i64>, want: i64, what: &str| {
+        let moved: Vec<&i64> = seen.iter().filter(|n| **n != want).collect();
+        assert!(moved.is_empty(), "{what}: the author saw {moved:?} among {} counts of {want}", seen.len());
+    };
+
+    let approve = |c: Value| {
+        let app = app.clone();
+        async move {
+            let path = format!("/v1/comments/{}/approve", id(&c));
+            let (st, v) = app.call(Method::POST, &path, Some(&app.user(post_author)), None).await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+        }
+    };
+    let seen = author_counts_around(&app, author, 1, 2, || approve(mine.clone())).await;
+    never_moves(seen, 2, "approved by the post's author");
+
+    reply(&app, replier, 1, &mine, "a fair point").await;
+    app.wait_until(|| async { app.view(common::OBSERVER, 1).await["comment_count"] == 3 }).await;
+    let seen = author_counts_around(&app, author, 1, 1, || async {
+        for reporter in 80..85 {
+            report(&app, reporter, &id(&mine)).await;
+        }
+    })
+    .await;
+    never_moves(seen, 3, "held by reports, with a reply");
+
+    let seen = author_counts_around(&app, author, 1, 3, || async {
+        let (st, v) = moderate(&app, &mine, "approve").await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    })
+    .await;
+    never_moves(seen, 3, "approved by a moderator");
+    let seen = author_counts_around(&app, author, 1, 1, || async {
+        let (st, v) = moderate(&app, &mine, "hide").await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    })
+    .await;
+    never_moves(seen, 3, "hidden by a moderator");
+
+    let held_reply = reply(&app, author, 1, &open, "and another thought").await;
+    assert_eq!(app.view(author, 1).await["comment_count"], 4, "their held reply counts for them");
+    let seen = author_counts_around(&app, author, 1, 2, || approve(held_reply.clone())).await;
+    never_moves(seen, 4, "their reply approved by the post's author");
+}

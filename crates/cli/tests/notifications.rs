@@ -617,6 +617,54 @@ async fn a_deleted_reply_withdraws_its_mention_as_well_as_its_reply() {
     app.stop().await;
 }
 
+/// The @mention of a reply to a reply is withdrawn when the reply is deleted or hidden after
+/// a restart: the events of the reply name the mentioned user, so neither the deleted
+/// reply's record (gone) nor the notifier's memory of it (gone with the process) is needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_deleted_or_hidden_after_a_restart_withdraws_its_mention() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    app.post(2, 8, false).await; // the witness's post
+    let comment = |user: u64, body: Value| post_comment(&app, user, body);
+    let top = comment(30, json!({"text": "a parent"})).await;
+    let first = comment(31, json!({"text": "a first reply", "parent_id": top})).await;
+    let deleted = comment(32, json!({"text": "an answer to the first reply", "parent_id": first})).await;
+    let hidden = comment(34, json!({"text": "another answer to it", "parent_id": first})).await;
+    let counted = |i: Option<Value>| i.map(|i| i["actor_count"].clone());
+    app.wait_until(|| async {
+        counted(item(&app, 31, "replied").await) == Some(json!(2))
+            && counted(item(&app, 30, "replied").await) == Some(json!(3))
+    })
+    .await;
+    app.stop_for_restart().await;
+
+    let app = TestApp::start(dir.path()).await;
+    delete_comment(&app, 32, &deleted).await;
+    witness(&app, 40, 1).await;
+    let mention = item(&app, 31, "replied").await.expect("the other answer still mentions 31");
+    assert_eq!(
+        mention["actors"],
+        json!(["user34"]),
+        "the deleted reply still notifies its mention: {mention}"
+    );
+    assert_eq!(counted(item(&app, 30, "replied").await), Some(json!(2)), "the deleted reply is withdrawn");
+    let (st, v) = app
+        .call(
+            Method::POST,
+            &format!("/v1/moderation/comments/{hidden}"),
+            Some(&app.service()),
+            Some(r#"{"action": "hide"}"#),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    witness(&app, 41, 2).await;
+    assert_eq!(item(&app, 31, "replied").await, None, "the hidden reply still notifies its mention");
+    let parent_item = item(&app, 30, "replied").await.expect("the first reply still notifies");
+    assert_eq!(parent_item["actors"], json!(["user31"]), "{parent_item}");
+    app.stop().await;
+}
+
 /// Delete comment `cid` as `user`.
 async fn delete_comment(app: &TestApp, user: u64, cid: &str) {
     let (st, v) = app.call(Method::DELETE, &format!("/v1/comments/{cid}"), Some(&app.user(user)), None).await;

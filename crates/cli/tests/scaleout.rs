@@ -659,6 +659,97 @@ async fn top_pages_alternate_between_api_nodes_while_comments_arrive() {
     assert_eq!(unique, snapshot, "every comment of the first page's moment, and none written after it");
 }
 
+/// Poll the `comment_count` `viewer` sees of `post` through `base` until `stop`: every
+/// value seen.
+fn watch_comment_count(
+    c: Arc<Client>,
+    base: String,
+    post: u64,
+    viewer: u64,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<i64>> {
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Acquire) {
+            seen.push(get_post(&c, &base, post, viewer).await["comment_count"].as_i64().expect("count"));
+        }
+        seen
+    })
+}
+
+/// The author of a comment sees it counted whether it is held or not: approved through one
+/// API node (no dip) or held by reports made there (never counted twice), the
+/// `comment_count` they read through the other node never moves, while the counters catch
+/// up and after. The other node learns of each change over the cluster bus.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_and_holds_through_one_api_node_never_move_their_authors_count_on_the_other() {
+    let d = Deployment::new().await;
+    let _worker = d.start("worker");
+    let (a, b) = (d.start("api"), d.start("api"));
+    let c = Client::new();
+    let (post, post_author, author) = (42u64, 7u64, 11u64);
+    put_post(&c, &a.base, post, post_author).await;
+    // Restricted by the post's author: the author's comment waits for their approval.
+    let path = format!("/v1/me/restricts/{author}");
+    let (st, v) = c.call(&a.base, Method::PUT, &path, post_author, false, "").await.expect("restrict");
+    assert_eq!(st, 204, "{v}");
+    let write = |user: u64, text: &str| {
+        let (c, base, body) = (c.clone(), a.base.clone(), format!(r#"{{"text":"{text}"}}"#));
+        async move {
+            let path = format!("/v1/posts/{post}/comments");
+            let (st, v) = c.call(&base, Method::POST, &path, user, false, &body).await.expect("comment");
+            assert_eq!(st, 201, "{v}");
+            v["comment_id"].as_str().expect("id").to_string()
+        }
+    };
+    write(10, "a fine post").await;
+    let mine = write(author, "a thoughtful remark").await;
+    let others = |want: i64| {
+        let (c, base) = (c.clone(), b.base.clone());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while get_post(&c, &base, post, common::OBSERVER).await["comment_count"] != want {
+                assert!(Instant::now() < deadline, "others never saw {want}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    others(1).await;
+    assert_eq!(get_post(&c, &b.base, post, author).await["comment_count"], 2);
+
+    for (what, others_after) in [("approved", 2), ("held by reports", 1)] {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watchers: Vec<_> = (0..4)
+            .map(|_| watch_comment_count(c.clone(), b.base.clone(), post, author, stop.clone()))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if others_after == 2 {
+            let path = format!("/v1/comments/{mine}/approve");
+            let (st, v) =
+                c.call(&a.base, Method::POST, &path, post_author, false, "").await.expect("approve");
+            assert_eq!(st, 200, "{v}");
+        } else {
+            for reporter in 80..85u64 {
+                let path = format!("/v1/comments/{mine}/reports");
+                let body = r#"{"reason":"spam"}"#;
+                let (st, v) =
+                    c.call(&a.base, Method::POST, &path, reporter, false, body).await.expect("report");
+                assert_eq!(st, 202, "{v}");
+            }
+        }
+        others(others_after).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        let mut seen = Vec::new();
+        for w in watchers {
+            seen.extend(w.await.expect("join"));
+        }
+        let moved: Vec<&i64> = seen.iter().filter(|n| **n != 2).collect();
+        assert!(moved.is_empty(), "{what}: the author saw {moved:?} among {} counts of 2", seen.len());
+    }
+    d.cleanup().await;
+}
+
 /// Client-side sharding over two Redis servers (`cache.redis_urls`): every key lands on the
 /// server its hash slot names, the service is right with its cache split, and losing one
 /// server (its keys gone) costs misses, never a wrong count or heart.

@@ -157,6 +157,7 @@ mod tests {
             post: 42,
             parent: 800,
             delta: 1,
+            mention: None,
         };
         b.add(&reply);
         b.add(&Event { seq: 2, kind: EventKind::CommentStatusChanged, delta: 0, ..reply });

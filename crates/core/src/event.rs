@@ -4,16 +4,19 @@
 //! when the state really changed. Its `seq` is its position in the log and its ID: strictly
 //! increasing, never reused. Each event carries what consumers need without looking anything
 //! up: the target and its author, the actor, the post concerned, the top-level parent of a
-//! reply, and the counter delta the change implies. The stored form is a small versioned
-//! binary record; version 1 (likes only) is still read.
+//! reply, the counter delta the change implies, and the user a reply @mentions. The stored
+//! form is a small versioned binary record; versions 1 (likes only) and 2 (no @mention) are
+//! still read.
 
 use crate::ids::UserId;
 use crate::like::{Target, TargetKind};
 
 /// Format version 1: likes only, no post/parent/delta fields.
 pub const EVENT_FORMAT_V1: u8 = 1;
-/// Format version 2 (current): adds post, parent and delta.
+/// Format version 2: adds post, parent and delta.
 pub const EVENT_FORMAT_V2: u8 = 2;
+/// Format version 3 (current): adds the @mentioned user.
+pub const EVENT_FORMAT_V3: u8 = 3;
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,12 +92,28 @@ pub struct Event {
     /// comment events the post's visible-comment count and the parent's reply count (+1, -1
     /// or 0 when visibility did not change).
     pub delta: i8,
+    /// For every event of a reply to a reply: the user it @mentions (whom the notifier
+    /// notifies, and withdraws from when the reply goes, its record gone or not); else
+    /// `None`, as in records of formats 1 and 2, which do not carry it.
+    pub mention: Option<UserId>,
 }
 
 /// Length of an encoded v1 event (the sequence is the key, not part of the value).
 pub const EVENT_V1_LEN: usize = 1 + 1 + 1 + 8 + 8 + 8 + 8;
 /// Length of an encoded v2 event.
 pub const EVENT_V2_LEN: usize = EVENT_V1_LEN + 8 + 8 + 1;
+/// Length of an encoded v3 event (the current format).
+pub const EVENT_V3_LEN: usize = EVENT_V2_LEN + 8;
+
+/// The length of an encoded event of format `version`, if it is one this build reads.
+pub fn encoded_len(version: u8) -> Option<usize> {
+    match version {
+        EVENT_FORMAT_V1 => Some(EVENT_V1_LEN),
+        EVENT_FORMAT_V2 => Some(EVENT_V2_LEN),
+        EVENT_FORMAT_V3 => Some(EVENT_V3_LEN),
+        _ => None,
+    }
+}
 
 /// Why an event record could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,6 +141,7 @@ impl Event {
             post,
             parent: 0,
             delta: if created { 1 } else { -1 },
+            mention: None,
         }
     }
 
@@ -131,9 +151,9 @@ impl Event {
     }
 
     /// Encode the value part (everything but `seq`) in the current format.
-    pub fn encode(&self) -> [u8; EVENT_V2_LEN] {
-        let mut b = [0u8; EVENT_V2_LEN];
-        b[0] = EVENT_FORMAT_V2;
+    pub fn encode(&self) -> [u8; EVENT_V3_LEN] {
+        let mut b = [0u8; EVENT_V3_LEN];
+        b[0] = EVENT_FORMAT_V3;
         b[1] = self.kind.code();
         b[2] = self.target.kind.code();
         b[3..11].copy_from_slice(&self.target.id.to_be_bytes());
@@ -143,17 +163,14 @@ impl Event {
         b[35..43].copy_from_slice(&self.post.to_be_bytes());
         b[43..51].copy_from_slice(&self.parent.to_be_bytes());
         b[51] = self.delta as u8;
+        b[52..60].copy_from_slice(&self.mention.map_or(0, |u| u.0).to_be_bytes());
         b
     }
 
-    /// Decode a value written by [`Event::encode`] (or by version 1).
+    /// Decode a value written by [`Event::encode`] (or by version 1 or 2).
     pub fn decode(seq: u64, b: &[u8]) -> Result<Event, BadEvent> {
         let version = *b.first().ok_or(BadEvent("empty"))?;
-        let want = match version {
-            EVENT_FORMAT_V1 => EVENT_V1_LEN,
-            EVENT_FORMAT_V2 => EVENT_V2_LEN,
-            _ => return Err(BadEvent("unknown format version")),
-        };
+        let want = encoded_len(version).ok_or(BadEvent("unknown format version"))?;
         if b.len() != want {
             return Err(BadEvent("wrong length"));
         }
@@ -173,6 +190,8 @@ impl Event {
         } else {
             (u(35), u(43), b[51] as i8)
         };
+        let mention =
+            if version >= EVENT_FORMAT_V3 { Some(u(52)).filter(|m| *m != 0).map(UserId) } else { None };
         Ok(Event {
             seq,
             kind,
@@ -183,6 +202,7 @@ impl Event {
             post,
             parent,
             delta,
+            mention,
         })
     }
 }
@@ -193,30 +213,35 @@ impl Event {
 /// event is what keeps the log cheap on the hot path.
 pub fn pack<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<u8> {
     let events = events.into_iter();
-    let mut b = Vec::with_capacity(events.size_hint().0 * EVENT_V2_LEN);
+    let mut b = Vec::with_capacity(events.size_hint().0 * EVENT_V3_LEN);
     for e in events {
         b.extend_from_slice(&e.encode());
     }
     b
 }
 
-/// How many events a packed row holds: a lone version-1 record (a row written before
-/// packing) or whole version-2 records.
-pub fn packed_len(body: &[u8]) -> Result<usize, BadEvent> {
-    match body.first() {
-        Some(&EVENT_FORMAT_V1) if body.len() == EVENT_V1_LEN => Ok(1),
-        _ if !body.is_empty() && body.len().is_multiple_of(EVENT_V2_LEN) => Ok(body.len() / EVENT_V2_LEN),
+/// The length of each record of a packed row: all records of a row have the format of its
+/// first (one writer wrote them), and a version-1 record only ever stands alone (a row
+/// written before packing).
+fn record_len(body: &[u8]) -> Result<usize, BadEvent> {
+    match body.first().and_then(|v| encoded_len(*v)) {
+        Some(EVENT_V1_LEN) if body.len() != EVENT_V1_LEN => Err(BadEvent("packed row of a wrong length")),
+        Some(n) if body.len().is_multiple_of(n) => Ok(n),
         _ => Err(BadEvent("packed row of a wrong length")),
     }
 }
 
+/// How many events a packed row holds: a lone version-1 record (a row written before
+/// packing) or whole version-2 or version-3 records.
+pub fn packed_len(body: &[u8]) -> Result<usize, BadEvent> {
+    Ok(body.len() / record_len(body)?)
+}
+
 /// Decode a packed row; `seq(i)` gives its i-th event its sequence. A row holding one
-/// record of either version (the form before packing) decodes as a row of one.
+/// record of any version (the form before packing) decodes as a row of one.
 pub fn unpack(body: &[u8], seq: impl Fn(usize) -> u64) -> Result<Vec<Event>, BadEvent> {
-    match packed_len(body)? {
-        1 => Ok(vec![Event::decode(seq(0), body)?]),
-        _ => body.chunks_exact(EVENT_V2_LEN).enumerate().map(|(i, c)| Event::decode(seq(i), c)).collect(),
-    }
+    let n = record_len(body)?;
+    body.chunks_exact(n).enumerate().map(|(i, c)| Event::decode(seq(i), c)).collect()
 }
 
 #[cfg(test)]
@@ -231,7 +256,7 @@ mod tests {
     proptest! {
         #[test]
         fn events_round_trip(seq: u64, kind in kinds(), post_target: bool, id: u64, author: u64, actor: u64,
-                             ts: u64, post: u64, parent: u64, delta in -1i8..=1) {
+                             ts: u64, post: u64, parent: u64, delta in -1i8..=1, mention in proptest::option::of(1u64..)) {
             let e = Event {
                 seq,
                 kind,
@@ -242,6 +267,7 @@ mod tests {
                 post,
                 parent,
                 delta,
+                mention: mention.map(UserId),
             };
             prop_assert_eq!(Event::decode(seq, &e.encode()), Ok(e));
         }
@@ -256,6 +282,36 @@ mod tests {
         b[3..11].copy_from_slice(&42u64.to_be_bytes());
         let e = Event::decode(9, &b).expect("v1");
         assert_eq!((e.kind, e.post, e.delta(), e.parent), (EventKind::LikeRemoved, 42, -1, 0));
+    }
+
+    /// A version-2 record: `e` as the previous release wrote it (no @mention).
+    fn v2(e: &Event) -> Vec<u8> {
+        let mut b = e.encode()[..EVENT_V2_LEN].to_vec();
+        b[0] = EVENT_FORMAT_V2;
+        b
+    }
+
+    #[test]
+    fn version_2_records_and_rows_still_decode_without_a_mention() {
+        let reply = Event {
+            seq: 0,
+            kind: EventKind::CommentDeleted,
+            target: Target::comment(5),
+            target_author: UserId(7),
+            actor: UserId(8),
+            ts_ms: 1_000,
+            post: 42,
+            parent: 4,
+            delta: -1,
+            mention: Some(UserId(9)),
+        };
+        let without = Event { mention: None, ..reply };
+        assert_eq!(Event::decode(0, &v2(&reply)), Ok(without));
+        let row: Vec<u8> = [v2(&reply), v2(&reply)].concat();
+        assert_eq!(packed_len(&row), Ok(2));
+        assert_eq!(unpack(&row, |i| i as u64), Ok(vec![without, Event { seq: 1, ..without }]));
+        // The current format keeps it.
+        assert_eq!(unpack(&pack([&reply, &reply]), |_| 0), Ok(vec![reply, reply]));
     }
 
     #[test]
@@ -288,7 +344,7 @@ mod tests {
         assert!(unpack(&body[..body.len() - 1], |i| i as u64).is_err());
         assert!(unpack(&[], |i| i as u64).is_err());
         let mut bad = body.clone();
-        bad[EVENT_V2_LEN] = 9;
+        bad[EVENT_V3_LEN] = 9;
         assert!(unpack(&bad, |i| i as u64).is_err());
     }
 }

@@ -8,8 +8,9 @@
 //!   hidden comment) takes out that contribution only: an actor leaves the item when none of
 //!   theirs remains.
 //! - A comment hidden or deleted later withdraws its notification, from the @mentioned user
-//!   of a reply too (remembered for a day, see [`MENTION_MEMORY_MS`]: a deleted reply's record,
-//!   which names that user, is gone by the time its deletion is read).
+//!   of a reply too: the reply's events name that user (event format 3). Older events have
+//!   only the reply's record, gone once it is deleted, and what the holder remembers of the
+//!   mention (for a day, see [`MENTION_MEMORY_MS`]).
 //! - The consumer may only commit its log offset below the oldest held event
 //!   ([`Holder::safe_offset`]): a crash re-reads and re-holds what was not delivered.
 //!
@@ -411,6 +412,10 @@ impl Holder {
     /// Feed one event (in log order). Returns the changes to apply now.
     pub fn on_event(&mut self, e: &Event, ctx: Option<CommentContext>) -> Vec<Change> {
         let mut out = Vec::new();
+        // The event names the @mentioned user (format 3), whatever is left of the reply's
+        // record when the event is read: deleted, or read again after a restart that took
+        // the mentions remembered here. Older events have only the record and that memory.
+        let ctx = ctx.map(|c| CommentContext { reply_to_user: e.mention.or(c.reply_to_user), ..c });
         self.settle_orphans(e, &mut out);
         let withdrawn = matches!(e.kind, EventKind::CommentStatusChanged | EventKind::CommentDeleted)
             && e.delta < 0
@@ -712,6 +717,7 @@ mod tests {
             post: 42,
             parent: 800,
             delta: 1,
+            mention: None,
         };
         let ctx = CommentContext {
             author: UserId(20),
@@ -806,6 +812,25 @@ mod tests {
             post: 42,
             parent,
             delta,
+            mention: None,
+        }
+    }
+
+    /// A reply's events name its @mentioned user (event format 3): its deletion or hide,
+    /// read by a holder that never saw its creation (a restarted notifier) with its record
+    /// gone, still withdraws that user's `replied` item.
+    #[test]
+    fn a_reply_read_after_a_restart_withdraws_its_mention_from_the_event() {
+        let gone =
+            CommentContext { author: UserId(20), parent_author: Some(UserId(11)), reply_to_user: None };
+        for kind in [EventKind::CommentDeleted, EventKind::CommentStatusChanged] {
+            let mut h = Holder::new(5_000);
+            let e = Event { mention: Some(UserId(12)), ..comment_event(2, kind, 900, 20, 800, -1) };
+            assert_eq!(
+                removed_from(&h.on_event(&e, Some(gone))),
+                [(11, NotifKind::Replied, 20), (12, NotifKind::Replied, 20)],
+                "{kind:?}"
+            );
         }
     }
 
@@ -869,6 +894,7 @@ mod tests {
             post: 42,
             parent: 0,
             delta,
+            mention: None,
         };
         let likers = [(UserId(30), 10), (UserId(20), 11), (UserId(31), 12)];
         let key = NotifKey { recipient: UserId(20), post: PostId(42), kind: NotifKind::CommentLiked };

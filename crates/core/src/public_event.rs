@@ -239,6 +239,7 @@ mod tests {
             delta in -1i8..=1,
             ts in proptest::prop_oneof![0u64..4_102_444_800_000, 0u64..u64::MAX],
             repeat in 1usize..4,
+            mention in proptest::option::of(1u64..u64::MAX),
         ) {
             let kind = [
                 EventKind::LikeCreated,
@@ -252,11 +253,15 @@ mod tests {
                 id,
             };
             let e = Event { seq, kind, target, target_author: UserId(author), actor: UserId(actor), parent,
-                delta, ts_ms: ts, post };
+                delta, ts_ms: ts, post, mention: mention.map(UserId) };
             let events = vec![e; repeat];
             for (i, p) in public_events(&events).iter().enumerate() {
                 let mut direct = Vec::new();
                 write_json(&mut direct, &e, i as u32);
+                // The @mention stays internal (the notifier's): schema version 1 is unchanged.
+                let mut without = Vec::new();
+                write_json(&mut without, &Event { mention: None, ..e }, i as u32);
+                proptest::prop_assert_eq!(&direct, &without);
                 proptest::prop_assert_eq!(
                     String::from_utf8(direct).expect("utf-8"),
                     serde_json::to_string(p).expect("json")

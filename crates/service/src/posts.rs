@@ -6,12 +6,19 @@
 //! held comments and replies (one lookup of a by-author index each; more only for a viewer
 //! who has some on the page's posts) - all concurrently. No per-post storage round trip, no
 //! COUNT(*).
+//!
+//! The viewer's own held comments count for them on top of the shared counter. An approval
+//! or a hold of one of them moves it across that line before the counter follows: the
+//! moves the counter has not taken in yet, read with the count after the held comments,
+//! decide for those comments (`likewise_core::comment::uncounted`), so their author never
+//! sees the count move because of them.
 
-use crate::comments::Comments;
+use crate::comments::{Comments, OwnReplies};
 use crate::ranking::{Candidate, Ranking};
 use crate::shared::Shared;
 use crate::upstream::Upstream;
 use crate::{ServiceError, ServiceResult};
+use likewise_core::comment::uncounted::Move;
 use likewise_core::counter::COUNTERS_CONSUMER;
 use likewise_core::display::count_text;
 use likewise_core::ids::{CommentId, PostId, UserId};
@@ -89,10 +96,19 @@ impl Posts {
             self.own_held_all(reader, &post_ids),
         );
         let (counts, liked, settings, followees) = (counts?, liked?, settings?, followees?);
+        // Read after the held comments: the posts' comment counts with the moves of the
+        // viewer's comments they do not have yet, which decide for those comments whatever
+        // their records said.
+        let now = self.shared.counts.own_comment_counts(viewer, &post_ids);
+        let mut own_top: HashMap<PostId, Vec<CommentId>> =
+            own.iter().map(|(p, cs)| (*p, cs.iter().map(|c| c.id).collect())).collect();
+        for (p, c) in post_ids.iter().zip(&now) {
+            count_moves(*p, &c.moves, &mut own_top, &mut own_replies);
+        }
         // Under the viewer's own held comments, the replies they see count for them too: to
         // them the thread is open. Read only when they have held comments on the page.
         let held: Vec<(PostId, CommentId)> =
-            own.iter().flat_map(|(p, cs)| cs.iter().map(move |c| (*p, c.id))).collect();
+            own_top.iter().flat_map(|(p, cs)| cs.iter().map(move |c| (*p, *c))).collect();
         let (threads, fresh) = tokio::join!(
             self.comments.replies_under_own_held_or_none(&held),
             self.authors_fresh_likes(viewer, &known),
@@ -127,12 +143,12 @@ impl Posts {
         // The viewer's own held comments and replies, and the replies under their held
         // comments, count for them: they see them as ordinary ones.
         let own_count = |p: &PostId| {
-            own.get(p).map_or(0, |v| v.len() as i64) + own_replies.by_post.get(p).copied().unwrap_or(0)
+            own_top.get(p).map_or(0, |v| v.len() as i64) + own_replies.by_post.get(p).copied().unwrap_or(0)
         };
         let with_counts: Vec<(PostId, i64)> = post_ids
             .iter()
-            .zip(&counts)
-            .map(|(p, c)| (*p, c.counts.comments.max(0) + own_count(p)))
+            .zip(counts.iter().zip(&now))
+            .map(|(p, (c, n))| (*p, n.cached.unwrap_or(c.counts.comments).max(0) + own_count(p)))
             .collect();
         let mut previews = self.ranking.previews(reader, &with_counts, &own, &own_replies).await?.into_iter();
         let discount = self.shared.integrity.discount().await;
@@ -242,6 +258,39 @@ impl Posts {
     /// One post as the viewer sees it.
     pub async fn post_view(&self, viewer: UserId, id: PostId) -> ServiceResult<PostView> {
         self.post_views(viewer, &[id]).await?.pop().ok_or(ServiceError::NotFound("post"))
+    }
+}
+
+/// Count the viewer's comments on `post` that have moves as the moves say (`on_top`: the
+/// counter leaves them out, see [`likewise_core::comment::uncounted::Uncounted::own_view`]),
+/// whatever their records said: a top-level one among their held comments `top` (the
+/// visible replies under it then count for them too), a reply among their held replies
+/// `replies`.
+fn count_moves(
+    post: PostId,
+    moves: &[(Move, bool)],
+    top: &mut HashMap<PostId, Vec<CommentId>>,
+    replies: &mut OwnReplies,
+) {
+    for (m, on_top) in moves {
+        match m.parent {
+            None => {
+                let list = top.entry(post).or_default();
+                let has = list.contains(&m.comment);
+                if *on_top && !has {
+                    list.push(m.comment);
+                } else if !on_top && has {
+                    list.retain(|c| *c != m.comment);
+                }
+            }
+            Some(parent) => {
+                if *on_top && replies.held.insert(m.comment) {
+                    replies.add(post, parent, 1);
+                } else if !on_top && replies.held.remove(&m.comment) {
+                    replies.add(post, parent, -1);
+                }
+            }
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use likewise_core::comment::pins::PinChange;
 use likewise_core::comment::rank::MAX_PINS;
 use likewise_core::comment::report::hides;
 use likewise_core::comment::status::CommentStatus;
+use likewise_core::comment::uncounted::{Move, planned_move};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::ReportReason;
 use likewise_core::ports::cluster::Invalidation;
@@ -59,6 +60,11 @@ impl Review {
     /// Change a comment's status and, in the same atomic write, its review-queue entry
     /// (`queue`): a comment's status and its queue entry never disagree, whatever reports and
     /// decisions race.
+    ///
+    /// How the change moves the comment's counting is registered before it is written, until
+    /// the aggregator commits it (`likewise_core::comment::uncounted`): its author, who sees it
+    /// counted whether held or not, never sees the count move because it was approved or
+    /// held.
     async fn set_status(
         &self,
         id: CommentId,
@@ -66,21 +72,49 @@ impl Review {
         actor: UserId,
         queue: QueueChange,
     ) -> ServiceResult<CommentRecord> {
-        match self
-            .shared
-            .stores
-            .writer
-            .submit_comment(CommentOp::SetStatus { id, status, actor, queue })
-            .await?
-            .outcome
-        {
-            CommentOutcome::Done(Some(r)) => {
-                self.shared.comment_changed(&r);
-                self.comments.indexer.reindex(&crate::comments::touched(&r)).await;
-                Ok(r)
+        let op = CommentOp::SetStatus { id, status, actor, queue };
+        let moved = self.planned_move(&op).await.filter(|m| self.shared.count_move(*m));
+        let written = self.shared.stores.writer.submit_comment(op).await;
+        let done = match written.map(|c| c.outcome) {
+            Ok(CommentOutcome::Done(Some(r))) => Some(r),
+            Ok(_) => None,
+            Err(e) => {
+                if let Some(m) = moved {
+                    self.shared.count_move_withdrawn(m);
+                }
+                return Err(e.into());
             }
-            _ => Err(ServiceError::NotFound("comment")),
+        };
+        // The change did not apply (a hold of a comment no longer visible, a comment deleted
+        // meanwhile): nothing will count it.
+        if let Some(m) = moved
+            && done.as_ref().is_none_or(|r| r.status != status)
+        {
+            self.shared.count_move_withdrawn(m);
         }
+        let r = done.ok_or(ServiceError::NotFound("comment"))?;
+        self.shared.comment_changed(&r);
+        self.comments.indexer.reindex(&crate::comments::touched(&r)).await;
+        Ok(r)
+    }
+
+    /// How `op` will move its comment's counting, from the comment (and a reply's parent) as
+    /// stored now. `None` when it moves nothing, or when they cannot be read (then the author
+    /// sees the counter catch up, as everyone does).
+    async fn planned_move(&self, op: &CommentOp) -> Option<Move> {
+        let id = op.id()?;
+        let read = async {
+            let Some(r) = self.shared.comment_record(id).await? else { return Ok(None) };
+            let parent = match r.parent {
+                Some(p) => self.shared.comment_record(p).await?,
+                None => None,
+            };
+            Ok::<_, ServiceError>(planned_move(op, &r, parent.as_ref()))
+        };
+        read.await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "reading a comment before its status change failed");
+            None
+        })
     }
 
     /// Report a comment; enough distinct reporters hide it pending review.

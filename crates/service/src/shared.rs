@@ -9,6 +9,7 @@ use crate::cache::viewer_likes::ViewerLikes;
 use crate::cluster::{LocalLog, matters_to_ranking};
 use crate::ranking::TopCache;
 use crate::{ServiceResult, cache};
+use likewise_core::comment::uncounted::Move;
 use likewise_core::counter::CounterKey;
 use likewise_core::event::Event;
 use likewise_core::ids::CommentId;
@@ -99,6 +100,34 @@ impl Shared {
     pub fn apply_remote_counters(&self, epoch: u64, values: &[(CounterKey, i64)], events: &[Event]) {
         self.counts.publish(epoch, values, events);
         self.remote_events.push(events);
+    }
+
+    /// A status change about to be written moves a comment's counting (`m`): register the
+    /// move until a commit counts it, here and on every node. `false` when it was registered
+    /// already (see [`likewise_core::comment::uncounted::Uncounted::register`]).
+    pub(crate) fn count_move(&self, m: Move) -> bool {
+        let made = self.counts.register_move(m);
+        if made && let Some(b) = self.broadcast.get() {
+            b.count_move(m, true);
+        }
+        made
+    }
+
+    /// The write of a registered move changed nothing: take it back, here and on every node.
+    pub(crate) fn count_move_withdrawn(&self, m: Move) {
+        self.counts.withdraw_move(m);
+        if let Some(b) = self.broadcast.get() {
+            b.count_move(m, false);
+        }
+    }
+
+    /// Another node registered (`made`) or withdrew a move.
+    pub fn apply_remote_move(&self, m: Move, made: bool) {
+        if made {
+            self.counts.register_move(m);
+        } else {
+            self.counts.withdraw_move(m);
+        }
     }
 
     /// The ranking events received from other nodes (an API node's ranker reads them).

@@ -13,6 +13,8 @@
 //!   counts from its stored comments.
 //! - [`transition`]: what a create, a status change or a delete does to a comment and its
 //!   counts, as a plan both engines apply.
+//! - [`uncounted`]: approvals and holds the counters have not taken in yet, as their
+//!   author's view of the count takes them.
 //! - [`idempotency`]: `Idempotency-Key` on comment creation: keys, fingerprints, replays.
 //! - [`pins`]: what a pin or unpin does to a post's pin list, under the cap.
 //! - [`report`]: reports of a comment, each reporter counted once.
@@ -35,6 +37,7 @@ pub mod text;
 pub mod thread;
 pub mod toxic_terms;
 pub mod transition;
+pub mod uncounted;
 
 pub use appeal::{HeldBy, QueueNote};
 pub use classify::{Classifier, RulesClassifier, Verdict, should_hold};

@@ -47,6 +47,8 @@ pub struct VisibleReply {
     pub id: CommentId,
     /// Its author (the actor of its events).
     pub author: UserId,
+    /// The user it @mentions (its record's `reply_to_user`, carried by its events).
+    pub mention: Option<UserId>,
 }
 
 /// Facts about a comment's thread, read by the engine only when [`thread_reads`] asks for
@@ -307,6 +309,7 @@ fn comment_event(kind: EventKind, subject: &CommentRecord, delta: i8, now_ms: u6
         post: subject.post.0,
         parent: subject.parent.map_or(0, |p| p.0),
         delta,
+        mention: subject.reply_to_user,
     }
 }
 
@@ -322,6 +325,7 @@ fn reply_event(parent: &CommentRecord, reply: &VisibleReply, delta: i8, now_ms: 
         post: parent.post.0,
         parent: parent.id.0,
         delta,
+        mention: reply.mention,
     }
 }
 

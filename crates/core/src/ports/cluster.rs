@@ -7,13 +7,14 @@
 //!   stream, in order; consumers read the stream through durable [`EventLog`]s.
 //! - [`ReverseIndex`]: where the reverse-index writer puts each user's likes.
 //! - [`Broadcast`] and [`Bus`]: the cluster bus between nodes (cache invalidations, new
-//!   counts, live notifications), fire and forget.
+//!   counts, status changes not counted yet, live notifications), fire and forget.
 //!
 //! The scale-out engines implement them (`likewise-scaleout`); the workers that use them
 //! (`likewise-workers`) know only these traits, so they run the same on a simulated engine.
 
 use super::EventLog;
 use crate::StoreResult;
+use crate::comment::uncounted::Move;
 use crate::counter::CounterKey;
 use crate::event::Event;
 use crate::ids::{CommentId, PostId, UserId};
@@ -172,6 +173,10 @@ pub trait Broadcast: Send + Sync {
     fn notifications(&self, items: &[NotifItem]);
     /// Send an aggregator commit (new counter values, ranking events) to every node.
     fn counters(&self, epoch: u64, values: &[(CounterKey, i64)], events: &[Event]);
+    /// Tell every node of a status change about to be written whose move of the counts the
+    /// counters have not taken in yet (`made`), or that it was withdrawn, its write having
+    /// changed nothing (`likewise_core::comment::uncounted`).
+    fn count_move(&self, m: Move, made: bool);
 }
 
 /// What another node said.
@@ -190,6 +195,13 @@ pub enum BusMessage {
     },
     /// Stored inbox changes, for the node holding the recipient's live stream.
     Notifications(Vec<NotifItem>),
+    /// A status change's move of the counts, registered (`made`) or withdrawn.
+    CountMove {
+        /// The move.
+        mv: Move,
+        /// Registered (true) or withdrawn (false).
+        made: bool,
+    },
 }
 
 /// The cluster bus: send with [`Broadcast`], receive with [`Bus::subscribe`]. A node never

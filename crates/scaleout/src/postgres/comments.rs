@@ -191,13 +191,14 @@ async fn thread(tx: &Transaction<'_>, op: &CommentOp, c: &CommentRecord) -> Resu
 /// order.
 async fn visible_replies(tx: &Transaction<'_>, id: CommentId) -> Result<Vec<VisibleReply>, TxError> {
     let visible = i16::from(CommentStatus::Visible.code());
-    let q = "SELECT id, author FROM comments WHERE parent = $1 AND status = $2 ORDER BY id";
+    let q = "SELECT id, author, reply_to_user FROM comments WHERE parent = $1 AND status = $2 ORDER BY id";
     let rows = tx.query(q, &[&i(id.0), &visible]).await?;
     Ok(rows
         .iter()
         .map(|r| VisibleReply {
             id: CommentId(r.get::<_, i64>(0) as u64),
             author: UserId(r.get::<_, i64>(1) as u64),
+            mention: r.get::<_, Option<i64>>(2).map(|u| UserId(u as u64)),
         })
         .collect())
 }

@@ -3,14 +3,16 @@
 //!
 //! Messages are `[node id: 8 bytes][payload]` on `<prefix>.cluster.<what>`, fire and forget,
 //! published in the order they were sent (one publisher task), so a node never applies an
-//! older counter value after a newer one from the same aggregator. A node ignores its own
+//! older counter value after a newer one from the same aggregator, nor a comment's
+//! invalidation before the move its status change registered. A node ignores its own
 //! messages. The wire forms below are this adapter's: nothing else reads them.
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use likewise_core::StoreResult;
+use likewise_core::comment::uncounted::Move;
 use likewise_core::counter::{CounterField, CounterKey};
-use likewise_core::event::{EVENT_V2_LEN, Event};
+use likewise_core::event::{EVENT_V3_LEN, Event, encoded_len};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::notify::{NotifItem, NotifKey, NotifKind};
@@ -50,6 +52,40 @@ pub fn decode_invalidation(s: &str) -> Option<Invalidation> {
         _ => return None,
     };
     it.next().is_none().then_some(inv)
+}
+
+/// Wire form of a count move, e.g. `+ 42 1001 0 11 -1`: registered (`+`) or withdrawn
+/// (`-`), then post, comment, parent (0: none), author and delta.
+pub fn encode_move(m: &Move, made: bool) -> String {
+    format!(
+        "{} {} {} {} {} {}",
+        if made { '+' } else { '-' },
+        m.post.0,
+        m.comment.0,
+        m.parent.map_or(0, |p| p.0),
+        m.author.0,
+        m.delta
+    )
+}
+
+/// Parse [`encode_move`]'s form.
+pub fn decode_move(s: &str) -> Option<(Move, bool)> {
+    let f: Vec<&str> = s.split(' ').collect();
+    let [made, post, comment, parent, author, delta] = f.as_slice() else { return None };
+    let made = match *made {
+        "+" => true,
+        "-" => false,
+        _ => return None,
+    };
+    let n = |v: &str| v.parse::<u64>().ok();
+    let m = Move {
+        post: PostId(n(post)?),
+        comment: CommentId(n(comment)?),
+        parent: Some(n(parent)?).filter(|p| *p != 0).map(CommentId),
+        author: UserId(n(author)?),
+        delta: delta.parse().ok()?,
+    };
+    Some((m, made))
 }
 
 /// Wire form of an inbox item: space-separated numbers, recent actors comma-separated.
@@ -98,9 +134,11 @@ pub fn decode_item(s: &str) -> Option<NotifItem> {
 pub const COUNTERS_PER_MESSAGE: usize = 4_096;
 
 /// Wire form of an aggregator commit: the log position, new absolute counter values and the
-/// events that matter to rankings (comment events and comment likes).
+/// events that matter to rankings (comment events and comment likes), each event its sequence
+/// and its log record (`Event::encode`; a record of any format this build reads is read back,
+/// so nodes of the previous release are understood during a rolling upgrade).
 pub fn encode_counters(epoch: u64, values: &[(CounterKey, i64)], events: &[Event]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(16 + values.len() * 18 + events.len() * (8 + EVENT_V2_LEN));
+    let mut b = Vec::with_capacity(16 + values.len() * 18 + events.len() * (8 + EVENT_V3_LEN));
     b.extend_from_slice(&epoch.to_be_bytes());
     b.extend_from_slice(&(values.len() as u32).to_be_bytes());
     for (k, v) in values {
@@ -123,27 +161,29 @@ pub type CounterUpdate = (u64, Vec<(CounterKey, i64)>, Vec<Event>);
 /// Parse [`encode_counters`]'s form.
 pub fn decode_counters(b: &[u8]) -> Option<CounterUpdate> {
     let mut at = 0usize;
-    let mut take = |n: usize| -> Option<&[u8]> {
-        let s = b.get(at..at + n)?;
-        at += n;
+    let take = |at: &mut usize, n: usize| -> Option<&[u8]> {
+        let s = b.get(*at..*at + n)?;
+        *at += n;
         Some(s)
     };
     let u64_of = |s: &[u8]| s.try_into().ok().map(u64::from_be_bytes);
-    let epoch = u64_of(take(8)?)?;
-    let n = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+    let epoch = u64_of(take(&mut at, 8)?)?;
+    let n = u32::from_be_bytes(take(&mut at, 4)?.try_into().ok()?) as usize;
     let mut values = Vec::with_capacity(n.min(COUNTERS_PER_MESSAGE));
     for _ in 0..n {
-        let kind = TargetKind::from_code(take(1)?[0])?;
-        let id = u64_of(take(8)?)?;
-        let field = CounterField::from_code(take(1)?[0])?;
-        let v = i64::from_be_bytes(take(8)?.try_into().ok()?);
+        let kind = TargetKind::from_code(take(&mut at, 1)?[0])?;
+        let id = u64_of(take(&mut at, 8)?)?;
+        let field = CounterField::from_code(take(&mut at, 1)?[0])?;
+        let v = i64::from_be_bytes(take(&mut at, 8)?.try_into().ok()?);
         values.push((CounterKey { target: Target { kind, id }, field }, v));
     }
-    let m = u32::from_be_bytes(take(4)?.try_into().ok()?) as usize;
+    let m = u32::from_be_bytes(take(&mut at, 4)?.try_into().ok()?) as usize;
     let mut events = Vec::with_capacity(m.min(COUNTERS_PER_MESSAGE));
     for _ in 0..m {
-        let seq = u64_of(take(8)?)?;
-        events.push(Event::decode(seq, take(EVENT_V2_LEN)?).ok()?);
+        let seq = u64_of(take(&mut at, 8)?)?;
+        // A record's length follows from its format byte.
+        let len = encoded_len(*b.get(at)?)?;
+        events.push(Event::decode(seq, take(&mut at, len)?).ok()?);
     }
     (at == b.len()).then_some((epoch, values, events))
 }
@@ -214,6 +254,10 @@ impl Broadcast for NatsBus {
         }
     }
 
+    fn count_move(&self, m: Move, made: bool) {
+        self.send("moves", encode_move(&m, made).as_bytes());
+    }
+
     fn notifications(&self, items: &[NotifItem]) {
         if items.is_empty() {
             return;
@@ -236,6 +280,7 @@ impl Bus for NatsBus {
             node: self.node,
             inval: bus_subject(&self.prefix, "inval"),
             counts: bus_subject(&self.prefix, "counts"),
+            moves: bus_subject(&self.prefix, "moves"),
         }))
     }
 }
@@ -246,6 +291,7 @@ struct NatsInbox {
     node: u64,
     inval: String,
     counts: String,
+    moves: String,
 }
 
 #[async_trait]
@@ -272,6 +318,10 @@ impl BusInbox for NatsInbox {
             if msg.subject.as_str() == self.inval {
                 if let Some(inv) = decode_invalidation(text) {
                     return Some(BusMessage::Invalidate(inv));
+                }
+            } else if msg.subject.as_str() == self.moves {
+                if let Some((mv, made)) = decode_move(text) {
+                    return Some(BusMessage::CountMove { mv, made });
                 }
             } else {
                 return Some(BusMessage::Notifications(text.lines().filter_map(decode_item).collect()));
@@ -305,6 +355,19 @@ mod tests {
     }
 
     #[test]
+    fn count_moves_round_trip() {
+        let m =
+            Move { post: PostId(42), comment: CommentId(1001), parent: None, author: UserId(11), delta: -1 };
+        for made in [true, false] {
+            assert_eq!(decode_move(&encode_move(&m, made)), Some((m, made)));
+        }
+        let reply = Move { parent: Some(CommentId(1000)), delta: 1, ..m };
+        assert_eq!(decode_move(&encode_move(&reply, true)), Some((reply, true)));
+        assert_eq!(decode_move("+ 42 1001 0 11"), None);
+        assert_eq!(decode_move("* 42 1001 0 11 1"), None);
+    }
+
+    #[test]
     fn items_round_trip() {
         let it = NotifItem {
             id: 130,
@@ -326,12 +389,29 @@ mod tests {
             (CounterKey { target: Target::post(42), field: CounterField::Likes }, 500),
             (CounterKey { target: Target::comment(7), field: CounterField::Replies }, -1),
         ];
-        let events = vec![Event::like(9, true, Target::comment(7), UserId(1), UserId(2), 1_000, 42)];
+        let like = Event::like(9, true, Target::comment(7), UserId(1), UserId(2), 1_000, 42);
+        let reply = Event {
+            kind: likewise_core::event::EventKind::CommentDeleted,
+            parent: 6,
+            delta: -1,
+            mention: Some(UserId(3)),
+            ..like
+        };
+        let events = vec![like, reply];
         let b = encode_counters(77, &values, &events);
-        assert_eq!(decode_counters(&b), Some((77, values, events)));
+        assert_eq!(decode_counters(&b), Some((77, values.clone(), events)));
         assert_eq!(decode_counters(&b[..b.len() - 1]), None);
         let mut longer = b.clone();
         longer.push(0);
         assert_eq!(decode_counters(&longer), None);
+        // A node of the previous release sends format-2 records (no @mention).
+        let mut old = encode_counters(77, &values, &[]);
+        old.truncate(old.len() - 4);
+        old.extend_from_slice(&1u32.to_be_bytes());
+        old.extend_from_slice(&reply.seq.to_be_bytes());
+        let mut record = reply.encode()[..likewise_core::event::EVENT_V2_LEN].to_vec();
+        record[0] = likewise_core::event::EVENT_FORMAT_V2;
+        old.extend_from_slice(&record);
+        assert_eq!(decode_counters(&old), Some((77, values, vec![Event { mention: None, ..reply }])));
     }
 }

@@ -10,7 +10,18 @@ const H: u64 = HOUR_MS;
 const DAY: u64 = 1_796_342_400_000;
 
 fn ev(kind: EventKind, target: Target, post: u64, ts_ms: u64, delta: i8) -> Event {
-    Event { seq: 1, kind, target, target_author: UserId(7), actor: UserId(1), ts_ms, post, parent: 0, delta }
+    Event {
+        seq: 1,
+        kind,
+        target,
+        target_author: UserId(7),
+        actor: UserId(1),
+        ts_ms,
+        post,
+        parent: 0,
+        delta,
+        mention: None,
+    }
 }
 
 #[test]

@@ -7,20 +7,27 @@
 //!   thousand readers of a cold viral post cause one storage read, not a thousand.
 //! - Ordering: every write is tagged with the aggregator's log position (the epoch). A loader
 //!   remembers the epoch before it reads storage and never overwrites a newer tag, so a slow
-//!   load cannot roll a count back.
+//!   load cannot roll a count back; nor a value the aggregator wrote into the entry while it
+//!   loaded (each entry counts those writes: epochs of different shards' aggregators do not
+//!   compare).
+//! - Status changes not counted yet: the moves approvals and holds make to comment counts
+//!   before the aggregator commits them are kept here ([`Uncounted`]), and settled by the
+//!   commit that writes the counter values including them, in the same step: a post's count
+//!   and its moves read together ([`CountCache::own_comment_counts`]) always agree.
 
 use super::{SHARDS, shard_of};
 use likewise_core::StoreResult;
+use likewise_core::comment::uncounted::{Move, Uncounted};
 use likewise_core::counter::{CounterKey, Counts};
 use likewise_core::event::{Event, EventKind};
-use likewise_core::ids::UserId;
+use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::ports::{CounterStore, LikeReader};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A cached entry.
@@ -40,8 +47,22 @@ struct Slot {
     /// Highest epoch the aggregator published while this slot had no value (a load was in
     /// flight): a loader that started before it must not present its value as fresh.
     missed_epoch: AtomicU64,
+    /// How many aggregator commits wrote into this entry (or found it loading): a load during
+    /// which this moved installs nothing over the values they wrote.
+    published: AtomicU64,
     load: tokio::sync::Mutex<()>,
     refreshing: AtomicBool,
+}
+
+/// A post's comment count as cached now, with the moves of one viewer's comments on it
+/// ([`CountCache::own_comment_counts`]).
+#[derive(Debug, Clone, Default)]
+pub struct OwnCommentCount {
+    /// The count; `None` when not cached, or not read (nothing kept: the caller's stands).
+    pub cached: Option<i64>,
+    /// The viewer's comments with moves, each with whether it counts for them on top of the
+    /// count ([`Uncounted::own_view`]).
+    pub moves: Vec<(Move, bool)>,
 }
 
 /// See the module documentation.
@@ -56,6 +77,12 @@ pub struct CountCache {
     epoch: AtomicU64,
     loads: AtomicU64,
     lookups: super::LookupCounters,
+    /// Moves of comment counts not committed yet. Taken before any entry's lock, by the
+    /// commits that settle them and by the reads that take them with a post's count.
+    uncounted: Mutex<Uncounted>,
+    /// How many moves `uncounted` keeps, updated under its lock: reads skip the lock while
+    /// none is kept (nearly always).
+    moves_kept: AtomicUsize,
 }
 
 impl CountCache {
@@ -78,6 +105,8 @@ impl CountCache {
             epoch: AtomicU64::new(0),
             loads: AtomicU64::new(0),
             lookups: super::LookupCounters::new("counts"),
+            uncounted: Mutex::new(Uncounted::default()),
+            moves_kept: AtomicUsize::new(0),
         })
     }
 
@@ -154,9 +183,11 @@ impl CountCache {
                 missing.iter().copied().filter(|i| slots[*i].state.lock().is_none()).collect();
             if !still.is_empty() {
                 let want: Vec<Target> = still.iter().map(|i| targets[*i]).collect();
+                let seen: Vec<u64> =
+                    still.iter().map(|i| slots[*i].published.load(Ordering::Acquire)).collect();
                 let loaded = self.load(&want).await?;
-                for (i, value) in still.iter().zip(loaded) {
-                    self.install(&slots[*i], value.0, value.1);
+                for ((i, value), seen) in still.iter().zip(loaded).zip(seen) {
+                    self.install(&slots[*i], value.0, seen, value.1);
                 }
             }
             drop(guards);
@@ -219,10 +250,17 @@ impl CountCache {
         Ok(out)
     }
 
-    fn install(&self, slot: &Slot, load_epoch: u64, mut value: Cached) {
+    /// Install `value`, loaded from storage by a load that began at `load_epoch`, when the
+    /// entry's commit count was `seen`.
+    fn install(&self, slot: &Slot, load_epoch: u64, seen: u64, mut value: Cached) {
         let mut state = slot.state.lock();
         if state.as_ref().is_some_and(|cur| cur.tag > load_epoch) {
             return; // the aggregator wrote something newer while we were reading
+        }
+        if state.is_some() && slot.published.load(Ordering::Acquire) != seen {
+            // A commit wrote into the entry while we were reading: what it wrote may be newer
+            // than what we read (the settled moves count on it), and the next read refreshes.
+            return;
         }
         if slot.missed_epoch.load(Ordering::Acquire) > load_epoch {
             // The aggregator moved on while we loaded and could not update us: serve this
@@ -244,10 +282,11 @@ impl CountCache {
                 guards.push(slot.load.lock().await);
             }
             let want: Vec<Target> = stale.iter().map(|(t, _)| *t).collect();
+            let seen: Vec<u64> = stale.iter().map(|(_, s)| s.published.load(Ordering::Acquire)).collect();
             match this.load(&want).await {
                 Ok(values) => {
-                    for ((_, slot), (e, value)) in stale.iter().zip(values) {
-                        this.install(slot, e, value);
+                    for (((_, slot), (e, value)), seen) in stale.iter().zip(values).zip(seen) {
+                        this.install(slot, e, seen, value);
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "count refresh failed"),
@@ -260,11 +299,17 @@ impl CountCache {
     }
 
     /// Called by the aggregator after it committed counters up to log position `epoch`:
-    /// write the new absolute values and the likers of `events` into cached entries.
+    /// write the new absolute values and the likers of `events` into cached entries, and
+    /// settle the moves of comment counts the commit took in.
     pub fn publish(&self, epoch: u64, values: &[(CounterKey, i64)], events: &[Event]) {
+        // Held while the values are written when moves are kept: a read of a post's count and
+        // its moves sees the commit's values and settled moves together, or neither. (A move
+        // registered meanwhile is for a write this commit cannot hold.)
+        let mut uncounted = (self.moves_kept.load(Ordering::Acquire) > 0).then(|| self.uncounted.lock());
         for (key, value) in values {
             if let Some(slot) = self.existing(key.target) {
                 let mut state = slot.state.lock();
+                slot.published.fetch_add(1, Ordering::AcqRel);
                 match state.as_mut() {
                     Some(c) => {
                         let cur = match key.field {
@@ -287,6 +332,7 @@ impl CountCache {
             }
             if let Some(slot) = self.existing(e.target) {
                 let mut state = slot.state.lock();
+                slot.published.fetch_add(1, Ordering::AcqRel);
                 match state.as_mut() {
                     Some(c) => {
                         let mut list: Vec<UserId> =
@@ -305,5 +351,128 @@ impl CountCache {
             }
         }
         self.epoch.fetch_max(epoch, Ordering::AcqRel);
+        if let Some(u) = uncounted.as_mut() {
+            u.settle(events, crate::now_ms());
+            self.moves_kept.store(u.len(), Ordering::Release);
+        }
+    }
+
+    /// Register a comment's move of its post's count, about to be written and not counted
+    /// yet. `false` when the same move is registered already (see [`Uncounted::register`]).
+    pub fn register_move(&self, m: Move) -> bool {
+        let mut u = self.uncounted.lock();
+        let made = u.register(m, crate::now_ms());
+        self.moves_kept.store(u.len(), Ordering::Release);
+        made
+    }
+
+    /// Take back a registered move whose write changed nothing.
+    pub fn withdraw_move(&self, m: Move) {
+        let mut u = self.uncounted.lock();
+        u.withdraw(m);
+        self.moves_kept.store(u.len(), Ordering::Release);
+    }
+
+    /// For each of `posts`: its comment count as cached now and the moves of `viewer`'s
+    /// comments on it. Read together, under the lock commits settle moves with. With no move
+    /// kept (nearly always) nothing is read: no move was registered or settled for seconds,
+    /// so the counts read before stand, and a move registered meanwhile is for a write the
+    /// caller's earlier reads did not see either.
+    pub fn own_comment_counts(&self, viewer: UserId, posts: &[PostId]) -> Vec<OwnCommentCount> {
+        if self.moves_kept.load(Ordering::Acquire) == 0 {
+            return vec![OwnCommentCount::default(); posts.len()];
+        }
+        let uncounted = self.uncounted.lock();
+        let now = crate::now_ms();
+        posts
+            .iter()
+            .map(|p| {
+                let cached = self
+                    .existing(Target::post(p.0))
+                    .and_then(|s| s.state.lock().as_ref().map(|c| c.counts.comments));
+                let moves = uncounted.own_view(*p, viewer, now);
+                OwnCommentCount { cached, moves }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use likewise_core::counter::CounterField;
+    use likewise_core::ids::CommentId;
+
+    fn cache(dir: &std::path::Path) -> (Arc<CountCache>, likewise_store::Stores) {
+        let stores = likewise_store::testing::open_small(dir);
+        let c =
+            CountCache::new(stores.counters.clone(), stores.likes.clone(), Duration::from_secs(5), 1_000, 3);
+        (c, stores)
+    }
+
+    fn comments(post: u64, n: i64) -> (CounterKey, i64) {
+        (CounterKey { target: Target::post(post), field: CounterField::Comments }, n)
+    }
+
+    fn approved(seq: u64, post: u64, comment: u64) -> Event {
+        Event {
+            seq,
+            kind: EventKind::CommentStatusChanged,
+            target: Target::comment(comment),
+            target_author: UserId(7),
+            actor: UserId(11),
+            ts_ms: 0,
+            post,
+            parent: 0,
+            delta: 1,
+            mention: None,
+        }
+    }
+
+    /// A move counts on top of the cached count for its author until the commit holding its
+    /// event writes the count that includes it; then the count has it, and the move says so.
+    #[tokio::test]
+    async fn a_move_is_settled_with_the_count_that_includes_it() {
+        let dir = likewise_store::testing::scratch_dir();
+        let (c, stores) = cache(dir.path());
+        c.get_many(&[Target::post(1)]).await.expect("load");
+        let m = Move { post: PostId(1), comment: CommentId(5), parent: None, author: UserId(11), delta: 1 };
+        assert!(c.register_move(m));
+        let mine = c.own_comment_counts(UserId(11), &[PostId(1), PostId(2)]);
+        assert_eq!((mine[0].cached, mine[0].moves.clone()), (Some(0), vec![(m, true)]));
+        assert_eq!((mine[1].cached, mine[1].moves.clone()), (None, vec![]));
+        assert!(c.own_comment_counts(UserId(12), &[PostId(1)])[0].moves.is_empty(), "the author's only");
+        // Another comment's commit settles nothing.
+        c.publish(3, &[comments(1, 1)], &[approved(3, 1, 6)]);
+        assert_eq!(c.own_comment_counts(UserId(11), &[PostId(1)])[0].moves, [(m, true)]);
+        c.publish(4, &[comments(1, 2)], &[approved(4, 1, 5)]);
+        let mine = c.own_comment_counts(UserId(11), &[PostId(1)]);
+        assert_eq!((mine[0].cached, mine[0].moves.clone()), (Some(2), vec![(m, false)]));
+        stores.close().expect("close");
+    }
+
+    /// A load that read storage before a commit wrote into the entry does not put its older
+    /// value back, whatever the epochs say (aggregators of different shards publish
+    /// positions that do not compare).
+    #[tokio::test]
+    async fn a_load_that_raced_a_commit_installs_nothing_over_it() {
+        let dir = likewise_store::testing::scratch_dir();
+        let (c, stores) = cache(dir.path());
+        c.get_many(&[Target::post(1)]).await.expect("load");
+        let slot = c.slot(Target::post(1));
+        let seen = slot.published.load(Ordering::Acquire);
+        // Another shard's aggregator is ahead: the load begins at a higher epoch.
+        c.publish(100, &[comments(9, 4)], &[]);
+        let load_epoch = c.epoch.load(Ordering::Acquire);
+        c.publish(50, &[comments(1, 1)], &[]);
+        let old = Cached {
+            counts: Counts::default(),
+            recent_likers: Arc::new(Vec::new()),
+            tag: load_epoch,
+            loaded_at: Instant::now(),
+        };
+        c.install(&slot, load_epoch, seen, old);
+        assert_eq!(c.get_many(&[Target::post(1)]).await.expect("read")[0].counts.comments, 1);
+        stores.close().expect("close");
     }
 }

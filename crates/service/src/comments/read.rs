@@ -6,7 +6,7 @@ use crate::{ServiceError, ServiceResult};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::write::CommentRecord;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Replies read to decide whether a placeholder is shown: a thread whose first replies are
 /// all hidden from the reader is rare, and past these it is not shown.
@@ -25,11 +25,13 @@ pub struct OwnReplies {
     pub by_post: HashMap<PostId, i64>,
     /// By top-level parent.
     pub by_parent: HashMap<CommentId, i64>,
+    /// The viewer's own held replies counted (those of [`Comments::own_held_replies`]).
+    pub held: HashSet<CommentId>,
 }
 
 impl OwnReplies {
-    /// Count `n` replies under `parent` on `post`.
-    fn add(&mut self, post: PostId, parent: CommentId, n: i64) {
+    /// Count `n` replies under `parent` on `post` (`n` < 0: count fewer).
+    pub(crate) fn add(&mut self, post: PostId, parent: CommentId, n: i64) {
         *self.by_post.entry(post).or_default() += n;
         *self.by_parent.entry(parent).or_default() += n;
     }
@@ -42,6 +44,7 @@ impl OwnReplies {
         for (parent, n) in other.by_parent {
             *self.by_parent.entry(parent).or_default() += n;
         }
+        self.held.extend(other.held);
     }
 }
 
@@ -158,16 +161,16 @@ impl Comments {
         }
         let recs = self.shared.stores.comments.held_replies_by(reader.user, posts, OWN_HELD_REPLIES).await?;
         // The records decide: one changed since the index was read is left out.
-        let held: Vec<(PostId, CommentId)> = recs
+        let held: Vec<(PostId, CommentId, CommentId)> = recs
             .into_iter()
             .filter(|r| r.author == reader.user && r.status.is_held())
-            .filter_map(|r| Some((r.post, r.parent?)))
+            .filter_map(|r| Some((r.post, r.parent?, r.id)))
             .collect();
         if held.is_empty() {
             return Ok(own);
         }
         let parents: Vec<CommentId> =
-            held.iter().map(|(_, p)| *p).collect::<BTreeSet<_>>().into_iter().collect();
+            held.iter().map(|(_, p, _)| *p).collect::<BTreeSet<_>>().into_iter().collect();
         let open: HashMap<CommentId, bool> = parents
             .iter()
             .copied()
@@ -177,9 +180,10 @@ impl Comments {
                 (id, seen.is_some_and(|p| p.status.opens_thread()))
             })
             .collect();
-        for (post, parent) in held {
+        for (post, parent, reply) in held {
             if open.get(&parent).copied().unwrap_or(false) {
                 own.add(post, parent, 1);
+                own.held.insert(reply);
             }
         }
         Ok(own)

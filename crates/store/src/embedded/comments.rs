@@ -216,7 +216,7 @@ impl CommentOverlay {
         Ok(all
             .into_iter()
             .filter(|r| r.status == CommentStatus::Visible)
-            .map(|r| VisibleReply { id: r.id, author: r.author })
+            .map(|r| VisibleReply { id: r.id, author: r.author, mention: r.reply_to_user })
             .collect())
     }
 

@@ -29,6 +29,7 @@ pub async fn join(
                     svc.shared.apply_remote_counters(epoch, &values, &events)
                 }
                 BusMessage::Invalidate(inv) => svc.apply_invalidation(inv),
+                BusMessage::CountMove { mv, made } => svc.shared.apply_remote_move(mv, made),
                 BusMessage::Notifications(items) => {
                     if let Err(e) = svc.notifications.push_live(items).await {
                         tracing::warn!(error = %e, "pushing remote notifications failed");

@@ -396,6 +396,8 @@ impl Broadcast for SimPorts {
     }
 
     fn counters(&self, _epoch: u64, _values: &[(CounterKey, i64)], _events: &[Event]) {}
+
+    fn count_move(&self, _m: likewise_core::comment::uncounted::Move, _made: bool) {}
 }
 
 /// Upstream data from the base store, with the notifier's reads of it (settings, follows)

@@ -215,8 +215,9 @@ fn a_reply_under_a_held_parent_changes_status_and_goes_without_counting() {
 
 #[test]
 fn a_parents_thread_opening_or_closing_moves_each_of_its_visible_replies() {
-    let replies: Vec<VisibleReply> =
-        (0..3).map(|k| VisibleReply { id: CommentId(10 + k), author: UserId(200 + k) }).collect();
+    let replies: Vec<VisibleReply> = (0..3)
+        .map(|k| VisibleReply { id: CommentId(10 + k), author: UserId(200 + k), mention: None })
+        .collect();
     let thread = Thread { visible_replies: replies.clone(), ..Thread::default() };
     #[rustfmt::skip]
     let table = [
@@ -253,7 +254,7 @@ fn a_parents_thread_opening_or_closing_moves_each_of_its_visible_replies() {
 fn a_parent_deleted_keeps_its_thread_as_it_was() {
     let thread = Thread {
         has_replies: true,
-        visible_replies: vec![VisibleReply { id: CommentId(10), author: UserId(200) }],
+        visible_replies: vec![VisibleReply { id: CommentId(10), author: UserId(200), mention: None }],
         ..Thread::default()
     };
     for (from, delta) in [(Visible, -1), (Pending, 0)] {
@@ -343,7 +344,7 @@ mod model {
                 .0
                 .values()
                 .filter(|c| c.parent == Some(id) && c.status == Visible)
-                .map(|c| VisibleReply { id: c.id, author: c.author })
+                .map(|c| VisibleReply { id: c.id, author: c.author, mention: c.reply_to_user })
                 .collect();
             let thread = Thread {
                 has_replies: want.has_replies && under(id),
