@@ -403,7 +403,7 @@ mod tests {
     use likewise_core::counter::CounterField;
     use likewise_core::ids::CommentId;
 
-    fn cache(dir: &std::path::Path) -> (Arc<CountCache>, likewise_store::Stores) {
+    fn cache(dir: &std::path::Path) -> (Arc<CountCache>, likewise_engine::Stores) {
         let stores = likewise_store::testing::open_small(dir);
         let c =
             CountCache::new(stores.counters.clone(), stores.likes.clone(), Duration::from_secs(5), 1_000, 3);
