@@ -438,6 +438,39 @@ pub struct AnalyticsRow {
     pub unique_viewers: i64,
 }
 
+impl From<&likewise_service::analytics::HourRow> for AnalyticsRow {
+    fn from(r: &likewise_service::analytics::HourRow) -> Self {
+        AnalyticsRow {
+            post_id: PostId(r.post),
+            hour: rfc3339_ms(r.hour_ms),
+            likes: r.likes,
+            unlikes: r.unlikes,
+            comments: r.comments,
+            comments_visible_delta: r.comments_visible_delta,
+            comment_likes: r.comment_likes,
+            comment_unlikes: r.comment_unlikes,
+            unique_viewers: r.unique_viewers,
+        }
+    }
+}
+
+impl AnalyticsRow {
+    /// The row as the export folds it (a client reading a node's answer).
+    pub fn to_row(&self) -> Result<likewise_service::analytics::HourRow, String> {
+        Ok(likewise_service::analytics::HourRow {
+            post: self.post_id.0,
+            hour_ms: likewise_service::analytics::parse_time("hour", &self.hour)?,
+            likes: self.likes,
+            unlikes: self.unlikes,
+            comments: self.comments,
+            comments_visible_delta: self.comments_visible_delta,
+            comment_likes: self.comment_likes,
+            comment_unlikes: self.comment_unlikes,
+            unique_viewers: self.unique_viewers,
+        })
+    }
+}
+
 /// Milliseconds since the epoch as RFC 3339 UTC.
 pub fn rfc3339_ms(ms: u64) -> String {
     let nanos = i128::from(ms) * 1_000_000;

@@ -297,21 +297,7 @@ async fn through_node(cfg: &Config, url: &str, token: Option<&str>, span: Span) 
     let rows = answer
         .rows
         .iter()
-        .map(|r| {
-            let hour_ms =
-                likewise_service::analytics::parse_time("hour", &r.hour).map_err(anyhow::Error::msg)?;
-            Ok(HourRow {
-                post: r.post_id.0,
-                hour_ms,
-                likes: r.likes,
-                unlikes: r.unlikes,
-                comments: r.comments,
-                comments_visible_delta: r.comments_visible_delta,
-                comment_likes: r.comment_likes,
-                comment_unlikes: r.comment_unlikes,
-                unique_viewers: r.unique_viewers,
-            })
-        })
+        .map(|r| r.to_row().map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok((rows, answer.warning))
 }

@@ -9,7 +9,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::QueryParams;
 use axum::Json;
 use axum::extract::State;
-use likewise_core::ids::PostId;
 use likewise_service::analytics::{self, Span};
 use serde::Deserialize;
 use std::sync::{Arc, OnceLock};
@@ -86,20 +85,6 @@ pub async fn hourly(
         since: rfc3339_ms(span.since_ms),
         until: rfc3339_ms(span.until_ms),
         warning: report.warning(&span),
-        rows: report
-            .rows
-            .iter()
-            .map(|r| AnalyticsRow {
-                post_id: PostId(r.post),
-                hour: rfc3339_ms(r.hour_ms),
-                likes: r.likes,
-                unlikes: r.unlikes,
-                comments: r.comments,
-                comments_visible_delta: r.comments_visible_delta,
-                comment_likes: r.comment_likes,
-                comment_unlikes: r.comment_unlikes,
-                unique_viewers: r.unique_viewers,
-            })
-            .collect(),
+        rows: report.rows.iter().map(AnalyticsRow::from).collect(),
     }))
 }
