@@ -484,6 +484,55 @@ async fn an_export_beside_a_running_node_reads_through_it() {
     assert_eq!(sums(&the_file(&offline)), live_sums);
 }
 
+/// Two nodes share a secret; the configuration of B's data directory names A's address as
+/// `server.listen` (B was started on another). The export must not take A's rows for B's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_found_at_server_listen_that_holds_another_store_is_not_taken() {
+    let (a_dir, b_dir) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let (a_data, b_data) = (
+        a_dir.path().to_str().expect("utf-8").to_string(),
+        b_dir.path().to_str().expect("utf-8").to_string(),
+    );
+    let (a_listen, b_listen) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let mut a = common::proc::start_with(&["serve", "--data-dir", &a_data, "--listen", &a_listen], &[]);
+    let mut b = common::proc::start_with(&["serve", "--data-dir", &b_data, "--listen", &b_listen], &[]);
+    let c = common::proc::Client::new();
+    engage(&c, &a.base, 1001, 6).await;
+    engage(&c, &b.base, 1001, 2).await;
+    let (since, until) = (now_plus(-1), now_plus(2));
+    let export_b = |listen: &str, out: &Path| {
+        export_env(
+            &[
+                "--data-dir",
+                &b_data,
+                "--since",
+                &since,
+                "--until",
+                &until,
+                "--out",
+                out.to_str().expect("utf-8"),
+            ],
+            &[("LIKEWISE__SERVER__LISTEN", listen), ("LIKEWISE__AUTH__SECRET", common::SECRET)],
+        )
+    };
+    let wrong = b_dir.path().join("wrong");
+    let out = export_b(&a_listen, &wrong);
+    assert!(!out.status.success(), "B's export took the rows of A's store");
+    assert!(text(&out.stderr).contains("holds another store"), "{}", text(&out.stderr));
+    assert!(!wrong.exists(), "a refused export left its directory behind");
+
+    // At B's own address the same command reads B's rows.
+    let right = b_dir.path().join("right");
+    let out = export_b(&b_listen, &right);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(sums(&the_file(&right))["1"]["likes"], 2);
+
+    for node in [&mut a, &mut b] {
+        common::proc::signal(&node.child, "-TERM");
+        assert!(node.child.wait().expect("wait").success(), "clean stop");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hourly_route_checks_its_caller_and_its_span() {
     let dir = tempfile::tempdir().expect("tempdir");

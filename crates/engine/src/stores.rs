@@ -84,6 +84,10 @@ pub struct Stores {
     pub rate_limiter: Option<Arc<dyn SharedRateLimiter>>,
     /// Dependencies other than the storage, for `/healthz` (none on the embedded engine).
     pub probes: Vec<Arc<dyn Probe>>,
+    /// The embedded store's identity (its data directory's `store.id`), so a command that
+    /// finds a node at an address can tell whether that node holds the same store; `None` on
+    /// the scale-out engines.
+    pub identity: Option<String>,
 }
 
 impl Stores {
@@ -125,6 +129,7 @@ impl Stores {
             held_marks: None,
             rate_limiter: None,
             probes: Vec::new(),
+            identity: None,
         }
     }
 

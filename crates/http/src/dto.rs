@@ -411,6 +411,11 @@ pub struct AnalyticsHourly {
     /// Set when the node's event log no longer holds every event of the span (it keeps
     /// `aggregator.retain_events`): the hours before its oldest event are incomplete.
     pub warning: Option<String>,
+    /// The identity of the node's embedded store (its data directory's `store.id`); `null`
+    /// on the scale-out engines. `likewise export analytics` compares it with its own data
+    /// directory's before taking the rows.
+    #[serde(default)]
+    pub store_id: Option<String>,
     /// One row per post and UTC hour with any activity, sorted by hour, then post.
     pub rows: Vec<AnalyticsRow>,
 }

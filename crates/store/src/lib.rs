@@ -11,6 +11,7 @@
 
 pub mod durable_dir;
 pub mod embedded;
+pub mod identity;
 pub mod keys;
 pub mod open;
 #[cfg(any(test, feature = "testing"))]

@@ -44,7 +44,10 @@ pub fn open(cfg: &StoreConfig) -> StoreResult<Stores> {
             .and_then(|()| crate::durable_dir::sync(&cfg.data_dir))
             .map_err(|e| io("cannot finish creating", e))?;
     }
-    Ok(from_embedded(store, cfg.group_commit.clone()))
+    let identity = crate::identity::ensure(&cfg.data_dir).map_err(|e| io("cannot name", e))?;
+    let mut stores = from_embedded(store, cfg.group_commit.clone());
+    stores.identity = Some(identity);
+    Ok(stores)
 }
 
 /// fjall's `version` marker: "FJL" and the format's byte.

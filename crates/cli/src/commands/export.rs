@@ -121,7 +121,7 @@ fn write_export(
     likewise_app::runtime::init_logging("warn");
     let rt = likewise_app::runtime::runtime()?;
     let (rows, warning) = match (&from.url, cfg.store.backend.as_str()) {
-        (Some(url), _) => rt.block_on(through_node(&cfg, url, from.token.as_deref(), span))?,
+        (Some(url), _) => rt.block_on(through_node(&cfg, url, from.token.as_deref(), span, None))?,
         (None, "embedded") => match rt.block_on(from_store(&cfg, span, progress)) {
             Ok(r) => r,
             // The store is held by a node of this data directory: ask it instead.
@@ -132,7 +132,17 @@ fn write_export(
                     cfg.server.listen
                 );
                 let url = format!("http://{}", cfg.server.listen);
-                rt.block_on(through_node(&cfg, &url, from.token.as_deref(), span))?
+                // Found by address, not named by the user: take its rows only if it holds this
+                // data directory's store, not another one (two nodes may share a secret).
+                let mine = likewise_store::identity::read(&cfg.store.data_dir).ok().flatten();
+                let mine = mine.ok_or_else(|| {
+                    e.context(format!(
+                        "the store in {} has no identity yet, so the node at {} cannot be shown                          to hold it: pass --url to ask a node anyway",
+                        cfg.store.data_dir.display(),
+                        cfg.server.listen
+                    ))
+                })?;
+                rt.block_on(through_node(&cfg, &url, from.token.as_deref(), span, Some(&mine)))?
             }
             Err(e) => {
                 return Err(e.context(format!(
@@ -246,7 +256,14 @@ const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// A live node's rows (`GET /v1/analytics/hourly`), with `token`, or a service token minted
 /// from the configuration's signing secret.
 #[cfg(feature = "analytics")]
-async fn through_node(cfg: &Config, url: &str, token: Option<&str>, span: Span) -> anyhow::Result<Rows> {
+/// With `store`, the node must answer for the embedded store of that identity.
+async fn through_node(
+    cfg: &Config,
+    url: &str,
+    token: Option<&str>,
+    span: Span,
+    store: Option<&str>,
+) -> anyhow::Result<Rows> {
     use likewise_bench::client::{Method, StatusCode};
     use likewise_http::dto::AnalyticsHourly;
     let token = match token {
@@ -294,6 +311,14 @@ async fn through_node(cfg: &Config, url: &str, token: Option<&str>, span: Span) 
     };
     let answer: AnalyticsHourly = serde_json::from_slice(&body)
         .with_context(|| format!("the node at {url} sent no analytics answer"))?;
+    if let Some(mine) = store {
+        anyhow::ensure!(
+            answer.store_id.as_deref() == Some(mine),
+            "the node at {url} holds another store (its identity {}, this data directory's {mine}): \
+             if `likewise serve` holds this data directory at another address, pass --url",
+            answer.store_id.as_deref().unwrap_or("none")
+        );
+    }
     let rows = answer
         .rows
         .iter()

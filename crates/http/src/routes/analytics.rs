@@ -85,6 +85,7 @@ pub async fn hourly(
         since: rfc3339_ms(span.since_ms),
         until: rfc3339_ms(span.until_ms),
         warning: report.warning(&span),
+        store_id: state.svc.stores().identity.clone(),
         rows: report.rows.iter().map(AnalyticsRow::from).collect(),
     }))
 }
