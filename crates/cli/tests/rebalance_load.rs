@@ -277,6 +277,9 @@ mod diag {
         while start.elapsed() < Duration::from_secs(15) {
             got = value(c, base, post, field).await;
             if got == Some(want) {
+                if start.elapsed() > Duration::from_millis(500) {
+                    eprintln!("DIAG slow post {post} {field} on {base}: {:?}", start.elapsed());
+                }
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
