@@ -655,3 +655,42 @@ async fn the_drain_waits_for_a_row_relayed_after_a_later_one() {
         likewise_core::ports::CounterStore::counts(&s, &[Target::post(moving)]).await.expect("counts");
     assert_eq!(counts[0].likes, 1, "the counter on the new shard");
 }
+
+/// After a move, the old shard's aggregator still finds the moved posts among its hottest and
+/// recounts them. Its offset is not kept on their new shard, so it used to count every event
+/// there as pending and report a false drift (here -3), which its next commit refused as
+/// misplaced, failing the whole step. It refuses the recount instead; the new shard's
+/// aggregator finds no drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_shards_aggregator_does_not_recount_a_moved_post() {
+    use likewise_core::ports::CounterStore;
+    let t = two_and_a_new_one().await;
+    let s = node(&t).await;
+    let post = 7u64;
+    let source = s.shard_of_post(PostId(post));
+    let bucket = s.placement().bucket_of(post);
+    let opts = MoveOptions { grace: Duration::from_millis(10), drain: false, ..MoveOptions::default() };
+    s.move_buckets(&[bucket], 2, &opts).await.expect("move");
+    for u in 0..3u64 {
+        s.apply_async(&[like(Target::post(post), post, 74_000 + u, true)]).await.expect("like");
+    }
+    // The new shard's aggregator applied them.
+    let consumer = |shard| {
+        likewise_core::ports::cluster::shard_consumer(likewise_core::counter::COUNTERS_CONSUMER, shard)
+    };
+    let c = s.conn(2).await.expect("conn");
+    let head: i64 = c.query_one("SELECT max(seq) FROM outbox", &[]).await.expect("head").get(0);
+    c.batch_execute(&format!(
+        "INSERT INTO counters (kind, target, field, value) VALUES (1, {post}, {likes}, 3);
+         INSERT INTO consumer_offsets (consumer, upto) VALUES ('{consumer}', {upto})",
+        likes = likewise_core::counter::CounterField::Likes.code(),
+        consumer = consumer(2),
+        upto = crate::postgres::outbox::position(head as u64, 0),
+    ))
+    .await
+    .expect("applied");
+    let r = s.recount_likes(&consumer(2), Target::post(post)).await.expect("recount");
+    assert_eq!((r.rows, r.counter, r.drift()), (3, 3, 0));
+    let old = s.recount_likes(&consumer(source), Target::post(post)).await;
+    assert!(old.is_err(), "the old shard's aggregator recounted a moved post: {old:?}");
+}
