@@ -7,10 +7,9 @@
 
 mod common;
 
-
 use common::SECRET;
 use common::deployment::Deployment;
-use common::proc::{Client, put_post, stop};
+use common::proc::{Client, get_post, put_post, stop};
 use hyper::Method;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -98,11 +97,10 @@ async fn rows_on_one_shard(urls: &[String], sql: &str, id: u64) -> HashSet<i64> 
     per_shard.into_iter().flatten().collect()
 }
 
-// Open (issue 45): in 2 of 19 runs on a heavily loaded machine a like or comment count did not
-// equal its rows within 15 s after the move; whether that is slow convergence under load or an
-// event lost or applied twice across a move is not known yet. Out of the README's test command
-// until it is: `cargo test -p likewise --test rebalance_load -- --ignored --nocapture`.
-#[ignore = "issue 45: counts missed their rows within 15 s in 2 of 19 loaded runs; cause unknown"]
+// A count that stayed a comment or like short of its rows here (2 of 19 loaded runs) was a
+// move's drain waiting for the stream position of the source outbox's last row while the
+// fenced buckets' last row was relayed after it (`reshard/tests.rs`: the drain waits for a
+// row relayed after a later one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
     let d = Deployment::new().await;
@@ -191,7 +189,6 @@ async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
     );
 
     // Every acknowledged write is there, on one shard; counts equal the rows on both nodes.
-    let mut failures = Vec::new();
     for p in &posts {
         let likers =
             rows_on_one_shard(&urls, "SELECT user_id FROM likes WHERE kind = 1 AND target = $1", *p).await;
@@ -204,17 +201,18 @@ async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
             assert!(comments.contains(id), "post {p}: acknowledged comment {id} lost");
         }
         for base in &bases {
-            for (field, want) in [("like_count", likers.len() as i64), ("comment_count", comments.len() as i64)] {
-                if let Some(f) = diag::converge(&c, base, &urls, &d.prefix, *p, field, want).await {
-                    failures.push(f);
+            c.wait_count(base, *p, likers.len() as i64).await;
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                let v = get_post(&c, base, *p, common::OBSERVER).await;
+                if v["comment_count"].as_u64() == Some(comments.len() as u64) {
+                    break;
                 }
+                assert!(Instant::now() < deadline, "post {p}: comment_count {v} is not {}", comments.len());
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
     }
-    for u in &urls {
-        eprintln!("DIAG relay order on {}: {}", u.rsplit('/').next().unwrap_or(u), diag::reordered(u).await);
-    }
-    assert!(failures.is_empty(), "counts missed their rows: {failures:#?}");
     let acked: usize = storm.likers.values().map(HashSet::len).sum();
     assert!(acked > 500, "the storm got too little acknowledged to tell: {acked}");
     // A generous ceiling only: the figures above are what to read.
@@ -223,195 +221,4 @@ async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
         stop(s);
     }
     d.cleanup().await;
-}
-
-/// Temporary diagnostics (issue 45): what a count that misses its rows looks like.
-mod diag {
-    use super::*;
-
-    async fn connect(url: &str) -> tokio_postgres::Client {
-        let (c, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("connect shard");
-        tokio::spawn(conn);
-        c
-    }
-
-    /// Outbox rows relayed after a row with a higher seq (the relay published out of seq order).
-    pub async fn reordered(url: &str) -> String {
-        let c = connect(url).await;
-        let r = c
-            .query_one(
-                "SELECT count(*) FILTER (WHERE stream_seq < m), count(*), max(seq - lo) FROM (
-                   SELECT seq, stream_seq,
-                          max(stream_seq) OVER (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) m,
-                          min(CASE WHEN stream_seq IS NOT NULL THEN seq END) OVER
-                            (ORDER BY stream_seq DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) lo
-                   FROM outbox) x",
-                &[],
-            )
-            .await
-            .expect("reordered");
-        format!("{} of {} outbox rows relayed after a later-seq row", r.get::<_, i64>(0), r.get::<_, i64>(1))
-    }
-
-    async fn value(c: &Client, base: &str, post: u64, field: &str) -> Option<i64> {
-        let (st, v) = c
-            .call(base, Method::GET, &format!("/v1/posts/{post}"), common::OBSERVER, false, "")
-            .await
-            .ok()?;
-        (st == 200).then(|| v[field].as_i64()).flatten()
-    }
-
-    /// Wait for `field` of `post` to read `want` on `base`: `None` within 15 s; else a dump
-    /// of the post's state, polling on for 120 s.
-    pub async fn converge(
-        c: &Client,
-        base: &str,
-        urls: &[String],
-        prefix: &str,
-        post: u64,
-        field: &str,
-        want: i64,
-    ) -> Option<String> {
-        let start = Instant::now();
-        let mut got = None;
-        while start.elapsed() < Duration::from_secs(15) {
-            got = value(c, base, post, field).await;
-            if got == Some(want) {
-                if start.elapsed() > Duration::from_millis(500) {
-                    eprintln!("DIAG slow post {post} {field} on {base}: {:?}", start.elapsed());
-                }
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        eprintln!("DIAG MISS post {post} {field} on {base}: {got:?}, rows {want} ({:+})", got.unwrap_or(0) - want);
-        dump(urls, prefix, post).await;
-        let mut last = got;
-        let mut converged = None;
-        while start.elapsed() < Duration::from_secs(135) {
-            let now = value(c, base, post, field).await;
-            if now != last {
-                eprintln!("DIAG   at {:.1} s: {now:?}", start.elapsed().as_secs_f64());
-                last = now;
-            }
-            if now == Some(want) {
-                converged = Some(start.elapsed());
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        eprintln!("DIAG post {post} {field}: converged {converged:?}; last {last:?} want {want}");
-        dump(urls, prefix, post).await;
-        Some(format!(
-            "post {post} {field} on {base}: {got:?} at 15 s, rows {want}; converged after {converged:?}"
-        ))
-    }
-
-    /// Everything about `post` on every shard and in Redis.
-    pub async fn dump(urls: &[String], prefix: &str, post: u64) {
-        let bucket = (post % 4096) as i32;
-        let c0 = connect(&urls[0]).await;
-        let placed: i32 =
-            c0.query_one("SELECT shard FROM placement WHERE bucket = $1", &[&bucket]).await.expect("placed").get(0);
-        let moves: Vec<String> = c0
-            .query("SELECT bucket, source, target, phase FROM bucket_moves WHERE bucket = $1", &[&bucket])
-            .await
-            .expect("moves")
-            .iter()
-            .map(|r| format!("{:?}", (r.get::<_, i32>(0), r.get::<_, i32>(1), r.get::<_, i32>(2), r.get::<_, String>(3))))
-            .collect();
-        eprintln!("DIAG post {post} bucket {bucket}: started on shard {}, placed on {placed}; journal {moves:?}", bucket % 2);
-        for (k, url) in urls.iter().enumerate() {
-            let c = connect(url).await;
-            let likes: i64 = c
-                .query_one("SELECT count(*) FROM likes WHERE kind = 1 AND target = $1", &[&(post as i64)])
-                .await
-                .expect("likes")
-                .get(0);
-            let comments: Vec<(i16, i64)> = c
-                .query("SELECT status::smallint, count(*) FROM comments WHERE post_id = $1 GROUP BY 1", &[&(post as i64)])
-                .await
-                .map(|rows| rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-                .unwrap_or_default();
-            let counters: Vec<(i16, i64)> = c
-                .query("SELECT field, value FROM counters WHERE kind = 1 AND target = $1 ORDER BY field", &[&(post as i64)])
-                .await
-                .expect("counters")
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect();
-            let offsets: Vec<(String, i64)> = c
-                .query("SELECT consumer, upto FROM consumer_offsets ORDER BY consumer", &[])
-                .await
-                .expect("offsets")
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect();
-            let fences: Vec<String> = c
-                .query("SELECT moved, logging FROM bucket_fences WHERE bucket = $1", &[&bucket])
-                .await
-                .map(|rows| rows.iter().map(|r| format!("moved {} logging {}", r.get::<_, bool>(0), r.get::<_, bool>(1))).collect())
-                .unwrap_or_default();
-            let o = c
-                .query_one(
-                    "SELECT count(*), count(*) FILTER (WHERE stream_seq IS NULL), max(seq), max(stream_seq) FROM outbox",
-                    &[],
-                )
-                .await
-                .expect("outbox");
-            eprintln!(
-                "DIAG  shard {k}: likes {likes}, comments by status {comments:?}, counters (field, value) {counters:?}, \
-                 fences {fences:?}; outbox rows {} unrelayed {} max seq {:?} max stream_seq {:?}; offsets {offsets:?}",
-                o.get::<_, i64>(0),
-                o.get::<_, i64>(1),
-                o.get::<_, Option<i64>>(2),
-                o.get::<_, Option<i64>>(3)
-            );
-            let own = format!("counters@{k}");
-            let at = offsets.iter().find(|(n, _)| *n == own).map_or(0, |(_, u)| *u);
-            let rows = c
-                .query(
-                    "SELECT seq, stream_seq, body, created_ms FROM outbox WHERE part = $1 ORDER BY seq",
-                    &[&((post % 64) as i16)],
-                )
-                .await
-                .expect("outbox rows");
-            let (mut like_sum, mut comment_sum, mut unapplied) = (0i64, 0i64, 0i64);
-            let mut lines = Vec::new();
-            for r in &rows {
-                let seq: i64 = r.get(0);
-                let ss: Option<i64> = r.get(1);
-                let events = likewise_scaleout::postgres::outbox::unpack(r.get::<_, &[u8]>(2), |i| i as u64)
-                    .expect("unpack");
-                for e in events.iter().filter(|e| e.post == post) {
-                    let d = e.delta();
-                    if e.kind.is_like() {
-                        like_sum += d;
-                    } else {
-                        comment_sum += d;
-                    }
-                    if ss.is_none_or(|s| s > at) {
-                        unapplied += 1;
-                    }
-                    lines.push(format!("{seq}/{ss:?}/{:?}{d:+}/{}@{}", e.kind, e.actor.0, r.get::<_, i64>(3)));
-                }
-            }
-            eprintln!(
-                "DIAG  shard {k} outbox events of post {post}: {} (likes {like_sum:+}, comments {comment_sum:+}, \
-                 past counters@{k}'s offset {at}: {unapplied})",
-                lines.len()
-            );
-            if !lines.is_empty() {
-                eprintln!("DIAG   seq/stream_seq/kind/actor@ms: {}", lines.join(" "));
-            }
-        }
-        let client = redis::Client::open("redis://127.0.0.1:6379/0").expect("redis");
-        if let Ok(mut r) = client.get_multiplexed_async_connection().await {
-            for k in 0..4 {
-                let key = format!("{prefix}:c:1:{post}#r{k}");
-                let v: Result<HashMap<String, String>, _> = redis::cmd("HGETALL").arg(&key).query_async(&mut r).await;
-                eprintln!("DIAG  redis {key}: {v:?}");
-            }
-        }
-    }
 }
