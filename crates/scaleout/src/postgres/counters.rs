@@ -99,6 +99,15 @@ impl PgStore {
         part: u64,
         pending_of: impl Fn(&likewise_core::event::Event) -> Option<(i64, i64)>,
     ) -> StoreResult<Vec<(i64, Recount)>> {
+        // A shard's aggregator recounts only its own shard's targets. After a move its hot
+        // posts include some that now live elsewhere: its offset is not kept there (read there
+        // it is 0), so every event in that shard's outbox counted as pending, a false drift
+        // (`apply_deltas` then refused the misplaced repair, failing the whole step).
+        if consumer.contains('@') && self.offset_shard(consumer)? != shard {
+            return Err(StoreError::Engine(format!(
+                "{consumer} recounts its own shard's targets; this one is on shard {shard} now"
+            )));
+        }
         let mut c = self.conn(shard).await?;
         let tx = c
             .build_transaction()

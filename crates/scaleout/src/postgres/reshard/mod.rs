@@ -506,6 +506,15 @@ impl PgStore {
 
     /// Step 7: wait until `consumer` (the source's aggregator) has applied the source's outbox
     /// up to its last row now (under the fence, no row of a fenced bucket can follow it).
+    ///
+    /// With stream positions, "up to its last row" is not "up to the last row's stream
+    /// position": the relay publishes rows as their transactions commit, and a transaction
+    /// that drew a lower `seq` but committed after a later row was relayed is published after
+    /// it. Such a row may be the fenced buckets' last write (the fence waits for exactly those
+    /// writers to commit); taking the last row's position let the move copy the counters
+    /// without its events and the source's aggregator apply them after the copy, so the
+    /// post's count on its new shard stayed short of its rows. So the drain waits until every
+    /// row up to the last is relayed, and then for the highest position among them.
     async fn drain(
         &self,
         fence_tx: &impl deadpool_postgres::GenericClient,
@@ -517,18 +526,13 @@ impl PgStore {
             fence_tx.query_one("SELECT coalesce(max(seq), 0) FROM outbox", &[]).await.map_err(pg_err)?.get(0);
         let until = Instant::now() + timeout;
         let home = self.offset_shard(consumer)?;
+        // Offsets count stream sequences in a deployment (the relay records each outbox
+        // row's), outbox sequences when one shard is read directly.
+        let mut want: Option<i64> = (!self.stream_positions()).then_some(last);
         loop {
-            // Offsets count stream sequences in a deployment (the relay records each outbox
-            // row's), outbox sequences when one shard is read directly.
-            let want: Option<i64> = if self.stream_positions() {
-                fence_tx
-                    .query_opt("SELECT stream_seq FROM outbox WHERE seq = $1", &[&last])
-                    .await
-                    .map_err(pg_err)?
-                    .and_then(|r| r.get(0))
-            } else {
-                Some(last)
-            };
+            if want.is_none() {
+                want = self.relayed_through(fence_tx, last).await?;
+            }
             let at: i64 = self
                 .conn(home)
                 .await?
@@ -547,6 +551,38 @@ impl PgStore {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The highest stream position of the source's outbox rows up to `seq = last`, once every
+    /// one of them is relayed (`None` before). Read per partition through `outbox_by_part`
+    /// (under a storm the outbox keeps minutes of rows).
+    async fn relayed_through(
+        &self,
+        src: &impl deadpool_postgres::GenericClient,
+        last: i64,
+    ) -> StoreResult<Option<i64>> {
+        let waiting: bool = src
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM outbox WHERE stream_seq IS NULL AND seq <= $1)",
+                &[&last],
+            )
+            .await
+            .map_err(pg_err)?
+            .get(0);
+        if waiting {
+            return Ok(None);
+        }
+        let r = src
+            .query_one(
+                "SELECT coalesce(max(x.s), 0) FROM generate_series(0, $2::integer - 1) AS p,
+                 LATERAL (SELECT stream_seq AS s FROM outbox
+                          WHERE part = p AND stream_seq IS NOT NULL AND seq <= $1
+                          ORDER BY stream_seq DESC LIMIT 1) x",
+                &[&last, &(crate::stream::PARTITIONS as i32)],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(Some(r.get(0)))
     }
 
     /// Set the target's sequences past the source's (read through `src`): the IDs, page

@@ -583,3 +583,114 @@ async fn a_lagging_aggregator_is_waited_for_before_the_fence() {
     assert!(!fenced_while_behind, "the buckets' writes were refused while the aggregator caught up");
     assert_eq!(s.shard_of_post(PostId(post)), 2);
 }
+
+/// The relay publishes outbox rows as their transactions commit, so a row can reach the
+/// stream after a row with a higher `seq`: here the moving post's like drew the lower `seq`,
+/// but the relay (played by the test) published the other post's row first, and the source's
+/// aggregator (played by moving its offset) has applied only that one. The drain must wait
+/// for the like's row: taking the stream position of the outbox's last row let the move copy
+/// a counter without the like, and the aggregator then applied it on the old shard, so the
+/// count on the new one stayed a like short of its rows. Once the aggregator has applied the
+/// row, the move completes with the like in the counter it copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drain_waits_for_a_row_relayed_after_a_later_one() {
+    let t = two_and_a_new_one().await;
+    let s = PgStore::connect(&crate::postgres::PgOptions {
+        shards: t.urls.clone(),
+        pool_size: 8,
+        stream_positions: true,
+        ..crate::postgres::PgOptions::default()
+    })
+    .expect("connect");
+    s.load_placement().await.expect("catalog");
+    let (moving, other) = (7u64, 9u64);
+    let source = s.shard_of_post(PostId(moving));
+    assert_eq!(s.shard_of_post(PostId(other)), source);
+    let bucket = s.placement().bucket_of(moving);
+    s.apply_async(&[like(Target::post(moving), moving, 73_001, true)]).await.expect("like");
+    s.apply_async(&[like(Target::post(other), other, 73_002, true)]).await.expect("like");
+    let src = t.client(source).await;
+    // Published out of `seq` order: the other post's later row first.
+    src.batch_execute(&format!(
+        "UPDATE outbox SET stream_seq = CASE WHEN part = {other} THEN 1 ELSE 2 END",
+        other = other % crate::stream::PARTITIONS
+    ))
+    .await
+    .expect("relay");
+    let consumer =
+        likewise_core::ports::cluster::shard_consumer(likewise_core::counter::COUNTERS_CONSUMER, source);
+    let home = t.client(s.offset_shard(&consumer).expect("home")).await;
+    let applied = |upto: i64| {
+        let (home, consumer) = (&home, consumer.clone());
+        async move {
+            home.execute(
+                "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
+                 ON CONFLICT (consumer) DO UPDATE SET upto = EXCLUDED.upto",
+                &[&consumer, &upto],
+            )
+            .await
+            .expect("offset");
+        }
+    };
+    applied(1).await;
+    let opts = MoveOptions {
+        grace: Duration::from_millis(10),
+        drain_timeout: Duration::from_millis(300),
+        ..MoveOptions::default()
+    };
+    let e = s.move_buckets(&[bucket], 2, &opts).await.expect_err("moved before the like was applied");
+    assert!(e.to_string().contains("did not apply"), "{e}");
+    assert_eq!(s.shard_of_post(PostId(moving)), source);
+    // The aggregator applies the like's row; the move is started again and completes.
+    src.execute(
+        "INSERT INTO counters (kind, target, field, value) VALUES (1, $1, $2, 1)",
+        &[&(moving as i64), &i16::from(likewise_core::counter::CounterField::Likes.code())],
+    )
+    .await
+    .expect("counter");
+    applied(2).await;
+    s.resume_moves(&opts).await.expect("resume");
+    assert_eq!(s.shard_of_post(PostId(moving)), 2);
+    let counts =
+        likewise_core::ports::CounterStore::counts(&s, &[Target::post(moving)]).await.expect("counts");
+    assert_eq!(counts[0].likes, 1, "the counter on the new shard");
+}
+
+/// After a move, the old shard's aggregator still finds the moved posts among its hottest and
+/// recounts them. Its offset is not kept on their new shard, so it used to count every event
+/// there as pending and report a false drift (here -3), which its next commit refused as
+/// misplaced, failing the whole step. It refuses the recount instead; the new shard's
+/// aggregator finds no drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_old_shards_aggregator_does_not_recount_a_moved_post() {
+    use likewise_core::ports::CounterStore;
+    let t = two_and_a_new_one().await;
+    let s = node(&t).await;
+    let post = 7u64;
+    let source = s.shard_of_post(PostId(post));
+    let bucket = s.placement().bucket_of(post);
+    let opts = MoveOptions { grace: Duration::from_millis(10), drain: false, ..MoveOptions::default() };
+    s.move_buckets(&[bucket], 2, &opts).await.expect("move");
+    for u in 0..3u64 {
+        s.apply_async(&[like(Target::post(post), post, 74_000 + u, true)]).await.expect("like");
+    }
+    // The new shard's aggregator applied them.
+    let consumer = |shard| {
+        likewise_core::ports::cluster::shard_consumer(likewise_core::counter::COUNTERS_CONSUMER, shard)
+    };
+    let c = s.conn(2).await.expect("conn");
+    let head: i64 = c.query_one("SELECT max(seq) FROM outbox", &[]).await.expect("head").get(0);
+    c.batch_execute(&format!(
+        "INSERT INTO counters (kind, target, field, value) VALUES (1, {post}, {likes}, 3);
+         INSERT INTO consumer_offsets (consumer, upto) VALUES ('{consumer}', {upto})",
+        likes = likewise_core::counter::CounterField::Likes.code(),
+        consumer = consumer(2),
+        upto = crate::postgres::outbox::position(head as u64, 0),
+    ))
+    .await
+    .expect("applied");
+    let r = s.recount_likes(&consumer(2), Target::post(post)).await.expect("recount");
+    assert_eq!((r.rows, r.counter, r.drift()), (3, 3, 0));
+    let old = s.recount_likes(&consumer(source), Target::post(post)).await;
+    assert!(old.is_err(), "the old shard's aggregator recounted a moved post: {old:?}");
+}
