@@ -159,7 +159,7 @@ pub fn consumer_span(consumer: &'static str, events: &[crate::event::Event]) -> 
         return tracing::Span::none();
     }
     span(events.iter().filter_map(|e| e.trace), || {
-        tracing::info_span!(target: TARGET, "consumer.batch", otel.name = consumer, consumer, events = events.len())
+        tracing::info_span!(target: TARGET, "consumer.batch", otel.name = consumer, consumer, events = events.len() as i64)
     })
 }
 

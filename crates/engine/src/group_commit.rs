@@ -393,7 +393,7 @@ fn writer_loop(
         let started = Instant::now();
         let span = likewise_core::trace::span(ops.iter().filter_map(op_trace), || {
             tracing::info_span!(target: likewise_core::trace::TARGET, "group_commit",
-                engine = engine.name(), lane, batch_size = ops.len())
+                engine = engine.name(), lane = lane as i64, batch_size = ops.len() as i64)
         });
         let outcomes = span.in_scope(|| engine.apply_each(&ops));
         m.batch_size.record(ops.len() as f64);

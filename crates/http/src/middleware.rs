@@ -51,7 +51,7 @@ async fn traced(req: Request, next: Next, method: &'static str, route: &'static 
             http.response.status_code = tracing::field::Empty, otel.status_code = tracing::field::Empty)
     });
     let resp = next.run(req).instrument(span.clone()).await;
-    span.record("http.response.status_code", resp.status().as_u16());
+    span.record("http.response.status_code", i64::from(resp.status().as_u16()));
     if resp.status().is_server_error() {
         span.record("otel.status_code", "ERROR");
     }
