@@ -39,7 +39,10 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// A serving command's logging and, when `telemetry.otlp_endpoint` is set, its trace export
 /// on `rt`. Call [`Traces::shutdown`] on a clean stop, so queued spans are sent.
-pub fn init_observability(cfg: &crate::config::Config, rt: &tokio::runtime::Handle) -> anyhow::Result<Traces> {
+pub fn init_observability(
+    cfg: &crate::config::Config,
+    rt: &tokio::runtime::Handle,
+) -> anyhow::Result<Traces> {
     #[cfg(feature = "otlp")]
     {
         let started = crate::telemetry::Telemetry::start(&cfg.telemetry, rt)?;

@@ -108,7 +108,9 @@ fn assert_chain(spans: &[Value], caller: Option<&str>, engine: &str) -> Value {
     assert_eq!(request["attributes"]["http.response.status_code"], 200, "{request}");
     assert_eq!(request["service"], "likewise", "{request}");
     match caller {
-        Some(parent) => assert_eq!(request["parent_span_id"], parent, "the request continues the caller's trace"),
+        Some(parent) => {
+            assert_eq!(request["parent_span_id"], parent, "the request continues the caller's trace")
+        }
         None => assert_eq!(request["parent_span_id"], "", "a request without traceparent starts a trace"),
     }
     let id = request["span_id"].as_str().expect("span id");
@@ -199,7 +201,8 @@ async fn one_like_is_one_trace_from_request_to_notification_and_export() {
     signal(&s.child, "-TERM");
     let mut child = s.child;
     assert!(child.wait().expect("wait").success(), "a clean stop");
-    let spans: Vec<Value> = receiver.spans().into_iter().filter(|s| s["trace_id"] == trace.as_str()).collect();
+    let spans: Vec<Value> =
+        receiver.spans().into_iter().filter(|s| s["trace_id"] == trace.as_str()).collect();
     let request = named(&spans, LIKE_ROUTE).expect("the last request's span was flushed at stop");
     let commit = named(&spans, "group_commit").expect("its group commit's span too");
     assert_eq!(commit["parent_span_id"], request["span_id"]);

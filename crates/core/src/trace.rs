@@ -134,7 +134,10 @@ pub fn request_span(parent: Option<TraceContext>, make: impl FnOnce() -> tracing
 /// commit round, a consumer's batch): a child of the first, linked to the next
 /// [`MAX_LINKS`]. Disabled when nothing is traced or none of them is, so untraced work
 /// creates no span. `make` builds the span (its name and fields).
-pub fn span(contexts: impl IntoIterator<Item = TraceContext>, make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+pub fn span(
+    contexts: impl IntoIterator<Item = TraceContext>,
+    make: impl FnOnce() -> tracing::Span,
+) -> tracing::Span {
     let Some(t) = TRACER.get() else { return tracing::Span::none() };
     let mut contexts = contexts.into_iter();
     let Some(parent) = contexts.next() else { return tracing::Span::none() };
@@ -158,9 +161,10 @@ pub fn consumer_span(consumer: &'static str, events: &[crate::event::Event]) -> 
     if !enabled() {
         return tracing::Span::none();
     }
-    span(events.iter().filter_map(|e| e.trace), || {
-        tracing::info_span!(target: TARGET, "consumer.batch", otel.name = consumer, consumer, events = events.len() as i64)
-    })
+    span(
+        events.iter().filter_map(|e| e.trace),
+        || tracing::info_span!(target: TARGET, "consumer.batch", otel.name = consumer, consumer, events = events.len() as i64),
+    )
 }
 
 #[cfg(test)]

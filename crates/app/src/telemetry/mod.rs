@@ -55,7 +55,10 @@ pub type BoxedLayer = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>
 impl Telemetry {
     /// Start the export on `rt` when `cfg.otlp_endpoint` is set; also the layer that turns
     /// our spans into OpenTelemetry spans. Installs the hook of `likewise_core::trace`.
-    pub fn start(cfg: &TelemetryConfig, rt: &tokio::runtime::Handle) -> anyhow::Result<Option<(Self, BoxedLayer)>> {
+    pub fn start(
+        cfg: &TelemetryConfig,
+        rt: &tokio::runtime::Handle,
+    ) -> anyhow::Result<Option<(Self, BoxedLayer)>> {
         let Some(url) = cfg.traces_url()? else { return Ok(None) };
         let resource = vec![
             KeyValue::new("service.name", cfg.service_name.clone()),
@@ -210,7 +213,8 @@ async fn export_loop(
     }
 }
 
-type Client = hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+type Client =
+    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 
 async fn post(client: &Client, url: &axum::http::Uri, body: Vec<u8>) -> Result<(), String> {
     let req = axum::http::Request::post(url.clone())

@@ -299,7 +299,10 @@ async fn shard_tx(
             let liked = l.action == LikeAction::Like;
             out[k] = Some(WriteOutcome::Like(LikeOutcome { liked, changed: did, event_seq: None }));
             if did {
-                events.push((k, Event::like(0, liked, l.target, l.target_author, l.user, l.ts_ms, l.post).traced(l.trace)));
+                events.push((
+                    k,
+                    Event::like(0, liked, l.target, l.target_author, l.user, l.ts_ms, l.post).traced(l.trace),
+                ));
             }
         }
     }
