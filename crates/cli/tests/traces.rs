@@ -228,3 +228,51 @@ async fn one_like_is_one_trace_across_the_api_and_worker_nodes() {
     follow_two_likes(&c, &api.base, &receiver, "postgres").await;
     d.cleanup().await;
 }
+
+/// A value of `/metrics` at `base` (the first series of `name`, whatever its labels).
+async fn metric(c: &Client, base: &str, name: &str) -> Option<f64> {
+    use http_body_util::BodyExt;
+    let req = hyper::Request::get(format!("{base}/metrics"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .expect("req");
+    let resp = c.http.request(req).await.ok()?;
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find(|l| l.split(['{', ' ']).next() == Some(name))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// With the collector unreachable, requests go on as before: their spans are dropped and
+/// counted (`likewise_trace_spans_dropped_total`), and the log warns once, not per batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_collector_drops_spans_counted_and_warned_once() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let data = dir.path().join("data").display().to_string();
+    let endpoint = format!("http://127.0.0.1:{}", free_port());
+    let log = dir.path().join("node.log");
+    let s = common::proc::start_logged(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", data.as_str()],
+        &[("LIKEWISE__TELEMETRY__OTLP_ENDPOINT", endpoint.as_str()), ("LIKEWISE__LIMITS__LIKES_PER_MINUTE", "0")],
+        &log,
+    );
+    let c = Client::new();
+    put_post(&c, &s.base, 1, 1_001).await;
+    // Batches leave at least once a second: likes over a few seconds make several failed ones.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut user = 10;
+    loop {
+        like(&c, &s.base, 1, user, None).await;
+        user += 1;
+        let dropped = metric(&c, &s.base, "likewise_trace_spans_dropped_total").await.unwrap_or(0.0);
+        let warned = std::fs::read_to_string(&log).unwrap_or_default();
+        if dropped >= 10.0 && user > 40 {
+            let warnings = warned.matches("trace export failed").count();
+            assert_eq!(warnings, 1, "one warning for the outage, not one per batch:\n{warned}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no spans counted as dropped ({dropped})");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    common::proc::stop(s);
+}

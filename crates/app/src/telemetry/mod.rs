@@ -231,8 +231,8 @@ async fn post(client: &Client, url: &axum::http::Uri, body: Vec<u8>) -> Result<(
     if status.is_success() { Ok(()) } else { Err(format!("the collector answered {status}")) }
 }
 
-/// The log of a collector outage: one warning at most per [`WARN_EVERY`], saying what was
-/// dropped since the last one, and one line when exports go through again.
+/// The log of a collector outage: one warning at most per [`WARN_EVERY`], saying how many
+/// spans were dropped since the last one, and one line when exports go through again.
 #[derive(Default)]
 struct Outage {
     since: Option<Instant>,
@@ -242,24 +242,49 @@ struct Outage {
 
 impl Outage {
     fn failed(&mut self, error: &str, spans: usize) {
-        let now = Instant::now();
+        if let Some(dropped) = self.failed_at(Instant::now(), spans) {
+            tracing::warn!(error, dropped_spans = dropped, "trace export failed; dropping spans");
+        }
+    }
+
+    /// Count `spans` dropped at `now`; the number to warn about when a warning is due.
+    fn failed_at(&mut self, now: Instant, spans: usize) -> Option<u64> {
         self.since.get_or_insert(now);
         self.dropped += spans as u64;
-        if self.warned.is_none_or(|w| now.duration_since(w) >= WARN_EVERY) {
-            tracing::warn!(error, dropped_spans = self.dropped, "trace export failed; dropping spans");
-            self.warned = Some(now);
-            self.dropped = 0;
+        if self.warned.is_some_and(|w| now.duration_since(w) < WARN_EVERY) {
+            return None;
         }
+        self.warned = Some(now);
+        Some(std::mem::take(&mut self.dropped))
     }
 
     fn ended(&mut self) {
         if let Some(since) = self.since.take() {
             tracing::info!(
                 after_s = since.elapsed().as_secs(),
-                dropped_spans_unlogged = self.dropped,
+                dropped_spans_unlogged = std::mem::take(&mut self.dropped),
                 "trace export works again"
             );
-            self.dropped = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_collector_is_warned_about_once_a_minute_with_what_was_dropped() {
+        let mut o = Outage::default();
+        let t0 = Instant::now();
+        assert_eq!(o.failed_at(t0, 10), Some(10));
+        assert_eq!(o.failed_at(t0 + Duration::from_secs(1), 5), None);
+        assert_eq!(o.failed_at(t0 + Duration::from_secs(59), 5), None);
+        assert_eq!(o.failed_at(t0 + WARN_EVERY, 1), Some(11));
+        o.ended();
+        assert_eq!((o.since, o.dropped), (None, 0));
+        // A new outage within the minute is held back with the rest.
+        assert_eq!(o.failed_at(t0 + WARN_EVERY + Duration::from_secs(2), 3), None);
+        assert_eq!(o.failed_at(t0 + 2 * WARN_EVERY, 1), Some(4));
     }
 }
