@@ -253,7 +253,10 @@ async fn an_unreachable_collector_drops_spans_counted_and_warned_once() {
     let log = dir.path().join("node.log");
     let s = common::proc::start_logged(
         &["serve", "--listen", "127.0.0.1:0", "--data-dir", data.as_str()],
-        &[("LIKEWISE__TELEMETRY__OTLP_ENDPOINT", endpoint.as_str()), ("LIKEWISE__LIMITS__LIKES_PER_MINUTE", "0")],
+        &[
+            ("LIKEWISE__TELEMETRY__OTLP_ENDPOINT", endpoint.as_str()),
+            ("LIKEWISE__LIMITS__LIKES_PER_MINUTE", "0"),
+        ],
         &log,
     );
     let c = Client::new();
