@@ -26,6 +26,63 @@ pub struct Config {
     pub export: ExportConfig,
     pub comments: CommentsConfig,
     pub integrity: IntegrityConfig,
+    pub telemetry: TelemetryConfig,
+}
+
+/// `[telemetry]`: OpenTelemetry traces of requests, group commits and consumer batches,
+/// exported over OTLP/HTTP (protobuf). Off while `otlp_endpoint` is unset.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// The collector, `http://host:4318` (spans go to its `/v1/traces`) or a full URL with a
+    /// path of its own; unset: no traces, and nothing traced is stored.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the exported spans.
+    pub service_name: String,
+    /// Share of requests traced, 0 to 1 (a request carrying a sampled `traceparent` is
+    /// always traced).
+    pub sample_ratio: f64,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig { otlp_endpoint: None, service_name: "likewise".into(), sample_ratio: 1.0 }
+    }
+}
+
+impl TelemetryConfig {
+    /// The URL spans are posted to, if traces are on: `otlp_endpoint` with `/v1/traces` when
+    /// it names no path. Only plain `http://` (the collector beside the node).
+    pub fn traces_url(&self) -> anyhow::Result<Option<axum::http::Uri>> {
+        let Some(e) = &self.otlp_endpoint else { return Ok(None) };
+        let bad = || format!("telemetry.otlp_endpoint: {e:?} is not a URL like http://collector:4318");
+        let uri: axum::http::Uri = e.parse().with_context(bad)?;
+        anyhow::ensure!(
+            uri.scheme_str() == Some("http") && uri.host().is_some_and(|h| !h.is_empty()),
+            "{} (only http:// is supported)",
+            bad()
+        );
+        if matches!(uri.path(), "" | "/") {
+            let base = e.trim_end_matches('/');
+            return Ok(Some(format!("{base}/v1/traces").parse().with_context(bad)?));
+        }
+        Ok(Some(uri))
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        self.traces_url()?;
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.sample_ratio),
+            "telemetry.sample_ratio must be between 0 and 1 (got {})",
+            self.sample_ratio
+        );
+        anyhow::ensure!(!self.service_name.is_empty(), "telemetry.service_name must not be empty");
+        anyhow::ensure!(
+            cfg!(feature = "otlp") || self.otlp_endpoint.is_none(),
+            "telemetry.otlp_endpoint is set, but this build has no trace export (the `otlp` cargo feature)"
+        );
+        Ok(())
+    }
 }
 
 /// `[comments]`
@@ -650,6 +707,7 @@ impl Config {
             other => anyhow::bail!("store.backend must be \"embedded\" or \"postgres\" (got {other:?})"),
         }
         self.auth.validate()?;
+        self.telemetry.validate()?;
         self.comments.idempotency_retention()?;
         self.notifications.retention()?;
         anyhow::ensure!(
@@ -847,6 +905,27 @@ mod tests {
             .merge(Toml::string("[notifications]\nretain_days = -3"));
         let c: Config = figment.extract().expect("toml");
         assert!(c.validate().is_err(), "negative from a file");
+    }
+
+    #[test]
+    fn the_trace_endpoint_is_checked_and_gets_the_traces_path() {
+        let with = |e: &str| Config {
+            telemetry: TelemetryConfig { otlp_endpoint: Some(e.into()), ..Default::default() },
+            ..Default::default()
+        };
+        let url = |e: &str| with(e).telemetry.traces_url().map(|u| u.map(|u| u.to_string()));
+        assert_eq!(url("http://otel:4318").ok().flatten().as_deref(), Some("http://otel:4318/v1/traces"));
+        assert_eq!(url("http://otel:4318/").ok().flatten().as_deref(), Some("http://otel:4318/v1/traces"));
+        assert_eq!(url("http://otel:4318/custom").ok().flatten().as_deref(), Some("http://otel:4318/custom"));
+        for bad in ["otel:4318", "https://otel:4318", "http://", "not a url"] {
+            let err = with(bad).validate().expect_err(bad).to_string();
+            assert!(err.contains("telemetry.otlp_endpoint"), "{bad}: {err}");
+        }
+        let mut c = Config::default();
+        c.telemetry.sample_ratio = 1.5;
+        assert!(c.validate().expect_err("ratio").to_string().contains("telemetry.sample_ratio"));
+        // Off by default.
+        assert_eq!(Config::default().telemetry.traces_url().ok().flatten(), None);
     }
 
     #[test]

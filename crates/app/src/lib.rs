@@ -10,6 +10,7 @@
 //! - [`secret`]: the token signing secret (which also keys cursors).
 //! - [`tokens`]: which tokens are accepted (the secret, an identity provider's JWKS, or both).
 //! - [`runtime`]: the log subscriber and the Tokio runtime every command runs in.
+//! - `telemetry` (feature `otlp`): trace export to an OpenTelemetry collector (OTLP/HTTP).
 //! - [`demo`]: the seeded world of `likewise demo`.
 
 pub mod config;
@@ -19,6 +20,8 @@ pub mod export;
 pub mod runtime;
 pub mod secret;
 pub mod startup;
+#[cfg(feature = "otlp")]
+pub mod telemetry;
 pub mod tokens;
 
 pub use startup::Application;

@@ -158,6 +158,7 @@ mod tests {
             parent: 800,
             delta: 1,
             mention: None,
+            trace: None,
         };
         b.add(&reply);
         b.add(&Event { seq: 2, kind: EventKind::CommentStatusChanged, delta: 0, ..reply });

@@ -6,17 +6,22 @@
 //! up: the target and its author, the actor, the post concerned, the top-level parent of a
 //! reply, the counter delta the change implies, and the user a reply @mentions. The stored
 //! form is a small versioned binary record; versions 1 (likes only) and 2 (no @mention) are
-//! still read.
+//! still read. A write made under a sampled trace also carries its W3C trace context (format
+//! 4), so consumers continue the request's trace; every other event stays a format-3 record.
 
 use crate::ids::UserId;
 use crate::like::{Target, TargetKind};
+use crate::trace::TraceContext;
 
 /// Format version 1: likes only, no post/parent/delta fields.
 pub const EVENT_FORMAT_V1: u8 = 1;
 /// Format version 2: adds post, parent and delta.
 pub const EVENT_FORMAT_V2: u8 = 2;
-/// Format version 3 (current): adds the @mentioned user.
+/// Format version 3 (current for untraced writes): adds the @mentioned user.
 pub const EVENT_FORMAT_V3: u8 = 3;
+/// Format version 4: a format-3 record followed by the trace context of the write (written
+/// only for a write made under a sampled trace).
+pub const EVENT_FORMAT_V4: u8 = 4;
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -96,14 +101,19 @@ pub struct Event {
     /// notifies, and withdraws from when the reply goes, its record gone or not); else
     /// `None`, as in records of formats 1 and 2, which do not carry it.
     pub mention: Option<UserId>,
+    /// The trace context of the request that made the change, when its trace is sampled
+    /// (format 4); else `None`.
+    pub trace: Option<TraceContext>,
 }
 
 /// Length of an encoded v1 event (the sequence is the key, not part of the value).
 pub const EVENT_V1_LEN: usize = 1 + 1 + 1 + 8 + 8 + 8 + 8;
 /// Length of an encoded v2 event.
 pub const EVENT_V2_LEN: usize = EVENT_V1_LEN + 8 + 8 + 1;
-/// Length of an encoded v3 event (the current format).
+/// Length of an encoded v3 event (the current format of an untraced event).
 pub const EVENT_V3_LEN: usize = EVENT_V2_LEN + 8;
+/// Length of an encoded v4 event (a traced one).
+pub const EVENT_V4_LEN: usize = EVENT_V3_LEN + TraceContext::LEN;
 
 /// The length of an encoded event of format `version`, if it is one this build reads.
 pub fn encoded_len(version: u8) -> Option<usize> {
@@ -111,6 +121,7 @@ pub fn encoded_len(version: u8) -> Option<usize> {
         EVENT_FORMAT_V1 => Some(EVENT_V1_LEN),
         EVENT_FORMAT_V2 => Some(EVENT_V2_LEN),
         EVENT_FORMAT_V3 => Some(EVENT_V3_LEN),
+        EVENT_FORMAT_V4 => Some(EVENT_V4_LEN),
         _ => None,
     }
 }
@@ -142,7 +153,18 @@ impl Event {
             parent: 0,
             delta: if created { 1 } else { -1 },
             mention: None,
+            trace: None,
         }
+    }
+
+    /// The same event, carrying `trace` (the write's context, when sampled).
+    pub fn traced(self, trace: Option<TraceContext>) -> Self {
+        Event { trace, ..self }
+    }
+
+    /// The length of [`Event::encode`]'s record.
+    pub fn encoded_len(&self) -> usize {
+        if self.trace.is_some() { EVENT_V4_LEN } else { EVENT_V3_LEN }
     }
 
     /// The counter delta this event carries.
@@ -150,10 +172,17 @@ impl Event {
         i64::from(self.delta)
     }
 
-    /// Encode the value part (everything but `seq`) in the current format.
-    pub fn encode(&self) -> [u8; EVENT_V3_LEN] {
+    /// Encode the value part (everything but `seq`): format 4 for a traced event, else 3.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(self.encoded_len());
+        self.encode_into(&mut b);
+        b
+    }
+
+    /// Append [`Event::encode`]'s record to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         let mut b = [0u8; EVENT_V3_LEN];
-        b[0] = EVENT_FORMAT_V3;
+        b[0] = if self.trace.is_some() { EVENT_FORMAT_V4 } else { EVENT_FORMAT_V3 };
         b[1] = self.kind.code();
         b[2] = self.target.kind.code();
         b[3..11].copy_from_slice(&self.target.id.to_be_bytes());
@@ -164,7 +193,10 @@ impl Event {
         b[43..51].copy_from_slice(&self.parent.to_be_bytes());
         b[51] = self.delta as u8;
         b[52..60].copy_from_slice(&self.mention.map_or(0, |u| u.0).to_be_bytes());
-        b
+        out.extend_from_slice(&b);
+        if let Some(t) = &self.trace {
+            out.extend_from_slice(&t.encode());
+        }
     }
 
     /// Decode a value written by [`Event::encode`] (or by version 1 or 2).
@@ -192,6 +224,11 @@ impl Event {
         };
         let mention =
             if version >= EVENT_FORMAT_V3 { Some(u(52)).filter(|m| *m != 0).map(UserId) } else { None };
+        let trace = if version == EVENT_FORMAT_V4 {
+            Some(TraceContext::decode(&b[EVENT_V3_LEN..]).ok_or(BadEvent("invalid trace context"))?)
+        } else {
+            None
+        };
         Ok(Event {
             seq,
             kind,
@@ -203,45 +240,58 @@ impl Event {
             parent,
             delta,
             mention,
+            trace,
         })
     }
 }
 
-/// Encode events back to back, each a current-format record: the stored form of a *packed*
-/// log row, which holds the events of one write batch (embedded engine) or one transaction's
-/// subject partition (PostgreSQL outbox) under one key. One row per batch instead of one per
-/// event is what keeps the log cheap on the hot path.
+/// Encode events back to back, each a current-format record (3, or 4 when traced): the
+/// stored form of a *packed* log row, which holds the events of one write batch (embedded
+/// engine) or one transaction's subject partition (PostgreSQL outbox) under one key. One row
+/// per batch instead of one per event is what keeps the log cheap on the hot path.
 pub fn pack<'a>(events: impl IntoIterator<Item = &'a Event>) -> Vec<u8> {
     let events = events.into_iter();
     let mut b = Vec::with_capacity(events.size_hint().0 * EVENT_V3_LEN);
     for e in events {
-        b.extend_from_slice(&e.encode());
+        e.encode_into(&mut b);
     }
     b
 }
 
-/// The length of each record of a packed row: all records of a row have the format of its
-/// first (one writer wrote them), and a version-1 record only ever stands alone (a row
-/// written before packing).
-fn record_len(body: &[u8]) -> Result<usize, BadEvent> {
-    match body.first().and_then(|v| encoded_len(*v)) {
-        Some(EVENT_V1_LEN) if body.len() != EVENT_V1_LEN => Err(BadEvent("packed row of a wrong length")),
-        Some(n) if body.len().is_multiple_of(n) => Ok(n),
-        _ => Err(BadEvent("packed row of a wrong length")),
-    }
+/// The records of a packed row, each with its length read from its own version byte:
+/// version 3 and 4 records mix in a row (traced writes among untraced ones), and a version-1
+/// record only ever stands alone (a row written before packing).
+fn records(body: &[u8]) -> impl Iterator<Item = Result<&[u8], BadEvent>> {
+    let (mut at, mut failed) = (0, false);
+    let lone_v1 = body.first() == Some(&EVENT_FORMAT_V1);
+    std::iter::from_fn(move || {
+        if failed || (at == body.len() && at > 0) {
+            return None;
+        }
+        let len = match body.get(at).and_then(|v| encoded_len(*v)) {
+            Some(EVENT_V1_LEN) if !lone_v1 || body.len() != EVENT_V1_LEN => None,
+            Some(n) if at + n <= body.len() => Some(n),
+            _ => None,
+        };
+        let Some(n) = len else {
+            failed = true;
+            return Some(Err(BadEvent("packed row of a wrong length")));
+        };
+        at += n;
+        Some(Ok(&body[at - n..at]))
+    })
 }
 
 /// How many events a packed row holds: a lone version-1 record (a row written before
-/// packing) or whole version-2 or version-3 records.
+/// packing) or whole records of versions 2 to 4.
 pub fn packed_len(body: &[u8]) -> Result<usize, BadEvent> {
-    Ok(body.len() / record_len(body)?)
+    records(body).try_fold(0, |n, r| r.map(|_| n + 1))
 }
 
 /// Decode a packed row; `seq(i)` gives its i-th event its sequence. A row holding one
 /// record of any version (the form before packing) decodes as a row of one.
 pub fn unpack(body: &[u8], seq: impl Fn(usize) -> u64) -> Result<Vec<Event>, BadEvent> {
-    let n = record_len(body)?;
-    body.chunks_exact(n).enumerate().map(|(i, c)| Event::decode(seq(i), c)).collect()
+    records(body).enumerate().map(|(i, r)| Event::decode(seq(i), r?)).collect()
 }
 
 #[cfg(test)]
@@ -256,7 +306,8 @@ mod tests {
     proptest! {
         #[test]
         fn events_round_trip(seq: u64, kind in kinds(), post_target: bool, id: u64, author: u64, actor: u64,
-                             ts: u64, post: u64, parent: u64, delta in -1i8..=1, mention in proptest::option::of(1u64..)) {
+                             ts: u64, post: u64, parent: u64, delta in -1i8..=1, mention in proptest::option::of(1u64..),
+                       trace in proptest::option::of((1u128.., 1u64.., any::<u8>()))) {
             let e = Event {
                 seq,
                 kind,
@@ -268,9 +319,34 @@ mod tests {
                 parent,
                 delta,
                 mention: mention.map(UserId),
+                trace: trace.and_then(|(t, s, f)| TraceContext::new(t.to_be_bytes(), s.to_be_bytes(), f)),
             };
             prop_assert_eq!(Event::decode(seq, &e.encode()), Ok(e));
         }
+    }
+
+    #[test]
+    fn traced_events_are_format_4_and_mix_with_untraced_ones_in_a_row() {
+        let plain = Event::like(1, true, Target::post(7), UserId(1), UserId(2), 3, 7);
+        // An untraced event costs not one byte more than before.
+        assert_eq!((plain.encode()[0], plain.encode().len()), (EVENT_FORMAT_V3, EVENT_V3_LEN));
+        let traced = plain.traced(TraceContext::new([7; 16], [9; 8], 1));
+        let record = traced.encode();
+        assert_eq!((record[0], record.len()), (EVENT_FORMAT_V4, EVENT_V4_LEN));
+        assert_eq!(Event::decode(1, &record), Ok(traced));
+        let row = pack([&plain, &traced, &plain]);
+        assert_eq!(row.len(), 2 * EVENT_V3_LEN + EVENT_V4_LEN);
+        assert_eq!(packed_len(&row), Ok(3));
+        assert_eq!(
+            unpack(&row, |i| 1 + i as u64),
+            Ok(vec![plain, Event { seq: 2, ..traced }, Event { seq: 3, ..plain }])
+        );
+        assert!(unpack(&row[..row.len() - 1], |i| i as u64).is_err());
+        assert!(packed_len(&row[..EVENT_V3_LEN + 1]).is_err());
+        // A record whose trace context is all zeros is refused, never half-read.
+        let mut zero = record.clone();
+        zero[EVENT_V3_LEN..].fill(0);
+        assert!(Event::decode(1, &zero).is_err());
     }
 
     #[test]
@@ -304,6 +380,7 @@ mod tests {
             parent: 4,
             delta: -1,
             mention: Some(UserId(9)),
+            trace: None,
         };
         let without = Event { mention: None, ..reply };
         assert_eq!(Event::decode(0, &v2(&reply)), Ok(without));

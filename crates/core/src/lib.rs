@@ -17,6 +17,7 @@
 //! - [`ports`]: the small traits the storage engines implement.
 //! - [`reverse`]: what a round of like events leaves in the user-keyed reverse index.
 //! - [`write`]: the operations of the single write path (likes, comment changes).
+//! - [`trace`]: the W3C trace context events carry, and the hook of the trace exporter.
 //! - [`error`]: the error kinds shared by every layer.
 
 pub mod comment;
@@ -34,6 +35,7 @@ pub mod notify;
 pub mod ports;
 pub mod public_event;
 pub mod reverse;
+pub mod trace;
 pub mod trending;
 pub mod visibility;
 pub mod write;

@@ -76,6 +76,9 @@ pub struct LikeOp {
     pub post: u64,
     /// Request time, milliseconds since the Unix epoch.
     pub ts_ms: u64,
+    /// The trace context of the request, when its trace is sampled: carried into the event
+    /// (set by the group commit from the submitting request's span).
+    pub trace: Option<crate::trace::TraceContext>,
 }
 
 /// What a like/unlike did.

@@ -718,6 +718,7 @@ mod tests {
             parent: 800,
             delta: 1,
             mention: None,
+            trace: None,
         };
         let ctx = CommentContext {
             author: UserId(20),
@@ -813,6 +814,7 @@ mod tests {
             parent,
             delta,
             mention: None,
+            trace: None,
         }
     }
 
@@ -895,6 +897,7 @@ mod tests {
             parent: 0,
             delta,
             mention: None,
+            trace: None,
         };
         let likers = [(UserId(30), 10), (UserId(20), 11), (UserId(31), 12)];
         let key = NotifKey { recipient: UserId(20), post: PostId(42), kind: NotifKind::CommentLiked };

@@ -253,7 +253,7 @@ mod tests {
                 id,
             };
             let e = Event { seq, kind, target, target_author: UserId(author), actor: UserId(actor), parent,
-                delta, ts_ms: ts, post, mention: mention.map(UserId) };
+                delta, ts_ms: ts, post, mention: mention.map(UserId) , trace: None};
             let events = vec![e; repeat];
             for (i, p) in public_events(&events).iter().enumerate() {
                 let mut direct = Vec::new();

@@ -32,7 +32,15 @@ pub use notifications::*;
 pub use ranks::*;
 
 fn op(target: Target, user: u64, action: LikeAction, ts: u64) -> LikeOp {
-    LikeOp { target, user: UserId(user), action, target_author: UserId(7), ts_ms: ts, post: target.id }
+    LikeOp {
+        target,
+        user: UserId(user),
+        action,
+        target_author: UserId(7),
+        ts_ms: ts,
+        post: target.id,
+        trace: None,
+    }
 }
 
 /// A retried like creates one row and one event.

@@ -206,7 +206,13 @@ impl GroupCommitter {
     /// wait in the queue past that deadline is refused at once with [`StoreError::Shed`]
     /// rather than queued to time out: under overload, the capacity goes to writes that can
     /// still be answered in time.
-    pub async fn submit_op(&self, op: WriteOp) -> StoreResult<Committed<WriteOutcome>> {
+    pub async fn submit_op(&self, mut op: WriteOp) -> StoreResult<Committed<WriteOutcome>> {
+        // A like made under a sampled trace carries its context into its event.
+        if let WriteOp::Like(l) = &mut op
+            && l.trace.is_none()
+        {
+            l.trace = likewise_core::trace::current();
+        }
         if let Some(deadline) = RequestWrites::deadline() {
             let queued = self.load.queued.load(Ordering::Relaxed) as usize;
             let wait = self.load.expected_wait();
@@ -291,6 +297,9 @@ struct Applied {
     replies: Replies,
     /// When the writer began applying it.
     started: Instant,
+    /// The round's span (disabled unless one of its writes is traced): it ends once the
+    /// batch is durable and answered.
+    span: tracing::Span,
 }
 
 fn writer_loop(
@@ -382,12 +391,16 @@ fn writer_loop(
             continue;
         }
         let started = Instant::now();
-        let outcomes = engine.apply_each(&ops);
+        let span = likewise_core::trace::span(ops.iter().filter_map(op_trace), || {
+            tracing::info_span!(target: likewise_core::trace::TARGET, "group_commit",
+                engine = engine.name(), lane = lane as i64, batch_size = ops.len() as i64)
+        });
+        let outcomes = span.in_scope(|| engine.apply_each(&ops));
         m.batch_size.record(ops.len() as f64);
         m.apply.record(started.elapsed().as_secs_f64());
         ops.clear();
         let next = recycled.try_recv().unwrap_or_else(|_| Vec::with_capacity(opts.max_batch.min(4096)));
-        let batch = Applied { outcomes, replies: std::mem::replace(&mut replies, next), started };
+        let batch = Applied { outcomes, replies: std::mem::replace(&mut replies, next), started, span };
         if syncer.is_some() {
             syncing += 1;
             // The syncer only ends when this sender is dropped, below.
@@ -443,7 +456,7 @@ fn sync_and_answer(
     if let Some(t) = first_applied {
         load.record(lane, ops, t.elapsed());
     }
-    for Applied { outcomes, mut replies, .. } in batches {
+    for Applied { outcomes, mut replies, span, .. } in batches {
         let first = order.fetch_add(replies.len() as u64, Ordering::SeqCst);
         let mut failed: Option<StoreError> = None;
         for (k, (reply, outcome)) in replies.drain(..).zip(outcomes).enumerate() {
@@ -468,6 +481,15 @@ fn sync_and_answer(
             m.failures.increment(1);
         }
         let _ = recycle.send(replies);
+        drop(span);
+    }
+}
+
+/// The trace context a write carries (likes made under a sampled trace).
+fn op_trace(op: &WriteOp) -> Option<likewise_core::trace::TraceContext> {
+    match op {
+        WriteOp::Like(l) => l.trace,
+        _ => None,
     }
 }
 
@@ -575,6 +597,7 @@ mod tests {
             target_author: UserId(0),
             post: 1,
             ts_ms: 0,
+            trace: None,
         }
     }
 

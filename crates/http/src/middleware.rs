@@ -16,16 +16,45 @@ use std::time::Instant;
 
 /// Record `likewise_http_requests_total` and `likewise_http_request_duration_seconds`,
 /// labelled by the route template (not the raw path, which would explode cardinality).
+/// When traces are exported, the request also runs in an `http.request` span (method, route
+/// template, status), continuing the caller's trace if it sent a `traceparent` header: the
+/// writes it makes carry that span's context into their events.
 pub async fn track(req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map(|m| intern(m.as_str())).unwrap_or("unmatched");
     let method = method_label(req.method());
     let started = Instant::now();
-    let resp = next.run(req).await;
+    let resp = if likewise_core::trace::enabled() {
+        traced(req, next, method, route).await
+    } else {
+        next.run(req).await
+    };
     let status = intern(resp.status().as_str());
     metrics::counter!("likewise_http_requests_total", "route" => route, "method" => method, "status" => status)
         .increment(1);
     metrics::histogram!("likewise_http_request_duration_seconds", "route" => route, "method" => method)
         .record(started.elapsed().as_secs_f64());
+    resp
+}
+
+async fn traced(req: Request, next: Next, method: &'static str, route: &'static str) -> Response {
+    use likewise_core::trace::{TARGET, TraceContext};
+    use tracing::Instrument;
+    let parent = req
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceContext::from_traceparent);
+    let span = likewise_core::trace::request_span(parent, || {
+        tracing::info_span!(target: TARGET, "http.request",
+            otel.name = format!("{method} {route}"), otel.kind = "server",
+            http.request.method = method, http.route = route,
+            http.response.status_code = tracing::field::Empty, otel.status_code = tracing::field::Empty)
+    });
+    let resp = next.run(req).instrument(span.clone()).await;
+    span.record("http.response.status_code", i64::from(resp.status().as_u16()));
+    if resp.status().is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
     resp
 }
 

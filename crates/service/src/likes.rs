@@ -65,6 +65,7 @@ impl Likes {
             target_author: meta.author,
             post: post.0,
             ts_ms: now_ms(),
+            trace: None,
         };
         let committed = self.shared.stores.writer.submit(op).await?;
         self.shared.viewer_likes.record(viewer, post, committed.outcome.liked, committed.order);
@@ -125,6 +126,7 @@ impl Likes {
             target_author: r.author,
             post: r.post.0,
             ts_ms: now_ms(),
+            trace: None,
         };
         let committed = self.shared.stores.writer.submit(op).await?;
         self.record_own_like(viewer, Target::comment(id.0), committed.outcome).await;

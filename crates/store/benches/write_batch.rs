@@ -29,6 +29,7 @@ fn bench(c: &mut Criterion) {
                             target_author: UserId(7),
                             post: 42,
                             ts_ms: next_user,
+                            trace: None,
                         })
                     })
                     .collect();

@@ -71,6 +71,7 @@ async fn check(batches: Vec<Vec<(usize, u64, bool)>>, reopen_after: usize) -> Re
                     target_author: UserId(99),
                     post: if t == 2 { 1 } else { TARGETS[t].id },
                     ts_ms: ts,
+                    trace: None,
                 })
             })
             .collect();

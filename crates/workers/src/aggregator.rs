@@ -177,6 +177,8 @@ impl Aggregator {
         if batch.is_empty() {
             return Ok(StepReport { reconciled, ..StepReport::default() });
         }
+        // Ends with the commit (when this step returns).
+        let _span = likewise_core::trace::consumer_span("aggregator", &events);
         let upto = batch.last_seq().unwrap_or(self.offset);
         let n_events = batch.event_count();
         let oldest_ts = events.first().map(|e| e.ts_ms);

@@ -117,6 +117,7 @@ pub async fn fold(
     let mut n = 0;
     loop {
         let events = log.read_after(*upto, opts.read_chunk).await?;
+        let _span = likewise_core::trace::consumer_span("integrity", &events);
         for e in &events {
             state.apply(&opts.detect, e);
         }

@@ -235,6 +235,7 @@ impl Notifier {
             // still fall due.
             let events = events?;
             let n = events.len();
+            let _span = likewise_core::trace::consumer_span("notifier", &events);
             for e in &events {
                 if let Err(err) = self.absorb(e, changes, prefs).await {
                     // Part of a stream message may be absorbed (its events share one position),

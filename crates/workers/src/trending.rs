@@ -66,6 +66,7 @@ pub async fn fold(
     let mut n = 0;
     loop {
         let events = log.read_after(*upto, read_chunk).await?;
+        let _span = likewise_core::trace::consumer_span("trending", &events);
         for e in &events {
             state.apply(e);
         }

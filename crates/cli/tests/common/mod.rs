@@ -8,6 +8,7 @@ pub mod nats_server;
 pub mod proc;
 pub mod prometheus;
 pub mod python;
+pub mod tansu;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

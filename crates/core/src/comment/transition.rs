@@ -310,6 +310,7 @@ fn comment_event(kind: EventKind, subject: &CommentRecord, delta: i8, now_ms: u6
         parent: subject.parent.map_or(0, |p| p.0),
         delta,
         mention: subject.reply_to_user,
+        trace: None,
     }
 }
 
@@ -326,6 +327,7 @@ fn reply_event(parent: &CommentRecord, reply: &VisibleReply, delta: i8, now_ms: 
         parent: parent.id.0,
         delta,
         mention: reply.mention,
+        trace: None,
     }
 }
 

@@ -286,6 +286,7 @@ mod tests {
             parent: 0,
             delta,
             mention: None,
+            trace: None,
         }
     }
 

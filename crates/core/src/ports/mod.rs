@@ -46,6 +46,10 @@ pub trait WriteEngine: Send + Sync {
     }
     /// Make all applied batches durable (one fsync for many batches).
     fn sync(&self) -> StoreResult<()>;
+    /// The engine's name in traces (`embedded`, `postgres`).
+    fn name(&self) -> &'static str {
+        "engine"
+    }
 }
 
 /// One liker of a target.

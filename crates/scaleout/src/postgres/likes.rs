@@ -384,6 +384,7 @@ mod tests {
             target_author: UserId(1),
             post,
             ts_ms,
+            trace: None,
         })
     }
 
@@ -560,6 +561,7 @@ mod tests {
                 target_author: UserId(1),
                 post: 42,
                 ts_ms: T0 + user,
+                trace: None,
             })
         };
         let mut ops: Vec<WriteOp> = (1..=8).map(|u| op(42, u, true, T0 + u)).collect();

@@ -32,5 +32,6 @@ pub(crate) fn like(target: Target, post: u64, user: u64, on: bool) -> WriteOp {
         target_author: UserId(7),
         post,
         ts_ms: 1_800_000_000_000 + user,
+        trace: None,
     })
 }

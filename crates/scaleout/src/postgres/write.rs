@@ -63,6 +63,10 @@ impl WriteEngine for PgStore {
     fn sync(&self) -> StoreResult<()> {
         Ok(())
     }
+
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
 }
 
 fn op_shard(s: &PgStore, op: &WriteOp) -> usize {
@@ -295,7 +299,10 @@ async fn shard_tx(
             let liked = l.action == LikeAction::Like;
             out[k] = Some(WriteOutcome::Like(LikeOutcome { liked, changed: did, event_seq: None }));
             if did {
-                events.push((k, Event::like(0, liked, l.target, l.target_author, l.user, l.ts_ms, l.post)));
+                events.push((
+                    k,
+                    Event::like(0, liked, l.target, l.target_author, l.user, l.ts_ms, l.post).traced(l.trace),
+                ));
             }
         }
     }
@@ -578,6 +585,7 @@ mod tests {
             target_author: UserId(1),
             post,
             ts_ms: 1_700_000_000_000 + user,
+            trace: None,
         })
     }
 

@@ -150,7 +150,9 @@ pub fn encode_counters(epoch: u64, values: &[(CounterKey, i64)], events: &[Event
     b.extend_from_slice(&(events.len() as u32).to_be_bytes());
     for e in events {
         b.extend_from_slice(&e.seq.to_be_bytes());
-        b.extend_from_slice(&e.encode());
+        // Rankings need no trace context, and without it the record stays one that nodes of
+        // the release before format 4 read.
+        Event { trace: None, ..*e }.encode_into(&mut b);
     }
     b
 }

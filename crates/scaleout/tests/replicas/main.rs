@@ -73,6 +73,7 @@ fn like(user: u64) -> LikeOp {
         target_author: UserId(9),
         post: 42,
         ts_ms: likewise_engine::now_ms(),
+        trace: None,
     }
 }
 

@@ -367,6 +367,7 @@ mod tests {
             target_author: UserId(9),
             post: user % 3 + 1,
             ts_ms: user,
+            trace: None,
         })
     }
 

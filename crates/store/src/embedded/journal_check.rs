@@ -774,6 +774,7 @@ mod tests {
             target_author: UserId(9),
             ts_ms: 1,
             post: 1 + user % 7,
+            trace: None,
         })
     }
 

@@ -185,6 +185,7 @@ mod tests {
                     target_author: UserId(1),
                     post: 7,
                     ts_ms: 1_000 + u,
+                    trace: None,
                 })
             })
             .collect()

@@ -242,6 +242,7 @@ mod tests {
             target_author: UserId(9_999),
             post: target.id,
             ts_ms,
+            trace: None,
         })
     }
 

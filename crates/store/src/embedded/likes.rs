@@ -83,7 +83,8 @@ impl LikeOverlay {
         let mut event_seq = None;
         if changed {
             entry.now = liked.then_some(op.ts_ms);
-            let e = Event::like(0, liked, op.target, op.target_author, op.user, op.ts_ms, op.post);
+            let e = Event::like(0, liked, op.target, op.target_author, op.user, op.ts_ms, op.post)
+                .traced(op.trace);
             event_seq = Some(b.event(e));
         }
         Ok(LikeOutcome { liked, changed, event_seq })

@@ -581,6 +581,7 @@ mod durability_tests {
                 target_author: UserId(7),
                 ts_ms: 1,
                 post: 1,
+                trace: None,
             })
         };
         store.apply(&[like(1), like(2)]).expect("apply");

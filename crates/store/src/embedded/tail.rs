@@ -215,6 +215,7 @@ mod tests {
                         target_author: UserId(9),
                         post,
                         ts_ms: round,
+                        trace: None,
                     })
                 })
                 .collect();

@@ -78,4 +78,8 @@ impl WriteEngine for EmbeddedStore {
         self.inner.durable_seq.fetch_max(upto, Ordering::SeqCst);
         Ok(())
     }
+
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
 }

@@ -135,6 +135,8 @@ pub async fn export_once(
         return Ok(0);
     };
     let (upto, oldest_ms, newest_ms) = (last.seq, events[0].ts_ms, last.ts_ms);
+    // Ends once the batch is acknowledged and its offset committed (or the round fails).
+    let _span = likewise_core::trace::consumer_span("export", &events);
     // Everything after the offset waits for the destination's acknowledgement, the batch's
     // first event the longest; while the destination does not answer (a broker down holds a
     // batch for the whole message timeout) the lag keeps being published.

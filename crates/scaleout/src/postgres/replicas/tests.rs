@@ -81,6 +81,7 @@ async fn like(s: &PgStore, post: u64, user: u64) {
         target_author: UserId(1),
         post,
         ts_ms: likewise_engine::now_ms(),
+        trace: None,
     };
     s.apply_async(&[WriteOp::Like(op)]).await.expect("like");
 }

@@ -51,6 +51,7 @@ async fn likes_counts_own_likes_and_the_comment_rate_limit_work_over_tls_with_an
             target_author: author,
             ts_ms: 1,
             post: 42,
+            trace: None,
         };
         let c = stores.writer.submit(op).await.expect("like");
         assert!(c.outcome.changed);
