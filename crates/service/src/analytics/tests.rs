@@ -21,6 +21,7 @@ fn ev(kind: EventKind, target: Target, post: u64, ts_ms: u64, delta: i8) -> Even
         parent: 0,
         delta,
         mention: None,
+        trace: None,
     }
 }
 

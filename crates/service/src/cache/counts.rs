@@ -426,6 +426,7 @@ mod tests {
             parent: 0,
             delta: 1,
             mention: None,
+            trace: None,
         }
     }
 
