@@ -344,7 +344,7 @@ mod tests {
                 let mut ts = T0 + 10 * rows;
                 let mut batches = 0u64;
                 // Until stopped, and at least a few batches after the swap.
-                while !stop.load(Ordering::Relaxed) || batches % 8 != 0 {
+                while !stop.load(Ordering::Relaxed) || !batches.is_multiple_of(8) {
                     batches += 1;
                     let mut ops = Vec::new();
                     for _ in 0..rng.random_range(1..40) {
@@ -455,8 +455,7 @@ mod tests {
         let got = likes(&c).await;
         assert_eq!(got.len(), model.len());
         assert!(got == model, "likes differ from the writes' model");
-        let want: Vec<(i64, i16, i64)> = model.keys().map(|(k, t, u)| (*u, *k, *t)).collect();
-        let mut want = want;
+        let mut want: Vec<(i64, i16, i64)> = model.keys().map(|(k, t, u)| (*u, *k, *t)).collect();
         want.sort_unstable();
         assert!(reverse(&c).await == want, "the reverse index differs from the likes");
     }
