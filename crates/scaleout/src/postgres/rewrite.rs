@@ -49,8 +49,8 @@ const REWRITES: [Rewrite; 2] = [
                      post_id  bigint,
                      CONSTRAINT likes_rewrite_pkey PRIMARY KEY (kind, target, user_id)
                  );
-                 CREATE INDEX likes_rewrite_unpaged ON likes_rewrite (kind, target, liked_at DESC)
-                     WHERE NOT paged;",
+                 CREATE INDEX likes_rewrite_unpaged ON likes_rewrite
+                     (kind, target, liked_at DESC, user_id DESC) WHERE NOT paged;",
         key: ["kind", "target", "user_id"],
         columns: "target, user_id, liked_at, kind, paged, post_id",
         // A post like's post is its target.
@@ -436,7 +436,7 @@ mod tests {
             vec![
                 "likes_pkey CREATE UNIQUE INDEX likes_pkey ON public.likes USING btree (kind, target, user_id)",
                 "likes_unpaged_by_time CREATE INDEX likes_unpaged_by_time ON public.likes USING btree \
-                 (kind, target, liked_at DESC) WHERE (NOT paged)",
+                 (kind, target, liked_at DESC, user_id DESC) WHERE (NOT paged)",
                 "user_likes_pkey CREATE UNIQUE INDEX user_likes_pkey ON public.user_likes USING btree \
                  (user_id, kind, target)",
             ]
