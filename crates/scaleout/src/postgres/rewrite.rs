@@ -460,6 +460,48 @@ mod tests {
         assert!(reverse(&c).await == want, "the reverse index differs from the likes");
     }
 
+    /// A rewrite stopped after its trigger and part of the copy (a crash), with likes and
+    /// unlikes of copied and uncopied rows meanwhile, is finished by the next run.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_rewrite_is_finished_by_the_next_run() {
+        let t = TestShards::create_at(1, 25).await;
+        let mut c = t.client(0).await;
+        c.batch_execute(
+            "INSERT INTO likes (kind, target, user_id, post_id, liked_at)
+             SELECT 1, g % 10, g, g % 10, 1700000000000 + g FROM generate_series(1, 1000) g;",
+        )
+        .await
+        .expect("likes of an older build");
+        crate::postgres::migrate::apply(&mut c).await.expect("migrate");
+        let likes_table = &REWRITES[0];
+        prepare(&mut c, likes_table).await.expect("trigger");
+        // The first 300 rows in key order copied, then the process stopped.
+        c.execute(
+            "INSERT INTO likes_rewrite (target, user_id, liked_at, kind, paged, post_id)
+             SELECT target, user_id, liked_at, kind, paged, NULL FROM likes ORDER BY kind, target, user_id LIMIT 300",
+            &[],
+        )
+        .await
+        .expect("part of the copy");
+        let s = t.connect();
+        let mut ops = Vec::new();
+        for user in [1u64, 2, 3, 995, 996, 997] {
+            // Unlikes of rows copied and not copied yet, and new likes.
+            ops.push(crate::postgres::test_ops::like(Target::post(user % 10), user % 10, user, false));
+            ops.push(crate::postgres::test_ops::like(Target::post(user % 10), user % 10, 5_000 + user, true));
+        }
+        s.apply_async(&ops).await.expect("writes while stopped");
+        let want = likes(&c).await;
+        assert_eq!(want.len(), 1000);
+        let done = rewrite(&mut c, 100).await.expect("the next run");
+        assert_eq!(done[0].table, "likes");
+        let got: Rows = likes(&c).await;
+        let want: Rows = want.into_iter().map(|(k, (at, _))| (k, (at, None))).collect();
+        assert!(got == want, "likes differ after the resumed rewrite");
+        let old: bool = c.query_one(likes_table.old, &[]).await.expect("layout").get(0);
+        assert!(!old);
+    }
+
     /// 200,000 likes.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_populated_shard_is_rewritten_online_while_likes_go_on() {
