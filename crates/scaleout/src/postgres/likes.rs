@@ -522,7 +522,8 @@ mod tests {
         s.apply_async(&(1..=50).map(|u| op(42, u, true, T0 + u)).collect::<Vec<_>>()).await.expect("likes");
         let c = t.client(0).await;
         c.batch_execute(
-            "INSERT INTO likes SELECT 1, 42, g, 42, 1700000000000 + g, true FROM generate_series(51, 80) g;
+            "INSERT INTO likes (kind, target, user_id, liked_at, paged)
+             SELECT 1, 42, g, 1700000000000 + g, true FROM generate_series(51, 80) g;
              DELETE FROM likes WHERE user_id = 7;",
         )
         .await
@@ -600,7 +601,8 @@ mod tests {
              DROP INDEX likes_unpaged_by_time; ALTER TABLE likes DROP COLUMN paged;
              CREATE INDEX likes_by_time ON likes (kind, target, liked_at DESC, user_id DESC);
              DELETE FROM schema_migrations WHERE version = 5;
-             INSERT INTO likes SELECT 1, 42 + g % 2, g, 42 + g % 2, 1700000000000 + g * 5 % 97
+             INSERT INTO likes (kind, target, user_id, post_id, liked_at)
+             SELECT 1, 42 + g % 2, g, 42 + g % 2, 1700000000000 + g * 5 % 97
              FROM generate_series(1, 500) g;",
         )
         .await

@@ -36,6 +36,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (23, "held_replies", include_str!("migrations/0023_held_replies.sql")),
     (24, "notif_contributions", include_str!("migrations/0024_notif_contributions.sql")),
     (25, "notif_retention", include_str!("migrations/0025_notif_retention.sql")),
+    (26, "like_bytes", include_str!("migrations/0026_like_bytes.sql")),
 ];
 
 /// Advisory lock key held while migrating (any constant unique to Likewise).

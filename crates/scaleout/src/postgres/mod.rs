@@ -70,6 +70,7 @@ pub mod placement;
 mod ranks;
 mod replicas;
 pub mod reshard;
+pub mod rewrite;
 mod snapshots;
 mod status;
 #[cfg(test)]
@@ -459,6 +460,13 @@ impl PgStore {
         for shard in 0..self.shard_count() {
             let mut c = self.conn(shard).await?;
             out.push((shard, migrate::apply(&mut c).await?));
+        }
+        // Migration 26's layouts for the tables of populated shards, online.
+        for shard in 0..self.shard_count() {
+            let mut c = self.conn(shard).await?;
+            for r in rewrite::rewrite(&mut c, rewrite::BATCH).await? {
+                tracing::info!(shard, table = r.table, rows = r.copied, "table rewritten in its new layout");
+            }
         }
         placement::create_catalog(self).await?;
         self.load_placement().await?;

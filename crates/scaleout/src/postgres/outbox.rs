@@ -97,31 +97,25 @@ impl EventLog for OutboxLog {
 /// handover or beside `settle`): then the statement fails on the primary key and
 /// [`REVERSE_INSERT`] takes over. Relikes whose unlike is in the same round are deleted first.
 /// A plain row costs 1.6 us of PostgreSQL CPU against 2.3 behind the probe and 2.8 with `ON
-/// CONFLICT DO NOTHING` (`docs/benchmarks.md`).
-const REVERSE_APPEND: &str = "INSERT INTO user_likes (user_id, kind, target, liked_at)
-     SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])";
+/// CONFLICT DO NOTHING` (`docs/benchmarks.md`). A row holds the key alone: nothing reads a
+/// time from the reverse index (migration 26 made `liked_at` nullable, 8 bytes less a row).
+const REVERSE_APPEND: &str = "INSERT INTO user_likes (user_id, kind, target)
+     SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[])";
 /// The same behind a per-row probe, for a round that may hold existing keys: almost every key
 /// is new, and an upsert's speculative insertion costs about twice a plain row. The probe is a
 /// LATERAL ... LIMIT 1 (one lookup per row, never a hash join over the table), and the primary
 /// key is the table's only index: with a second one the planner may probe through it on a
 /// young, unanalyzed table, as it did on `likes` (see `write.rs`).
-const REVERSE_INSERT: &str = "INSERT INTO user_likes (user_id, kind, target, liked_at)
-     SELECT n.* FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-         AS n(user_id, kind, target, liked_at)
+const REVERSE_INSERT: &str = "INSERT INTO user_likes (user_id, kind, target)
+     SELECT n.* FROM unnest($1::bigint[], $2::smallint[], $3::bigint[]) AS n(user_id, kind, target)
      LEFT JOIN LATERAL (SELECT true AS hit FROM user_likes r
                         WHERE r.user_id = n.user_id AND r.kind = n.kind AND r.target = n.target
                         LIMIT 1) x ON true
      WHERE x.hit IS NULL";
-/// The event's time for keys that already had a row.
-const REVERSE_RETIME: &str = "UPDATE user_likes r SET liked_at = n.liked_at
-     FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-         AS n(user_id, kind, target, liked_at)
-     WHERE r.user_id = n.user_id AND r.kind = n.kind AND r.target = n.target
-       AND r.liked_at <> n.liked_at";
-/// Every key, whether or not it has a row.
-const REVERSE_UPSERT: &str = "INSERT INTO user_likes (user_id, kind, target, liked_at)
-     SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[], $4::bigint[])
-     ON CONFLICT (user_id, kind, target) DO UPDATE SET liked_at = EXCLUDED.liked_at";
+/// Every key that has no row yet, whoever inserts meanwhile.
+const REVERSE_UPSERT: &str = "INSERT INTO user_likes (user_id, kind, target)
+     SELECT * FROM unnest($1::bigint[], $2::smallint[], $3::bigint[])
+     ON CONFLICT (user_id, kind, target) DO NOTHING";
 const REVERSE_DELETE: &str = "DELETE FROM user_likes r
      USING unnest($1::bigint[], $2::smallint[], $3::bigint[]) AS d(u, k, t)
      WHERE r.user_id = d.u AND r.kind = d.k AND r.target = d.t";
@@ -167,14 +161,13 @@ pub(super) async fn apply_reverse(store: &PgStore, changes: &[ReverseChange]) ->
         }
         if !add.is_empty() {
             let (users, kinds, targets) = key_arrays(&add);
-            let ts: Vec<i64> = add.iter().map(|c| i(c.liked_at.unwrap_or_default())).collect();
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] = [&users, &kinds, &targets, &ts];
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&users, &kinds, &targets];
             match execute_cached(&c, REVERSE_APPEND, &params).await {
                 Ok(_) => {}
                 Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
                     round.fallbacks += 1;
                     metrics::counter!("likewise_reverse_index_fallbacks_total").increment(1);
-                    insert_existing(&c, &params, add.len()).await?;
+                    insert_existing(&c, &params).await?;
                 }
                 Err(e) => return Err(pg_err(e)),
             }
@@ -195,15 +188,12 @@ fn key_arrays(changes: &[&ReverseChange]) -> (Vec<i64>, Vec<i16>, Vec<i64>) {
 /// Insert a round some of whose keys already have rows (a replay, or a racing writer).
 async fn insert_existing(
     c: &deadpool_postgres::Object,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync); 4],
-    len: usize,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync); 3],
 ) -> StoreResult<()> {
     match execute_cached(c, REVERSE_INSERT, params).await {
-        Ok(n) if n as usize == len => Ok(()),
-        // Some keys had a row: they get the event's time.
-        Ok(_) => execute_cached(c, REVERSE_RETIME, params).await.map(|_| ()).map_err(pg_err),
+        Ok(_) => Ok(()),
         // Another writer inserted one of the keys meanwhile (only during a lease handover, or
-        // beside `settle`): nothing was inserted; upsert them all.
+        // beside `settle`): nothing was inserted; insert the keys still missing.
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {
             execute_cached(c, REVERSE_UPSERT, params).await.map(|_| ()).map_err(pg_err)
         }
@@ -246,14 +236,14 @@ mod tests {
         Event::like(seq, created, Target::post(post), UserId(1), UserId(user), ts, post)
     }
 
-    /// (user, target, liked_at) of every reverse-index row, in key order.
-    async fn rows(s: &PgStore) -> Vec<(i64, i64, i64)> {
+    /// (user, target) of every reverse-index row, in key order.
+    async fn rows(s: &PgStore) -> Vec<(i64, i64)> {
         let c = s.conn(0).await.expect("conn");
-        c.query("SELECT user_id, target, liked_at FROM user_likes ORDER BY user_id, target", &[])
+        c.query("SELECT user_id, target FROM user_likes ORDER BY user_id, target", &[])
             .await
             .expect("rows")
             .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .map(|r| (r.get(0), r.get(1)))
             .collect()
     }
 
@@ -266,28 +256,27 @@ mod tests {
             apply_reverse(&s, &reverse_changes(&round)).await.expect("apply"),
             ReverseRound { fallbacks: 0 }
         );
-        let want = vec![(7, 42, 100), (7, 43, 102), (8, 42, 101)];
+        let want = vec![(7, 42), (7, 43), (8, 42)];
         assert_eq!(rows(&s).await, want);
         // A replayed round writes the same final states again, through the probing insert.
         assert_eq!(apply_reverse(&s, &reverse_changes(&round)).await.expect("replay").fallbacks, 1);
         assert_eq!(rows(&s).await, want);
-        // Unlike then relike of (7, 42) in one round: the row stays, with the relike's time,
-        // beside a key that is new in the same round; its old row is deleted first, so the
+        // Unlike then relike of (7, 42) in one round: the row stays, beside a key that is new in the same round; its old row is deleted first, so the
         // plain insert meets no row.
         let relike = [ev(4, false, 7, 42, 200), ev(5, true, 7, 42, 201), ev(6, true, 9, 42, 202)];
         assert_eq!(apply_reverse(&s, &reverse_changes(&relike)).await.expect("relike").fallbacks, 0);
-        assert_eq!(rows(&s).await, vec![(7, 42, 201), (7, 43, 102), (8, 42, 101), (9, 42, 202)]);
+        assert_eq!(rows(&s).await, vec![(7, 42), (7, 43), (8, 42), (9, 42)]);
         assert_eq!(
             apply_reverse(&s, &reverse_changes(&[ev(7, false, 8, 42, 300)])).await.expect("unlike").fallbacks,
             0
         );
-        assert_eq!(rows(&s).await, vec![(7, 42, 201), (7, 43, 102), (9, 42, 202)]);
+        assert_eq!(rows(&s).await, vec![(7, 42), (7, 43), (9, 42)]);
         // Relike of a key unliked in an earlier round: no row, no fallback.
         assert_eq!(
             apply_reverse(&s, &reverse_changes(&[ev(8, true, 8, 42, 400)])).await.expect("relike").fallbacks,
             0
         );
-        assert_eq!(rows(&s).await, vec![(7, 42, 201), (7, 43, 102), (8, 42, 400), (9, 42, 202)]);
+        assert_eq!(rows(&s).await, vec![(7, 42), (7, 43), (8, 42), (9, 42)]);
     }
 
     /// Another writer (a lease handover) inserts one of the round's keys while the round runs.
@@ -297,7 +286,9 @@ mod tests {
         let s = t.store().await;
         let mut other = t.client(0).await;
         let tx = other.transaction().await.expect("begin");
-        tx.execute("INSERT INTO user_likes VALUES (7, 1, 42, 50)", &[]).await.expect("insert");
+        tx.execute("INSERT INTO user_likes (user_id, kind, target) VALUES (7, 1, 42)", &[])
+            .await
+            .expect("insert");
         let round = {
             let s = s.clone();
             tokio::spawn(async move {
@@ -308,6 +299,6 @@ mod tests {
         assert!(!round.is_finished(), "the round did not wait for the other writer's row");
         tx.commit().await.expect("commit");
         round.await.expect("join").expect("the round succeeds");
-        assert_eq!(rows(&s).await, vec![(7, 42, 100), (8, 42, 101)]);
+        assert_eq!(rows(&s).await, vec![(7, 42), (8, 42)]);
     }
 }

@@ -370,7 +370,9 @@ async fn like_round(
         let kinds: Vec<i16> = likes.iter().map(|l| i16::from(l.target.kind.code())).collect();
         let targets: Vec<i64> = likes.iter().map(|l| i(l.target.id)).collect();
         let users: Vec<i64> = likes.iter().map(|l| i(l.user.0)).collect();
-        let posts: Vec<i64> = likes.iter().map(|l| i(l.post)).collect();
+        // A post like's post is its target: NULL, 8 bytes less per row (migration 26).
+        let posts: Vec<Option<i64>> =
+            likes.iter().map(|l| (l.target != Target::post(l.post)).then_some(i(l.post))).collect();
         let ts: Vec<i64> = likes.iter().map(|l| i(l.ts_ms)).collect();
         let paged = paged_likes(&likes);
         // The rows created, and the likers of each (target, window) group of at least
@@ -603,7 +605,9 @@ mod tests {
         let s = t.store().await;
         let mut other = t.client(0).await;
         let tx = other.transaction().await.expect("begin");
-        tx.execute("INSERT INTO likes VALUES (1, 42, 7, 42, 1)", &[]).await.expect("insert");
+        tx.execute("INSERT INTO likes (kind, target, user_id, liked_at) VALUES (1, 42, 7, 1)", &[])
+            .await
+            .expect("insert");
         let ops = [like(42, 7), like(42, 8)];
         let batch = {
             let s = s.clone();

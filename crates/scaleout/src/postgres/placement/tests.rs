@@ -47,7 +47,17 @@ async fn an_upgrade_from_modulo_placement_keeps_every_row_reachable() {
         let top = create(&old, post, None, 100 + post).await;
         let reply = create(&old, post, Some(top), 200).await;
         assert_eq!(top.0 % 64, post % 3, "an old-layout ID names its shard");
-        assert!(liked(&old, Target::post(post), post, 300).await);
+        // A post like with its post_id, as builds before migration 26 wrote it (this build
+        // leaves it NULL, which that schema refuses).
+        old.conn(old.shard_of_post(PostId(post)))
+            .await
+            .expect("conn")
+            .execute(
+                "INSERT INTO likes (kind, target, user_id, post_id, liked_at) VALUES (1, $1, 300, $1, 1)",
+                &[&(post as i64)],
+            )
+            .await
+            .expect("post like");
         assert!(liked(&old, Target::comment(top.0), post, 300).await);
         threads.push((post, top, reply));
     }
@@ -103,6 +113,7 @@ async fn an_upgrade_from_modulo_placement_keeps_every_row_reachable() {
         );
         let replies = new.replies(top, None, 10).await.expect("replies");
         assert_eq!(replies.iter().map(|r| r.id).collect::<Vec<_>>(), vec![reply], "post {post}");
+        assert!(!liked(&new, Target::post(post), post, 300).await, "the old post like is found");
         assert!(!liked(&new, Target::comment(top.0), post, 300).await, "the old like is found");
         assert!(liked(&new, Target::comment(top.0), post, 301).await);
         let hold = WriteOp::Comment(CommentOp::SetStatus {

@@ -37,7 +37,7 @@
 //! The write fence lasts from step 6 to step 9: the drain, the rows written during the bulk
 //! copy, and the derived tables, not the buckets' whole data.
 
-mod fence;
+pub(crate) mod fence;
 mod tables;
 
 #[cfg(test)]
@@ -637,13 +637,27 @@ impl PgStore {
         }
         for (t, key) in TABLES.iter().zip(keys) {
             let filter = format!("{} = ANY({list})", t.bucket);
+            // By name: the two shards may hold a table in different column orders (migration
+            // 26 rewrites a populated shard's `likes` later than it creates an empty one's).
+            let columns: Vec<String> = ttx
+                .query(
+                    "SELECT quote_ident(attname) FROM pg_attribute
+                     WHERE attrelid = $1::text::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                    &[&t.name],
+                )
+                .await
+                .map_err(pg_err)?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let of_r = columns.iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", ");
             let select = match (pass, t.fence) {
                 (Pass::Bulk, Fence::Moved) => continue,
                 (Pass::Bulk, Fence::Moving) | (Pass::CatchUp, Fence::Moved) => {
                     ttx.execute(&format!("DELETE FROM {} r WHERE {filter}", t.name), &[])
                         .await
                         .map_err(pg_err)?;
-                    format!("SELECT * FROM {} r WHERE {filter}", t.name)
+                    format!("SELECT {of_r} FROM {} r WHERE {filter}", t.name)
                 }
                 (Pass::CatchUp, Fence::Moving) => {
                     let Some(changed) = changes.get(t.name) else {
@@ -672,7 +686,7 @@ impl PgStore {
                     .await
                     .map_err(pg_err)?;
                     format!(
-                        "SELECT r.* FROM {name} r WHERE {filter} AND EXISTS (
+                        "SELECT {of_r} FROM {name} r WHERE {filter} AND EXISTS (
                            SELECT 1 FROM (SELECT (jsonb_populate_record(null::{name}, c.key)).* FROM bucket_changes c
                                           WHERE c.tbl = '{name}' AND c.bucket = ANY({list})) k
                            WHERE {same})",
@@ -684,8 +698,10 @@ impl PgStore {
                 .copy_out(&format!("COPY ({select}) TO STDOUT (FORMAT binary)"))
                 .await
                 .map_err(pg_err)?;
-            let sink =
-                ttx.copy_in(&format!("COPY {} FROM STDIN (FORMAT binary)", t.name)).await.map_err(pg_err)?;
+            let sink = ttx
+                .copy_in(&format!("COPY {} ({}) FROM STDIN (FORMAT binary)", t.name, columns.join(", ")))
+                .await
+                .map_err(pg_err)?;
             futures::pin_mut!(out);
             futures::pin_mut!(sink);
             while let Some(chunk) = out.next().await {

@@ -44,7 +44,8 @@ const TARGET: &str = "CASE r.kind WHEN 1 THEN lw_bucket(r.target) ELSE lw_commen
 /// their bucket through their comment, which must still be there when they are deleted.
 pub(crate) const TABLES: &[Table] = &[
     // Post-keyed.
-    t("likes", "lw_bucket(r.post_id)"),
+    // A post like stores no post_id (migration 26): its target is its post.
+    t("likes", "lw_bucket(coalesce(r.post_id, r.target))"),
     t("liker_pages", TARGET),
     derived("counters", TARGET),
     t("reports", "lw_comment_bucket(r.comment_id)"),

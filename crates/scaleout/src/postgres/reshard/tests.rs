@@ -694,3 +694,62 @@ async fn the_old_shards_aggregator_does_not_recount_a_moved_post() {
     let old = s.recount_likes(&consumer(source), Target::post(post)).await;
     assert!(old.is_err(), "the old shard's aggregator recounted a moved post: {old:?}");
 }
+
+/// A bucket moves between a shard still holding `likes` and `user_likes` in their layouts of
+/// before migration 26 (columns in another order) and one holding the new layouts, both
+/// ways: the rows arrive column by column, whatever the order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_moves_between_shards_holding_likes_in_different_layouts() {
+    let t = two_and_a_new_one().await;
+    let s = node(&t).await;
+    let post = 6u64;
+    let source = s.shard_of_post(PostId(post));
+    t.client(source)
+        .await
+        .batch_execute(
+            "DROP TABLE likes, user_likes;
+             CREATE TABLE likes (kind smallint NOT NULL, target bigint NOT NULL, user_id bigint NOT NULL,
+                                 post_id bigint, liked_at bigint NOT NULL, paged boolean NOT NULL DEFAULT false,
+                                 PRIMARY KEY (kind, target, user_id));
+             CREATE INDEX likes_unpaged_by_time ON likes (kind, target, liked_at DESC, user_id DESC)
+                 WHERE NOT paged;
+             CREATE TABLE user_likes (user_id bigint NOT NULL, kind smallint NOT NULL, target bigint NOT NULL,
+                                      liked_at bigint, PRIMARY KEY (user_id, kind, target));",
+        )
+        .await
+        .expect("the old layouts");
+    let ops: Vec<WriteOp> = (1..=20u64).map(|u| like(Target::post(post), post, u, true)).collect();
+    s.apply_async(&ops).await.expect("likes");
+    s.settle().await.expect("reverse index");
+    let rows = |shard: usize| {
+        let t = &t;
+        async move {
+            let c = t.client(shard).await;
+            let likes: Vec<(i16, i64, i64, i64, Option<i64>)> = c
+                .query(
+                    "SELECT kind, target, user_id, liked_at, post_id FROM likes WHERE target = $1 ORDER BY user_id",
+                    &[&(post as i64)],
+                )
+                .await
+                .expect("likes")
+                .iter()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+                .collect();
+            likes
+        }
+    };
+    let want: Vec<(i16, i64, i64, i64, Option<i64>)> =
+        (1..=20i64).map(|u| (1, post as i64, u, 1_800_000_000_000 + u, None)).collect();
+    assert_eq!(rows(source).await, want);
+    let bucket = s.placement().bucket_of(post);
+    let opts = MoveOptions { grace: Duration::from_millis(10), drain: false, ..MoveOptions::default() };
+    // Old layout to new, then back.
+    for to in [2, source] {
+        s.move_buckets(&[bucket], to, &opts).await.expect("move");
+        s.refresh_placement().await.expect("catalog");
+        assert_eq!(s.shard_of_post(PostId(post)), to);
+        assert_eq!(rows(to).await, want, "on shard {to}");
+        let likers = s.likers(Target::post(post), None, 100).await.expect("likers");
+        assert_eq!(likers.len(), 20);
+    }
+}
