@@ -364,6 +364,7 @@ mod tests {
                             target_author: UserId(7),
                             post: post as u64,
                             ts_ms: ts as u64,
+                            trace: None,
                         }));
                     }
                     let out = s.apply_async(&ops).await.expect("likes during the rewrite");
