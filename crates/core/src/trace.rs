@@ -100,6 +100,8 @@ pub trait Tracer: Send + Sync + 'static {
     fn current(&self) -> Option<TraceContext>;
     /// Make `parent` the parent of `span` (not yet entered) and link it to `links`.
     fn adopt(&self, span: &tracing::Span, parent: TraceContext, links: &[TraceContext]);
+    /// Whether a new trace (a request without a caller's context) is sampled.
+    fn sample_root(&self) -> bool;
 }
 
 static TRACER: OnceLock<Box<dyn Tracer>> = OnceLock::new();
@@ -121,8 +123,30 @@ pub fn current() -> Option<TraceContext> {
 
 /// A request's span (`make` builds it), continuing the caller's trace when `parent` is given
 /// (a `traceparent` header); disabled when traces are not exported.
+///
+/// The sampling decision is taken here, before the span exists: a caller's context decides
+/// for its trace (sampled or not), and a new trace is sampled at the configured ratio. An
+/// unsampled request so builds no span at all: with a low ratio, tracing costs next to
+/// nothing on the requests it does not record.
 pub fn request_span(parent: Option<TraceContext>, make: impl FnOnce() -> tracing::Span) -> tracing::Span {
-    let Some(t) = TRACER.get() else { return tracing::Span::none() };
+    match TRACER.get() {
+        Some(t) => request_span_with(&**t, parent, make),
+        None => tracing::Span::none(),
+    }
+}
+
+fn request_span_with(
+    t: &dyn Tracer,
+    parent: Option<TraceContext>,
+    make: impl FnOnce() -> tracing::Span,
+) -> tracing::Span {
+    let sampled = match parent {
+        Some(p) => p.sampled(),
+        None => t.sample_root(),
+    };
+    if !sampled {
+        return tracing::Span::none();
+    }
     let span = make();
     if let Some(p) = parent {
         t.adopt(&span, p, &[]);
@@ -189,6 +213,40 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
         ] {
             assert_eq!(TraceContext::from_traceparent(bad), None, "{bad}");
+        }
+    }
+
+    /// A tracer that samples new traces when told to, and counts the spans it adopts.
+    struct Coin(bool, std::sync::atomic::AtomicUsize);
+
+    impl Tracer for Coin {
+        fn current(&self) -> Option<TraceContext> {
+            None
+        }
+        fn adopt(&self, _: &tracing::Span, _: TraceContext, _: &[TraceContext]) {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        fn sample_root(&self) -> bool {
+            self.0
+        }
+    }
+
+    #[test]
+    fn an_unsampled_request_makes_no_span() {
+        let sampled = TraceContext::new([1; 16], [2; 8], 1);
+        let unsampled = TraceContext::new([1; 16], [2; 8], 0);
+        for (coin, parent, made) in
+            [(false, None, false), (true, None, true), (false, sampled, true), (true, unsampled, false)]
+        {
+            let t = Coin(coin, Default::default());
+            let mut built = false;
+            let _ = request_span_with(&t, parent, || {
+                built = true;
+                tracing::Span::none()
+            });
+            assert_eq!(built, made, "coin {coin}, parent {parent:?}");
+            let adopted = t.1.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(adopted, usize::from(made && parent.is_some()), "coin {coin}, parent {parent:?}");
         }
     }
 

@@ -2,6 +2,10 @@
 //! running node holds the store's lock. A command that finds a node at an address (say,
 //! `server.listen`) compares the node's identity with its own data directory's, so it never
 //! takes another store's answer for its own.
+//!
+//! A copied data directory (`cp -a`, a restored backup) copies `store.id` too, so the
+//! identity also names where the store lies: the device and inode of its `store` folder.
+//! A copy running beside its original is a different folder, so a different identity.
 
 use std::hash::{BuildHasher, Hasher};
 use std::io;
@@ -10,20 +14,40 @@ use std::path::Path;
 /// The file, in the data directory beside `store`.
 const FILE: &str = "store.id";
 
-/// The identity of the store in `data_dir`, if it was ever opened by a build that names it.
+/// The identity of the store in `data_dir`, if it was ever opened by a build that names it;
+/// an error when `store.id` is damaged.
 pub fn read(data_dir: &Path) -> io::Result<Option<String>> {
+    let Some(id) = read_name(data_dir)? else { return Ok(None) };
+    with_place(data_dir, &id).map(Some)
+}
+
+/// The random name in `store.id`.
+fn read_name(data_dir: &Path) -> io::Result<Option<String>> {
     match std::fs::read_to_string(data_dir.join(FILE)) {
         Ok(s) if is_identity(s.trim()) => Ok(Some(s.trim().to_string())),
-        Ok(_) => Ok(None),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is damaged (not 32 hex digits)", data_dir.join(FILE).display()),
+        )),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
 }
 
-/// The identity of the store in `data_dir`, made (durably) when it has none or a damaged one.
+/// `id` and where the store lies: the device and inode of its `store` folder.
+fn with_place(data_dir: &Path, id: &str) -> io::Result<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(data_dir.join("store"))?;
+    Ok(format!("{id}-{:x}-{:x}", m.dev(), m.ino()))
+}
+
+/// The identity of the store in `data_dir`, its name made (durably) when it has none or a
+/// damaged one.
 pub fn ensure(data_dir: &Path) -> io::Result<String> {
-    if let Some(id) = read(data_dir)? {
-        return Ok(id);
+    match read_name(data_dir) {
+        Ok(Some(id)) => return with_place(data_dir, &id),
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "the store's identity is replaced"),
     }
     let id = fresh();
     let tmp = data_dir.join(format!("{FILE}.tmp"));
@@ -34,7 +58,7 @@ pub fn ensure(data_dir: &Path) -> io::Result<String> {
     }
     std::fs::rename(&tmp, data_dir.join(FILE))?;
     crate::durable_dir::sync(data_dir)?;
-    Ok(id)
+    with_place(data_dir, &id)
 }
 
 /// 128 random bits as 32 hex digits (the standard library's per-process random hash keys,
@@ -60,23 +84,42 @@ fn is_identity(s: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A data directory with an (empty) store folder.
+    fn data_dir() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("test I/O");
+        std::fs::create_dir(dir.path().join("store")).expect("test I/O");
+        dir
+    }
+
     #[test]
     fn an_identity_is_made_once_and_read_back() {
-        let dir = tempfile::tempdir().expect("test I/O");
+        let dir = data_dir();
         assert_eq!(read(dir.path()).expect("read"), None);
         let id = ensure(dir.path()).expect("ensure");
-        assert!(is_identity(&id), "{id}");
         assert_eq!(ensure(dir.path()).expect("again"), id);
         assert_eq!(read(dir.path()).expect("read"), Some(id.clone()));
-        let other = tempfile::tempdir().expect("test I/O");
+        let other = data_dir();
         assert_ne!(ensure(other.path()).expect("ensure"), id, "two stores, two identities");
     }
 
     #[test]
-    fn a_damaged_identity_is_replaced() {
-        let dir = tempfile::tempdir().expect("test I/O");
-        std::fs::write(dir.path().join(FILE), b"").expect("test I/O");
-        assert_eq!(read(dir.path()).expect("read"), None);
-        assert!(is_identity(&ensure(dir.path()).expect("ensure")));
+    fn a_copied_data_directory_is_another_store() {
+        let dir = data_dir();
+        let id = ensure(dir.path()).expect("ensure");
+        let copy = data_dir();
+        std::fs::copy(dir.path().join(FILE), copy.path().join(FILE)).expect("test I/O");
+        let copied = read(copy.path()).expect("read").expect("named");
+        assert_eq!(copied[..32], id[..32], "the name was copied");
+        assert_ne!(copied, id, "a copy beside its original has another identity");
+    }
+
+    #[test]
+    fn a_damaged_identity_is_an_error_to_read_and_replaced_on_open() {
+        let dir = data_dir();
+        std::fs::write(dir.path().join(FILE), b"junk").expect("test I/O");
+        assert!(read(dir.path()).is_err());
+        let id = ensure(dir.path()).expect("ensure");
+        assert!(is_identity(&id[..32]), "{id}");
+        assert_eq!(read(dir.path()).expect("read"), Some(id));
     }
 }

@@ -2,8 +2,9 @@
 //! to an OpenTelemetry collector over OTLP/HTTP.
 //!
 //! The `tracing` spans of target [`likewise_core::trace::TARGET`] become OpenTelemetry spans
-//! (`tracing-opentelemetry`), sampled by trace ID ratio unless the caller's `traceparent`
-//! decided. Finished spans go into a bounded queue and leave in batches from one task on the
+//! (`tracing-opentelemetry`). A request is sampled before its span is made: at
+//! `sample_ratio`, unless the caller's `traceparent` decided; an unsampled request makes no
+//! span at all. Finished spans go into a bounded queue and leave in batches from one task on the
 //! runtime, never on a request's path: when the queue is full (the collector down or slow)
 //! a span is dropped and counted, never waited for. [`Telemetry::shutdown`] sends what is
 //! queued before the process exits.
@@ -69,7 +70,10 @@ impl Telemetry {
         let task = rt.spawn(export_loop(url, resource.clone(), rx, stopped));
         let provider = SdkTracerProvider::builder()
             .with_span_processor(Queue { tx })
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(cfg.sample_ratio))))
+            // Every span reaching the provider is sampled already: requests are sampled before
+            // their span is made (`likewise_core::trace::request_span`), and every other span
+            // is a child of a sampled context.
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
             .with_resource(Resource::builder_empty().with_attributes(resource).build())
             .build();
         let layer = tracing_opentelemetry::layer()
@@ -81,7 +85,7 @@ impl Telemetry {
             .with_target(false)
             .with_filter(tracing_subscriber::filter::Targets::new().with_target(TARGET, tracing::Level::INFO))
             .boxed();
-        likewise_core::trace::install(Box::new(Hook));
+        likewise_core::trace::install(Box::new(Hook { ratio: cfg.sample_ratio }));
         Ok(Some((Telemetry { provider, stop: Some(stop), task }, layer)))
     }
 
@@ -100,7 +104,10 @@ impl Telemetry {
 }
 
 /// `likewise_core::trace`'s hook, over `tracing-opentelemetry`.
-struct Hook;
+struct Hook {
+    /// The share of new traces sampled (`telemetry.sample_ratio`).
+    ratio: f64,
+}
 
 impl likewise_core::trace::Tracer for Hook {
     fn current(&self) -> Option<TraceContext> {
@@ -111,6 +118,10 @@ impl likewise_core::trace::Tracer for Hook {
             return None;
         }
         TraceContext::new(sc.trace_id().to_bytes(), sc.span_id().to_bytes(), sc.trace_flags().to_u8())
+    }
+
+    fn sample_root(&self) -> bool {
+        self.ratio >= 1.0 || (self.ratio > 0.0 && rand::random::<f64>() < self.ratio)
     }
 
     fn adopt(&self, span: &tracing::Span, parent: TraceContext, links: &[TraceContext]) {

@@ -134,14 +134,25 @@ fn write_export(
                 let url = format!("http://{}", cfg.server.listen);
                 // Found by address, not named by the user: take its rows only if it holds this
                 // data directory's store, not another one (two nodes may share a secret).
-                let mine = likewise_store::identity::read(&cfg.store.data_dir).ok().flatten();
-                let mine = mine.ok_or_else(|| {
-                    e.context(format!(
-                        "the store in {} has no identity yet, so the node at {} cannot be shown                          to hold it: pass --url to ask a node anyway",
-                        cfg.store.data_dir.display(),
-                        cfg.server.listen
-                    ))
-                })?;
+                let mine = match likewise_store::identity::read(&cfg.store.data_dir) {
+                    Ok(Some(id)) => id,
+                    Ok(None) => {
+                        return Err(e.context(format!(
+                            "the store in {} has no identity yet, so the node at {} cannot be \
+                             shown to hold it: pass --url to ask a node anyway",
+                            cfg.store.data_dir.display(),
+                            cfg.server.listen
+                        )));
+                    }
+                    Err(id) => {
+                        return Err(e.context(format!(
+                            "cannot read the identity of the store in {} ({id}), so the node at {} \
+                             cannot be shown to hold it: pass --url to ask a node anyway",
+                            cfg.store.data_dir.display(),
+                            cfg.server.listen
+                        )));
+                    }
+                };
                 rt.block_on(through_node(&cfg, &url, from.token.as_deref(), span, Some(&mine)))?
             }
             Err(e) => {
