@@ -61,12 +61,21 @@ impl TraceContext {
         Self::new(t, s, b[24])
     }
 
-    /// Parse a `traceparent` header of version `00` (`00-<32 hex>-<16 hex>-<2 hex>`); anything
-    /// else is `None` (the request then starts a trace of its own).
+    /// Parse a `traceparent` header (W3C Trace Context): `00-<32 hex>-<16 hex>-<2 hex>`, in
+    /// lowercase. A later version (not `ff`) is read by its first four fields, as the
+    /// standard asks, and may carry more after a `-`; anything else is `None` (the request
+    /// then starts a trace of its own).
     pub fn from_traceparent(h: &str) -> Option<Self> {
-        let mut parts = h.trim().split('-');
-        let (v, t, s, f) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        if v != "00" || parts.next().is_some() || t.len() != 32 || s.len() != 16 || f.len() != 2 {
+        let h = h.trim();
+        let (v, t, s, f) = (h.get(..2)?, h.get(3..35)?, h.get(36..52)?, h.get(53..55)?);
+        let dashes = [2, 35, 52].iter().all(|&i| h.as_bytes()[i] == b'-');
+        let rest = &h[55..];
+        let rest_ok = match v {
+            "00" => rest.is_empty(),
+            "ff" => false,
+            _ => rest.is_empty() || rest.starts_with('-'),
+        };
+        if !dashes || !rest_ok || !v.bytes().all(is_lower_hex) {
             return None;
         }
         let mut trace_id = [0u8; 16];
@@ -84,8 +93,16 @@ impl TraceContext {
     }
 }
 
+fn is_lower_hex(b: u8) -> bool {
+    b.is_ascii_digit() || (b'a'..=b'f').contains(&b)
+}
+
+/// Lowercase hex digits into `out` (W3C trace context forbids uppercase).
 fn hex_into(s: &str, out: &mut [u8]) -> Option<()> {
     let digits = s.as_bytes();
+    if digits.len() != 2 * out.len() || !digits.iter().all(|&b| is_lower_hex(b)) {
+        return None;
+    }
     for (i, o) in out.iter_mut().enumerate() {
         let hi = (digits.get(2 * i)?.to_ascii_lowercase() as char).to_digit(16)?;
         let lo = (digits.get(2 * i + 1)?.to_ascii_lowercase() as char).to_digit(16)?;
@@ -203,14 +220,25 @@ mod tests {
         assert_eq!(c.span_id, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
         assert!(c.sampled());
         assert_eq!(TraceContext::decode(&c.encode()), Some(c));
+        // A later version is read by its first four fields.
+        for later in [
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-the-future-holds",
+            "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(TraceContext::from_traceparent(later), Some(c), "{later}");
+        }
         for bad in [
             "",
-            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
             "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e47zz-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "02-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",
+            "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0é",
         ] {
             assert_eq!(TraceContext::from_traceparent(bad), None, "{bad}");
         }

@@ -24,6 +24,8 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, Span, SpanData, SpanProcessor};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -67,9 +69,10 @@ impl Telemetry {
         ];
         let (tx, rx) = mpsc::channel(QUEUE);
         let (stop, stopped) = oneshot::channel();
-        let task = rt.spawn(export_loop(url, resource.clone(), rx, stopped));
+        let full = Arc::new(AtomicU64::new(0));
+        let task = rt.spawn(export_loop(url, resource.clone(), rx, full.clone(), stopped));
         let provider = SdkTracerProvider::builder()
-            .with_span_processor(Queue { tx })
+            .with_span_processor(Queue { tx, full })
             // Every span reaching the provider is sampled already: requests are sampled before
             // their span is made (`likewise_core::trace::request_span`), and every other span
             // is a child of a sampled context.
@@ -146,6 +149,8 @@ fn span_context(c: TraceContext) -> SpanContext {
 #[derive(Debug)]
 struct Queue {
     tx: mpsc::Sender<SpanData>,
+    /// Spans dropped on a full queue since the export loop last logged them.
+    full: Arc<AtomicU64>,
 }
 
 impl SpanProcessor for Queue {
@@ -157,6 +162,7 @@ impl SpanProcessor for Queue {
         }
         if self.tx.try_send(span).is_err() {
             metrics::counter!("likewise_trace_spans_dropped_total", "reason" => "queue_full").increment(1);
+            self.full.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -174,6 +180,7 @@ async fn export_loop(
     url: axum::http::Uri,
     resource: Vec<KeyValue>,
     mut rx: mpsc::Receiver<SpanData>,
+    full: Arc<AtomicU64>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
@@ -205,6 +212,11 @@ async fn export_loop(
             while let Ok(s) = rx.try_recv() {
                 batch.push(s);
             }
+        }
+        // Spans the full queue dropped (a slow or hung collector) are logged as an outage too.
+        let dropped_full = full.swap(0, Ordering::Relaxed);
+        if dropped_full > 0 {
+            outage.failed("the span queue was full (the collector is slow or down)", dropped_full as usize);
         }
         for part in batch.chunks(BATCH) {
             let body = otlp::encode_request(&resource, "likewise", part);
