@@ -229,7 +229,7 @@ mod scaleout {
         let mut failed = 0;
         for shard in 0..pg.shard_count() {
             let url = match cfg.store.postgres_shards.get(shard) {
-                Some(url) => likewise_scaleout::postgres::tls::redact(url),
+                Some(url) => likewise_core::redact::redact(url),
                 None => "(registered in the catalog, not listed in this configuration: add it)".to_string(),
             };
             let r = match pg.shard_report(shard).await {
@@ -278,7 +278,7 @@ mod scaleout {
             .redis_url
             .iter()
             .chain(&cfg.cache.redis_urls)
-            .map(|u| likewise_scaleout::postgres::tls::redact(u))
+            .map(|u| likewise_core::redact::redact(u))
             .collect();
         writeln!(
             out,
@@ -442,7 +442,7 @@ mod scaleout {
         for url in &cfg.store.postgres_shards {
             likewise_scaleout::postgres::migrate::create_database_if_missing(url)
                 .await
-                .with_context(|| format!("preparing {}", likewise_scaleout::postgres::tls::redact(url)))?;
+                .with_context(|| format!("preparing {}", likewise_core::redact::redact(url)))?;
         }
         let pg = PgStore::connect(&pg_options(cfg, 2))?;
         pg.migrate().await.context("migrating")

@@ -49,7 +49,7 @@ pub fn init_observability(
         let (telemetry, layer) = started.map_or((None, None), |(t, l)| (Some(t), Some(l)));
         init_logging_with(&cfg.log.level, layer);
         if let Some(url) = cfg.telemetry.traces_url()? {
-            tracing::info!(url = %without_credentials(&url.to_string()), sample_ratio = cfg.telemetry.sample_ratio, "exporting traces");
+            tracing::info!(url = %likewise_core::redact::redact(&url.to_string()), sample_ratio = cfg.telemetry.sample_ratio, "exporting traces");
         }
         Ok(Traces(telemetry))
     }
@@ -58,29 +58,6 @@ pub fn init_observability(
         let _ = rt;
         init_logging(&cfg.log.level);
         Ok(Traces(None))
-    }
-}
-
-/// `url` with any user name and password in its authority replaced by `***`, for logs.
-#[cfg(feature = "otlp")]
-fn without_credentials(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else { return url.to_string() };
-    let authority_end = url[scheme_end..].find('/').map_or(url.len(), |i| scheme_end + i);
-    match url[scheme_end..authority_end].rfind('@') {
-        Some(at) => format!("{}***{}", &url[..scheme_end], &url[scheme_end + at..]),
-        None => url.to_string(),
-    }
-}
-
-#[cfg(all(test, feature = "otlp"))]
-mod tests {
-    #[test]
-    fn credentials_are_kept_out_of_logged_urls() {
-        let f = super::without_credentials;
-        assert_eq!(f("http://user:pw@127.0.0.1:4318/v1/traces"), "http://***@127.0.0.1:4318/v1/traces");
-        assert_eq!(f("http://127.0.0.1:4318/v1/traces"), "http://127.0.0.1:4318/v1/traces");
-        assert_eq!(f("http://127.0.0.1:4318/a@b"), "http://127.0.0.1:4318/a@b");
-        assert_eq!(f("http://u@h"), "http://***@h");
     }
 }
 

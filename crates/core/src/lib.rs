@@ -34,6 +34,7 @@ pub mod names;
 pub mod notify;
 pub mod ports;
 pub mod public_event;
+pub mod redact;
 pub mod reverse;
 pub mod trace;
 pub mod trending;

@@ -193,49 +193,7 @@ pub(crate) fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// `conn` with its password replaced by `***` (URL user info, `password=` pairs and query
-/// parameters), for logs and error messages.
-pub fn redact(conn: &str) -> String {
-    let hide = |pairs: &str, sep: char| -> String {
-        pairs
-            .split(sep)
-            .map(|p| match p.split_once('=') {
-                Some((k, _)) if k.trim() == "password" => format!("{k}=***"),
-                _ => p.to_string(),
-            })
-            .collect::<Vec<_>>()
-            .join(&sep.to_string())
-    };
-    if let Some((scheme, rest)) = conn.split_once("://") {
-        let (authority_path, query) = match rest.split_once('?') {
-            Some((a, q)) => (a, Some(q)),
-            None => (rest, None),
-        };
-        let (authority, path) = match authority_path.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (authority_path, None),
-        };
-        let authority = match authority.rsplit_once('@') {
-            Some((user, host)) => match user.split_once(':') {
-                Some((name, _)) => format!("{name}:***@{host}"),
-                None => format!("{user}@{host}"),
-            },
-            None => authority.to_string(),
-        };
-        let mut out = format!("{scheme}://{authority}");
-        if let Some(p) = path {
-            out.push('/');
-            out.push_str(p);
-        }
-        if let Some(q) = query {
-            out.push('?');
-            out.push_str(&hide(q, '&'));
-        }
-        out
-    } else {
-        hide(conn, ' ')
-    }
-}
+pub use likewise_core::redact::redact;
 
 /// `prefer`, and `require` without a CA: encrypted, the peer not authenticated (libpq's
 /// behaviour). Handshake signatures are still checked.

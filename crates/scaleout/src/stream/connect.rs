@@ -54,23 +54,7 @@ pub(crate) fn servers(url: &str) -> Result<(Vec<ServerAddr>, Auth), String> {
     Ok((addrs, auth))
 }
 
-/// `url` with every credential replaced by `***` (a user's name stays when a password follows;
-/// a lone user part is a token and is hidden whole).
-pub fn redact(url: &str) -> String {
-    url.split(',')
-        .map(|part| match part.split_once("://") {
-            Some((scheme, rest)) => match rest.split_once('@') {
-                Some((user, host)) if !user.contains('/') => match user.split_once(':') {
-                    Some((name, _)) => format!("{scheme}://{name}:***@{host}"),
-                    None => format!("{scheme}://***@{host}"),
-                },
-                _ => part.to_string(),
-            },
-            None => part.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
+pub use likewise_core::redact::redact;
 
 /// The longest start-up waits for NATS to connect and greet the client. The client's own
 /// `connection_timeout` bounds only the TCP connect: a listener that accepts and never sends
