@@ -227,10 +227,12 @@ async fn from_stream(cfg: &Config, span: Span, progress: ProgressArgs) -> anyhow
         })
         .await;
     bar.finish();
-    // The consumer deletes itself in the background when dropped: give that a moment before
-    // the runtime ends (one that is missed expires on the server after its inactivity limit).
+    // The consumer is deleted before the runtime ends (one a failed delete leaves behind
+    // expires on the server after its inactivity limit).
+    if let Err(e) = log.close().await {
+        eprintln!("warning: the export's stream consumer {name} was not deleted ({e}); it expires by itself");
+    }
     drop(log);
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     engines.stores.close()?;
     let report = report?;
     let warning = report.warning(&span);

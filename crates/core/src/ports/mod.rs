@@ -106,6 +106,11 @@ pub trait EventLog: Send + Sync {
     async fn committed(&self, _upto: u64) -> StoreResult<()> {
         Ok(())
     }
+    /// Let go, now, of what this reader holds on its engine (a stream consumer), before a
+    /// short-lived command's runtime ends; the default holds nothing. Reads after it fail.
+    async fn close(&self) -> StoreResult<()> {
+        Ok(())
+    }
     /// Can this log be read directly from its start (`read_after(0, ..)`)? Not where the
     /// events are only reachable through a stream consumer (a sharded PostgreSQL store).
     fn readable(&self) -> bool {

@@ -258,15 +258,31 @@ impl Drop for StreamLog {
     /// The consumer goes with its log (a lease handed on, a shutdown); one a crash leaves
     /// behind expires by itself.
     fn drop(&mut self) {
-        delete_later(&self.stream, std::mem::take(&mut self.state.get_mut().name));
+        let name = std::mem::take(&mut self.state.get_mut().name);
+        if !name.is_empty() {
+            delete_later(&self.stream, name);
+        }
     }
 }
 
 #[async_trait]
 impl EventLog for StreamLog {
+    async fn close(&self) -> StoreResult<()> {
+        let name = std::mem::take(&mut self.state.lock().await.name);
+        if name.is_empty() {
+            return Ok(());
+        }
+        let s = self.stream.js.get_stream(&self.stream.stream_name).await.map_err(nats_err)?;
+        s.delete_consumer(&name).await.map_err(nats_err)?;
+        Ok(())
+    }
+
     async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
         let max = max.clamp(1, 10_000);
         let mut st = self.state.lock().await;
+        if st.name.is_empty() {
+            return Err(StoreError::Closed);
+        }
         let fetched = match self.fetch_after(&mut st, after, max).await {
             Ok(f) => f,
             Err(e) => {
@@ -436,6 +452,39 @@ mod tests {
             n += 1;
         }
         Ok((seen, n))
+    }
+
+    /// A short-lived reader (the analytics export) closes its log before its runtime ends:
+    /// the consumer is gone from the server when `close` returns, not some time after, and
+    /// the closed log reads nothing more.
+    #[tokio::test]
+    async fn a_closed_log_leaves_no_consumer_behind() {
+        let s = stream().await;
+        let r = tokio::time::timeout(Duration::from_secs(30), close_and_count(&s)).await;
+        s.delete().await.expect("delete stream");
+        let (before, after, read) = r.expect("finishes in time").expect("calls");
+        assert_eq!((before, after), (1, 0), "the consumer, then none");
+        assert!(matches!(read, Err(StoreError::Closed)), "{read:?}");
+    }
+
+    async fn close_and_count(s: &JetStream) -> StoreResult<(usize, usize, StoreResult<Vec<Event>>)> {
+        publish(s, 2).await;
+        let log = StreamLog::durable(s, "export", s.shard_filter(0), 0).await?;
+        assert_eq!(log.read_after(0, 10).await?.len(), 6);
+        let count = || async {
+            let st = s.js.get_stream(&s.stream_name).await.map_err(nats_err)?;
+            let mut names = st.consumer_names();
+            let mut n = 0;
+            while let Some(name) = names.next().await {
+                name.map_err(nats_err)?;
+                n += 1;
+            }
+            StoreResult::Ok(n)
+        };
+        let before = count().await?;
+        log.close().await?;
+        let after = count().await?;
+        Ok((before, after, log.read_after(0, 10).await))
     }
 
     /// A consumer far behind reads a backlog in one call, not one fetch's worth: with a
