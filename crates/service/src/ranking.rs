@@ -40,9 +40,9 @@ use crate::upstream::Upstream;
 use crate::{ServiceResult, now_ms};
 use likewise_core::comment::id::first_id_at;
 use likewise_core::comment::rank::{FOLLOW_BOOST, order_top, viewer_score};
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::RankEntry;
-use likewise_core::write::CommentRecord;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 

@@ -10,12 +10,12 @@ use crate::cache::top::TopCache;
 use crate::cache::viewer_likes::ViewerLikes;
 use crate::cluster::{LocalLog, matters_to_ranking};
 use crate::{ServiceResult, cache};
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::comment::uncounted::Move;
 use likewise_core::counter::CounterKey;
 use likewise_core::event::Event;
 use likewise_core::ids::CommentId;
 use likewise_core::ports::cluster::{Broadcast, Invalidation};
-use likewise_core::write::CommentRecord;
 use likewise_engine::Stores;
 use std::sync::{Arc, OnceLock};
 

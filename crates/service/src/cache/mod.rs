@@ -71,7 +71,7 @@ impl Weigh for likewise_core::comment::hidden_words::HiddenWords {
     }
 }
 
-impl Weigh for likewise_core::write::CommentRecord {
+impl Weigh for likewise_core::comment::record::CommentRecord {
     fn heap_bytes(&self) -> usize {
         self.text.capacity()
     }
