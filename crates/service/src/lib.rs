@@ -18,8 +18,11 @@
 //! - [`upstream`]: users, posts, follows and settings pushed by their owners.
 //! - [`shared`]: what they share: the stores, the caches several of them read, the bus.
 //! - [`cache`]: the read-path caches (counts with single-flight, per-viewer liked sets with
-//!   Bloom filters, upstream data with TTLs).
+//!   Bloom filters, comment records, ranking heads, the integrity snapshot, upstream data
+//!   with TTLs).
 //! - [`rate`]: fixed-memory per-user rate limits.
+//! - [`ports`]: the small traits the background workers are handed, one per worker.
+//! - [`options`]: [`ServiceOptions`], the services' tuning.
 //! - [`cluster`]: keeping several API nodes' caches in step (invalidations, live pushes).
 //! - [`error`]: [`ServiceError`], classified by kind.
 
@@ -32,6 +35,8 @@ pub mod integrity;
 pub mod likes;
 pub mod moderation;
 pub mod notifications;
+pub mod options;
+pub mod ports;
 pub mod posts;
 pub mod rank_index;
 pub mod ranking;
@@ -43,6 +48,7 @@ pub mod upstream;
 pub mod views;
 
 pub use error::{ServiceError, ServiceResult};
+pub use options::ServiceOptions;
 
 use comments::Comments;
 use likes::Likes;
@@ -58,59 +64,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use upstream::Upstream;
 use views::Views;
-
-/// Read-path tuning.
-#[derive(Debug, Clone)]
-pub struct ServiceOptions {
-    /// How long a cached count is served before a background refresh (single-flight) reloads
-    /// it. The in-process aggregator also writes new values straight into the cache.
-    pub count_refresh: Duration,
-    /// Most targets with cached counts.
-    pub count_capacity: usize,
-    /// TTL of cached upstream data (posts, users, follows, settings).
-    pub meta_ttl: Duration,
-    /// Most entries per upstream cache.
-    pub meta_capacity: usize,
-    /// Most viewers with a cached liked set.
-    pub viewer_capacity: usize,
-    /// A viewer with more likes than this gets no Bloom filter (lookups go to storage).
-    pub bloom_max_items: usize,
-    /// How many recent likers of a post are kept for "liked by".
-    pub recent_likers: usize,
-    /// Most followees considered when putting followed likers first.
-    pub max_followees: usize,
-    /// Moderation tuning.
-    pub moderation: moderation::ModerationOptions,
-    /// Keep viewers' liked sets in process (recent writes + Bloom filters). Only right when
-    /// this process sees every like write: off on scaled-out API nodes, where the shared
-    /// cache (Redis) answers instead.
-    pub local_viewer_cache: bool,
-    /// New likers per minute on one notification item past which its live pushes stop (the
-    /// inbox item still updates); 0: no limit.
-    pub live_push_max_likes_per_minute: u64,
-    /// Leave confirmed accounts' likes out of displayed like counts
-    /// (`integrity.discount_flagged`).
-    pub discount_flagged: bool,
-}
-
-impl Default for ServiceOptions {
-    fn default() -> Self {
-        ServiceOptions {
-            count_refresh: Duration::from_secs(5),
-            count_capacity: 200_000,
-            meta_ttl: Duration::from_secs(30),
-            meta_capacity: 200_000,
-            viewer_capacity: 100_000,
-            bloom_max_items: 100_000,
-            recent_likers: 32,
-            max_followees: 5_000,
-            moderation: moderation::ModerationOptions::default(),
-            local_viewer_cache: true,
-            live_push_max_likes_per_minute: 1_000,
-            discount_flagged: false,
-        }
-    }
-}
 
 /// The services of one process, composed over one set of stores. Each field answers one
 /// question; the HTTP layer and the workers call the one they need.
@@ -183,6 +136,12 @@ impl Engagement {
     /// The storage ports (workers read the log and counters through them).
     pub fn stores(&self) -> &Stores {
         &self.shared.stores
+    }
+
+    /// The ranking-relevant events of committed counts (this node's aggregator's and, on an
+    /// API node, other nodes'), as the log this node's ranker reads.
+    pub fn ranking_events(&self) -> Arc<cluster::LocalLog> {
+        self.shared.remote_events()
     }
 
     /// Join a deployment: announce changes through `b` from now on.

@@ -30,40 +30,7 @@ use likewise_core::ports::cluster::Invalidation;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Moderation tuning.
-#[derive(Debug, Clone)]
-pub struct ModerationOptions {
-    /// Sustained likes and unlikes (posts and comments) per minute per user; 0 turns the
-    /// like limit off.
-    pub likes_per_minute: u32,
-    /// Likes a user may make in a quick burst before the rate applies.
-    pub like_burst: u32,
-    /// Sustained comments per minute per user.
-    pub comments_per_minute: u32,
-    /// Comments a user may post in a quick burst before the rate applies.
-    pub comment_burst: u32,
-    /// Distinct reporters that auto-hide a comment pending review.
-    pub report_threshold: u32,
-    /// Near-duplicate copies by one user within `duplicate_window` that are let through;
-    /// the next one is held back.
-    pub duplicate_copies: usize,
-    /// How far back near-duplicates count.
-    pub duplicate_window: Duration,
-}
-
-impl Default for ModerationOptions {
-    fn default() -> Self {
-        ModerationOptions {
-            likes_per_minute: 120,
-            like_burst: 300,
-            comments_per_minute: 20,
-            comment_burst: 20,
-            report_threshold: 5,
-            duplicate_copies: 4,
-            duplicate_window: Duration::from_secs(86_400),
-        }
-    }
-}
+pub use crate::options::ModerationOptions;
 
 /// Users the like limiter holds at once: 256 KiB, small enough to stay in a core's L2 cache.
 /// Each check touches one random line of the table, and at 2 MiB that line came from memory:

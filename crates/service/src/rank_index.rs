@@ -9,6 +9,7 @@ use crate::shared::Shared;
 use crate::upstream::Upstream;
 use likewise_core::comment::id::id_timestamp_ms;
 use likewise_core::comment::rank::{self, RankInput, base_score};
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::comment::spam::{SpamSignals, spam_score};
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::counter::{CounterField, CounterKey};
@@ -16,7 +17,6 @@ use likewise_core::event::{Event, EventKind};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::ports::{RankChange, RankEntry};
-use likewise_core::write::CommentRecord;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 

@@ -32,7 +32,7 @@
 //! read through the store's by-author index of unlisted entries: one lookup for a viewer with
 //! none, whatever the page's size.
 
-use crate::cache::ttl::TtlMap;
+pub use crate::cache::top::{Candidate, TopCache, TopList};
 use crate::comments::{CommentView, Comments, OwnReplies, Reader, as_seen_by, seen_by};
 use crate::review::Review;
 use crate::shared::Shared;
@@ -40,14 +40,11 @@ use crate::upstream::Upstream;
 use crate::{ServiceResult, now_ms};
 use likewise_core::comment::id::first_id_at;
 use likewise_core::comment::rank::{FOLLOW_BOOST, order_top, viewer_score};
-use likewise_core::comment::status::CommentStatus;
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::RankEntry;
-use likewise_core::write::CommentRecord;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 /// How many of a post's best entries the cache keeps for previews.
 pub const TOP_K: usize = 200;
@@ -58,74 +55,6 @@ const MAX_WALK: usize = 5_000;
 
 /// Most of a viewer's own held comments one feed page reads.
 const OWN_HELD: usize = 200;
-
-/// A ranked comment, with what deciding its visibility to a viewer needs: re-ranking per
-/// viewer must not load every candidate's record from the store on every request (the soak
-/// showed it taking 41% of the CPU once posts had many comments). The status may lag a
-/// change by one ranker round elsewhere in a cluster; pages still re-read the records they
-/// return and filter them, so a stale status can shorten a page but never show a comment.
-#[derive(Debug, Clone, Copy)]
-pub struct Candidate {
-    /// The comment.
-    pub id: CommentId,
-    /// Its author.
-    pub author: UserId,
-    /// Base score (higher first).
-    pub base: f64,
-    /// Moderation status when ranked.
-    pub status: CommentStatus,
-}
-
-impl crate::cache::Weigh for TopList {
-    fn heap_bytes(&self) -> usize {
-        self.ranked.capacity() * std::mem::size_of::<Candidate>()
-    }
-}
-
-/// The head of a post's ranking.
-#[derive(Debug, Clone)]
-pub struct TopList {
-    /// The post's author (every candidate's `post_author`).
-    pub post_author: UserId,
-    /// Candidates, best first.
-    pub ranked: Vec<Candidate>,
-}
-
-/// The heads of posts' rankings (feed previews).
-pub struct TopCache {
-    lists: TtlMap<PostId, Arc<TopList>>,
-    computed: AtomicU64,
-}
-
-impl TopCache {
-    /// A cache for about `capacity` posts.
-    pub fn new(capacity: usize) -> Self {
-        TopCache {
-            lists: TtlMap::new("top_comments", Duration::from_secs(60), capacity),
-            computed: AtomicU64::new(0),
-        }
-    }
-
-    /// Forget a post's ranking (pins or a ranked comment's status changed).
-    pub fn invalidate(&self, post: PostId) {
-        self.lists.remove(&post);
-    }
-
-    /// Is the post's ranking cached (the ranker only refreshes those)?
-    pub fn is_cached(&self, post: PostId) -> bool {
-        self.lists.get(&post).is_some()
-    }
-
-    /// Usage of the rankings map (for `/metrics`).
-    pub fn usage(&self) -> [crate::cache::Usage; 1] {
-        [self.lists.usage()]
-    }
-
-    /// How many rankings have been computed (benchmarks, tests).
-    pub fn computed(&self) -> u64 {
-        self.computed.load(Ordering::Relaxed)
-    }
-}
 
 /// Where a top-comments page continues: strictly below this point of the viewer's order.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -207,13 +136,12 @@ impl Ranking {
             })
             .collect();
         let list = Arc::new(TopList { post_author: meta.author, ranked });
-        self.shared.top.lists.put(post, list.clone());
-        self.shared.top.computed.fetch_add(1, Ordering::Relaxed);
+        self.shared.top.put(post, list.clone());
         Ok(list)
     }
 
     async fn top_list(&self, post: PostId) -> ServiceResult<Arc<TopList>> {
-        match self.shared.top.lists.get(&post) {
+        match self.shared.top.get(post) {
             Some(l) => Ok(l),
             None => self.compute(post).await,
         }

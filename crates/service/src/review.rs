@@ -9,13 +9,14 @@ use crate::{ServiceError, ServiceResult};
 use likewise_core::comment::appeal::{HeldBy, QueueNote, appeal_is_reviewed, appeal_message};
 use likewise_core::comment::pins::PinChange;
 use likewise_core::comment::rank::MAX_PINS;
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::comment::report::hides;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::comment::uncounted::{Move, planned_move};
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::ReportReason;
 use likewise_core::ports::cluster::Invalidation;
-use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord, QueueChange};
+use likewise_core::write::{CommentOp, CommentOutcome, QueueChange};
 use std::sync::Arc;
 
 /// A moderator's decision.

@@ -5,16 +5,17 @@
 use crate::ServiceOptions;
 use crate::cache::counts::CountCache;
 use crate::cache::records::RecordCache;
+use crate::cache::snapshot::SnapshotReader;
+use crate::cache::top::TopCache;
 use crate::cache::viewer_likes::ViewerLikes;
 use crate::cluster::{LocalLog, matters_to_ranking};
-use crate::ranking::TopCache;
 use crate::{ServiceResult, cache};
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::comment::uncounted::Move;
 use likewise_core::counter::CounterKey;
 use likewise_core::event::Event;
 use likewise_core::ids::CommentId;
 use likewise_core::ports::cluster::{Broadcast, Invalidation};
-use likewise_core::write::CommentRecord;
 use likewise_engine::Stores;
 use std::sync::{Arc, OnceLock};
 
@@ -33,7 +34,7 @@ pub struct Shared {
     /// Precomputed top-comment rankings (the ranker refreshes them).
     pub top: TopCache,
     /// The integrity consumer's snapshot: discounts of displayed like counts, flags.
-    pub integrity: crate::integrity::SnapshotReader,
+    pub integrity: SnapshotReader,
     broadcast: OnceLock<Arc<dyn Broadcast>>,
     remote_events: Arc<LocalLog>,
 }
@@ -57,7 +58,7 @@ impl Shared {
             )),
             records: RecordCache::new(opts.meta_capacity / 4 + 1, opts.meta_ttl),
             top: TopCache::new(opts.count_capacity / 10 + 1),
-            integrity: crate::integrity::SnapshotReader::new(stores.snapshots.clone(), opts.discount_flagged),
+            integrity: SnapshotReader::new(stores.snapshots.clone(), opts.discount_flagged),
             broadcast: OnceLock::new(),
             remote_events: Arc::default(),
             stores,

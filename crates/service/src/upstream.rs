@@ -6,10 +6,10 @@ use crate::cache::Usage;
 use crate::cache::ttl::TtlMap;
 use crate::shared::Shared;
 use crate::{ServiceError, ServiceResult};
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::model::{PostMeta, UserProfile, ViewerSettings};
 use likewise_core::ports::cluster::Invalidation;
-use likewise_core::write::CommentRecord;
 use std::collections::HashSet;
 use std::sync::Arc;
 

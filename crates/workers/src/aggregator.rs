@@ -14,7 +14,8 @@ use likewise_core::counter::{CounterField, CounterKey, DeltaBatch};
 use likewise_core::ids::PostId;
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::ports::EventLog;
-use likewise_service::{Engagement, now_ms};
+use likewise_service::now_ms;
+use likewise_service::ports::{CountsCommitted, Storage};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
@@ -84,7 +85,7 @@ pub struct StepReport {
 /// The aggregator. Create with [`Aggregator::new`], drive with [`Aggregator::run`] or
 /// [`Aggregator::step`].
 pub struct Aggregator {
-    svc: Arc<Engagement>,
+    svc: Arc<dyn CountsCommitted>,
     log: Arc<dyn EventLog>,
     opts: AggregatorOptions,
     offset: u64,
@@ -94,7 +95,10 @@ pub struct Aggregator {
 
 impl Aggregator {
     /// An aggregator resuming from its stored offset, and the handle to ask it to reconcile.
-    pub async fn new(svc: Arc<Engagement>, opts: AggregatorOptions) -> StoreResult<(Self, ReconcileHandle)> {
+    pub async fn new(
+        svc: Arc<dyn CountsCommitted>,
+        opts: AggregatorOptions,
+    ) -> StoreResult<(Self, ReconcileHandle)> {
         let log = svc.stores().events.clone();
         Self::with_log(svc, opts, log).await
     }
@@ -102,7 +106,7 @@ impl Aggregator {
     /// An aggregator reading `log` (a stream consumer of one shard's events, in scale-out
     /// deployments) instead of the store's own log. Create the log at [`Aggregator::stored_offset`].
     pub async fn with_log(
-        svc: Arc<Engagement>,
+        svc: Arc<dyn CountsCommitted>,
         opts: AggregatorOptions,
         log: Arc<dyn EventLog>,
     ) -> StoreResult<(Self, ReconcileHandle)> {
@@ -113,7 +117,7 @@ impl Aggregator {
     }
 
     /// The position this consumer has committed.
-    pub async fn stored_offset(svc: &Engagement, opts: &AggregatorOptions) -> StoreResult<u64> {
+    pub async fn stored_offset(svc: &(impl Storage + ?Sized), opts: &AggregatorOptions) -> StoreResult<u64> {
         svc.stores().counters.offset(&opts.consumer).await
     }
 
@@ -187,7 +191,7 @@ impl Aggregator {
         // before the commit replays the batch and recomputes the same entries.
         let ranks = if self.opts.rank_index {
             let started = Instant::now();
-            let ranks = self.svc.comments.indexer.changes(&events, &deltas).await.map_err(service_err)?;
+            let ranks = self.svc.rank_changes(&events, &deltas).await.map_err(service_err)?;
             metrics::counter!("likewise_rank_index_micros_total")
                 .increment(started.elapsed().as_micros() as u64);
             ranks
@@ -201,8 +205,8 @@ impl Aggregator {
         let values = stores.counters.apply_deltas(&self.opts.consumer, self.offset, upto, &deltas).await?;
         // Posts' newest likers where the counter store keeps them (Redis on the scale-out
         // engines): API nodes refresh a stale count and its likers from there.
-        stores.counters.likers_committed(&events, self.svc.shared.opts.recent_likers).await;
-        self.svc.shared.counters_committed(upto, &values, &events);
+        stores.counters.likers_committed(&events, self.svc.recent_likers()).await;
+        self.svc.counters_committed(upto, &values, &events);
         self.offset = upto;
         if let Err(e) = self.log.committed(upto).await {
             tracing::warn!(error = %e, "acknowledging applied events failed");

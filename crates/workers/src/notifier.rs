@@ -20,7 +20,8 @@ use likewise_core::model::NotifPref;
 use likewise_core::notify::{Change, CommentContext, Holder, NotifKey, NotifKind, comment_like_changes};
 use likewise_core::ports::EventLog;
 use likewise_core::{StoreResult, ids::UserId};
-use likewise_service::{Engagement, now_ms};
+use likewise_service::now_ms;
+use likewise_service::ports::{NotificationsPublisher, Storage};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -53,7 +54,7 @@ impl Default for NotifierOptions {
 
 /// The consumer state; drive it with [`Notifier::step`] (tests pass their own clock).
 pub struct Notifier {
-    svc: Arc<Engagement>,
+    svc: Arc<dyn NotificationsPublisher>,
     log: Arc<dyn EventLog>,
     holder: Holder,
     processed: u64,
@@ -64,7 +65,7 @@ pub struct Notifier {
 
 impl Notifier {
     /// Resume from the stored offset.
-    pub async fn new(svc: Arc<Engagement>, opts: &NotifierOptions) -> StoreResult<Self> {
+    pub async fn new(svc: Arc<dyn NotificationsPublisher>, opts: &NotifierOptions) -> StoreResult<Self> {
         let log = svc.stores().events.clone();
         Self::with_log(svc, opts, log).await
     }
@@ -72,7 +73,7 @@ impl Notifier {
     /// Resume from the stored offset, reading `log` (a stream consumer positioned at
     /// [`Notifier::stored_offset`] in scale-out deployments).
     pub async fn with_log(
-        svc: Arc<Engagement>,
+        svc: Arc<dyn NotificationsPublisher>,
         opts: &NotifierOptions,
         log: Arc<dyn EventLog>,
     ) -> StoreResult<Self> {
@@ -90,7 +91,7 @@ impl Notifier {
     }
 
     /// The position the notifier has committed.
-    pub async fn stored_offset(svc: &Engagement) -> StoreResult<u64> {
+    pub async fn stored_offset(svc: &(impl Storage + ?Sized)) -> StoreResult<u64> {
         svc.stores().counters.offset(NOTIFIER).await
     }
 
@@ -114,7 +115,7 @@ impl Notifier {
     /// now, as the preference stood when the action was made (a like held while its kind was
     /// turned off and on again stays muted).
     async fn muted(&self, key: NotifKey, actor: UserId, ts_ms: u64, prefs: &mut Prefs) -> StoreResult<bool> {
-        let upstream = &self.svc.upstream;
+        let upstream = &self.svc;
         let s = match prefs.settings.get(&key.recipient) {
             Some(s) => *s,
             None => {
@@ -300,7 +301,7 @@ impl Notifier {
         metrics::gauge!("likewise_notifications_held").set(self.holder.held() as f64);
         metrics::counter!("likewise_notification_changes_total").increment(changes.len() as u64);
         let n = items.len();
-        if let Err(e) = self.svc.notifications.publish(items).await {
+        if let Err(e) = self.svc.publish(items).await {
             tracing::warn!(error = %e, "publishing notifications failed");
         }
         Ok(n)
@@ -322,14 +323,18 @@ fn service_err(e: likewise_service::ServiceError) -> likewise_core::StoreError {
 }
 
 /// Run until `shutdown` flips to true.
-pub async fn run(svc: Arc<Engagement>, opts: NotifierOptions, shutdown: watch::Receiver<bool>) {
+pub async fn run(
+    svc: Arc<dyn NotificationsPublisher>,
+    opts: NotifierOptions,
+    shutdown: watch::Receiver<bool>,
+) {
     let log = svc.stores().events.clone();
     run_with(svc, opts, log, shutdown).await
 }
 
 /// [`run`] reading `log`.
 pub async fn run_with(
-    svc: Arc<Engagement>,
+    svc: Arc<dyn NotificationsPublisher>,
     opts: NotifierOptions,
     log: Arc<dyn EventLog>,
     shutdown: watch::Receiver<bool>,

@@ -11,7 +11,7 @@
 use likewise_core::ids::PostId;
 use likewise_core::like::TargetKind;
 use likewise_core::ports::EventLog;
-use likewise_service::Engagement;
+use likewise_service::ports::RankingRefresh;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +35,7 @@ impl Default for RankerOptions {
 /// One round: read new events of `log`, re-rank dirty cached posts, acknowledge the events.
 /// Returns the number of posts re-ranked.
 pub async fn round(
-    svc: &Engagement,
+    svc: &dyn RankingRefresh,
     log: &dyn EventLog,
     offset: &mut u64,
     dirty: &mut BTreeSet<PostId>,
@@ -59,11 +59,13 @@ pub async fn round(
     let mut done = 0;
     while done < max_posts {
         let Some(post) = dirty.pop_first() else { break };
-        if svc.shared.top.is_cached(post) {
-            if let Err(e) = svc.ranking.compute(post).await {
+        match svc.refresh_if_cached(post).await {
+            Ok(false) => {}
+            Ok(true) => done += 1,
+            Err(e) => {
                 tracing::warn!(error = %e, post = post.0, "re-ranking failed");
+                done += 1;
             }
-            done += 1;
         }
     }
     log.committed(*offset).await?;
@@ -73,7 +75,7 @@ pub async fn round(
 
 /// Run on `log` until `shutdown` flips to true.
 pub async fn run(
-    svc: Arc<Engagement>,
+    svc: Arc<dyn RankingRefresh>,
     opts: RankerOptions,
     log: Arc<dyn EventLog>,
     shutdown: watch::Receiver<bool>,
@@ -82,7 +84,7 @@ pub async fn run(
     let mut dirty = BTreeSet::new();
     let mut ticker = crate::Ticker::new(opts.interval, shutdown);
     while ticker.next().await {
-        if let Err(e) = round(&svc, &*log, &mut offset, &mut dirty, opts.max_posts_per_round).await {
+        if let Err(e) = round(&*svc, &*log, &mut offset, &mut dirty, opts.max_posts_per_round).await {
             tracing::warn!(error = %e, "ranker round failed");
         }
     }

@@ -23,6 +23,7 @@ use crate::cluster::WorkerOptions;
 use crate::consumers::Consumer;
 use crate::ranker::RankerOptions;
 use likewise_service::Engagement;
+use likewise_service::ports::Flush;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -155,7 +156,7 @@ pub fn spawn(
         tokio::spawn(crate::ranker::run(
             svc.clone(),
             RankerOptions::default(),
-            svc.shared.remote_events(),
+            svc.ranking_events(),
             shutdown.clone(),
         )),
     );
@@ -223,13 +224,13 @@ fn lower_priority() {
 /// Once a second: send the live pushes deferred by the per-recipient limit, and write the
 /// unique-view sketches. Ends on shutdown; the caller makes the final view flush after the
 /// HTTP server drained (views recorded meanwhile would otherwise be lost).
-pub fn flusher(svc: &Arc<Engagement>, stop: watch::Receiver<bool>) -> JoinHandle<()> {
+pub fn flusher<S: Flush + ?Sized + 'static>(svc: &Arc<S>, stop: watch::Receiver<bool>) -> JoinHandle<()> {
     let svc = svc.clone();
     let mut ticker = crate::Ticker::new(Duration::from_secs(1), stop);
     tokio::spawn(async move {
         while ticker.next().await {
-            svc.notifications.flush_deferred_pushes();
-            if let Err(e) = svc.views.flush().await {
+            svc.flush_deferred_pushes();
+            if let Err(e) = svc.flush_views().await {
                 tracing::warn!(error = %e, "flushing view sketches failed");
             }
         }

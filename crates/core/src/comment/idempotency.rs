@@ -13,8 +13,8 @@
 //!   crash never leaves one without the other;
 //! - what a repeat answers is rebuilt from the record: the comment as it was created.
 
+use crate::comment::record::CommentRecord;
 use crate::ids::{CommentId, PostId, UserId};
-use crate::write::CommentRecord;
 use sha2::{Digest, Sha256};
 
 /// Longest key accepted (the IETF draft leaves it open; Stripe allows 255).

@@ -1,6 +1,7 @@
 //! Comments: everything about a comment that needs no I/O.
 //!
 //! - [`id`]: time-sortable 64-bit comment IDs and their generator.
+//! - [`record`]: a comment as stored ([`record::CommentRecord`]) and its byte form.
 //! - [`text`]: the normalised stored text and the `@mentions` in it.
 //! - [`fold`]: text folded to the plain Latin letters it looks like (NFKC, confusables).
 //! - [`hidden_words`]: an author's hidden-words filter, robust to simple obfuscation.
@@ -29,6 +30,7 @@ pub mod id;
 pub mod idempotency;
 pub mod pins;
 pub mod rank;
+pub mod record;
 pub mod report;
 pub mod simhash;
 pub mod spam;

@@ -8,8 +8,8 @@
 //! parent becomes visible they come back and count again. The write path moves the counts
 //! by this rule (`transition`); reconciliation recounts by it ([`tally`]).
 
+use crate::comment::record::CommentRecord;
 use crate::ids::CommentId;
-use crate::write::CommentRecord;
 use std::collections::BTreeMap;
 
 /// Is `r` counted? A visible top-level comment is; a visible reply only while its parent

@@ -33,12 +33,13 @@
 //!   of a comment's visibility.
 
 use crate::comment::appeal::HeldBy;
+use crate::comment::record::CommentRecord;
 use crate::comment::status::CommentStatus;
 use crate::comment::thread::counted;
 use crate::event::{Event, EventKind};
 use crate::ids::{CommentId, UserId};
 use crate::like::Target;
-use crate::write::{CommentOp, CommentOutcome, CommentRecord, QueueChange};
+use crate::write::{CommentOp, CommentOutcome, QueueChange};
 
 /// A reply in status visible under a top-level comment, as the engine read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

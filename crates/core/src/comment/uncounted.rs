@@ -29,11 +29,12 @@
 //! of which one writes it) is registered once, as its one event settles it once. Time is a
 //! parameter (`now_ms`).
 
+use crate::comment::record::CommentRecord;
 use crate::comment::transition::{Before, Thread, transition};
 use crate::event::{Event, EventKind};
 use crate::ids::{CommentId, PostId, UserId};
 use crate::like::{Target, TargetKind};
-use crate::write::{CommentOp, CommentRecord};
+use crate::write::CommentOp;
 use std::collections::HashMap;
 
 /// How long a move waits for its commit before it is dropped (ms): far beyond the

@@ -14,6 +14,7 @@ use crate::StoreResult;
 use crate::comment::appeal::{HeldBy, QueueNote};
 use crate::comment::idempotency::{IdempotencyKey, KeyRecord};
 use crate::comment::pins::PinChange;
+use crate::comment::record::CommentRecord;
 use crate::counter::{CounterKey, Counts};
 use crate::event::Event;
 use crate::ids::CommentId;
@@ -22,7 +23,7 @@ use crate::integrity::Decision;
 use crate::like::{Target, TargetKind};
 use crate::model::{PostMeta, UserProfile, ViewerSettings};
 use crate::notify::NotifItem;
-use crate::write::{CommentRecord, WriteOp, WriteOutcome};
+use crate::write::{WriteOp, WriteOutcome};
 use async_trait::async_trait;
 
 /// The write side, driven by the group committer on its own thread.

@@ -5,9 +5,13 @@
 //! - [`viewer_likes`]: per-viewer recent likes and Bloom filter for "has the viewer liked?".
 //! - [`ttl`]: a small sharded TTL map for upstream data.
 //! - [`records`]: comment records by ID for previews and top pages, forgotten on change.
+//! - [`top`]: the heads of posts' rankings (feed previews), refreshed by the ranker.
+//! - [`snapshot`]: the integrity consumer's snapshot (discounts of displayed like counts).
 
 pub mod counts;
 pub mod records;
+pub mod snapshot;
+pub mod top;
 pub mod ttl;
 pub mod viewer_likes;
 
@@ -67,7 +71,7 @@ impl Weigh for likewise_core::comment::hidden_words::HiddenWords {
     }
 }
 
-impl Weigh for likewise_core::write::CommentRecord {
+impl Weigh for likewise_core::comment::record::CommentRecord {
     fn heap_bytes(&self) -> usize {
         self.text.capacity()
     }

@@ -10,8 +10,8 @@
 //! keep reading storage.
 
 use super::ttl::TtlMap;
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::ids::CommentId;
-use likewise_core::write::CommentRecord;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

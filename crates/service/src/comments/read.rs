@@ -3,9 +3,9 @@
 
 use super::{CommentPage, CommentView, Comments, Order, Reader, as_seen_by};
 use crate::{ServiceError, ServiceResult};
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
-use likewise_core::write::CommentRecord;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Replies read to decide whether a placeholder is shown: a thread whose first replies are

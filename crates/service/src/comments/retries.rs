@@ -10,8 +10,8 @@
 use super::{CommentView, Reader, as_seen_by};
 use crate::{ServiceError, ServiceResult};
 use likewise_core::comment::idempotency::IdempotencyKey;
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::ids::UserId;
-use likewise_core::write::CommentRecord;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::sync::Arc;

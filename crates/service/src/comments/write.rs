@@ -3,12 +3,13 @@
 use super::{CommentView, Comments, Reader, as_seen_by, retries, seen_in_thread};
 use crate::{ServiceError, ServiceResult};
 use likewise_core::comment::idempotency::{IdempotencyKey, KeyRecord, Keyed, Replay, fingerprint, replay};
+use likewise_core::comment::record::CommentRecord;
 use likewise_core::comment::simhash::simhash64;
 use likewise_core::comment::status::CommentStatus;
 use likewise_core::comment::text::normalize_text;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::model::CommentsPolicy;
-use likewise_core::write::{CommentOp, CommentOutcome, CommentRecord};
+use likewise_core::write::{CommentOp, CommentOutcome};
 
 impl Comments {
     /// Write a comment (or a reply, with `parent`). With an `Idempotency-Key` (`key`), a

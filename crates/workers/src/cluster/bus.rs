@@ -3,15 +3,15 @@
 
 use likewise_core::StoreResult;
 use likewise_core::ports::cluster::{Bus, BusMessage};
-use likewise_service::Engagement;
+use likewise_service::ports::BusReceiver;
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Join the cluster bus: announce this node's changes through `bus` from now on, and apply
 /// the other nodes' until shutdown.
-pub async fn join(
-    svc: &Arc<Engagement>,
+pub async fn join<S: BusReceiver + ?Sized + 'static>(
+    svc: &Arc<S>,
     bus: Arc<dyn Bus>,
     shutdown: &watch::Receiver<bool>,
 ) -> StoreResult<JoinHandle<()>> {
@@ -26,12 +26,12 @@ pub async fn join(
             };
             match msg {
                 BusMessage::Counters { epoch, values, events } => {
-                    svc.shared.apply_remote_counters(epoch, &values, &events)
+                    svc.apply_remote_counters(epoch, &values, &events)
                 }
                 BusMessage::Invalidate(inv) => svc.apply_invalidation(inv),
-                BusMessage::CountMove { mv, made } => svc.shared.apply_remote_move(mv, made),
+                BusMessage::CountMove { mv, made } => svc.apply_remote_move(mv, made),
                 BusMessage::Notifications(items) => {
-                    if let Err(e) = svc.notifications.push_live(items).await {
+                    if let Err(e) = svc.push_live(items).await {
                         tracing::warn!(error = %e, "pushing remote notifications failed");
                     }
                 }

@@ -316,7 +316,7 @@ async fn integrity(
 /// Start the API role's own consumer: the top-comments refresher, fed by the aggregators'
 /// commits on the cluster bus (after the counts they change, so re-ranking sees them).
 pub fn spawn_api(svc: &Arc<Engagement>, shutdown: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
-    let log: Arc<dyn EventLog> = svc.shared.remote_events();
+    let log: Arc<dyn EventLog> = svc.ranking_events();
     vec![tokio::spawn(crate::ranker::run(
         svc.clone(),
         crate::ranker::RankerOptions::default(),

@@ -287,7 +287,7 @@ impl World {
     /// One ranker round over the aggregators' commits.
     pub async fn ranker(&mut self) {
         let log = self.svc.shared.remote_events();
-        let r = ranker::round(&self.svc, &*log, &mut self.ranker_offset, &mut self.ranker_dirty, 200).await;
+        let r = ranker::round(&*self.svc, &*log, &mut self.ranker_offset, &mut self.ranker_dirty, 200).await;
         self.note(format!("ranker: {r:?}"));
     }
 
