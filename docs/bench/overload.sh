@@ -13,9 +13,12 @@ SECRET=overload-bench-secret-0123456789abcdef
 export LIKEWISE__AUTH__SECRET=$SECRET LIKEWISE__SERVER__REQUEST_TIMEOUT_MS=1000
 TMP=$(mktemp -d)
 PID=""
+prefix="lwov$(date +%s)"
 cleanup() {
   [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
   for db in lw_overload_0 lw_overload_1; do dropdb --force --if-exists -h 127.0.0.1 -U postgres "$db"; done
+  # The run's Redis keys (its NATS stream, "${prefix^^}_EVENTS", stays until deleted).
+  redis-cli --scan --pattern "$prefix*" | xargs -r -n 500 redis-cli del >/dev/null || true
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -48,7 +51,6 @@ serve --data-dir "$TMP/embedded"
 stop
 
 echo "== scale-out: 2 PostgreSQL shards, Redis, NATS (load $(cut -d' ' -f1-3 /proc/loadavg))"
-prefix="lwov$(date +%s)"
 for db in lw_overload_0 lw_overload_1; do
   dropdb --force --if-exists -h 127.0.0.1 -U postgres "$db"
   createdb -h 127.0.0.1 -U postgres "$db"
