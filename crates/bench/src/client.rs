@@ -1,5 +1,5 @@
-//! The one HTTP client of the benchmarks that drive a running server (`hot-post --url` and
-//! `soak`): requests with a bearer token, JSON answers decoded, the reads every benchmark
+//! The one HTTP client of the benchmarks that drive a running server (`hot-post --url`,
+//! `soak` and `overload`): requests with a bearer token, JSON answers decoded, the reads every benchmark
 //! checks its counts with, and the token keys that server accepts.
 
 use anyhow::Context;
@@ -57,6 +57,18 @@ impl HttpClient {
         token: Option<&str>,
         body: Option<String>,
     ) -> anyhow::Result<(StatusCode, Bytes)> {
+        let (status, _, body) = self.send_full(method, url, token, body).await?;
+        Ok((status, body))
+    }
+
+    /// [`HttpClient::send`] with the answer's headers (a 503's `Retry-After`, ...).
+    pub async fn send_full(
+        &self,
+        method: Method,
+        url: &str,
+        token: Option<&str>,
+        body: Option<String>,
+    ) -> anyhow::Result<(StatusCode, hyper::HeaderMap, Bytes)> {
         let mut req = Request::builder().method(method).uri(url);
         if let Some(t) = token {
             req = req.header("authorization", format!("Bearer {t}"));
@@ -69,9 +81,9 @@ impl HttpClient {
             None => Full::new(Bytes::new()),
         };
         let resp = self.hyper.request(req.body(body)?).await?;
-        let status = resp.status();
-        let bytes = resp.into_body().collect().await?.to_bytes();
-        Ok((status, bytes))
+        let (parts, body) = resp.into_parts();
+        let bytes = body.collect().await?.to_bytes();
+        Ok((parts.status, parts.headers, bytes))
     }
 
     /// One request to `path` on the server; the status and the body.

@@ -8,6 +8,8 @@
 //! - `comments`: `comments`, comment page latency at depth 0 and deep, ranker throughput.
 //! - `cold_read`: `cold-post`, concurrent reads of one cold post cause one storage load.
 //! - `soak`: `soak`, the realistic mix over HTTP for a long time, watching memory.
+//! - `overload`: `overload`, writes offered at a multiple of the node's capacity with client
+//!   timeouts: goodput, admission control's fast 503s, and no acknowledged write lost.
 //! - `fresh`: a fresh service on a temporary store, where `comments` and `cold-post` start.
 //! - `client`: the one HTTP client of every benchmark that drives a running server.
 //! - `stats`: latency percentiles and the progress bar.
@@ -21,6 +23,7 @@ mod fresh;
 mod hot_post;
 mod http;
 mod in_process;
+mod overload;
 mod proc;
 mod soak;
 mod stats;
@@ -29,6 +32,7 @@ mod wrk;
 pub use cold_read::ColdPostArgs;
 pub use comments::CommentsArgs;
 pub use hot_post::{Client, HotPostArgs};
+pub use overload::OverloadArgs;
 pub use soak::SoakArgs;
 
 use clap::Subcommand;
@@ -45,6 +49,9 @@ pub enum BenchCommand {
     ColdPost(ColdPostArgs),
     /// The realistic read/write mix over HTTP for a long time, watching RSS (see --help).
     Soak(SoakArgs),
+    /// Writes at 1x and 4x the node's capacity with 1 s client timeouts: goodput, fast 503s,
+    /// and no acknowledged write lost (see --help).
+    Overload(OverloadArgs),
 }
 
 /// Run a benchmark.
@@ -54,6 +61,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::ColdPost(a) => runtime()?.block_on(cold_read::run(&a)),
         BenchCommand::Comments(a) => runtime()?.block_on(comments::run(&a)),
         BenchCommand::Soak(a) => runtime()?.block_on(soak::run(&a)),
+        BenchCommand::Overload(a) => runtime()?.block_on(overload::run(&a)),
         BenchCommand::HotPost(a) => {
             anyhow::ensure!(
                 a.client == Client::Builtin || a.url.is_some(),
