@@ -298,9 +298,9 @@ embedded)
   LIKEWISE__STORE__WRITE_BUFFER_MB=1 "$BIN" serve --config "$W/emb.toml" > "$W/emb2.log" 2>&1 & echo $! > "$W/emb.pid"
   wait_up "$EMB"; sleep 20; kill -TERM "$(cat "$W/emb.pid")"; while kill -0 "$(cat "$W/emb.pid")" 2>/dev/null; do sleep 1; done
   du -sb "$W/emb" "$W/emb/store/keyspaces"; ls -l "$W/emb/store/"*.jnl
-  # Keyspace directories are numbered from 1 in the order store/src/embedded/mod.rs opens
+  # Keyspace directories are numbered from 1 in the order store/src/embedded/opening.rs opens
   # them (`ks("name"` / `ks_with("name"`); the names are read from there.
-  python3 - "$W" "$HERE/../../crates/store/src/embedded/mod.rs" <<'PY' | tee "$W/embedded.json"
+  python3 - "$W" "$HERE/../../crates/store/src/embedded/opening.rs" <<'PY' | tee "$W/embedded.json"
 import json, os, re, sys
 w, src = sys.argv[1], open(sys.argv[2]).read()
 names = re.findall(r'\bks(?:_with)?\("([a-z_]+)"', src)

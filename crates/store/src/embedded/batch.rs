@@ -4,7 +4,7 @@
 //! The likes and comments modules each keep an overlay of the keys they touched and write
 //! into this; the write path (`write.rs`) creates it, feeds it the operations and commits it.
 
-use super::Inner;
+use super::state::Inner;
 use likewise_core::event::Event;
 
 /// What a batch accumulates before its single commit.

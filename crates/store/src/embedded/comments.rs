@@ -19,7 +19,8 @@
 //! saying how the counts move) join the batch's events.
 
 use super::batch::Batch;
-use super::{EmbeddedStore, Inner, engine_err};
+use super::error::engine_err;
+use super::state::{EmbeddedStore, Inner};
 use crate::keys::{V1, be_u64, pair_key};
 use async_trait::async_trait;
 use fjall::Keyspace;

@@ -1,6 +1,7 @@
 //! The event log, counters and consumer offsets on the embedded engine.
 
-use super::{EmbeddedStore, engine_err};
+use super::error::engine_err;
+use super::state::EmbeddedStore;
 use crate::keys::{be_u64, counter_key, num_value, parse_num, target_prefix};
 use async_trait::async_trait;
 use fjall::{Keyspace, Readable};

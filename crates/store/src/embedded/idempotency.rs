@@ -12,7 +12,8 @@
 
 use super::batch::Batch;
 use super::comments::CommentOverlay;
-use super::{EmbeddedStore, engine_err};
+use super::error::engine_err;
+use super::state::EmbeddedStore;
 use async_trait::async_trait;
 use fjall::Keyspace;
 use likewise_core::comment::appeal::HeldBy;

@@ -8,7 +8,8 @@
 //! Both rows change in one atomic batch under a lock (the old time row goes with the old
 //! verdict), made durable before the call returns: a moderator's decision must not vanish.
 
-use super::{EmbeddedStore, engine_err};
+use super::error::engine_err;
+use super::state::EmbeddedStore;
 use crate::keys::{V1, be_u64, pair_key};
 use async_trait::async_trait;
 use fjall::Readable;

@@ -39,7 +39,7 @@
 //! with a warning: the tables hold everything. `likewise store repair` ([`repair`]) says what a
 //! refusing store would drop, and drops it when confirmed.
 
-use super::engine_err;
+use super::error::engine_err;
 use fjall::Database;
 use likewise_core::{StoreError, StoreResult};
 use parking_lot::Mutex;

@@ -22,7 +22,7 @@
 //! below against the fjall version in `Cargo.lock`. If no journal file is found, it falls
 //! back to fjall's own locked fsync.
 
-use super::engine_err;
+use super::error::engine_err;
 use fjall::{Database, PersistMode};
 use likewise_core::{StoreError, StoreResult};
 use parking_lot::Mutex;

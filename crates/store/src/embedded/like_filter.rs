@@ -10,7 +10,7 @@
 //! Exactness: a "no" must never be wrong, a "maybe" just costs the read. Rows are only ever
 //! created by the write path (one thread at a time, under the store's write lock), and it
 //! inserts every key it writes into the filter before the batch commits. At open, a
-//! background thread inserts the keys already stored ([`spawn_build`]); only when it has
+//! background thread inserts the keys already stored (`like_filter_build.rs`); only when it has
 //! finished does the filter answer "no". Any row is then either one the build read or one
 //! the write path stored since, and inserted. Keys are never removed (an unlike leaves its
 //! key: a "maybe" for a row that no longer exists is a read, not an error). The same answer
@@ -29,12 +29,8 @@
 //! below measures it). A store that outgrows it sees more false positives (more reads),
 //! never a wrong answer; the next open sizes it again, up to the cap.
 
-use super::Inner;
 use std::hash::BuildHasher;
-use std::ops::Bound;
-use std::sync::Weak;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
 
 /// Keys the filter is sized for, at least.
 const MIN_KEYS: u64 = 4 << 20;
@@ -42,8 +38,6 @@ const MIN_KEYS: u64 = 4 << 20;
 const BITS_PER_KEY: u64 = 10;
 /// The most memory the filter takes (a bigger store just sees more false positives).
 const MAX_BYTES: u64 = 256 << 20;
-/// Keys the build reads per hold of the store.
-const CHUNK: usize = 1 << 14;
 
 /// See the module docs.
 pub(super) struct LikeFilter {
@@ -100,6 +94,12 @@ impl LikeFilter {
         !self.ready.load(Ordering::Acquire) || before & mask == mask
     }
 
+    /// Let the filter answer "no": every key stored at open has been inserted.
+    pub(super) fn mark_ready(&self) {
+        // Release pairs with the Acquire of the probes: the build's inserts are visible to them.
+        self.ready.store(true, Ordering::Release);
+    }
+
     /// Whether the build has finished.
     pub(super) fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
@@ -115,55 +115,6 @@ impl LikeFilter {
 fn bits_for(stored: u64) -> usize {
     let keys = stored.saturating_mul(2).max(MIN_KEYS);
     usize::try_from(keys.saturating_mul(BITS_PER_KEY).min(MAX_BYTES * 8)).unwrap_or(usize::MAX)
-}
-
-/// Insert every stored `user_likes` key, on a thread of its own, then let the filter answer.
-///
-/// The scan reads the live keyspace in chunks, holding the store only for one chunk at a
-/// time, so dropping the store (and reopening its directory) is never held up for long. It
-/// needs no snapshot: a row stored when the build starts is either still there when its
-/// chunk is read, or was removed (and, if stored again, inserted by the write path).
-/// Gives up, leaving every answer "maybe", if the store is dropped meanwhile or a read fails.
-pub(super) fn spawn_build(inner: Weak<Inner>) {
-    let spawned = std::thread::Builder::new().name("likewise-likefilter".into()).spawn(move || {
-        let started = Instant::now();
-        let mut after: Option<Vec<u8>> = None;
-        let mut n = 0u64;
-        loop {
-            let Some(s) = inner.upgrade() else { return };
-            let range = match &after {
-                None => s.user_likes.range::<&[u8], _>(..),
-                Some(k) => s.user_likes.range::<&[u8], _>((Bound::Excluded(&k[..]), Bound::Unbounded)),
-            };
-            let (mut read, mut last) = (0, None);
-            for guard in range.take(CHUNK) {
-                let key = match guard.key() {
-                    Ok(k) => k,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "building the like filter failed; every like reads the store");
-                        return;
-                    }
-                };
-                read += 1;
-                if let Ok(k) = <[u8; 17]>::try_from(&key[..]) {
-                    s.like_filter.insert(&k);
-                }
-                last = Some(key);
-            }
-            n += read as u64;
-            after = last.map(|k| k.to_vec());
-            if read < CHUNK {
-                s.like_filter.ready.store(true, Ordering::Release);
-                let secs = started.elapsed().as_secs_f64();
-                metrics::gauge!("likewise_store_like_filter_build_seconds").set(secs);
-                tracing::info!(keys = n, seconds = secs, bytes = s.like_filter.bytes(), "like filter built");
-                return;
-            }
-        }
-    });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "could not start the like filter build; every like reads the store");
-    }
 }
 
 #[cfg(test)]

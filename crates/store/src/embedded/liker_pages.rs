@@ -20,7 +20,7 @@
 //! or, for pages converted from the per-like rows of earlier versions, a counter with the
 //! top bit set.
 
-use super::engine_err;
+use super::error::engine_err;
 use crate::keys::{V1, be_u64, target_prefix};
 use likewise_core::ids::UserId;
 use likewise_core::like::Target;

@@ -15,8 +15,9 @@
 //! keyspace.
 
 use super::batch::Batch;
+use super::error::engine_err;
 use super::liker_pages;
-use super::{EmbeddedStore, engine_err};
+use super::state::EmbeddedStore;
 use crate::keys::{be_u64, num_value, parse_num, target_prefix, user_kind_prefix, user_like_key};
 use async_trait::async_trait;
 use likewise_core::StoreResult;

@@ -1,6 +1,7 @@
 //! Upstream data on the embedded engine: posts, users, follows, settings.
 
-use super::{EmbeddedStore, engine_err};
+use super::error::engine_err;
+use super::state::EmbeddedStore;
 use crate::keys::{be_u64, pair_key};
 use async_trait::async_trait;
 use likewise_core::ids::{PostId, UserId};

@@ -21,7 +21,8 @@
 //! `reviewed` is the count when the comment was last approved (absent: never, 0): the
 //! approval removes the hold and records it in one batch.
 
-use super::{EmbeddedStore, engine_err};
+use super::error::engine_err;
+use super::state::EmbeddedStore;
 use crate::keys::{V1, be_u64, pair_key};
 use async_trait::async_trait;
 use fjall::Keyspace;

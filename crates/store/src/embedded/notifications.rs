@@ -24,7 +24,8 @@
 //! before its cutoff from its front, without a scan of every inbox. Stores written before it
 //! existed get it built once on open ([`index_item_ages`]).
 
-use super::{EmbeddedStore, engine_err};
+use super::error::engine_err;
+use super::state::EmbeddedStore;
 use crate::keys::{be_u64, num_value, pair_key, parse_num};
 use async_trait::async_trait;
 use likewise_core::ids::{CommentId, PostId, UserId};
@@ -56,7 +57,7 @@ fn actor_key(item: u64, actor: UserId, source: u64) -> Vec<u8> {
 }
 
 /// `actor`'s stored contributions to `item`.
-fn actor_sources(s: &super::Inner, item: u64, actor: UserId) -> StoreResult<Vec<u64>> {
+fn actor_sources(s: &super::state::Inner, item: u64, actor: UserId) -> StoreResult<Vec<u64>> {
     let mut out = Vec::new();
     for g in s.notif_actors.prefix(pair_key(item, actor.0)) {
         let k = g.key().map_err(engine_err)?;
@@ -90,7 +91,7 @@ const INDEX_CHUNK: usize = 10_000;
 /// Build `notif_age` from the stored items, once: stores written before the retention have
 /// none. Runs on open, before anything else writes; an open interrupted midway builds it
 /// again (the entries are the same).
-pub(super) fn index_item_ages(s: &super::Inner) -> StoreResult<()> {
+pub(super) fn index_item_ages(s: &super::state::Inner) -> StoreResult<()> {
     if s.offsets.get(AGES_INDEXED).map_err(engine_err)?.is_some() {
         return Ok(());
     }
@@ -159,7 +160,11 @@ fn decode(recipient: UserId, id: u64, b: &[u8]) -> StoreResult<NotifItem> {
 }
 
 /// The stored item for `key`, or a new one with the next ID; with its previous update time.
-fn load_item(s: &super::Inner, key: NotifKey, next_id: &mut u64) -> StoreResult<(NotifItem, Option<u64>)> {
+fn load_item(
+    s: &super::state::Inner,
+    key: NotifKey,
+    next_id: &mut u64,
+) -> StoreResult<(NotifItem, Option<u64>)> {
     let existing = match s.notif_keys.get(key_bytes(&key)).map_err(engine_err)? {
         Some(idv) if idv.len() == 8 => {
             let id = be_u64(&idv, 0);
@@ -190,7 +195,7 @@ struct Work {
 
 /// The item's stored actors, newest first by their latest contribution (for
 /// [`ItemUpdate::refill`]).
-fn newest_actors(s: &super::Inner, item: u64) -> StoreResult<Vec<UserId>> {
+fn newest_actors(s: &super::state::Inner, item: u64) -> StoreResult<Vec<UserId>> {
     let mut latest: HashMap<UserId, u64> = HashMap::new();
     for g in s.notif_actors.prefix(item.to_be_bytes()) {
         let (k, v) = g.into_inner().map_err(engine_err)?;
@@ -208,7 +213,7 @@ fn fence_key(consumer: &str) -> Vec<u8> {
     format!("{consumer}#fence").into_bytes()
 }
 
-fn stored_fence(s: &super::Inner, consumer: &str) -> StoreResult<u64> {
+fn stored_fence(s: &super::state::Inner, consumer: &str) -> StoreResult<u64> {
     match s.offsets.get(fence_key(consumer)).map_err(engine_err)? {
         Some(v) => parse_num("offsets", &v),
         None => Ok(0),

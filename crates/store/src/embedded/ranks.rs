@@ -23,7 +23,8 @@
 //! entry from stored state; a lock serialises the read-modify-write of `change_ranks` so two
 //! of them can never leave a stale order key behind, and so versions follow commit order.
 
-use super::{EmbeddedStore, engine_err};
+use super::error::engine_err;
+use super::state::EmbeddedStore;
 use crate::keys::{be_u64, pair_key};
 use async_trait::async_trait;
 use fjall::Readable;
@@ -443,7 +444,7 @@ impl RankIndex for EmbeddedStore {
 
 /// Fill `rank_held_by` from `rank_held` when it is empty and `rank_held` is not: a store
 /// written before the by-author index existed (at open, before any writer runs).
-pub(super) fn index_held_by_author(s: &super::Inner) -> StoreResult<()> {
+pub(super) fn index_held_by_author(s: &super::state::Inner) -> StoreResult<()> {
     // One batch: a crash part way leaves the index empty, to be built at the next open.
     if s.rank_held_by.iter().next().is_some() || s.rank_held.iter().next().is_none() {
         return Ok(());

@@ -1,7 +1,8 @@
 //! Consumers' saved state (`SnapshotStore`): one value per name in `snapshots`, written in
 //! the same batch as the consumer's offset in `offsets`.
 
-use super::{EmbeddedStore, engine_err};
+use super::error::engine_err;
+use super::state::EmbeddedStore;
 use crate::keys::{num_value, parse_num};
 use async_trait::async_trait;
 use fjall::Readable;

@@ -82,7 +82,7 @@ pub(super) fn commit_err(e: fjall::Error) -> StoreError {
             reason: "the store stopped after an I/O error; restart the service".into(),
             retry_after_secs: 30,
         },
-        _ => super::engine_err(e),
+        _ => super::error::engine_err(e),
     }
 }
 

@@ -2,7 +2,8 @@
 //! `hourly_views` keyspace, hour_ms(8) post(8) -> a `likewise_core::hourly_views` stored
 //! sketch (keys in (hour, post) order, so an hour range is one scan).
 
-use super::{EmbeddedStore, engine_err};
+use super::error::engine_err;
+use super::state::EmbeddedStore;
 use async_trait::async_trait;
 use likewise_core::hourly_views;
 use likewise_core::ids::PostId;

@@ -3,11 +3,11 @@
 //! (`likes.rs`, `comments.rs`) into the shared [`Batch`] (`batch.rs`); this file drives them
 //! and owns the commit.
 
-use super::EmbeddedStore;
 use super::batch::Batch;
 use super::comments::CommentOverlay;
 use super::idempotency::KeyOverlay;
 use super::likes::LikeOverlay;
+use super::state::EmbeddedStore;
 use likewise_core::StoreResult;
 use likewise_core::ports::WriteEngine;
 use likewise_core::write::{WriteOp, WriteOutcome};
