@@ -14,8 +14,7 @@ impl Comments {
     /// Write a comment (or a reply, with `parent`). With an `Idempotency-Key` (`key`), a
     /// repeat of the same request answers what the first call answered and creates nothing;
     /// the key with another request is refused (422), and a repeat while the first call is
-    /// still running on this node waits for it, a 409 if it still runs after the wait
-    /// (`retries`).
+    /// still running on this node is a 409.
     pub async fn create(
         &self,
         viewer: UserId,
@@ -26,10 +25,7 @@ impl Comments {
     ) -> ServiceResult<CommentView> {
         let keyed =
             key.map(|key| Keyed { caller: viewer, fingerprint: fingerprint(post, parent, raw_text), key });
-        let _claim = match &keyed {
-            Some(k) => Some(self.in_flight.claim(viewer, &k.key).await?),
-            None => None,
-        };
+        let _claim = keyed.as_ref().map(|k| self.in_flight.claim(viewer, &k.key)).transpose()?;
         if let Some(k) = &keyed {
             // Before any check: a repeat answers as the first call did, even if the rate
             // limit or the post's settings would refuse a new comment now.
