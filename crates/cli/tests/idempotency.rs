@@ -1,6 +1,7 @@
 //! Safe retries of comment creation with `Idempotency-Key` (docs/api.md, Comments): a repeat of the
 //! same request answers the first call's status and body and creates nothing; the key with
-//! another body is a 422; a repeat while the first is running is a 409; bad keys are a 400.
+//! another body is a 422; a repeat while the first is running waits for it (a 409 if it
+//! outlives the wait); bad keys are a 400.
 //! The in-process tests run on the embedded store, and on the scale-out engines with
 //! `LIKEWISE_TEST_BACKEND=postgres`; the last test retries across two API nodes of a real
 //! deployment, and one kills the process mid-storm.
@@ -490,9 +491,6 @@ async fn a_keyed_retry_storm_beside_a_cpu_hog_ends_with_one_comment_per_user_emb
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: on a loaded two-core machine the storm's first calls outlive the 10 s request \
-            timeout and are sent again from the start, and some users get no 201 in 60 s \
-            (the same with one statement per create)"]
 async fn a_keyed_retry_storm_beside_a_cpu_hog_ends_with_one_comment_per_user_on_two_postgres_nodes() {
     let d = Deployment::new().await;
     let (a, b) = (d.start("api"), d.start("api"));

@@ -64,7 +64,7 @@ impl RequestWrites {
     }
 
     /// The current request's deadline, if the caller runs inside a scope that has one.
-    pub(crate) fn deadline() -> Option<std::time::Instant> {
+    pub fn deadline() -> Option<std::time::Instant> {
         REQUEST.try_with(|r| r.deadline).ok().flatten()
     }
 

@@ -335,6 +335,9 @@ mod tests {
         let cost = |ops: Vec<WriteOp>| {
             let (s, counter) = (&s, &counter);
             async move {
+                // Every measured batch wakes the relay (at most once per ANNOUNCE_EVERY, one
+                // statement more): batches closer together would differ by it.
+                tokio::time::sleep(crate::postgres::outbox_wakeups::ANNOUNCE_EVERY).await;
                 let before = counter.get();
                 let out = s.apply_async(&ops).await.expect("apply");
                 (counter.get() - before, out)

@@ -20,7 +20,8 @@
 //!   buckets between shards while the service runs.
 //! - `write`: the write engine: each shard's part of a batch as one transaction (likes, and
 //!   the comment operations `comments` applies, creates together in `creates`, their keys in
-//!   `idempotency`); `tx`: that transaction's retry-or-fail errors.
+//!   `idempotency`); `tx`: that transaction's retry-or-fail errors; `writes`: the write
+//!   path's own connections and the thread that drives them.
 //! - `likes`, `counters`, `comments`: the hot read ports.
 //! - `replicas`: read replicas: which reads may use a shard's streaming replica, its lag
 //!   measured against the primary, and the fall back to the primary.
@@ -80,6 +81,7 @@ pub mod tls;
 mod tx;
 mod views;
 mod write;
+mod writes;
 
 pub use placement::{MAX_SHARDS, Placement};
 pub use replicas::ReplicaStatus;
@@ -145,8 +147,8 @@ struct Inner {
     placement: parking_lot::RwLock<Arc<Placement>>,
     /// Each shard's read replica, if it has one.
     replicas: replicas::Replicas,
-    /// The runtime the group-commit thread drives its async statements on.
-    rt: tokio::runtime::Handle,
+    /// The write path's own connections and the runtime that drives them (`writes`).
+    writes: writes::Writes,
     stream_positions: bool,
     /// Connections checked out of the primaries' pools (each serves one transaction or a
     /// few pipelined statements): what a read path's PostgreSQL cost is measured in.
@@ -229,6 +231,18 @@ pub(crate) fn pg_cause(pg: &tokio_postgres::Error) -> String {
     text
 }
 
+/// A connection of `pool`: every connection busy for the pool's whole wait is overload (a
+/// 503), not a fault.
+async fn checkout(pool: &Pool) -> StoreResult<deadpool_postgres::Object> {
+    pool.get().await.map_err(|e| match e {
+        deadpool_postgres::PoolError::Timeout(_) => {
+            metrics::counter!("likewise_pg_pool_timeouts_total").increment(1);
+            StoreError::Overloaded { engine: "postgres", source: e.into() }
+        }
+        e => pg_err(e),
+    })
+}
+
 /// How long a pool waits for a free connection and for a new one to open.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PoolWaits {
@@ -282,7 +296,7 @@ impl PgStore {
                 opts.shards.len()
             )));
         }
-        let rt = tokio::runtime::Handle::try_current()
+        tokio::runtime::Handle::try_current()
             .map_err(|_| StoreError::Engine("the PostgreSQL store needs a Tokio runtime".into()))?;
         let mut pools = Vec::with_capacity(opts.shards.len());
         for url in &opts.shards {
@@ -299,7 +313,7 @@ impl PgStore {
                 announced: Default::default(),
                 pool_size: opts.pool_size,
                 replicas,
-                rt,
+                writes: writes::Writes::new(opts.pool_size),
                 stream_positions: opts.stream_positions,
                 checkouts: std::sync::atomic::AtomicU64::new(0),
             }),
@@ -422,19 +436,23 @@ impl PgStore {
     /// A pooled connection to a shard.
     pub(crate) async fn conn(&self, shard: usize) -> StoreResult<deadpool_postgres::Object> {
         self.inner.checkouts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.pool_of(shard)?.get().await.map_err(|e| match e {
-            // Every connection stayed busy for the pool's whole wait: overload, not a fault.
-            deadpool_postgres::PoolError::Timeout(_) => {
-                metrics::counter!("likewise_pg_pool_timeouts_total").increment(1);
-                StoreError::Overloaded { engine: "postgres", source: e.into() }
-            }
-            e => pg_err(e),
-        })
+        checkout(&self.pool_of(shard)?).await
     }
 
-    /// Run `f` on the runtime from a non-runtime thread (the group-commit writer).
-    pub(crate) fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
-        self.inner.rt.block_on(f)
+    /// A connection of the write path to a shard (`writes`): a group-commit lane's
+    /// transaction, and what it writes after its commit.
+    pub(crate) async fn write_conn(&self, shard: usize) -> StoreResult<deadpool_postgres::Object> {
+        let pool = {
+            let urls = self.inner.urls.read();
+            self.inner.writes.pool(shard, &urls)?
+        };
+        checkout(&pool).await
+    }
+
+    /// Run `f` from a group-commit lane, its connections driven by the write path's own
+    /// runtime (`writes`).
+    pub(crate) fn block_on_writes<F: std::future::Future>(&self, f: F) -> StoreResult<F::Output> {
+        self.inner.writes.block_on(f)
     }
 
     /// Group `items` by shard: (shard, indices into `items`), shards ascending.

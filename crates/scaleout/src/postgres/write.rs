@@ -57,7 +57,10 @@ impl WriteEngine for PgStore {
     }
 
     fn apply_each(&self, ops: &[WriteOp]) -> Vec<StoreResult<WriteOutcome>> {
-        self.block_on(self.apply_each_async(ops))
+        match self.block_on_writes(self.apply_each_async(ops)) {
+            Ok(out) => out,
+            Err(e) => ops.iter().map(|_| Err(e.duplicate())).collect(),
+        }
     }
 
     fn sync(&self) -> StoreResult<()> {
@@ -146,7 +149,7 @@ impl PgStore {
     }
 
     async fn apply_shard(&self, shard: usize, ops: Vec<&WriteOp>) -> StoreResult<Vec<WriteOutcome>> {
-        let mut c = self.conn(shard).await?;
+        let mut c = self.write_conn(shard).await?;
         let placement = self.placement();
         let mut attempt = 0;
         loop {
@@ -199,32 +202,71 @@ impl PgStore {
 
 impl PgStore {
     /// Write, on their users' shards, the fingerprints of comments just committed on another
-    /// shard (`comments::moderation_rows` says why this may follow the commit). Each write is
-    /// an idempotent upsert, tried a few times (a moved user bucket is found again through
-    /// the catalog); one that still fails is logged and counted, never answered as the
-    /// create's error: the comment is stored.
+    /// shard (`comments::moderation_rows` says why this may follow the commit): one statement
+    /// per shard, the shards at once, as the batch's own rows (one round trip each written
+    /// apart made a batch of a hundred creates answer seconds after its commit on a busy
+    /// machine). Each write is an idempotent upsert, tried a few times (a moved user bucket
+    /// is found again through the catalog); one that still fails is logged and counted,
+    /// never answered as the create's error: the comment is stored.
     pub(super) async fn write_late_fingerprints(&self, late: &[LateFingerprint]) {
-        use likewise_core::ports::ModerationStore;
-        for f in late {
-            let mut attempt = 0;
-            loop {
-                attempt += 1;
-                match self.add_fingerprint(f.user, f.comment, f.simhash).await {
-                    Ok(()) => break,
-                    Err(e) if attempt < LATE_ATTEMPTS => {
-                        if super::reshard::moved(&e) {
-                            let _ = self.refresh_placement().await;
-                        }
-                        tokio::time::sleep(std::time::Duration::from_millis(20 * attempt as u64)).await;
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, user = f.user.0, comment = f.comment.0, "comment fingerprint not stored");
-                        metrics::counter!("likewise_pg_fingerprint_failures_total").increment(1);
-                        break;
-                    }
+        let mut pending: Vec<&LateFingerprint> = late.iter().collect();
+        let mut attempt = 0;
+        while !pending.is_empty() {
+            attempt += 1;
+            let groups = self.group(&pending, |f| self.shard_of_user(f.user));
+            let written = futures::future::join_all(
+                groups
+                    .iter()
+                    .map(|(shard, idx)| self.write_fingerprints(*shard, idx.iter().map(|k| pending[*k]))),
+            )
+            .await;
+            let (mut failed, mut moved) = (Vec::new(), false);
+            for ((_, idx), w) in groups.iter().zip(written) {
+                let Err(e) = w else { continue };
+                if attempt < LATE_ATTEMPTS {
+                    moved |= super::reshard::moved(&e);
+                    failed.extend(idx.iter().map(|k| pending[*k]));
+                    continue;
+                }
+                for f in idx.iter().map(|k| pending[*k]) {
+                    tracing::error!(error = %e, user = f.user.0, comment = f.comment.0, "comment fingerprint not stored");
+                    metrics::counter!("likewise_pg_fingerprint_failures_total").increment(1);
                 }
             }
+            if failed.is_empty() {
+                return;
+            }
+            if moved {
+                let _ = self.refresh_placement().await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20 * attempt as u64)).await;
+            pending = failed;
         }
+    }
+
+    /// Upsert `rows` (fingerprints of users on `shard`) in one statement.
+    async fn write_fingerprints<'a>(
+        &self,
+        shard: usize,
+        rows: impl Iterator<Item = &'a LateFingerprint>,
+    ) -> StoreResult<()> {
+        let (mut users, mut ords, mut hashes) = (Vec::new(), Vec::new(), Vec::new());
+        for f in rows {
+            users.push(i(f.user.0));
+            ords.push(super::moderation::ord(f.comment.0));
+            hashes.push(i(f.simhash));
+        }
+        let c = self.write_conn(shard).await?;
+        let insert = c
+            .prepare_cached(
+                "INSERT INTO fingerprints (user_id, comment_ord, simhash)
+                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[])
+                 ON CONFLICT (user_id, comment_ord) DO UPDATE SET simhash = EXCLUDED.simhash",
+            )
+            .await
+            .map_err(pg_err)?;
+        c.execute(&insert, &[&users, &ords, &hashes]).await.map_err(pg_err)?;
+        Ok(())
     }
 }
 
