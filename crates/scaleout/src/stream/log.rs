@@ -444,6 +444,11 @@ mod tests {
         }
         drop(old);
         tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok((seen, consumers(s).await?))
+    }
+
+    /// How many consumers the test's stream has on the server.
+    async fn consumers(s: &JetStream) -> StoreResult<usize> {
         let st = s.js.get_stream(&s.stream_name).await.map_err(nats_err)?;
         let mut names = st.consumer_names();
         let mut n = 0;
@@ -451,7 +456,7 @@ mod tests {
             name.map_err(nats_err)?;
             n += 1;
         }
-        Ok((seen, n))
+        Ok(n)
     }
 
     /// A short-lived reader (the analytics export) closes its log before its runtime ends:
@@ -471,19 +476,9 @@ mod tests {
         publish(s, 2).await;
         let log = StreamLog::durable(s, "export", s.shard_filter(0), 0).await?;
         assert_eq!(log.read_after(0, 10).await?.len(), 6);
-        let count = || async {
-            let st = s.js.get_stream(&s.stream_name).await.map_err(nats_err)?;
-            let mut names = st.consumer_names();
-            let mut n = 0;
-            while let Some(name) = names.next().await {
-                name.map_err(nats_err)?;
-                n += 1;
-            }
-            StoreResult::Ok(n)
-        };
-        let before = count().await?;
+        let before = consumers(s).await?;
         log.close().await?;
-        let after = count().await?;
+        let after = consumers(s).await?;
         Ok((before, after, log.read_after(0, 10).await))
     }
 
