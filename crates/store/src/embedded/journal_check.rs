@@ -17,7 +17,9 @@
 //! - at open: the newest journal's id and where its valid batches ended, and fjall's sequence
 //!   number then (`base`): everything up to it was recovered;
 //! - after every group commit's fsync (and every other durable write): fjall's sequence
-//!   number before that fsync (`durable`) and the newest journal's id. One `pwrite` of 64
+//!   number of the last group-commit batch before that fsync (`durable`; not fjall's
+//!   counter, which flushes and compactions move too without a journal batch) and the newest
+//!   journal's id. One `pwrite` of 64
 //!   bytes, no fsync: it survives the process, and after a power cut it can only be older
 //!   than the journal, never ahead of it (it is written after the journal's fsync), so the
 //!   check stays sound, only less precise about the last writes;
@@ -869,6 +871,27 @@ mod tests {
             *x ^= 0xa5;
         }
         f.write_all_at(&b, at).expect("write");
+    }
+
+    /// A flush between the last batch and its sync takes a fjall sequence number of its own
+    /// (a new table version) but writes no journal batch: the sync must not record that number
+    /// as a batch the journal holds, or the next start refuses a whole journal as cut.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_flush_before_the_sync_is_not_taken_for_a_lost_batch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = open(dir.path()).expect("open");
+        write(&store, 0, 3);
+        let ops: Vec<WriteOp> = (0..PER_BATCH).map(|i| like(3 * PER_BATCH + i)).collect();
+        store.apply(&ops).expect("apply");
+        let before = store.inner.db.seqno();
+        store.inner.user_likes.rotate_memtable_and_wait().expect("flush");
+        assert!(store.inner.db.seqno() > before, "the flush took a sequence number");
+        store.sync().expect("sync");
+        drop(store);
+        assert!(
+            opens_whole_or_refuses(dir.path(), 4, "a flush after the last batch").await,
+            "refused a whole journal"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

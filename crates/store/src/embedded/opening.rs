@@ -181,6 +181,7 @@ impl EmbeddedStore {
             id_gen: Mutex::new(likewise_core::comment::id::CommentIdGen::new(None)),
             next_seq: AtomicU64::new(0),
             durable_seq: AtomicU64::new(0),
+            last_batch: AtomicU64::new(0),
             write_lock: Mutex::new(()),
             tail: Mutex::new(tail::EventTail::new(EVENT_TAIL_EVENTS)),
             report_lock: Mutex::new(()),

@@ -94,6 +94,12 @@ pub(super) struct Inner {
     /// group committer's fsync makes them durable, and only events up to here may leave the
     /// process (`EventLog::durable_head`).
     pub(super) durable_seq: AtomicU64,
+    /// fjall's sequence number of the group commit's last batch, where it is known exactly:
+    /// what a sync records as durable (`journal_check.rs`). fjall's counter ([`fjall::Database::seqno`])
+    /// also numbers every flush and compaction, which write no journal batch, so "the counter
+    /// less one" could name a number no journal holds, and the next start then refused a whole
+    /// journal as cut (found by the power-cut tests).
+    pub(super) last_batch: AtomicU64,
     /// Serialises `apply` so sequence order equals commit order even with several callers.
     pub(super) write_lock: Mutex<()>,
     /// The newest events, decoded, for the consumers that follow the head (`tail.rs`).
@@ -118,7 +124,7 @@ pub(super) struct Inner {
 impl Inner {
     /// fsync the journal (fjall's own, locked) and record how far it is durable.
     pub(super) fn persist(&self) -> StoreResult<()> {
-        let upto = journal_check::last_seqno(&self.db);
+        let upto = self.last_batch.load(std::sync::atomic::Ordering::SeqCst);
         self.db.persist(fjall::PersistMode::SyncAll).map_err(engine_err)?;
         self.progress.durable(upto, None);
         Ok(())

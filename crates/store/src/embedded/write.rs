@@ -53,7 +53,14 @@ impl WriteEngine for EmbeddedStore {
         }
         let seq = st.seq;
         let shared: std::sync::Arc<[likewise_core::event::Event]> = std::sync::Arc::from(&st.events[..]);
+        let (before, empty) = (s.db.seqno(), st.batch.is_empty());
         st.batch.commit().map_err(super::space::commit_err)?;
+        // The batch took `before` unless a flush or compaction took a number meanwhile; then
+        // its own is unknown and the last known one stays (smaller: sound, less precise). An
+        // empty batch takes none.
+        if !empty && s.db.seqno() == before + 1 {
+            s.last_batch.fetch_max(before, Ordering::SeqCst);
+        }
         // Into the tail before `next_seq` moves, still under the write lock: the tail then
         // never misses an event that a reader could already find in the keyspace.
         s.tail.lock().push(shared);
@@ -69,8 +76,9 @@ impl WriteEngine for EmbeddedStore {
         // Every batch committed before this load is in the journal the sync below flushes
         // and fsyncs (`next_seq` moves only after a commit).
         let upto = self.inner.next_seq.load(Ordering::SeqCst).saturating_sub(1);
-        // The same for fjall's sequence number, recorded for the check at the next open.
-        let batches = super::journal_check::last_seqno(&self.inner.db);
+        // The same for the last batch's fjall sequence number, recorded for the check at the
+        // next open (not fjall's counter: flushes and compactions take numbers too).
+        let batches = self.inner.last_batch.load(Ordering::SeqCst);
         // Not `persist`: that holds fjall's journal lock through the fsync, so the writer
         // could not commit the next batch meanwhile (`journal_sync.rs`).
         let journal = self.inner.journal_sync.sync(&self.inner.db)?;
