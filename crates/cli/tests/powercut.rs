@@ -12,7 +12,7 @@
 //! is in the likers list exactly when the user's own view says so, and an unanswered comment
 //! is there with its exact text or not at all; counts converge to the rows.
 //!
-//! `LIKEWISE_POWERCUT_CUTS` (default 20, 5 of each variant; docs/reliability.md has the
+//! `LIKEWISE_POWERCUT_CUTS` (default 12, 3 of each variant; docs/reliability.md has the
 //! 1,000-cut run) sets the number of cuts and `LIKEWISE_POWERCUT_SEED`
 //! the seed (printed at the start and in every failure). The seed fixes each cycle's choices
 //! (storm length, crash or cut, the variant and its draws, each client's operations); what the
@@ -169,7 +169,7 @@ async fn ballast(c: Arc<Client>, base: String, stop: Arc<AtomicBool>, seed: u64)
 
 #[test]
 fn acknowledged_writes_survive_power_cuts() {
-    let cuts = env_u64("LIKEWISE_POWERCUT_CUTS").unwrap_or(20) as usize;
+    let cuts = env_u64("LIKEWISE_POWERCUT_CUTS").unwrap_or(12) as usize;
     serial(power_cut_loop(Mode { cuts, ballast: 1, at_rotation: false }));
 }
 
