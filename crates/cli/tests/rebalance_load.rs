@@ -58,18 +58,19 @@ async fn writer(
         let post = posts[((me + round) % posts.len() as u64) as usize];
         let node = (round % bases.len() as u64) as usize;
         let base = &bases[node];
-        let mut timed = |answer: &Result<(u16, serde_json::Value), String>, t: Instant, what: &'static str| {
-            let took = t.elapsed();
-            s.requests += 1;
-            s.longest = s.longest.max(took);
-            let st = answer.as_ref().map_or(0, |(st, _)| *st);
-            if st != 200 && st != 201 {
-                *s.refused.entry(st).or_default() += 1;
-            }
-            if took > Duration::from_secs(1) {
-                s.slow.push((t - began, took, post, what, node, st));
-            }
-        };
+        let mut timed =
+            |answer: &Result<(u16, serde_json::Value), String>, t: Instant, what: &'static str| {
+                let took = t.elapsed();
+                s.requests += 1;
+                s.longest = s.longest.max(took);
+                let st = answer.as_ref().map_or(0, |(st, _)| *st);
+                if st != 200 && st != 201 {
+                    *s.refused.entry(st).or_default() += 1;
+                }
+                if took > Duration::from_secs(1) {
+                    s.slow.push((t - began, took, post, what, node, st));
+                }
+            };
         let t = Instant::now();
         let answer = c.call(base, Method::PUT, &format!("/v1/posts/{post}/like"), user, false, "").await;
         timed(&answer, t, "like");
@@ -148,7 +149,9 @@ async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
     let began = Instant::now();
     let began_wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock");
     let writers: Vec<_> = (0..writers())
-        .map(|me| tokio::spawn(writer(c.clone(), bases.clone(), posts.clone(), me, stop_storm.clone(), began)))
+        .map(|me| {
+            tokio::spawn(writer(c.clone(), bases.clone(), posts.clone(), me, stop_storm.clone(), began))
+        })
         .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = Instant::now();

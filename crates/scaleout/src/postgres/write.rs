@@ -229,9 +229,11 @@ impl PgStore {
                         };
                         let of_part: Vec<usize> = idx.iter().map(|i| pending[*i]).collect();
                         let holds = |k: &usize| {
-                            op_buckets(&placement, &ops[*k]).is_none_or(|bs| bs.iter().any(|b| now.contains(b)))
+                            op_buckets(&placement, &ops[*k])
+                                .is_none_or(|bs| bs.iter().any(|b| now.contains(b)))
                         };
-                        let (by_fence, free): (Vec<usize>, Vec<usize>) = of_part.iter().partition(|k| holds(k));
+                        let (by_fence, free): (Vec<usize>, Vec<usize>) =
+                            of_part.iter().partition(|k| holds(k));
                         if !now.is_empty() {
                             fenced.record(*shard, placement.version, now);
                         }
@@ -287,10 +289,8 @@ impl PgStore {
     /// The buckets of `shard` a move fences now (listed, not being copied).
     async fn fenced_buckets(&self, shard: usize) -> StoreResult<HashSet<u32>> {
         let c = self.write_conn(shard).await?;
-        let rows = c
-            .query("SELECT bucket FROM bucket_fences WHERE NOT logging", &[])
-            .await
-            .map_err(pg_err)?;
+        let rows =
+            c.query("SELECT bucket FROM bucket_fences WHERE NOT logging", &[]).await.map_err(pg_err)?;
         Ok(rows.iter().map(|r| r.get::<_, i32>(0) as u32).collect())
     }
 

@@ -499,9 +499,14 @@ impl PgStore {
         // Where a fence's time went (ms since it began), for telling a slow lock, drain,
         // catch-up or switch apart.
         tracing::debug!(
-            source, target, buckets = buckets.len(), under_fence,
-            locked_ms = locked.as_millis() as u64, drained_ms = drained.map(|d| d.as_millis() as u64),
-            copied_ms = copied.as_millis() as u64, released_ms = fenced_for.as_millis() as u64,
+            source,
+            target,
+            buckets = buckets.len(),
+            under_fence,
+            locked_ms = locked.as_millis() as u64,
+            drained_ms = drained.map(|d| d.as_millis() as u64),
+            copied_ms = copied.as_millis() as u64,
+            released_ms = fenced_for.as_millis() as u64,
             "bucket move fence"
         );
         self.load_placement().await?;
@@ -826,7 +831,8 @@ impl PgStore {
             .map(|t| (t.name, format!("SELECT count(*) FROM {} r WHERE {} = ANY({list})", t.name, t.bucket)))
             .collect();
         let sqls: Vec<&str> = counted.iter().map(|(_, sql)| sql.as_str()).collect();
-        let (on_source, on_target) = futures::future::join(count_all(source_tx, &sqls), count_all(&ttx, &sqls)).await;
+        let (on_source, on_target) =
+            futures::future::join(count_all(source_tx, &sqls), count_all(&ttx, &sqls)).await;
         for (((name, _), on_source), on_target) in counted.iter().zip(on_source?).zip(on_target?) {
             if on_source != on_target {
                 return Err(engine(format!(
