@@ -223,10 +223,7 @@ impl PgStore {
                         // Which of its writes the fence holds: those to a bucket fenced there
                         // now. Should none be found (the fence is gone, or a write touches a
                         // bucket not told above), all of them.
-                        let now = match self.fenced_buckets(*shard).await {
-                            Ok(f) => f,
-                            Err(_) => HashSet::new(),
-                        };
+                        let now = self.fenced_buckets(*shard).await.unwrap_or_default();
                         let of_part: Vec<usize> = idx.iter().map(|i| pending[*i]).collect();
                         let holds = |k: &usize| {
                             op_buckets(&placement, &ops[*k])
