@@ -16,8 +16,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// Writers of the storm, spread over the two nodes.
+/// Writers of the storm, spread over the two nodes (`LIKEWISE_REBALANCE_WRITERS` sets
+/// another number, for a heavier storm on a faster machine or a release build).
 const WRITERS: u64 = 24;
+
+fn writers() -> u64 {
+    std::env::var("LIKEWISE_REBALANCE_WRITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(WRITERS)
+}
 
 /// What the storm got acknowledged, and how long its requests took.
 #[derive(Default)]
@@ -30,6 +35,9 @@ struct Storm {
     /// Answered other than 200/201 (not acknowledged), by status (0: no answer).
     refused: HashMap<u16, usize>,
     longest: Duration,
+    /// Requests over a second: when they began (since the storm began), how long they took,
+    /// what they wrote (post, `like` or `comment`), the node's index and the status.
+    slow: Vec<(Duration, Duration, u64, &'static str, usize, u16)>,
 }
 
 /// One writer until `stop`: each round a new user likes a post (through the node of the
@@ -40,6 +48,7 @@ async fn writer(
     posts: Vec<u64>,
     me: u64,
     stop: Arc<AtomicBool>,
+    began: Instant,
 ) -> Storm {
     let mut s = Storm::default();
     let mut round = 0u64;
@@ -47,18 +56,24 @@ async fn writer(
         round += 1;
         let user = 1_000_000 + me * 100_000 + round;
         let post = posts[((me + round) % posts.len() as u64) as usize];
-        let base = &bases[(round % bases.len() as u64) as usize];
-        let mut timed = |answer: &Result<(u16, serde_json::Value), String>, took: Duration| {
-            s.requests += 1;
-            s.longest = s.longest.max(took);
-            let st = answer.as_ref().map_or(0, |(st, _)| *st);
-            if st != 200 && st != 201 {
-                *s.refused.entry(st).or_default() += 1;
-            }
-        };
+        let node = (round % bases.len() as u64) as usize;
+        let base = &bases[node];
+        let mut timed =
+            |answer: &Result<(u16, serde_json::Value), String>, t: Instant, what: &'static str| {
+                let took = t.elapsed();
+                s.requests += 1;
+                s.longest = s.longest.max(took);
+                let st = answer.as_ref().map_or(0, |(st, _)| *st);
+                if st != 200 && st != 201 {
+                    *s.refused.entry(st).or_default() += 1;
+                }
+                if took > Duration::from_secs(1) {
+                    s.slow.push((t - began, took, post, what, node, st));
+                }
+            };
         let t = Instant::now();
         let answer = c.call(base, Method::PUT, &format!("/v1/posts/{post}/like"), user, false, "").await;
-        timed(&answer, t.elapsed());
+        timed(&answer, t, "like");
         if let Ok((200, v)) = &answer {
             assert_eq!(v["liked"], true, "{v}");
             s.likers.entry(post).or_default().insert(user);
@@ -68,7 +83,7 @@ async fn writer(
             let t = Instant::now();
             let answer =
                 c.call(base, Method::POST, &format!("/v1/posts/{post}/comments"), user, false, &body).await;
-            timed(&answer, t.elapsed());
+            timed(&answer, t, "comment");
             if let Ok((201, v)) = &answer {
                 let id = v["comment_id"].as_str().expect("comment_id").to_string();
                 s.comments.entry(post).or_default().insert(id);
@@ -131,8 +146,12 @@ async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let stop_storm = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|me| tokio::spawn(writer(c.clone(), bases.clone(), posts.clone(), me, stop_storm.clone())))
+    let began = Instant::now();
+    let began_wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock");
+    let writers: Vec<_> = (0..writers())
+        .map(|me| {
+            tokio::spawn(writer(c.clone(), bases.clone(), posts.clone(), me, stop_storm.clone(), began))
+        })
         .collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = Instant::now();
@@ -163,6 +182,7 @@ async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
             *storm.refused.entry(st).or_default() += n;
         }
         storm.longest = storm.longest.max(s.longest);
+        storm.slow.extend(s.slow);
     }
     let text = String::from_utf8_lossy(&out.stdout);
     eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
@@ -187,6 +207,20 @@ async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
         storm.longest.as_millis(),
         storm.refused
     );
+    storm.slow.sort_unstable_by_key(|s| s.0);
+    for (at, took, post, what, node, st) in &storm.slow {
+        // The time of day (UTC) it began, as the logs above print it.
+        let t = (began_wall + *at).as_millis() % 86_400_000;
+        eprintln!(
+            "slow request: at {:02}:{:02}:{:02}.{:03}, {} ms, {what} on post {post} (bucket {}) through node {node}: {st}",
+            t / 3_600_000,
+            t / 60_000 % 60,
+            t / 1000 % 60,
+            t % 1000,
+            took.as_millis(),
+            post % 4096
+        );
+    }
 
     // Every acknowledged write is there, on one shard; counts equal the rows on both nodes.
     for p in &posts {

@@ -92,6 +92,23 @@ fn lane_of(op: &WriteOp, lanes: usize) -> usize {
     ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % lanes as u64) as usize
 }
 
+/// How long an operation the engine hands back (`WriteEngine::retry_later`: a bucket move's
+/// fence) is run again in later batches before its caller hears the engine's error. A fence
+/// lasts about a second.
+const RETRY_LATER_FOR: Duration = Duration::from_secs(10);
+
+/// How soon operations handed back run again when no other write comes to take them along.
+const RETRY_LATER_AFTER: Duration = Duration::from_millis(25);
+
+/// An operation handed back by the engine, waiting for a later batch.
+struct Later {
+    op: WriteOp,
+    reply: Reply,
+    gate: Option<Arc<OpGate>>,
+    /// When the engine first handed it back.
+    since: Instant,
+}
+
 /// Fewest queued writes that admission control ever refuses to join: below it, the queue
 /// drains within a few batches whatever the estimate says.
 const SHED_FLOOR: usize = 256;
@@ -337,8 +354,36 @@ fn writer_loop(
     let mut ops: Vec<WriteOp> = Vec::with_capacity(opts.max_batch.min(4096));
     let mut replies: Replies = Vec::with_capacity(opts.max_batch.min(4096));
     let mut gates: Vec<Option<Arc<OpGate>>> = Vec::with_capacity(opts.max_batch.min(4096));
+    // For each operation of the batch handed back before, when that first happened.
+    let mut since: Vec<Option<Instant>> = Vec::with_capacity(opts.max_batch.min(4096));
+    // Operations the engine handed back (`WriteEngine::retry_later`), in their order: they
+    // wait for a later batch off this one, so the lane answers the writes beside them and
+    // goes on; they run first in the next batch (before any later write of the same key),
+    // or on their own after `RETRY_LATER_AFTER`.
+    let mut later: Vec<Later> = Vec::new();
+    let mut later_at = Instant::now();
     let enough = (opts.max_batch / 16).max(1);
     loop {
+        if !later.is_empty() && (closing || !ops.is_empty() || Instant::now() >= later_at) {
+            if ops.is_empty() {
+                first_at = Instant::now();
+            }
+            let n = later.len() + ops.len();
+            let (mut o, mut r, mut g, mut s) =
+                (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+            for l in later.drain(..) {
+                o.push(l.op);
+                r.push(l.reply);
+                g.push(l.gate);
+                s.push(Some(l.since));
+            }
+            o.append(&mut ops);
+            r.append(&mut replies);
+            g.append(&mut gates);
+            s.resize(n, None);
+            (ops, replies, gates, since) = (o, r, g, s);
+        }
+        since.resize(ops.len(), None);
         // Apply when the syncer can take the batch at once, or when it is big enough to be
         // worth its own commit. While an fsync runs, a batch applied now could only be
         // answered after the NEXT fsync anyway: applying every straggler as it arrives
@@ -347,10 +392,16 @@ fn writer_loop(
         let linger = small && !closing && first_at.elapsed() < opts.max_delay;
         let ready = !ops.is_empty() && (closing || (!small || syncing == 0) && !linger);
         if !ready {
-            if closing && ops.is_empty() {
+            if closing && ops.is_empty() && later.is_empty() {
                 break;
             }
-            let first = if linger && syncing == 0 {
+            let first = if ops.is_empty() && !later.is_empty() {
+                match rx.recv_timeout(later_at.saturating_duration_since(Instant::now())) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => Msg::Close,
+                }
+            } else if linger && syncing == 0 {
                 match rx.recv_timeout(opts.max_delay.saturating_sub(first_at.elapsed())) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => continue,
@@ -383,7 +434,7 @@ fn writer_loop(
         // Running them would store what nobody is told of, and under overload it would spend
         // the capacity on work already given up (`write_gate`).
         let queued = ops.len();
-        take_live(&mut ops, &mut replies, &mut gates);
+        take_live(&mut ops, &mut replies, &mut gates, &mut since);
         if ops.len() < queued {
             m.dropped.increment((queued - ops.len()) as u64);
         }
@@ -395,10 +446,37 @@ fn writer_loop(
             tracing::info_span!(target: likewise_core::trace::TARGET, "group_commit",
                 engine = engine.name(), lane = lane as i64, batch_size = ops.len() as i64)
         });
-        let outcomes = span.in_scope(|| engine.apply_each(&ops));
+        let mut outcomes = span.in_scope(|| engine.apply_each(&ops));
         m.batch_size.record(ops.len() as f64);
         m.apply.record(started.elapsed().as_secs_f64());
+        if !closing && outcomes.iter().any(|o| o.as_ref().is_err_and(|e| engine.retry_later(e))) {
+            let mut kept = (Vec::with_capacity(outcomes.len()), Vec::with_capacity(outcomes.len()));
+            let batch = ops.drain(..).zip(replies.drain(..)).zip(gates.drain(..)).zip(since.drain(..));
+            for ((((op, reply), gate), first), outcome) in batch.zip(outcomes) {
+                let first = first.unwrap_or(started);
+                match outcome {
+                    Err(e) if engine.retry_later(&e) && first.elapsed() < RETRY_LATER_FOR => {
+                        if let Some(g) = &gate {
+                            g.requeue();
+                        }
+                        later.push(Later { op, reply, gate, since: first });
+                    }
+                    o => {
+                        kept.0.push(o);
+                        kept.1.push(reply);
+                    }
+                }
+            }
+            m.handed_back.increment(later.len() as u64);
+            later_at = Instant::now() + RETRY_LATER_AFTER;
+            (outcomes, replies) = kept;
+            if replies.is_empty() {
+                continue;
+            }
+        }
         ops.clear();
+        gates.clear();
+        since.clear();
         let next = recycled.try_recv().unwrap_or_else(|_| Vec::with_capacity(opts.max_batch.min(4096)));
         let batch = Applied { outcomes, replies: std::mem::replace(&mut replies, next), started, span };
         if syncer.is_some() {
@@ -495,13 +573,17 @@ fn op_trace(op: &WriteOp) -> Option<likewise_core::trace::TraceContext> {
 
 /// Keep only the operations whose callers still wait for them, taking each into the batch
 /// (`OpGate::take`); the three vectors stay aligned.
-fn take_live(ops: &mut Vec<WriteOp>, replies: &mut Replies, gates: &mut Vec<Option<Arc<OpGate>>>) {
+fn take_live(
+    ops: &mut Vec<WriteOp>,
+    replies: &mut Replies,
+    gates: &mut Vec<Option<Arc<OpGate>>>,
+    since: &mut Vec<Option<Instant>>,
+) {
     let live: Vec<bool> = replies
         .iter()
         .zip(gates.iter())
         .map(|(r, g)| !r.is_closed() && g.as_ref().is_none_or(|g| g.take()))
         .collect();
-    gates.clear();
     if live.iter().all(|l| *l) {
         return;
     }
@@ -509,6 +591,10 @@ fn take_live(ops: &mut Vec<WriteOp>, replies: &mut Replies, gates: &mut Vec<Opti
     ops.retain(|_| *keep.next().unwrap_or(&true));
     let mut keep = live.iter();
     replies.retain(|_| *keep.next().unwrap_or(&true));
+    let mut keep = live.iter();
+    gates.retain(|_| *keep.next().unwrap_or(&true));
+    let mut keep = live.iter();
+    since.retain(|_| *keep.next().unwrap_or(&true));
 }
 
 /// The writer's metric handles, registered once: a registry lookup per batch showed in profiles.
@@ -519,6 +605,7 @@ struct WriterMetrics {
     fsync: metrics::Histogram,
     failures: metrics::Counter,
     dropped: metrics::Counter,
+    handed_back: metrics::Counter,
 }
 
 impl WriterMetrics {
@@ -529,6 +616,7 @@ impl WriterMetrics {
             fsync: metrics::histogram!("likewise_group_commit_fsync_seconds"),
             failures: metrics::counter!("likewise_group_commit_failures_total"),
             dropped: metrics::counter!("likewise_group_commit_dropped_total"),
+            handed_back: metrics::counter!("likewise_group_commit_handed_back_total"),
         }
     }
 }
@@ -921,5 +1009,79 @@ mod tests {
         // Every op that was applied was synced and answered Ok; the rest were refused.
         assert_eq!(ok, applied);
         assert_eq!(engine.state.lock().durable, applied);
+    }
+
+    /// An engine whose writes of user 1 are refused as "moving" (`retry_later`) while
+    /// `fenced` is set, as a bucket move's fence refuses its buckets' writes.
+    #[derive(Default)]
+    struct Fencing {
+        fenced: std::sync::atomic::AtomicBool,
+        /// Every write applied, in order: (user, like or not).
+        applied: Mutex<Vec<(u64, bool)>>,
+    }
+
+    impl WriteEngine for Fencing {
+        fn apply(&self, _: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
+            unreachable!("the committer calls apply_each")
+        }
+
+        fn apply_each(&self, ops: &[WriteOp]) -> Vec<StoreResult<WriteOutcome>> {
+            let fenced = self.fenced.load(Ordering::Acquire);
+            let mut applied = self.applied.lock();
+            ops.iter()
+                .map(|op| {
+                    let WriteOp::Like(l) = op else { unreachable!("likes only") };
+                    if fenced && l.user.0 == 1 {
+                        return Err(StoreError::Engine("moving".into()));
+                    }
+                    applied.push((l.user.0, l.action == LikeAction::Like));
+                    Ok(WriteOutcome::Like(LikeOutcome { liked: true, changed: true, event_seq: None }))
+                })
+                .collect()
+        }
+
+        fn retry_later(&self, e: &StoreError) -> bool {
+            matches!(e, StoreError::Engine(m) if m == "moving")
+        }
+
+        fn sync(&self) -> StoreResult<()> {
+            Ok(())
+        }
+    }
+
+    /// A write the engine hands back (a moving bucket) waits for a later batch without holding
+    /// the lane: the writes after it are answered meanwhile, its own key's next write waits
+    /// behind it, and both run, in order, once the engine takes them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_handed_back_waits_off_the_lane_and_keeps_its_place() {
+        let engine = Arc::new(Fencing::default());
+        engine.fenced.store(true, Ordering::Release);
+        let gc = GroupCommitter::start(engine.clone(), opts(64));
+        let held = tokio::spawn({
+            let gc = gc.clone();
+            async move { gc.submit(op(1)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let unlike = tokio::spawn({
+            let gc = gc.clone();
+            async move { gc.submit(LikeOp { action: LikeAction::Unlike, ..op(1) }).await }
+        });
+        // Another key's writes are answered while the fence holds user 1's.
+        for u in 2..20 {
+            tokio::time::timeout(Duration::from_secs(1), gc.submit(op(u)))
+                .await
+                .expect("a write beside a held one is answered at once")
+                .expect("applied");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!held.is_finished() && !unlike.is_finished(), "a held write was answered while fenced");
+        assert!(engine.applied.lock().iter().all(|(u, _)| *u != 1));
+        engine.fenced.store(false, Ordering::Release);
+        held.await.expect("test step").expect("applied once the fence is gone");
+        unlike.await.expect("test step").expect("applied once the fence is gone");
+        let mine: Vec<bool> =
+            engine.applied.lock().iter().filter(|(u, _)| *u == 1).map(|(_, like)| *like).collect();
+        assert_eq!(mine, vec![true, false], "the like, then the unlike, each once");
+        gc.close();
     }
 }

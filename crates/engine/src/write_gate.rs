@@ -37,6 +37,13 @@ impl OpGate {
         )
     }
 
+    /// The writer hands a taken operation back to its queue: the engine wrote nothing of it
+    /// and it runs in a later batch (`WriteEngine::retry_later`). Until then its request's
+    /// deadline may cancel it again.
+    pub fn requeue(&self) {
+        let _ = self.0.compare_exchange(TAKEN, QUEUED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
     /// The request gives up on the operation; false when the writer has taken it already.
     fn cancel(&self) -> bool {
         matches!(

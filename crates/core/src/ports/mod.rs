@@ -45,6 +45,14 @@ pub trait WriteEngine: Send + Sync {
             Err(e) => ops.iter().map(|_| Err(e.duplicate())).collect(),
         }
     }
+    /// Whether `e`, an operation's result from `apply_each`, means the engine wrote nothing of
+    /// it and it is to run again in a later batch: its data is moving between servers for a
+    /// moment (a PostgreSQL bucket move's fence). The committer holds such an operation
+    /// back, with its place before later operations on the same key, and answers the rest
+    /// of the batch at once. By default, never.
+    fn retry_later(&self, _e: &crate::StoreError) -> bool {
+        false
+    }
     /// Make all applied batches durable (one fsync for many batches).
     fn sync(&self) -> StoreResult<()>;
     /// The engine's name in traces (`embedded`, `postgres`).

@@ -141,6 +141,9 @@ struct Inner {
     urls: parking_lot::RwLock<Vec<String>>,
     /// When this process last announced new outbox rows on each shard (`outbox_wakeups`).
     announced: outbox_wakeups::Announced,
+    /// The buckets a move was last seen fencing (`write.rs`): their writes are handed back
+    /// to the group committer without a transaction tried on the source.
+    fenced: write::FencedBuckets,
     /// The size of a pool opened for a registered shard.
     pool_size: usize,
     /// Where posts and users live (the catalog as last read; see `placement`).
@@ -311,6 +314,7 @@ impl PgStore {
                 shown: parking_lot::RwLock::new(opts.shards.iter().map(|u| (tls::redact(u), true)).collect()),
                 urls: parking_lot::RwLock::new(opts.shards.clone()),
                 announced: Default::default(),
+                fenced: Default::default(),
                 pool_size: opts.pool_size,
                 replicas,
                 writes: writes::Writes::new(opts.pool_size),

@@ -48,19 +48,38 @@ use std::collections::{HashMap, HashSet};
 const ATTEMPTS: usize = 4;
 
 /// How long a batch's part refused because its buckets are moving keeps being retried (each
-/// time after reading the catalog again): a move's fence lasts one copy of its buckets.
+/// time after reading the catalog again) by a caller that waits it out (`apply`): a move's
+/// fence lasts one copy of its buckets. The group committer does not wait here
+/// (`apply_each`): it hands such writes to a later batch of its own.
 const MOVED_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long buckets seen fenced on a shard are taken to still be, with the catalog unchanged:
+/// their writes are handed back without a transaction tried on the source meanwhile. A fence
+/// ends with the catalog's switch, or, for a move that failed, without one: then the source
+/// is asked again after this.
+const FENCE_SEEN_FOR: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl WriteEngine for PgStore {
     fn apply(&self, ops: &[WriteOp]) -> StoreResult<Vec<WriteOutcome>> {
-        self.apply_each(ops).into_iter().collect()
+        match self.block_on_writes(self.apply_each_async(ops)) {
+            Ok(out) => out.into_iter().collect(),
+            Err(e) => Err(e),
+        }
     }
 
+    /// Writes to buckets a move has fenced are answered at once with the move's error
+    /// (`retry_later`), not waited for: the other writes of the batch commit and are answered
+    /// now, and the committer runs those again in a later batch, so a fence holds only the
+    /// writes to the moving buckets, not the lane.
     fn apply_each(&self, ops: &[WriteOp]) -> Vec<StoreResult<WriteOutcome>> {
-        match self.block_on_writes(self.apply_each_async(ops)) {
+        match self.block_on_writes(self.apply_parts(ops, false)) {
             Ok(out) => out,
             Err(e) => ops.iter().map(|_| Err(e.duplicate())).collect(),
         }
+    }
+
+    fn retry_later(&self, e: &StoreError) -> bool {
+        super::reshard::moved(e)
     }
 
     fn sync(&self) -> StoreResult<()> {
@@ -82,6 +101,61 @@ fn op_shard(s: &PgStore, op: &WriteOp) -> usize {
     }
 }
 
+/// The buckets whose rows `op` writes in its shard's transaction, as far as they are known:
+/// a like its post's; a create its post's and its author's (the fingerprint, when the author
+/// is on the same shard); a status change or delete its comment's (`None` for a legacy
+/// comment, placed by its ID). Telling apart which writes of a refused part a fence holds.
+fn op_buckets(p: &Placement, op: &WriteOp) -> Option<[u32; 2]> {
+    match op {
+        WriteOp::Like(l) => Some([p.bucket_of(l.post); 2]),
+        WriteOp::Comment(CommentOp::Create(r, _)) | WriteOp::KeyedComment(r, _, _) => {
+            Some([p.bucket_of(r.post.0), p.bucket_of(r.author.0)])
+        }
+        WriteOp::Comment(CommentOp::SetStatus { id, .. } | CommentOp::Delete { id, .. }) => {
+            p.bucket_of_comment(*id).map(|b| [b; 2])
+        }
+    }
+}
+
+/// The buckets a move was last seen fencing, per shard: with the catalog version and when.
+#[derive(Default)]
+pub(super) struct FencedBuckets {
+    seen: parking_lot::Mutex<HashMap<usize, Seen>>,
+    /// Writes were handed back since the catalog was last read: the next batch reads it
+    /// first (a switch moves them to their new shard at once, not after the watch's interval).
+    refresh: std::sync::atomic::AtomicBool,
+}
+
+struct Seen {
+    version: i64,
+    at: std::time::Instant,
+    buckets: HashSet<u32>,
+}
+
+impl FencedBuckets {
+    /// Per shard, the buckets seen fenced moments ago under catalog `version`.
+    fn current(&self, version: i64) -> HashMap<usize, HashSet<u32>> {
+        let seen = self.seen.lock();
+        seen.iter()
+            .filter(|(_, s)| s.version == version && s.at.elapsed() < FENCE_SEEN_FOR)
+            .map(|(shard, s)| (*shard, s.buckets.clone()))
+            .collect()
+    }
+
+    fn record(&self, shard: usize, version: i64, buckets: HashSet<u32>) {
+        self.seen.lock().insert(shard, Seen { version, at: std::time::Instant::now(), buckets });
+    }
+}
+
+/// The error of a write held by a fence without a transaction tried (`FencedBuckets`): what
+/// the source says of such writes, recognized as it is (`reshard::moved`).
+fn fenced_error(shard: usize) -> StoreError {
+    StoreError::Overloaded {
+        engine: "postgres",
+        source: Box::new(super::reshard::BucketMoving(format!("a bucket on shard {shard} is moving"))),
+    }
+}
+
 impl PgStore {
     /// Apply a batch, the first error for all (tests that write whole batches).
     #[cfg(test)]
@@ -90,32 +164,82 @@ impl PgStore {
     }
 
     /// Apply a batch, one shard transaction per shard it touches: each operation hears its own
-    /// part's result, since one part can commit while another fails.
+    /// part's result, since one part can commit while another fails. Writes to moving buckets
+    /// are waited for (up to `MOVED_RETRY_FOR`).
     pub(crate) async fn apply_each_async(&self, ops: &[WriteOp]) -> Vec<StoreResult<WriteOutcome>> {
+        self.apply_parts(ops, true).await
+    }
+
+    /// Apply a batch, one shard transaction per shard it touches. A shard's part refused
+    /// because a bucket of it is fenced by a move (`reshard`) committed nothing: the buckets
+    /// fenced on that shard are read, and its writes to other buckets run again at once;
+    /// those to the fenced buckets run again after the catalog is read again (`wait_moved`)
+    /// or are answered with the move's error for the caller to run again later.
+    async fn apply_parts(&self, ops: &[WriteOp], wait_moved: bool) -> Vec<StoreResult<WriteOutcome>> {
         let mut out: Vec<Option<StoreResult<WriteOutcome>>> = (0..ops.len()).map(|_| None).collect();
         let mut pending: Vec<usize> = (0..ops.len()).collect();
         let started = std::time::Instant::now();
+        let fenced = &self.inner.fenced;
+        // Writes were handed back: a switch since then sends them to their new shard now.
+        // Shard 0 out of reach fails none of these writes (the catalog read stays as it was;
+        // each node's watch reads it again).
+        if fenced.refresh.swap(false, std::sync::atomic::Ordering::AcqRel)
+            && let Err(e) = self.refresh_placement().await
+        {
+            tracing::debug!(error = %e, "reading the catalog after a move's refusal failed");
+        }
         while !pending.is_empty() {
+            let placement = self.placement();
+            // Writes to buckets seen fenced moments ago are held without trying the source.
+            let mut held: Vec<(usize, StoreError)> = Vec::new();
+            let seen = fenced.current(placement.version);
+            pending.retain(|k| {
+                let shard = op_shard(self, &ops[*k]);
+                let hit = seen.get(&shard).is_some_and(|f| {
+                    op_buckets(&placement, &ops[*k]).is_some_and(|bs| bs.iter().any(|b| f.contains(b)))
+                });
+                if hit {
+                    held.push((*k, fenced_error(shard)));
+                }
+                !hit
+            });
             let groups = self.group(&pending, |k| op_shard(self, &ops[*k]));
             let parts = futures::future::join_all(groups.iter().map(|(shard, idx)| {
                 self.apply_shard(*shard, idx.iter().map(|i| &ops[pending[*i]]).collect())
             }))
             .await;
-            // A shard's part refused because a bucket of it moved (`reshard`) committed
-            // nothing: it runs again on the shards the catalog names now. The other parts
-            // committed.
             // A part that failed committed nothing (or, `OutcomeUnknown`, may have): only its
-            // own operations hear its error.
-            let mut moved = Vec::new();
-            for ((_, idx), part) in groups.iter().zip(parts) {
+            // own operations hear its error. The other parts committed.
+            let mut again = Vec::new();
+            for ((shard, idx), part) in groups.iter().zip(parts) {
                 match part {
                     Ok(outcomes) => {
                         for (i, o) in idx.iter().zip(outcomes) {
                             out[pending[*i]] = Some(Ok(o));
                         }
                     }
-                    Err(e) if super::reshard::moved(&e) && started.elapsed() < MOVED_RETRY_FOR => {
-                        moved.extend(idx.iter().map(|i| pending[*i]))
+                    Err(e) if super::reshard::moved(&e) => {
+                        metrics::counter!("likewise_pg_write_moved_retries_total").increment(1);
+                        // Which of its writes the fence holds: those to a bucket fenced there
+                        // now. Should none be found (the fence is gone, or a write touches a
+                        // bucket not told above), all of them.
+                        let now = self.fenced_buckets(*shard).await.unwrap_or_default();
+                        let of_part: Vec<usize> = idx.iter().map(|i| pending[*i]).collect();
+                        let holds = |k: &usize| {
+                            op_buckets(&placement, &ops[*k])
+                                .is_none_or(|bs| bs.iter().any(|b| now.contains(b)))
+                        };
+                        let (by_fence, free): (Vec<usize>, Vec<usize>) =
+                            of_part.iter().partition(|k| holds(k));
+                        if !now.is_empty() {
+                            fenced.record(*shard, placement.version, now);
+                        }
+                        if by_fence.is_empty() {
+                            held.extend(of_part.into_iter().map(|k| (k, fenced_error(*shard))));
+                        } else {
+                            held.extend(by_fence.into_iter().map(|k| (k, fenced_error(*shard))));
+                            again.extend(free);
+                        }
                     }
                     Err(e) => {
                         for i in idx {
@@ -124,28 +248,47 @@ impl PgStore {
                     }
                 }
             }
-            if !moved.is_empty() {
-                metrics::counter!("likewise_pg_write_moved_retries_total").increment(1);
-                let before = self.placement().version;
-                let refreshed = match self.refresh_placement().await {
-                    Ok(p) => p,
-                    Err(e) => {
-                        for i in moved {
-                            out[i] = Some(Err(e.duplicate()));
-                        }
-                        break;
+            if !held.is_empty() {
+                if !wait_moved || started.elapsed() >= MOVED_RETRY_FOR {
+                    fenced.refresh.store(true, std::sync::atomic::Ordering::Release);
+                    for (k, e) in held {
+                        out[k] = Some(Err(e));
                     }
-                };
-                if refreshed.version == before {
-                    // Fenced on the source, not yet switched in the catalog: a moment.
-                    tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                } else if again.is_empty() {
+                    let before = placement.version;
+                    match self.refresh_placement().await {
+                        Ok(p) if p.version == before => {
+                            // Fenced on the source, not yet switched in the catalog: a moment.
+                            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            for (k, _) in held {
+                                out[k] = Some(Err(e.duplicate()));
+                            }
+                            break;
+                        }
+                    }
+                    again.extend(held.into_iter().map(|(k, _)| k));
+                } else {
+                    // The writes the fence does not hold go first; these with them.
+                    again.extend(held.into_iter().map(|(k, _)| k));
                 }
             }
-            pending = moved;
+            again.sort_unstable();
+            pending = again;
         }
         out.into_iter()
             .map(|o| o.unwrap_or_else(|| Err(StoreError::Engine("write batch lost an outcome".into()))))
             .collect()
+    }
+
+    /// The buckets of `shard` a move fences now (listed, not being copied).
+    async fn fenced_buckets(&self, shard: usize) -> StoreResult<HashSet<u32>> {
+        let c = self.write_conn(shard).await?;
+        let rows =
+            c.query("SELECT bucket FROM bucket_fences WHERE NOT logging", &[]).await.map_err(pg_err)?;
+        Ok(rows.iter().map(|r| r.get::<_, i32>(0) as u32).collect())
     }
 
     async fn apply_shard(&self, shard: usize, ops: Vec<&WriteOp>) -> StoreResult<Vec<WriteOutcome>> {

@@ -149,6 +149,11 @@ impl Placement {
         ((id % (1 << LEGACY_SHARD_BITS)) as usize) % self.legacy.shards
     }
 
+    /// The bucket of a comment (its post's); `None` for a legacy comment, placed by its ID.
+    pub fn bucket_of_comment(&self, id: CommentId) -> Option<u32> {
+        (id.0 > self.legacy.comment_max).then_some((id.0 % (1 << BUCKET_BITS)) as u32)
+    }
+
     /// The shard holding a comment (its post's shard).
     pub fn shard_of_comment(&self, id: CommentId) -> usize {
         if id.0 <= self.legacy.comment_max {

@@ -20,11 +20,12 @@
 //!    take writes meanwhile), the listing turns into a fence (new writes of the buckets are refused at
 //!    once, every other bucket writes on), then the mover takes the fence locks exclusively:
 //!    every writer that got in before is done.
-//! 7. **Drain and catch-up**: the move waits until the source's aggregator has applied the
-//!    buckets' last events (the derived tables, `counters` and `comment_ranks`, take its
-//!    writes until the buckets have moved); then, in one target transaction, the rows whose
-//!    keys were logged are replaced by the source's (or deleted), the derived tables are
-//!    copied whole, and the tables this changed are counted on both sides.
+//! 7. **Drain and catch-up**, in one target transaction: the rows whose keys were logged are
+//!    replaced by the source's (or deleted) while the move waits, on a connection of its
+//!    own, until the source's aggregator has applied the buckets' last events (the derived
+//!    tables, `counters` and `comment_ranks`, take its writes until the buckets have moved);
+//!    then the derived tables are copied whole, and the tables this changed are counted on
+//!    both sides.
 //! 8. **Mark** the buckets moved on the source (`bucket_fences`): from here on the source
 //!    refuses their rows for good, whatever a writer believes.
 //! 9. **Switch** the catalog (the buckets' shard, its version; the journal says `switched`)
@@ -156,6 +157,34 @@ fn engine(msg: String) -> StoreError {
 fn int_array(buckets: &[u32]) -> String {
     let list: Vec<String> = buckets.iter().map(u32::to_string).collect();
     format!("'{{{}}}'::integer[]", list.join(","))
+}
+
+/// The drain under a fence, running beside the catch-up; ended if the move gives up first.
+struct Drained(tokio::task::JoinHandle<StoreResult<Duration>>);
+
+impl Drained {
+    /// When it ended (since the fence began), once it has.
+    async fn wait(mut self) -> StoreResult<Duration> {
+        match (&mut self.0).await {
+            Ok(r) => r,
+            Err(e) => Err(engine(format!("the drain under the fence failed: {e}"))),
+        }
+    }
+}
+
+impl Drop for Drained {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The first column of each of `sqls` (counts), every statement sent at once on `c`.
+async fn count_all(c: &deadpool_postgres::Transaction<'_>, sqls: &[&str]) -> StoreResult<Vec<i64>> {
+    futures::future::join_all(sqls.iter().map(|sql| c.query_one(*sql, &[])))
+        .await
+        .into_iter()
+        .map(|r| r.map(|row| row.get::<_, i64>(0)).map_err(pg_err))
+        .collect()
 }
 
 /// The two copies of a move.
@@ -386,11 +415,15 @@ impl PgStore {
         // writes: under a storm it runs seconds behind, and draining all of it under the fence
         // held the buckets' writes that long. The drain under the fence then waits only for
         // the events of the last moments.
-        if opts.drain
-            && let Err(e) = self.drain(&src, source, &consumer, opts.drain_timeout).await
-        {
-            self.release(source, buckets, "logging").await;
-            return Err(e);
+        // Twice: what the storm wrote while the first drain worked is what the fence would
+        // wait for; after a second one, only the events of its own moments are left.
+        for _ in 0..2 {
+            if opts.drain
+                && let Err(e) = self.drain(&src, source, &consumer, opts.drain_timeout).await
+            {
+                self.release(source, buckets, "logging").await;
+                return Err(e);
+            }
         }
         // 6. The fence: new writes of these buckets are refused (the logging ends, committed),
         //    then the writers that got past it before are waited for (their locks). A writer
@@ -405,25 +438,31 @@ impl PgStore {
         // Writes of the buckets are refused from here on: the hold counts from now.
         let fenced_at = Instant::now();
         let fence_tx = lock_buckets(&mut src, &b).await?;
-        // 7. The source's counters hold every event of these buckets.
-        if opts.drain {
-            let drained = self.drain(&fence_tx, source, &consumer, opts.drain_timeout).await;
-            if let Err(e) = drained {
-                return Err(self.unfence(fence_tx, source, buckets, e).await);
-            }
-        }
+        let locked = fenced_at.elapsed();
+        // 7. The source's counters hold every event of these buckets: waited for on a
+        //    connection of its own (every writer of the buckets has committed: the locks),
+        //    while the catch-up copies the user-written tables, which do not depend on it.
+        let drained = opts.drain.then(|| {
+            let (store, consumer, timeout) = (self.clone(), consumer.clone(), opts.drain_timeout);
+            Drained(tokio::spawn(async move {
+                let c = store.conn(source).await?;
+                store.drain(&c, source, &consumer, timeout).await?;
+                Ok(fenced_at.elapsed())
+            }))
+        });
         if let Err(e) = self.advance_sequences(&fence_tx, target).await {
             return Err(self.unfence(fence_tx, source, buckets, e).await);
         }
-        // 7. Then the catch-up: the rows changed since the snapshot, and the derived tables whole;
-        //    then every table is counted on both sides.
-        let (under_fence, caught_up) = match self.copy(&fence_tx, buckets, target, Pass::CatchUp, &keys).await
-        {
-            Ok(rows) => rows,
+        // 7. Then the catch-up: the rows changed since the snapshot, and the derived tables
+        //    whole once drained; then every table is counted on both sides.
+        let copied = self.copy_caught_up(&fence_tx, buckets, target, &keys, drained).await;
+        let (under_fence, caught_up, drained) = match copied {
+            Ok(copied) => copied,
             Err(e) => return Err(self.unfence(fence_tx, source, buckets, e).await),
         };
         let rows = bulk + under_fence;
         fence_tx.execute("DELETE FROM bucket_changes WHERE bucket = ANY($1)", &[&b]).await.map_err(pg_err)?;
+        let copied = fenced_at.elapsed();
         if opts.stop_after == Some(Step::Copied) {
             return Err(engine("stopped after copying (test)".into()));
         }
@@ -457,6 +496,19 @@ impl PgStore {
         tx0.commit().await.map_err(pg_err)?;
         fence_tx.commit().await.map_err(pg_err)?;
         let fenced_for = fenced_at.elapsed();
+        // Where a fence's time went (ms since it began), for telling a slow lock, drain,
+        // catch-up or switch apart.
+        tracing::debug!(
+            source,
+            target,
+            buckets = buckets.len(),
+            under_fence,
+            locked_ms = locked.as_millis() as u64,
+            drained_ms = drained.map(|d| d.as_millis() as u64),
+            copied_ms = copied.as_millis() as u64,
+            released_ms = fenced_for.as_millis() as u64,
+            "bucket move fence"
+        );
         self.load_placement().await?;
         metrics::counter!("likewise_buckets_moved_total").increment(buckets.len() as u64);
         metrics::histogram!("likewise_bucket_move_fence_seconds").record(fenced_for.as_secs_f64());
@@ -619,6 +671,34 @@ impl PgStore {
         pass: Pass,
         keys: &[fence::RowKey],
     ) -> StoreResult<(u64, u64)> {
+        let (total, caught, _) = self.copy_until(source_tx, buckets, target, pass, keys, None).await?;
+        Ok((total, caught))
+    }
+
+    /// The catch-up pass, its derived tables copied once `drained` (the drain under the
+    /// fence) is done. Returns the rows copied, those of the catch-up, and when the drain
+    /// ended (since the fence began).
+    async fn copy_caught_up(
+        &self,
+        source_tx: &deadpool_postgres::Transaction<'_>,
+        buckets: &[u32],
+        target: usize,
+        keys: &[fence::RowKey],
+        drained: Option<Drained>,
+    ) -> StoreResult<(u64, u64, Option<Duration>)> {
+        self.copy_until(source_tx, buckets, target, Pass::CatchUp, keys, drained).await
+    }
+
+    async fn copy_until(
+        &self,
+        source_tx: &deadpool_postgres::Transaction<'_>,
+        buckets: &[u32],
+        target: usize,
+        pass: Pass,
+        keys: &[fence::RowKey],
+        mut drained: Option<Drained>,
+    ) -> StoreResult<(u64, u64, Option<Duration>)> {
+        let mut drained_at = None;
         let list = int_array(buckets);
         let mut tc = self.conn(target).await?;
         let ttx = tc.transaction().await.map_err(pg_err)?;
@@ -635,21 +715,43 @@ impl PgStore {
                 changes.entry(r.get(0)).or_default().push(r.get(1));
             }
         }
+        // Every table's columns, in one read, by name: the two shards may hold a table in
+        // different column orders (migration 26 rewrites a populated shard's `likes` later
+        // than it creates an empty one's).
+        let names: Vec<&str> = TABLES.iter().map(|t| t.name).collect();
+        let columns_of: std::collections::HashMap<String, Vec<String>> = ttx
+            .query(
+                "SELECT c.relname::text, array_agg(quote_ident(a.attname::text) ORDER BY a.attnum)
+                 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+                 WHERE c.oid = ANY($1::text[]::regclass[]) AND a.attnum > 0 AND NOT a.attisdropped
+                 GROUP BY c.relname",
+                &[&names],
+            )
+            .await
+            .map_err(pg_err)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
         for (t, key) in TABLES.iter().zip(keys) {
+            // Nothing of this table in this pass: not even its columns are read (under the
+            // fence, a round trip per table held the buckets' writes that much longer).
+            let skip = match (pass, t.fence) {
+                (Pass::Bulk, Fence::Moved) => true,
+                (Pass::CatchUp, Fence::Moving) => !changes.contains_key(t.name),
+                _ => false,
+            };
+            if skip {
+                continue;
+            }
+            if t.fence == Fence::Moved
+                && let Some(d) = drained.take()
+            {
+                drained_at = Some(d.wait().await?);
+            }
             let filter = format!("{} = ANY({list})", t.bucket);
-            // By name: the two shards may hold a table in different column orders (migration
-            // 26 rewrites a populated shard's `likes` later than it creates an empty one's).
-            let columns: Vec<String> = ttx
-                .query(
-                    "SELECT quote_ident(attname) FROM pg_attribute
-                     WHERE attrelid = $1::text::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-                    &[&t.name],
-                )
-                .await
-                .map_err(pg_err)?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
+            let columns = columns_of
+                .get(t.name)
+                .ok_or_else(|| engine(format!("table {} not found on shard {target}", t.name)))?;
             let of_r = columns.iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", ");
             let select = match (pass, t.fence) {
                 (Pass::Bulk, Fence::Moved) => continue,
@@ -718,27 +820,31 @@ impl PgStore {
         // the bulk pass counted the others as of its snapshot, every change of their rows on
         // the source since is logged, and nothing but the mover writes them on the target
         // before the switch. Counting all of them under the fence scanned every table.
-        for t in TABLES {
-            let skip = match (pass, t.fence) {
-                (Pass::Bulk, Fence::Moved) => true,
-                (Pass::CatchUp, Fence::Moving) => !changes.contains_key(t.name),
-                _ => false,
-            };
-            if skip {
-                continue;
-            }
-            let count = format!("SELECT count(*) FROM {} r WHERE {} = ANY({list})", t.name, t.bucket);
-            let on_source: i64 = source_tx.query_one(&count, &[]).await.map_err(pg_err)?.get(0);
-            let on_target: i64 = ttx.query_one(&count, &[]).await.map_err(pg_err)?.get(0);
+        // Every count sent at once on each side (one round trip's wait, not two per table).
+        let counted: Vec<(&str, String)> = TABLES
+            .iter()
+            .filter(|t| match (pass, t.fence) {
+                (Pass::Bulk, Fence::Moved) => false,
+                (Pass::CatchUp, Fence::Moving) => changes.contains_key(t.name),
+                _ => true,
+            })
+            .map(|t| (t.name, format!("SELECT count(*) FROM {} r WHERE {} = ANY({list})", t.name, t.bucket)))
+            .collect();
+        let sqls: Vec<&str> = counted.iter().map(|(_, sql)| sql.as_str()).collect();
+        let (on_source, on_target) =
+            futures::future::join(count_all(source_tx, &sqls), count_all(&ttx, &sqls)).await;
+        for (((name, _), on_source), on_target) in counted.iter().zip(on_source?).zip(on_target?) {
             if on_source != on_target {
                 return Err(engine(format!(
-                    "{}: {on_source} rows on the source, {on_target} on the target after the {pass:?} pass",
-                    t.name
+                    "{name}: {on_source} rows on the source, {on_target} on the target after the {pass:?} pass"
                 )));
             }
         }
+        if let Some(d) = drained.take() {
+            drained_at = Some(d.wait().await?);
+        }
         ttx.commit().await.map_err(pg_err)?;
-        Ok((total, caught))
+        Ok((total, caught, drained_at))
     }
 
     /// Step 10: delete the moved buckets' rows from the source; the journal forgets the move.
@@ -910,14 +1016,30 @@ pub fn plan(p: &super::placement::Placement, shards: usize, per_move: usize) -> 
     moves
 }
 
-/// Whether a write failed because its bucket moved (SQLSTATE `LW001`): retry it after
-/// reading the placement again.
+/// A write held back because a move fences its bucket, told without asking the source
+/// (`write.rs`): as good as the source's refusal (`LW001`).
+#[derive(Debug)]
+pub(crate) struct BucketMoving(pub String);
+
+impl std::fmt::Display for BucketMoving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BucketMoving {}
+
+/// Whether a write failed because its bucket moved (SQLSTATE `LW001`, or [`BucketMoving`]):
+/// retry it after reading the placement again.
 pub(crate) fn moved(e: &StoreError) -> bool {
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = next {
         if let Some(pg) = err.downcast_ref::<tokio_postgres::Error>()
             && pg.code().is_some_and(|c| c.code() == MOVED)
         {
+            return true;
+        }
+        if err.is::<BucketMoving>() {
             return true;
         }
         next = err.source();

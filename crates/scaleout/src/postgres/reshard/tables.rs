@@ -47,12 +47,21 @@ pub(crate) const TABLES: &[Table] = &[
     // A post like stores no post_id (migration 26): its target is its post.
     t("likes", "lw_bucket(coalesce(r.post_id, r.target))"),
     t("liker_pages", TARGET),
-    derived("counters", TARGET),
     t("reports", "lw_comment_bucket(r.comment_id)"),
     t("report_counts", "lw_comment_bucket(r.comment_id)"),
     t("comment_holds", "lw_comment_bucket(r.comment_id)"),
     t("appeals", "lw_comment_bucket(r.comment_id)"),
     t("mod_queue", "lw_comment_bucket(r.comment_ord # (-9223372036854775808)::bigint)"),
+    t("posts", "lw_bucket(r.post_id)"),
+    t("pins", "lw_bucket(r.post_id)"),
+    t("views", "lw_bucket(r.post_id)"),
+    t("hourly_views", "lw_bucket(r.post_id)"),
+    // A key stored with its comment, in the same transaction: fenced alike.
+    t("comment_keys", "lw_bucket(r.post_id)"),
+    // The derived tables after every user-written table that needs no comment to tell its
+    // bucket: the catch-up copies those while the source's aggregator drains, and these
+    // once it has.
+    derived("counters", TARGET),
     // Derived too: the aggregator scores comments from their events. An API node's own
     // re-scoring after a comment write, made while the bucket is copied, can be left behind
     // on the source; the bucket's next event scores the comment again on its new shard.
@@ -60,12 +69,6 @@ pub(crate) const TABLES: &[Table] = &[
     // Written with `comment_ranks`, in its transactions.
     derived("comment_rank_versions", "lw_bucket(r.post_id)"),
     derived("comment_rank_history", "lw_bucket(r.post_id)"),
-    t("posts", "lw_bucket(r.post_id)"),
-    t("pins", "lw_bucket(r.post_id)"),
-    t("views", "lw_bucket(r.post_id)"),
-    t("hourly_views", "lw_bucket(r.post_id)"),
-    // A key stored with its comment, in the same transaction: fenced alike.
-    t("comment_keys", "lw_bucket(r.post_id)"),
     // Comments after the rows that look their bucket up through them.
     t("comments", "lw_bucket(r.post_id)"),
     // User-keyed.
