@@ -4,6 +4,11 @@
 #   embedded:  likewise serve on a fresh temporary data directory
 #   scale-out: likewise serve --role all on two fresh shard databases on the local PostgreSQL,
 #              Redis and NATS JetStream on localhost (fresh key and stream prefixes)
+# The node and the load client get cores of their own (taskset): the node SERVER_CPUS (default
+# 1), the client CLIENT_CPUS (default 0); on a one-core machine neither is pinned. PostgreSQL,
+# Redis and NATS are not pinned. The client's work per request is the same whether the node
+# acknowledges or sheds it, so on shared cores a shed request costs the node the client's
+# share too, and the figures measure the client.
 # Usage: docs/bench/overload.sh [path/to/likewise] [extra bench options...]
 # Prints each engine's report; the "summary" lines are the figures.
 set -euo pipefail
@@ -11,6 +16,13 @@ LW=${1:-target/release/likewise}
 shift || true
 SECRET=overload-bench-secret-0123456789abcdef
 export LIKEWISE__AUTH__SECRET=$SECRET LIKEWISE__SERVER__REQUEST_TIMEOUT_MS=1000
+if [ "$(nproc)" -ge 2 ]; then
+  SERVER_PIN=(taskset -c "${SERVER_CPUS:-1}")
+  CLIENT_PIN=(taskset -c "${CLIENT_CPUS:-0}")
+else
+  SERVER_PIN=()
+  CLIENT_PIN=()
+fi
 TMP=$(mktemp -d)
 PID=""
 prefix="lwov$(date +%s)"
@@ -27,7 +39,7 @@ trap cleanup EXIT
 serve() {
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$LW" serve --listen "127.0.0.1:$port" "$@" >"$TMP/serve.log" 2>&1 &
+  "${SERVER_PIN[@]}" "$LW" serve --listen "127.0.0.1:$port" "$@" >"$TMP/serve.log" 2>&1 &
   PID=$!
   URL="http://127.0.0.1:$port"
   for _ in $(seq 1 100); do
@@ -45,9 +57,9 @@ stop() {
   PID=""
 }
 
-echo "== embedded ($(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "== embedded ($(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores, node on ${SERVER_PIN[*]:-any}, client on ${CLIENT_PIN[*]:-any}, load $(cut -d' ' -f1-3 /proc/loadavg))"
 serve --data-dir "$TMP/embedded"
-"$LW" bench overload --url "$URL" "$@"
+"${CLIENT_PIN[@]}" "$LW" bench overload --url "$URL" "$@"
 stop
 
 echo "== scale-out: 2 PostgreSQL shards, Redis, NATS (load $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -68,5 +80,5 @@ prefix = "$prefix"
 EOF
 "$LW" migrate --config "$TMP/lw.toml" >/dev/null
 serve --config "$TMP/lw.toml" --role all --data-dir "$TMP/scaleout"
-"$LW" bench overload --url "$URL" "$@"
+"${CLIENT_PIN[@]}" "$LW" bench overload --url "$URL" "$@"
 stop

@@ -314,6 +314,10 @@ impl NotificationsConfig {
 pub struct ServerConfig {
     pub listen: String,
     pub request_timeout_ms: u64,
+    /// Admission control at the door: a write expecting to wait more than this share of
+    /// `request_timeout_ms` (requests in flight over their answer rate) is answered 503 with
+    /// `Retry-After` at once; reads, more than the whole timeout. 0 turns it off.
+    pub admission_wait_share: f64,
     pub max_body_bytes: usize,
     /// `all` (API and workers), `api` or `worker`; the last two need the postgres backend.
     pub role: String,
@@ -330,6 +334,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: "127.0.0.1:8080".into(),
             request_timeout_ms: 10_000,
+            admission_wait_share: 0.5,
             max_body_bytes: 64 * 1024,
             role: "all".into(),
             header_read_timeout_ms: 10_000,
@@ -623,6 +628,10 @@ impl Config {
         anyhow::ensure!(self.store.cache_mb >= 1, "store.cache_mb must be at least 1");
         anyhow::ensure!(self.server.request_timeout_ms >= 1, "server.request_timeout_ms must be at least 1");
         anyhow::ensure!(
+            (0.0..=1.0).contains(&self.server.admission_wait_share),
+            "server.admission_wait_share must be between 0 (no admission control at the door) and 1"
+        );
+        anyhow::ensure!(
             self.server.header_read_timeout_ms >= 1,
             "server.header_read_timeout_ms must be at least 1"
         );
@@ -798,6 +807,7 @@ impl Config {
         likewise_http::HttpOptions {
             max_body_bytes: self.server.max_body_bytes,
             request_timeout: Duration::from_millis(self.server.request_timeout_ms),
+            admission_wait_share: self.server.admission_wait_share,
             serve: likewise_http::server::ServeOptions {
                 header_read_timeout: Duration::from_millis(self.server.header_read_timeout_ms),
                 max_connections: self.server.max_connections,

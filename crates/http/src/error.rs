@@ -107,6 +107,19 @@ impl ApiError {
         e.retry_after = Some(1);
         e
     }
+    /// 503 unavailable with `Retry-After`: a write refused by admission control, at the door
+    /// or at the commit queue (the same answer either way: nothing was written).
+    pub fn shed(retry_after_secs: u64) -> Self {
+        let mut e = ApiError::unavailable("too many writes queued; nothing was written, retry later");
+        e.retry_after = Some(retry_after_secs.max(1));
+        e
+    }
+    /// 503 unavailable with `Retry-After`: a read refused by admission control at the door.
+    pub fn shed_read(retry_after_secs: u64) -> Self {
+        let mut e = ApiError::unavailable("too many requests queued; retry later");
+        e.retry_after = Some(retry_after_secs.max(1));
+        e
+    }
     /// 500 internal, without internals.
     pub fn internal() -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
@@ -136,10 +149,7 @@ impl From<ServiceError> for ApiError {
             }),
             Kind::Unavailable => match e {
                 ServiceError::Store(likewise_core::StoreError::Shed { retry_after_secs }) => {
-                    let mut e =
-                        ApiError::unavailable("too many writes queued; nothing was written, retry later");
-                    e.retry_after = Some(retry_after_secs.max(1));
-                    e
+                    ApiError::shed(retry_after_secs)
                 }
                 ServiceError::Store(likewise_core::StoreError::Refused { reason, retry_after_secs }) => {
                     let mut e = ApiError::unavailable(format!(

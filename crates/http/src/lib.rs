@@ -10,10 +10,12 @@
 //! - [`cursor`]: opaque, tamper-evident cursors.
 //! - [`dto`]: the JSON shapes; [`openapi`]: what the OpenAPI document adds to the route
 //!   table's annotations.
-//! - [`middleware`]: request metrics and the per-request timeout.
+//! - [`middleware`]: request metrics, admission control at the door and the per-request
+//!   timeout; [`admission`]: the door's estimate of the wait a request would face.
 //! - [`routes`]: one file per resource.
 //! - [`web`]: the web demo page at `/`, and the demo-only routes `likewise demo` adds.
 
+pub mod admission;
 pub mod auth;
 pub mod cursor;
 pub mod dto;
@@ -49,6 +51,10 @@ pub struct HttpOptions {
     /// A request taking longer is answered 503 (its write, if any, may still complete:
     /// retrying is safe because likes are idempotent).
     pub request_timeout: Duration,
+    /// Admission control at the door ([`admission`]): a write whose expected wait exceeds
+    /// this share of `request_timeout` is answered 503 with `Retry-After` before any work
+    /// (reads: the whole timeout); 0 turns the door off (the group commit still sheds).
+    pub admission_wait_share: f64,
     /// Connection-level limits (slow clients, connection count, drain).
     pub serve: server::ServeOptions,
     /// Most notification streams one user may hold open (`notifications.max_streams_per_user`).
@@ -75,6 +81,7 @@ impl Default for HttpOptions {
         HttpOptions {
             max_body_bytes: 64 * 1024,
             request_timeout: Duration::from_secs(10),
+            admission_wait_share: 0.5,
             serve: server::ServeOptions::default(),
             max_streams_per_user: 5,
             max_streams: 0,
@@ -97,6 +104,8 @@ pub struct AppState {
     pub opts: HttpOptions,
     /// Open notification streams, per user and in total.
     pub streams: routes::notifications::StreamSlots,
+    /// Requests in flight and their answer rate, for admission control.
+    pub door: admission::Door,
 }
 
 impl AppState {
@@ -109,7 +118,7 @@ impl AppState {
         opts: HttpOptions,
     ) -> Self {
         let streams = routes::notifications::StreamSlots::new(opts.max_streams_per_user, opts.stream_cap());
-        AppState { svc, keys, cursors, metrics, opts, streams }
+        AppState { svc, keys, cursors, metrics, opts, streams, door: admission::Door::default() }
     }
 }
 
@@ -136,6 +145,7 @@ pub fn router_with(state: Arc<AppState>, extra: Option<Router<Arc<AppState>>>) -
         .layer(DefaultBodyLimit::max(state.opts.max_body_bytes))
         .layer(axum::middleware::from_fn(middleware::require_json))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::timeout))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::admit))
         .layer(tower::util::option_layer(cors))
         .layer(axum::middleware::from_fn(middleware::limit_headers))
         .layer(axum::middleware::from_fn(middleware::track))

@@ -1,5 +1,6 @@
-//! Request metrics (rate, status and latency by route), the per-request timeout, the limits
-//! on request headers, and the content-type rule for request bodies.
+//! Request metrics (rate, status and latency by route), admission control at the door, the
+//! per-request timeout, the limits on request headers, and the content-type rule for request
+//! bodies.
 //!
 //! Every metric label comes from a closed set, whatever a client sends: the route template
 //! (or `unmatched`), one of the methods the API routes (or `other`), and the status code.
@@ -129,6 +130,51 @@ pub async fn timeout(State(state): State<Arc<AppState>>, req: Request, next: Nex
                 Ok(resp) => resp,
                 Err(_) => ApiError::outcome_unknown().into_response(),
             }
+        }
+    }
+}
+
+/// Admission control at the door (see [`crate::admission`]): a `/v1/` request that would
+/// wait longer than its bound (writes: `admission_wait_share` of the request timeout; reads:
+/// the whole timeout) is answered at once 503 `unavailable` with `Retry-After`, before its
+/// body, token or anything else is looked at; a write gets the same body as one the group
+/// commit sheds. Counted in `likewise_http_shed_total{kind}`. The notification stream and
+/// the analytics export, long by design, pass uncounted.
+pub async fn admit(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let share = state.opts.admission_wait_share;
+    let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str()).unwrap_or("");
+    let counted = share > 0.0
+        && route.starts_with("/v1/")
+        && route != "/v1/me/notifications/stream"
+        && route != "/v1/analytics/hourly";
+    let write = match *req.method() {
+        Method::PUT | Method::POST | Method::DELETE => true,
+        Method::GET | Method::HEAD => false,
+        _ => return next.run(req).await,
+    };
+    if !counted {
+        return next.run(req).await;
+    }
+    let (door, bound, kind) = if write {
+        (&state.door.writes, state.opts.request_timeout.mul_f64(share.min(1.0)), "write")
+    } else {
+        (&state.door.reads, state.opts.request_timeout, "read")
+    };
+    match door.admit(Instant::now(), bound) {
+        Err(wait) => {
+            metrics::counter!("likewise_http_shed_total", "kind" => kind).increment(1);
+            let after = crate::admission::retry_after(wait);
+            if write { ApiError::shed(after) } else { ApiError::shed_read(after) }.into_response()
+        }
+        Ok(ticket) => {
+            let resp = next.run(req).await;
+            let st = resp.status();
+            if st != axum::http::StatusCode::SERVICE_UNAVAILABLE
+                && st != axum::http::StatusCode::GATEWAY_TIMEOUT
+            {
+                ticket.served();
+            }
+            resp
         }
     }
 }

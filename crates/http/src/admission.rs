@@ -1,0 +1,242 @@
+//! Admission control at the door: a request that would wait past its deadline is refused
+//! before any work is spent on it (body, token, reads, the write queue).
+//!
+//! Under overload the queue forms ahead of the group commit: requests wait for a runtime
+//! worker, their body, their token check and their reads before the commit queue sees them,
+//! so the group commit's own estimate ([`likewise_engine::group_commit`]) sees a short queue
+//! while the request's time is mostly gone. Here each request is counted from the moment the
+//! router hands it over until its response: requests in flight over the rate at which the
+//! node answers them (Little's law) is the wait a new one can expect. A write expecting more
+//! than `server.admission_wait_share` of the request timeout gets an immediate 503 with
+//! `Retry-After` and the shed body (nothing written); a read, more than the whole timeout.
+//! The group commit's check stays as the second line.
+//!
+//! The rate is an exponentially weighted average of answers per second over windows of
+//! [`WINDOW`] in which the node was busy (an idle window says nothing about capacity), and
+//! counts only answers that did work (not 503s or 504s, which are quick and would make the
+//! queue look faster than it is). Below [`FLOOR`] requests in flight everything is admitted,
+//! so a cold or idle node measures its rate before it refuses anything.
+
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Length of one rate sample.
+pub const WINDOW: Duration = Duration::from_millis(100);
+/// Weight of the newest sample in the rate.
+const ALPHA: f64 = 0.3;
+/// Fewest requests in flight (of one kind) at which the door ever refuses one.
+pub const FLOOR: u64 = 256;
+
+/// Requests of one kind (writes, or reads) in flight and the rate they are answered at.
+#[derive(Debug)]
+pub struct Estimator {
+    in_flight: AtomicU64,
+    /// Answers counted in the current window.
+    answered: AtomicU64,
+    /// Answers per second (`f64` bits); 0 until the first busy window ends.
+    rate: AtomicU64,
+    /// Start of the current window, and whether a request was in flight during it.
+    window: Mutex<(Instant, bool)>,
+}
+
+/// One admitted request, counted in flight until dropped (answered, or given up by its
+/// client: the future is dropped either way).
+pub struct Ticket<'a> {
+    est: &'a Estimator,
+    served: bool,
+}
+
+impl Ticket<'_> {
+    /// The request was answered with real work done (not a refusal or a timeout): it counts
+    /// towards the rate.
+    pub fn served(mut self) {
+        self.served = true;
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if self.served {
+            self.est.answered.fetch_add(1, Ordering::Relaxed);
+        }
+        self.est.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Estimator {
+    /// An estimator with no requests and no rate yet; its first window starts at `now`.
+    pub fn new(now: Instant) -> Self {
+        Estimator {
+            in_flight: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            rate: AtomicU64::new(0f64.to_bits()),
+            window: Mutex::new((now, false)),
+        }
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Answers per second, as last estimated.
+    pub fn rate(&self) -> f64 {
+        f64::from_bits(self.rate.load(Ordering::Relaxed))
+    }
+
+    /// Close the current window if it is [`WINDOW`] old, folding its rate in when the node
+    /// was busy during it. One caller does it; the others go on with the current estimate.
+    fn roll(&self, now: Instant) {
+        let Some(mut w) = self.window.try_lock() else { return };
+        let busy = w.1 || self.in_flight() > 0;
+        let elapsed = now.saturating_duration_since(w.0);
+        if elapsed < WINDOW {
+            w.1 = busy;
+            return;
+        }
+        let answered = self.answered.swap(0, Ordering::Relaxed);
+        if busy || answered > 0 {
+            let sample = answered as f64 / elapsed.as_secs_f64();
+            let before = self.rate();
+            let next = if before == 0.0 { sample } else { (1.0 - ALPHA) * before + ALPHA * sample };
+            self.rate.store(next.to_bits(), Ordering::Relaxed);
+        }
+        *w = (now, self.in_flight() > 0);
+    }
+
+    /// The wait, in seconds, a request entering at `now` can expect: requests in flight over
+    /// the answer rate (infinite while there is no rate yet).
+    pub fn expected_wait(&self, now: Instant) -> f64 {
+        self.roll(now);
+        let rate = self.rate();
+        let n = self.in_flight() as f64;
+        if rate > 0.0 {
+            n / rate
+        } else if n == 0.0 {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// Admit a request entering at `now` whose wait may be at most `max_wait`: its ticket, or
+    /// the expected wait (seconds) it was refused for.
+    pub fn admit(&self, now: Instant, max_wait: Duration) -> Result<Ticket<'_>, f64> {
+        let wait = self.expected_wait(now);
+        if self.in_flight() >= FLOOR && wait > max_wait.as_secs_f64() {
+            return Err(wait);
+        }
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        Ok(Ticket { est: self, served: false })
+    }
+}
+
+/// The door of one node: writes and reads counted apart (a read's cost is not a write's).
+#[derive(Debug)]
+pub struct Door {
+    /// `PUT`, `POST` and `DELETE` under `/v1/`.
+    pub writes: Estimator,
+    /// `GET` and `HEAD` under `/v1/` (the notification stream and the analytics export,
+    /// which are long by design, are not counted).
+    pub reads: Estimator,
+}
+
+impl Default for Door {
+    fn default() -> Self {
+        let now = Instant::now();
+        Door { writes: Estimator::new(now), reads: Estimator::new(now) }
+    }
+}
+
+/// `Retry-After` for a request refused at an expected wait of `wait` seconds.
+pub fn retry_after(wait: f64) -> u64 {
+    if wait.is_finite() { wait.ceil().clamp(1.0, 30.0) as u64 } else { 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Run `n` requests through `e` at `now`, answered (served) at once.
+    fn serve(e: &Estimator, now: Instant, n: u64) {
+        for _ in 0..n {
+            e.admit(now, Duration::ZERO).expect("below the floor").served();
+        }
+    }
+
+    #[test]
+    fn the_rate_is_answers_per_second_of_busy_windows() {
+        let t0 = Instant::now();
+        let e = Estimator::new(t0);
+        assert_eq!(e.expected_wait(t0), 0.0, "an idle node expects no wait");
+        // 500 answers in the first 100 ms: 5,000/s.
+        serve(&e, t0 + MS, 500);
+        e.expected_wait(t0 + 100 * MS);
+        assert!((e.rate() - 5000.0).abs() < 1.0, "{}", e.rate());
+        // Then 100 answers a window: the average moves towards 1,000/s.
+        for k in 1..=30u32 {
+            serve(&e, t0 + (100 * k + 1) * MS, 100);
+            e.expected_wait(t0 + 100 * (k + 1) * MS);
+        }
+        assert!((e.rate() - 1000.0).abs() < 5.0, "{}", e.rate());
+        // An idle minute (nothing in flight, nothing answered) leaves the rate as it was.
+        let later = t0 + Duration::from_secs(63);
+        e.expected_wait(later);
+        assert!((e.rate() - 1000.0).abs() < 5.0, "idle windows do not count: {}", e.rate());
+    }
+
+    #[test]
+    fn requests_past_the_floor_are_refused_when_they_would_wait_too_long() {
+        let t0 = Instant::now();
+        let e = Estimator::new(t0);
+        serve(&e, t0, 1000);
+        e.expected_wait(t0 + 100 * MS); // 10,000 answers/s
+        let now = t0 + 150 * MS;
+        let max = Duration::from_millis(500);
+        // 5,000 in flight at 10,000/s is 0.5 s: the 5,001st is admitted, the next is not.
+        let held: Vec<_> = (0..5000).map(|_| e.admit(now, max).expect("within the bound")).collect();
+        let last = e.admit(now, max).expect("exactly at the bound");
+        let wait = e.admit(now, max).err().expect("past the bound");
+        assert!((wait - 0.5001).abs() < 1e-3, "{wait}");
+        assert_eq!(retry_after(wait), 1);
+        drop(last);
+        assert_eq!(e.in_flight(), 5000, "a refused request is not counted in flight");
+        // A refused or timed-out answer (not served) does not count towards the rate.
+        drop(held);
+        assert_eq!(e.in_flight(), 0);
+        e.expected_wait(t0 + 250 * MS);
+        assert!(e.rate() < 10_000.0 * 0.75, "unserved answers make no rate: {}", e.rate());
+    }
+
+    #[test]
+    fn a_cold_node_admits_up_to_the_floor_and_a_stalled_one_refuses_past_it() {
+        let t0 = Instant::now();
+        let e = Estimator::new(t0);
+        let max = Duration::from_secs(1);
+        // No rate yet: the floor is admitted, the next one is refused (its wait is unknown).
+        let held: Vec<_> = (0..FLOOR).map(|_| e.admit(t0, max).expect("below the floor")).collect();
+        let wait = e.admit(t0, max).err().expect("no rate past the floor");
+        assert!(wait.is_infinite());
+        assert_eq!(retry_after(wait), 1);
+        // Busy windows with no answers keep the rate at 0: still refused.
+        e.expected_wait(t0 + 200 * MS);
+        assert!(e.admit(t0 + 200 * MS, max).is_err());
+        // Once they are answered, the rate is known and requests are admitted again.
+        for t in held {
+            t.served();
+        }
+        assert!(e.admit(t0 + 400 * MS, max).is_ok());
+        assert!(e.rate() > 0.0);
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds_from_1_to_30() {
+        assert_eq!(retry_after(0.2), 1);
+        assert_eq!(retry_after(2.1), 3);
+        assert_eq!(retry_after(1e9), 30);
+        assert_eq!(retry_after(f64::INFINITY), 1);
+    }
+}
