@@ -66,6 +66,10 @@ pub struct Notifier {
     name: String,
     /// The label of its events metric: its partition, or `all`.
     partition: String,
+    /// Whether a read reached the end of the log since the start or the last rewind: then
+    /// everything up to the replay bound was read. A partition's log never reaches the
+    /// bound itself (the whole stream's head) when its last event lies below it.
+    caught_up: bool,
 }
 
 impl Notifier {
@@ -105,7 +109,17 @@ impl Notifier {
         holder.replaying_upto(head);
         tracing::info!(offset, head, fence, consumer = %name, "notifier resumes");
         let partition = part.map_or_else(|| "all".to_string(), |p| p.to_string());
-        Ok(Notifier { svc, log, holder, processed: offset, committed: offset, fence, name, partition })
+        Ok(Notifier {
+            svc,
+            log,
+            holder,
+            processed: offset,
+            committed: offset,
+            fence,
+            name,
+            partition,
+            caught_up: false,
+        })
     }
 
     /// The position the notifier has committed.
@@ -234,7 +248,7 @@ impl Notifier {
         // first would notify of them again. (At start nothing else is held.) A released like
         // was muted or not when it was read; one released and then lost in a failure is
         // re-read and held again from the committed offset.
-        if self.processed >= self.holder.replayed_upto() {
+        if self.caught_up || self.processed >= self.holder.replayed_upto() {
             changes.extend(self.holder.release_due(now_ms));
         }
         let applied = self.apply(&stores, changes).await;
@@ -248,6 +262,7 @@ impl Notifier {
     /// keeps in mind for the unlikes it reads again.
     fn rewind(&mut self) {
         self.holder.forget(self.processed);
+        self.caught_up = false;
         self.processed = self.committed;
     }
 
@@ -279,6 +294,7 @@ impl Notifier {
                 self.processed = e.seq;
             }
             if n < 4_096 {
+                self.caught_up = true;
                 return Ok(());
             }
         }
