@@ -394,15 +394,29 @@ pub async fn run_with(
     log: Arc<dyn EventLog>,
     shutdown: watch::Receiver<bool>,
 ) {
-    run_part(svc, opts, log, None, shutdown).await
+    run_part(svc, opts, log, None, None, shutdown).await
 }
 
-/// [`run_with`] for partition `part` (see [`Notifier::named`]).
+/// How many partition notifiers of one process step at once (the `steps` gate of
+/// [`run_part`]). A step's store work is per step, not per event (settings and follows read,
+/// a fenced commit on the offsets' shard, the recipients' shard's writer lock), so 64
+/// partitions stepping freely put 64 times the single notifier's load on the shards' pools:
+/// under a write storm a worker's pool of shard 0, where every partition's offset and fence
+/// live, had a median of 36 waiters, and the shard's counter aggregator, whose rank-index
+/// step checks a connection out many times in a row, took 20 to 50 s per step (a bucket
+/// move's drain gives up after 30 s). One at a time, the partitions together cost the pools
+/// what the single notifier did; each still commits its own offset under its own fence.
+pub const PART_STEPS_AT_ONCE: usize = 1;
+
+/// [`run_with`] for partition `part` (see [`Notifier::named`]). With `steps`, each step
+/// first takes one of its permits: the partitions of a process share it
+/// ([`PART_STEPS_AT_ONCE`]).
 pub async fn run_part(
     svc: Arc<dyn NotificationsPublisher>,
     opts: NotifierOptions,
     log: Arc<dyn EventLog>,
     part: Option<u16>,
+    steps: Option<Arc<tokio::sync::Semaphore>>,
     shutdown: watch::Receiver<bool>,
 ) {
     let mut n = match Notifier::named(svc, &opts, log, part).await {
@@ -414,6 +428,11 @@ pub async fn run_part(
     };
     let mut ticker = crate::Ticker::new(opts.tick, shutdown);
     while ticker.next().await {
+        // Never closed: the gate lives as long as its process's partitions.
+        let _permit = match &steps {
+            Some(gate) => Some(gate.clone().acquire_owned().await.expect("the steps gate is never closed")),
+            None => None,
+        };
         match n.step(now_ms()).await {
             Ok(_) => {}
             Err(e @ likewise_core::StoreError::Superseded(_)) => {

@@ -171,14 +171,17 @@ pub fn spawn_workers(
     for c in running.iter().copied() {
         let Some(kind) = c.partitioned() else { continue };
         let (svc, p, opts) = (svc.clone(), ports.clone(), opts.clone());
+        // The partitions held here step through one gate: together they load the store as
+        // the whole consumer did (`notifier::PART_STEPS_AT_ONCE`).
+        let steps = Arc::new(tokio::sync::Semaphore::new(crate::notifier::PART_STEPS_AT_ONCE));
         tasks.push(tokio::spawn(parts::shared(
             ports.leases.clone(),
             kind,
             PARTITIONS as u16,
             shutdown.clone(),
             move |part, stop| {
-                let (svc, p, opts) = (svc.clone(), p.clone(), opts.clone());
-                async move { consumer_part(c, &svc, &p, &opts, part, stop).await }
+                let (svc, p, opts, steps) = (svc.clone(), p.clone(), opts.clone(), steps.clone());
+                async move { consumer_part(c, &svc, &p, &opts, part, steps, stop).await }
             },
         )));
     }
@@ -232,10 +235,11 @@ async fn consumer_part(
     p: &ClusterPorts,
     opts: &WorkerOptions,
     part: u16,
+    steps: Arc<tokio::sync::Semaphore>,
     stop: watch::Receiver<bool>,
 ) {
     match c {
-        Consumer::Notifier => notifier(svc, p, opts.notifier.clone(), Some(part), stop).await,
+        Consumer::Notifier => notifier(svc, p, opts.notifier.clone(), Some((part, steps)), stop).await,
         Consumer::Trending | Consumer::Integrity | Consumer::Export => {
             tracing::error!(consumer = ?c, "not a partitioned consumer")
         }
@@ -243,14 +247,15 @@ async fn consumer_part(
 }
 
 /// The notifier of partition `part` (or of every event) on the stream, from its stored
-/// offset.
+/// offset; a partition's steps go through its process's gate.
 async fn notifier(
     svc: &Arc<Engagement>,
     p: &ClusterPorts,
     opts: NotifierOptions,
-    part: Option<u16>,
+    part: Option<(u16, Arc<tokio::sync::Semaphore>)>,
     stop: watch::Receiver<bool>,
 ) {
+    let (part, steps) = part.map_or((None, None), |(k, gate)| (Some(k), Some(gate)));
     let log = async {
         let offset = crate::notifier::Notifier::start_offset(svc, part).await?;
         let scope = part.map_or(Scope::All, Scope::Part);
@@ -258,7 +263,7 @@ async fn notifier(
     }
     .await;
     match log {
-        Ok(log) => crate::notifier::run_part(svc.clone(), opts, log, part, stop).await,
+        Ok(log) => crate::notifier::run_part(svc.clone(), opts, log, part, steps, stop).await,
         Err(e) => {
             tracing::error!(error = %e, "notifier not started");
             tokio::time::sleep(Duration::from_secs(1)).await;
