@@ -516,7 +516,10 @@ mod tests {
         /// is never refused (and a refused one is never documented as valid).
         #[test]
         fn the_username_schema_is_the_servers_rule(s in tricky()) {
-            let schema = username_rule();
+            // Built once: the document and its regex for every case took a minute of the suite.
+            static SCHEMA: std::sync::LazyLock<Box<dyn Fn(&str) -> bool + Send + Sync>> =
+                std::sync::LazyLock::new(|| Box::new(username_rule()));
+            let schema = &*SCHEMA;
             prop_assert_eq!(schema(&s), crate::routes::upstream::valid_username(&s).is_some(), "{:?}", s);
         }
     }
