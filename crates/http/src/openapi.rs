@@ -453,7 +453,9 @@ mod tests {
     }
 
     /// The username pattern of the document, compiled as a validator would.
-    fn username_rule() -> impl Fn(&str) -> bool {
+    type Rule = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
+    fn username_rule() -> impl Fn(&str) -> bool + Send + Sync + 'static {
         let doc = crate::openapi_document();
         let p = &doc["components"]["schemas"]["UserPut"]["properties"]["username"];
         let re = regex::Regex::new(p["pattern"].as_str().expect("pattern")).expect("compiles");
@@ -517,8 +519,7 @@ mod tests {
         #[test]
         fn the_username_schema_is_the_servers_rule(s in tricky()) {
             // Built once: the document and its regex for every case took a minute of the suite.
-            static SCHEMA: std::sync::LazyLock<Box<dyn Fn(&str) -> bool + Send + Sync>> =
-                std::sync::LazyLock::new(|| Box::new(username_rule()));
+            static SCHEMA: std::sync::LazyLock<Rule> = std::sync::LazyLock::new(|| Box::new(username_rule()));
             let schema = &*SCHEMA;
             prop_assert_eq!(schema(&s), crate::routes::upstream::valid_username(&s).is_some(), "{:?}", s);
         }
