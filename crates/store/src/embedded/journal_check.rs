@@ -709,14 +709,24 @@ pub fn repair(dir: &Path, confirm: bool) -> StoreResult<RepairReport> {
     if !dir.join("version").exists() {
         return Err(StoreError::Engine(format!("no embedded store in {}", dir.display())));
     }
-    // Never beside a running store: take the lock fjall takes.
-    let held = lock(dir)?;
-    if matches!(held, Lock::Busy) {
-        return Err(StoreError::Engine(format!(
-            "another likewise process holds {}: stop it before repairing",
-            dir.display()
-        )));
-    }
+    // Never beside a running store: take the lock fjall takes. As at a start, a store of this
+    // process that was just dropped may hold it a moment longer (its background threads let
+    // go of it last): wait a little before deciding that another process holds it.
+    let locked_until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let held = loop {
+        match lock(dir)? {
+            Lock::Busy if std::time::Instant::now() < locked_until => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Lock::Busy => {
+                return Err(StoreError::Engine(format!(
+                    "another likewise process holds {}: stop it before repairing",
+                    dir.display()
+                )));
+            }
+            held => break held,
+        }
+    };
     let mut judged = judge(dir).map_err(engine_err)?;
     drop(held);
     // No damaged journal, but writes acknowledged since the last start: only fjall can say
@@ -985,6 +995,37 @@ mod tests {
         let j = journal(dir.path());
         overwrite(&j, 100, 8);
         assert!(!opens_whole_or_refuses(dir.path(), batches + 5, "written after the clean start").await);
+    }
+
+    /// A store dropped in this process lets go of its lock file a moment later (fjall's
+    /// background threads hold it last): a repair right after waits for it, as a start does,
+    /// and one beside a lock that stays held is refused.
+    #[test]
+    fn repair_waits_for_a_lock_let_go_a_moment_later_and_refuses_one_held() {
+        let dir = crashed(4);
+        // The lock as a running store holds it (once the dropped one has let go of it).
+        let take = |dir: &Path| {
+            let file = File::options().read(true).write(true).open(dir.join("lock")).expect("lock file");
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while file.try_lock().is_err() {
+                assert!(std::time::Instant::now() < until, "the dropped store never let go of its lock");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            file
+        };
+        let file = take(dir.path());
+        let letting_go = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(400));
+            drop(file);
+        });
+        let report = repair(dir.path(), false).expect("waits for the lock, then checks");
+        assert!(!report.repaired);
+        letting_go.join().expect("join");
+
+        let file = take(dir.path());
+        let e = repair(dir.path(), false).expect_err("refused beside a held lock");
+        assert!(e.to_string().contains("stop it before repairing"), "{e}");
+        drop(file);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
