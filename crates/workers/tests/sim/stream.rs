@@ -48,11 +48,10 @@ fn position(w: &mut super::state::Inner, name: &str, scope: Scope, offset: u64) 
     );
 }
 
-fn in_scope(scope: Scope, m: &super::state::Msg) -> bool {
+fn in_scope(scope: Scope, shard: usize) -> bool {
     match scope {
         Scope::All => true,
-        Scope::Shard(s) => s == m.shard,
-        Scope::Part(k) => k == m.part,
+        Scope::Shard(s) => s == shard,
     }
 }
 
@@ -90,7 +89,7 @@ impl SimLog {
             }
         }
         let start = d.next;
-        for m in w.stream.iter().filter(|m| m.seq >= start && in_scope(d.scope, m)) {
+        for m in w.stream.iter().filter(|m| m.seq >= start && in_scope(d.scope, m.shard)) {
             if out.len() >= want {
                 break;
             }
