@@ -684,13 +684,25 @@ pub(super) enum Lock {
     Busy,
 }
 
+/// How long a lock may stay held before it counts as another process's: a store of this
+/// process that was just dropped lets go of it a moment later (its background threads last).
+pub(super) const LOCK_LET_GO: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Take the lock, waiting up to [`LOCK_LET_GO`] for it.
 pub(super) fn lock(dir: &Path) -> StoreResult<Lock> {
     if !dir.join("version").exists() {
         return Ok(Lock::Fresh);
     }
     let lock = File::options().read(true).write(true).create(true).truncate(false).open(dir.join("lock"));
     let lock = lock.map_err(engine_err)?;
-    Ok(if lock.try_lock().is_ok() { Lock::Held(lock) } else { Lock::Busy })
+    let until = std::time::Instant::now() + LOCK_LET_GO;
+    while lock.try_lock().is_err() {
+        if std::time::Instant::now() >= until {
+            return Ok(Lock::Busy);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Ok(Lock::Held(lock))
 }
 
 /// What `likewise store repair` found, and did when confirmed.
@@ -709,24 +721,14 @@ pub fn repair(dir: &Path, confirm: bool) -> StoreResult<RepairReport> {
     if !dir.join("version").exists() {
         return Err(StoreError::Engine(format!("no embedded store in {}", dir.display())));
     }
-    // Never beside a running store: take the lock fjall takes. As at a start, a store of this
-    // process that was just dropped may hold it a moment longer (its background threads let
-    // go of it last): wait a little before deciding that another process holds it.
-    let locked_until = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    let held = loop {
-        match lock(dir)? {
-            Lock::Busy if std::time::Instant::now() < locked_until => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            Lock::Busy => {
-                return Err(StoreError::Engine(format!(
-                    "another likewise process holds {}: stop it before repairing",
-                    dir.display()
-                )));
-            }
-            held => break held,
-        }
-    };
+    // Never beside a running store: take the lock fjall takes.
+    let held = lock(dir)?;
+    if matches!(held, Lock::Busy) {
+        return Err(StoreError::Engine(format!(
+            "another likewise process holds {}: stop it before repairing",
+            dir.display()
+        )));
+    }
     let mut judged = judge(dir).map_err(engine_err)?;
     drop(held);
     // No damaged journal, but writes acknowledged since the last start: only fjall can say

@@ -72,7 +72,7 @@ impl EmbeddedStore {
         // The lock file may still be held for a moment by a store of this process that was
         // just dropped (its background threads let go of it last): wait a little before
         // deciding that another process holds it.
-        let locked_until = Instant::now() + std::time::Duration::from_secs(3);
+        let locked_until = Instant::now() + journal_check::LOCK_LET_GO;
         let (db, checked) = loop {
             // The journal is checked before fjall reads it (and truncates it at the first
             // damage), holding the lock fjall takes so that no running store is judged.
