@@ -226,25 +226,13 @@ async fn write_comments(stores: &Stores, n: u64) -> anyhow::Result<Vec<CommentId
 /// over HTTP, one request at a time; then the same reads with the storm over.
 async fn top_over_http(n: u64, like_seconds: u64, rank_index: bool, uniform: bool) -> anyhow::Result<()> {
     use likewise_core::like::{LikeAction, Target};
-    let tmp = tempfile::tempdir()?;
-    let mut cfg = likewise_app::config::Config::load(
-        None,
-        &likewise_app::config::Overrides {
-            listen: Some("127.0.0.1:0".into()),
-            role: None,
-            data_dir: Some(tmp.path().to_path_buf()),
-        },
-    )?;
+    let (mut cfg, tmp) = crate::served::config(None, None, Some("127.0.0.1:0"))?;
     cfg.auth.secret = Some("bench-secret-bench-secret-bench-secret".into());
     cfg.limits.likes_per_minute = 0;
     cfg.aggregator.rank_index = rank_index;
-    let app = likewise_app::startup::Application::build(&cfg).await?;
-    let (svc, keys) = (app.service(), app.keys());
-    let client = crate::client::HttpClient::new(&format!("http://{}", app.local_addr()), 4);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until_stopped(async {
-        let _ = stopped.await;
-    }));
+    let served = crate::served::Served::start(&cfg, tmp).await?;
+    let (svc, keys) = (served.service.clone(), served.keys.clone());
+    let client = crate::client::HttpClient::new(&served.base, 4);
     let meta = likewise_core::model::PostMeta {
         author: UserId(1),
         hide_like_count: false,
@@ -315,7 +303,7 @@ async fn top_over_http(n: u64, like_seconds: u64, rank_index: bool, uniform: boo
     println!("first top page over HTTP, during the storm: {}", stats::summarise(&mut busy));
     let mut idle = read(client, url, token, Instant::now() + std::time::Duration::from_secs(5)).await?;
     println!("first top page over HTTP, after it:        {}", stats::summarise(&mut idle));
-    let _ = stop.send(());
-    server.await??;
-    Ok(())
+    // The service's last handle outside it goes first: its directory goes with it.
+    drop(svc);
+    served.stop().await
 }
