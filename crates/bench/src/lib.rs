@@ -13,10 +13,12 @@
 //! - `served`: the options that say where the service under a benchmark is (`--url`, else in
 //!   this process), and the whole service started in this process, serving HTTP.
 //! - `fresh`: a fresh service on a temporary store, where `comments` and `cold-post` start.
+//! - `claim`: `0..n` worked through by concurrent tasks, each claiming the next number.
 //! - `client`: the one HTTP client of every benchmark that drives a running server.
 //! - `stats`: latency percentiles and the progress bar.
 //! - `proc`: what /proc says about a process (resident memory, CPU time).
 
+mod claim;
 pub mod client;
 mod cold_read;
 mod comments;
