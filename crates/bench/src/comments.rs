@@ -6,6 +6,7 @@
 //! only the per-user rate limit and classifiers; the keyed and unkeyed creates go through the
 //! whole service (checks, classifiers, write path), alternating rounds of each.
 
+use crate::claim;
 use crate::fresh::{Fresh, fresh};
 use crate::stats::{self, progress};
 use likewise_core::comment::idempotency::IdempotencyKey;
@@ -131,32 +132,23 @@ async fn keyed_against_unkeyed(svc: &Arc<Engagement>, n: u64, rounds: u32) -> an
     for round in 0..rounds * 2 {
         let keyed = round % 2 == 1;
         let base = first_user.fetch_add(n, Ordering::Relaxed);
-        let next = Arc::new(AtomicU64::new(0));
         let started = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..64 {
-            let (svc, next) = (svc.clone(), next.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut lat = Vec::new();
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        return Ok::<_, anyhow::Error>(lat);
-                    }
-                    let user = UserId(base + i);
-                    let key = keyed
-                        .then(|| IdempotencyKey::parse(format!("bench-{}", user.0).as_bytes()))
-                        .transpose()?;
-                    let text = format!("a comment from {} with a few ordinary words", user.0);
-                    let t0 = Instant::now();
-                    svc.comments.create(user, PostId(1), &text, None, key).await?;
-                    lat.push(t0.elapsed().as_micros() as u64);
-                }
-            }));
-        }
-        for t in tasks {
-            lat[usize::from(keyed)].extend(t.await??);
-        }
+        let svc = svc.clone();
+        let round_lat = claim::each(n, 64, move |i| {
+            let svc = svc.clone();
+            async move {
+                let user = UserId(base + i);
+                let key = keyed
+                    .then(|| IdempotencyKey::parse(format!("bench-{}", user.0).as_bytes()))
+                    .transpose()?;
+                let text = format!("a comment from {} with a few ordinary words", user.0);
+                let t0 = Instant::now();
+                svc.comments.create(user, PostId(1), &text, None, key).await?;
+                Ok(t0.elapsed().as_micros() as u64)
+            }
+        })
+        .await?;
+        lat[usize::from(keyed)].extend(round_lat);
         rates[usize::from(keyed)].push(n as f64 / started.elapsed().as_secs_f64());
     }
     for (i, name) in ["unkeyed", "keyed  "].iter().enumerate() {
@@ -177,43 +169,35 @@ async fn keyed_against_unkeyed(svc: &Arc<Engagement>, n: u64, rounds: u32) -> an
 async fn write_comments(stores: &Stores, n: u64) -> anyhow::Result<Vec<CommentId>> {
     println!("writing {n} comments on one post...");
     let bar = progress(n);
-    let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..256 {
-        let (stores, next, bar) = (stores.clone(), next.clone(), bar.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut ids = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    return Ok::<_, anyhow::Error>(ids);
-                }
-                let rec = CommentRecord {
-                    id: CommentId(0),
-                    post: PostId(1),
-                    author: UserId(1000 + i % 5000),
-                    post_author: UserId(1),
-                    parent: None,
-                    reply_to_user: None,
-                    status: CommentStatus::Visible,
-                    text: format!("comment number {i} with a few ordinary words"),
-                    simhash: i,
-                };
-                match stores.writer.submit_comment(CommentOp::Create(rec, None)).await?.outcome {
-                    CommentOutcome::Done(Some(r)) => ids.push(r.id),
-                    other => anyhow::bail!("comment not written: {other:?}"),
-                }
-                if i % 1024 == 0 {
-                    bar.set_position(i);
-                }
+    // What every write needs, behind one `Arc`: one clone per write.
+    let shared = Arc::new((stores.writer.clone(), bar.clone()));
+    let ids = claim::each(n, 256, move |i| {
+        let shared = shared.clone();
+        async move {
+            let (writer, bar) = &*shared;
+            let rec = CommentRecord {
+                id: CommentId(0),
+                post: PostId(1),
+                author: UserId(1000 + i % 5000),
+                post_author: UserId(1),
+                parent: None,
+                reply_to_user: None,
+                status: CommentStatus::Visible,
+                text: format!("comment number {i} with a few ordinary words"),
+                simhash: i,
+            };
+            let id = match writer.submit_comment(CommentOp::Create(rec, None)).await?.outcome {
+                CommentOutcome::Done(Some(r)) => r.id,
+                other => anyhow::bail!("comment not written: {other:?}"),
+            };
+            if i % 1024 == 0 {
+                bar.set_position(i);
             }
-        }));
-    }
-    let mut ids = Vec::with_capacity(n as usize);
-    for t in tasks {
-        ids.extend(t.await??);
-    }
+            Ok(id)
+        }
+    })
+    .await?;
     bar.finish_and_clear();
     println!("durable comments/s: {:.0}", n as f64 / started.elapsed().as_secs_f64());
     Ok(ids)
@@ -226,25 +210,13 @@ async fn write_comments(stores: &Stores, n: u64) -> anyhow::Result<Vec<CommentId
 /// over HTTP, one request at a time; then the same reads with the storm over.
 async fn top_over_http(n: u64, like_seconds: u64, rank_index: bool, uniform: bool) -> anyhow::Result<()> {
     use likewise_core::like::{LikeAction, Target};
-    let tmp = tempfile::tempdir()?;
-    let mut cfg = likewise_app::config::Config::load(
-        None,
-        &likewise_app::config::Overrides {
-            listen: Some("127.0.0.1:0".into()),
-            role: None,
-            data_dir: Some(tmp.path().to_path_buf()),
-        },
-    )?;
+    let (mut cfg, tmp) = crate::served::config(None, None, Some("127.0.0.1:0"))?;
     cfg.auth.secret = Some("bench-secret-bench-secret-bench-secret".into());
     cfg.limits.likes_per_minute = 0;
     cfg.aggregator.rank_index = rank_index;
-    let app = likewise_app::startup::Application::build(&cfg).await?;
-    let (svc, keys) = (app.service(), app.keys());
-    let client = crate::client::HttpClient::new(&format!("http://{}", app.local_addr()), 4);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until_stopped(async {
-        let _ = stopped.await;
-    }));
+    let served = crate::served::Served::start(&cfg, tmp).await?;
+    let (svc, keys) = (served.service.clone(), served.keys.clone());
+    let client = crate::client::HttpClient::new(&served.base, 4);
     let meta = likewise_core::model::PostMeta {
         author: UserId(1),
         hide_like_count: false,
@@ -315,7 +287,7 @@ async fn top_over_http(n: u64, like_seconds: u64, rank_index: bool, uniform: boo
     println!("first top page over HTTP, during the storm: {}", stats::summarise(&mut busy));
     let mut idle = read(client, url, token, Instant::now() + std::time::Duration::from_secs(5)).await?;
     println!("first top page over HTTP, after it:        {}", stats::summarise(&mut idle));
-    let _ = stop.send(());
-    server.await??;
-    Ok(())
+    // The service's last handle outside it goes first: its directory goes with it.
+    drop(svc);
+    served.stop().await
 }

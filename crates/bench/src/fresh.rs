@@ -1,7 +1,6 @@
 //! A fresh service on a temporary embedded store, post 1 (by user 1) registered: where the
 //! in-process `comments` and `cold-post` benchmarks start.
 
-use likewise_app::config::{Config, Overrides};
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::model::{CommentsPolicy, PostMeta};
 use likewise_engine::Stores;
@@ -19,11 +18,7 @@ pub struct Fresh {
 
 /// Open a fresh store in a new temporary directory and register post 1.
 pub async fn fresh() -> anyhow::Result<Fresh> {
-    let tmp = tempfile::tempdir()?;
-    let cfg = Config::load(
-        None,
-        &Overrides { listen: None, role: None, data_dir: Some(tmp.path().to_path_buf()) },
-    )?;
+    let (cfg, tmp) = crate::served::config(None, None, None)?;
     let stores = likewise_app::engines::open(&cfg).await?.stores;
     let svc = Engagement::new(stores.clone(), cfg.service_options());
     let meta = PostMeta { author: UserId(1), hide_like_count: false, comments: CommentsPolicy::Everyone };

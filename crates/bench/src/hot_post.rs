@@ -2,12 +2,12 @@
 //! server's keys, a client, and the run's IDs, fresh per run so runs against one server do
 //! not collide, with the run's posts registered before the phases start.
 
-use crate::client::{HttpClient, server_keys};
+use crate::client::HttpClient;
+use crate::served::ServerArgs;
 use clap::Args;
 use hyper::{Method, StatusCode};
 use likewise_core::ids::UserId;
 use likewise_http::auth::TokenKeys;
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A consumer `bench hot-post --consumers --without` can leave out.
@@ -38,9 +38,9 @@ pub struct HotPostArgs {
     /// Drive the service in this process (a fresh temporary store unless --data-dir).
     #[arg(long, conflicts_with = "url")]
     pub in_process: bool,
-    /// Base URL of a running server, e.g. http://127.0.0.1:8080.
-    #[arg(long)]
-    pub url: Option<String>,
+    /// Where the server is, or how to configure the service in this process.
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// Distinct likers (one like each).
     #[arg(long, default_value_t = 200_000)]
     pub likers: u64,
@@ -79,15 +79,6 @@ pub struct HotPostArgs {
     /// Over HTTP: comments on each of the 20 feed posts, so feed pages carry previews.
     #[arg(long, default_value_t = 0, requires = "url")]
     pub comments_per_post: u64,
-    /// Token secret of the server (default: read from --data-dir or the config).
-    #[arg(long, env = "LIKEWISE__AUTH__SECRET")]
-    pub secret: Option<String>,
-    /// TOML configuration (in process: store tuning; over HTTP: where the secret is).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Data directory (in process: keep the store there; over HTTP: where the secret is).
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
 }
 
 /// The HTTP client of `hot-post --url`.
@@ -118,7 +109,7 @@ pub(crate) struct Remote {
 impl Remote {
     /// Fresh IDs for a run against the server at `base`, and its 20 feed posts registered.
     pub(crate) async fn prepare(base: &str, a: &HotPostArgs) -> anyhow::Result<Remote> {
-        let keys = server_keys(a.secret.as_deref(), a.config.as_deref(), a.data_dir.as_deref())?;
+        let keys = a.server.keys()?;
         let client = HttpClient::new(base, a.concurrency);
         // Fresh IDs per run so runs against one server do not collide.
         let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs() % 1_000_000;

@@ -3,6 +3,7 @@
 //! client in the same run, so the ratios say how much the like path costs over an empty
 //! request.
 
+use crate::claim;
 use crate::client::HttpClient;
 use crate::hot_post::{HotPostArgs, Remote, print_ratios};
 use crate::stats::{self, progress};
@@ -93,35 +94,27 @@ async fn health_phase(client: &HttpClient, a: &HotPostArgs) -> anyhow::Result<f6
 async fn like_phase(run: &Remote, a: &HotPostArgs) -> anyhow::Result<(f64, Instant)> {
     // Tokens are minted up front so the client's signing cost does not compete with the
     // server for the CPU.
-    let tokens: Arc<Vec<String>> = Arc::new(run.user_tokens(a.likers)?);
-    let next = Arc::new(AtomicU64::new(0));
+    let tokens = run.user_tokens(a.likers)?;
     let bar = progress(a.likers);
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..a.concurrency {
-        let (client, next, bar, tokens) = (run.client.clone(), next.clone(), bar.clone(), tokens.clone());
-        let (n, url) = (a.likers, run.client.url(&format!("/v1/posts/{}/like", run.hot)));
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    return Ok::<_, anyhow::Error>(lat);
-                }
-                let t0 = Instant::now();
-                let (st, b) = client.send(Method::PUT, &url, Some(&tokens[i as usize]), None).await?;
-                lat.push(t0.elapsed().as_micros() as u64);
-                anyhow::ensure!(st == StatusCode::OK, "like {st}: {}", String::from_utf8_lossy(&b));
-                if i % 1024 == 0 {
-                    bar.set_position(i);
-                }
+    let url = run.client.url(&format!("/v1/posts/{}/like", run.hot));
+    // What every like needs, behind one `Arc`: one clone per like.
+    let shared = Arc::new((run.client.clone(), bar.clone(), tokens, url));
+    let mut samples = claim::each(a.likers, a.concurrency, move |i| {
+        let shared = shared.clone();
+        async move {
+            let (client, bar, tokens, url) = &*shared;
+            let t0 = Instant::now();
+            let (st, b) = client.send(Method::PUT, url, Some(&tokens[i as usize]), None).await?;
+            let us = t0.elapsed().as_micros() as u64;
+            anyhow::ensure!(st == StatusCode::OK, "like {st}: {}", String::from_utf8_lossy(&b));
+            if i % 1024 == 0 {
+                bar.set_position(i);
             }
-        }));
-    }
-    let mut samples = Vec::new();
-    for t in tasks {
-        samples.extend(t.await??);
-    }
+            Ok(us)
+        }
+    })
+    .await?;
     let like_elapsed = started.elapsed();
     bar.finish_and_clear();
     let last_write = Instant::now();

@@ -3,7 +3,6 @@
 use crate::hot_post::{HotPostArgs, StreamConsumer};
 use crate::proc::RssSource;
 use crate::stats::{self, progress};
-use likewise_app::config::{Config, Overrides};
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::{LikeAction, Target};
 use likewise_core::model::{CommentsPolicy, PostMeta};
@@ -124,10 +123,7 @@ fn report(
 
 /// Open the engines `--config` names (a fresh temporary store unless `--data-dir`).
 async fn open(a: &HotPostArgs) -> anyhow::Result<Bench> {
-    let tmp = tempfile::tempdir()?;
-    let data_dir = a.data_dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
-    let cfg =
-        Config::load(a.config.as_deref(), &Overrides { listen: None, role: None, data_dir: Some(data_dir) })?;
+    let (cfg, tmp) = crate::served::config(a.server.config.as_deref(), a.server.data_dir.as_deref(), None)?;
     let engines = likewise_app::engines::open(&cfg).await?;
     let stores = engines.stores.clone();
     let svc = Engagement::new(stores.clone(), cfg.service_options());

@@ -10,11 +10,15 @@
 //! - `soak`: `soak`, the realistic mix over HTTP for a long time, watching memory.
 //! - `overload`: `overload`, writes offered at a multiple of the node's capacity with client
 //!   timeouts: goodput, admission control's fast 503s, and no acknowledged write lost.
+//! - `served`: the options that say where the service under a benchmark is (`--url`, else in
+//!   this process), and the whole service started in this process, serving HTTP.
 //! - `fresh`: a fresh service on a temporary store, where `comments` and `cold-post` start.
+//! - `claim`: `0..n` worked through by concurrent tasks, each claiming the next number.
 //! - `client`: the one HTTP client of every benchmark that drives a running server.
 //! - `stats`: latency percentiles and the progress bar.
 //! - `proc`: what /proc says about a process (resident memory, CPU time).
 
+mod claim;
 pub mod client;
 mod cold_read;
 mod comments;
@@ -25,6 +29,7 @@ mod http;
 mod in_process;
 mod overload;
 mod proc;
+mod served;
 mod soak;
 mod stats;
 mod wrk;
@@ -33,6 +38,7 @@ pub use cold_read::ColdPostArgs;
 pub use comments::CommentsArgs;
 pub use hot_post::{Client, HotPostArgs};
 pub use overload::OverloadArgs;
+pub use served::ServerArgs;
 pub use soak::SoakArgs;
 
 use clap::Subcommand;
@@ -64,11 +70,11 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Overload(a) => runtime()?.block_on(overload::run(&a)),
         BenchCommand::HotPost(a) => {
             anyhow::ensure!(
-                a.client == Client::Builtin || a.url.is_some(),
+                a.client == Client::Builtin || a.server.url.is_some(),
                 "--client wrk drives a running server: give its --url"
             );
             let rt = runtime()?;
-            match (&a.url, a.client) {
+            match (&a.server.url, a.client) {
                 (Some(url), Client::Builtin) => rt.block_on(http::hot_post(url, &a)),
                 (Some(url), Client::Wrk) => rt.block_on(wrk::hot_post(url, &a)),
                 (None, _) => rt.block_on(in_process::hot_post(&a)),
@@ -103,6 +109,31 @@ mod tests {
         assert!(Cli::try_parse_from(["bench", "hot-post", "--in-process", "--scattered-users"]).is_ok());
         let over_http = Cli::try_parse_from(["bench", "hot-post", "--url", "http://x", "--scattered-users"]);
         assert!(over_http.is_err(), "the HTTP likers are not scattered");
+    }
+
+    /// The server options are one struct flattened into each command: the relations the
+    /// commands' own options have with `--url` still hold, and every command reads them.
+    #[test]
+    fn server_options_keep_their_relations_in_every_command() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["bench"].iter().chain(args));
+        assert!(parse(&["hot-post", "--in-process", "--url", "http://x"]).is_err(), "in process or at --url");
+        assert!(parse(&["soak", "--pid", "1"]).is_err(), "--pid names the server at --url");
+        assert!(parse(&["soak", "--pid", "1", "--url", "http://x"]).is_ok());
+        for cmd in ["hot-post", "soak", "overload"] {
+            let cli =
+                parse(&[cmd, "--url", "http://x/", "--secret", "s", "--config", "c", "--data-dir", "d"])
+                    .expect("parses");
+            let server = match cli.bench {
+                BenchCommand::HotPost(a) => a.server,
+                BenchCommand::Soak(a) => a.server,
+                BenchCommand::Overload(a) => a.server,
+                _ => unreachable!(),
+            };
+            assert_eq!(server.url.as_deref(), Some("http://x/"), "{cmd}");
+            assert_eq!(server.secret.as_deref(), Some("s"), "{cmd}");
+            assert_eq!(server.config.as_deref(), Some(std::path::Path::new("c")), "{cmd}");
+            assert_eq!(server.data_dir.as_deref(), Some(std::path::Path::new("d")), "{cmd}");
+        }
     }
 
     /// The likes land with no worker running; the count reaches the exact number only

@@ -208,6 +208,16 @@ async fn one(world: &World, ledger: &Ledger, w: Workload, i: u64) -> (Answer, St
     }
 }
 
+/// Send workload `w`'s next request (the ledger numbers them): what its answer counts as,
+/// its latency in microseconds, and a description of an unexpected answer. Both loops send
+/// every request through here; they differ only in when they send the next one.
+async fn next(world: &World, ledger: &Ledger, w: Workload) -> (Answer, u64, String) {
+    let i = ledger.next.fetch_add(1, Ordering::Relaxed);
+    let t0 = Instant::now();
+    let (a, e) = one(world, ledger, w, i).await;
+    (a, t0.elapsed().as_micros() as u64, e)
+}
+
 /// `concurrency` loops, each sending its next request when the last is answered, for `secs`.
 pub(crate) async fn closed_loop(
     world: &Arc<World>,
@@ -224,10 +234,8 @@ pub(crate) async fn closed_loop(
         tasks.push(tokio::spawn(async move {
             let mut p = Phase::default();
             while Instant::now() < deadline {
-                let i = ledger.next.fetch_add(1, Ordering::Relaxed);
-                let t0 = Instant::now();
-                let (a, e) = one(&world, &ledger, w, i).await;
-                p.add(a, t0.elapsed().as_micros() as u64, || e);
+                let (a, us, e) = next(&world, &ledger, w).await;
+                p.add(a, us, || e);
             }
             p
         }));
@@ -270,10 +278,8 @@ pub(crate) async fn open_loop(
             let (world, ledger, in_flight, results) =
                 (world.clone(), ledger.clone(), in_flight.clone(), results.clone());
             tokio::spawn(async move {
-                let i = ledger.next.fetch_add(1, Ordering::Relaxed);
-                let t0 = Instant::now();
-                let (a, e) = one(&world, &ledger, w, i).await;
-                results.lock().add(a, t0.elapsed().as_micros() as u64, || e);
+                let (a, us, e) = next(&world, &ledger, w).await;
+                results.lock().add(a, us, || e);
                 in_flight.fetch_sub(1, Ordering::Relaxed);
             });
         }

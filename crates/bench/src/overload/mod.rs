@@ -22,25 +22,21 @@
 mod check;
 mod load;
 
-use crate::client::{HttpClient, server_keys};
-use anyhow::Context;
+use crate::client::HttpClient;
+use crate::served::ServerArgs;
 use clap::Args;
-use likewise_app::config::{Config, Overrides};
-use likewise_app::startup::Application;
 use likewise_core::ids::UserId;
 use likewise_http::auth::TokenKeys;
 use load::{Ledger, Phase, Workload};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// `bench overload` options.
 #[derive(Debug, Args)]
 pub struct OverloadArgs {
-    /// Base URL of a running server (default: start the service in this process, on a fresh
-    /// temporary embedded store unless --config names another backend).
-    #[arg(long)]
-    pub url: Option<String>,
+    /// Where the server is, or how to configure the service in this process.
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// Seconds of each workload's closed-loop capacity probe.
     #[arg(long, default_value_t = 5)]
     pub probe_seconds: u64,
@@ -70,56 +66,6 @@ pub struct OverloadArgs {
     /// is not sent and is reported as such.
     #[arg(long, default_value_t = 8192)]
     pub max_in_flight: usize,
-    /// Token secret of the server (default: read from --data-dir or the config).
-    #[arg(long, env = "LIKEWISE__AUTH__SECRET")]
-    pub secret: Option<String>,
-    /// TOML configuration: of the in-process service, or where a running server's secret is.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Data directory (in process: keep the store there; with --url: where the secret is).
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-}
-
-/// The service under load: at `--url`, or started in this process.
-struct Target {
-    base: String,
-    keys: TokenKeys,
-    engine: String,
-    server: Option<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<anyhow::Result<()>>)>,
-    _tmp: Option<tempfile::TempDir>,
-}
-
-impl Target {
-    async fn start(a: &OverloadArgs) -> anyhow::Result<Target> {
-        if let Some(url) = &a.url {
-            let keys = server_keys(a.secret.as_deref(), a.config.as_deref(), a.data_dir.as_deref())?;
-            let base = url.trim_end_matches('/').to_string();
-            return Ok(Target { base, keys, engine: "at --url".into(), server: None, _tmp: None });
-        }
-        let tmp = tempfile::tempdir()?;
-        let data_dir = a.data_dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
-        let overrides =
-            Overrides { listen: Some("127.0.0.1:0".into()), role: None, data_dir: Some(data_dir) };
-        let mut cfg = Config::load(a.config.as_deref(), &overrides)?;
-        cfg.server.request_timeout_ms = a.timeout_ms;
-        let app = Application::build(&cfg).await?;
-        let (base, keys) = (format!("http://{}", app.local_addr()), app.keys());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(app.run_until_stopped(async move {
-            let _ = stopped.await;
-        }));
-        let engine = format!("{} in process", cfg.store.backend);
-        Ok(Target { base, keys, engine, server: Some((stop, task)), _tmp: Some(tmp) })
-    }
-
-    async fn stop(self) -> anyhow::Result<()> {
-        if let Some((stop, task)) = self.server {
-            let _ = stop.send(());
-            task.await?.context("the in-process service failed")?;
-        }
-        Ok(())
-    }
 }
 
 /// The run's IDs and the means to act as its users.
@@ -159,7 +105,11 @@ pub async fn run(a: &OverloadArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.posts >= 1 && a.posts < 1000, "--posts must be 1..=999");
     anyhow::ensure!(a.comment_percent <= 100, "--comment-percent is a percentage");
     anyhow::ensure!(a.multiples.iter().all(|m| *m > 0.0), "--multiples must be positive");
-    let target = Target::start(a).await?;
+    let target = a.server.target(|cfg| cfg.server.request_timeout_ms = a.timeout_ms).await?;
+    let engine = match &target.served {
+        Some(s) => format!("{} in process", s.backend),
+        None => "at --url".into(),
+    };
     // Fresh IDs per run so runs against one server do not collide.
     let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs() % 100_000;
     let world = Arc::new(World {
@@ -174,7 +124,7 @@ pub async fn run(a: &OverloadArgs) -> anyhow::Result<()> {
     println!(
         "overload: {} ({}), client timeout {} ms, probes {} s at concurrency {}..={}, phases {} s at {:?}x",
         target.base,
-        target.engine,
+        engine,
         a.timeout_ms,
         a.probe_seconds,
         a.concurrency,

@@ -1,5 +1,6 @@
 //! `bench soak` options, and the rules the run is judged by (its `--help`).
 
+use crate::served::ServerArgs;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -51,21 +52,12 @@ pub struct SoakArgs {
     /// Target total requests/s, spread over the loops (default: as fast as they go).
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Base URL of a running server (default: start the service in this process).
-    #[arg(long)]
-    pub url: Option<String>,
+    /// Where the server is, or how to configure the service in this process.
+    #[command(flatten)]
+    pub server: ServerArgs,
     /// With --url: the server's process ID, whose RSS is sampled (/proc/PID/status).
     #[arg(long, requires = "url")]
     pub pid: Option<u32>,
-    /// With --url: the server's token secret (default: read from --data-dir or the config).
-    #[arg(long, env = "LIKEWISE__AUTH__SECRET")]
-    pub secret: Option<String>,
-    /// TOML configuration (in process: the service's; with --url: where the secret is).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Data directory (in process: keep the store there instead of a fresh temporary one).
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
     /// Registered users (each acts from one client loop only).
     #[arg(long, default_value_t = 20_000)]
     pub users: usize,

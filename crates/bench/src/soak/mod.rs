@@ -60,7 +60,7 @@ pub async fn run(a: &SoakArgs) -> anyhow::Result<()> {
     let rss_at_launch = RssSource::This.rss_mib();
     let target = Target::start(a).await?;
     target.announce(a);
-    let world = Arc::new(World::new(a, &target.base, target.keys.clone())?);
+    let world = Arc::new(World::new(a, &target.service.base, target.service.keys.clone())?);
     let service = world.mint(1, true)?;
     let seeded = Instant::now();
     world::seed(&world, &service, 500.min(a.users), a.concurrency.max(16)).await?;
