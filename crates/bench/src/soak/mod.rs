@@ -2,7 +2,7 @@
 //!
 //! The service runs in this process (a fresh temporary embedded store, HTTP on a random local
 //! port, wired exactly as `serve` wires it) or is a running server (`--url`). A fixed number
-//! of client loops drive it over HTTP with the design's ratios: about 20 reads per write
+//! of client loops drive it over HTTP with a social feed's ratios: about 20 reads per write
 //! (feed pages of 20 posts, single posts, comment pages, likers pages, replies), writes being
 //! likes and unlikes spread over many posts with a Zipf skew plus ONE viral post that takes a
 //! large share of the likes from a stream of new likers, periodic comment bursts on one post

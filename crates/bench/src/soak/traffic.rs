@@ -1,4 +1,4 @@
-//! The client loops: each sends one request at a time in the design's mix (about 20 reads
+//! The client loops: each sends one request at a time in a social feed's mix (about 20 reads
 //! per write), joins the comment bursts, and checks what it reads against what it wrote.
 
 use super::shared::{COMMENT, COMMENT_LIKE, COMMENTS, FEED, LIKE, LIKERS, POST, REPLIES, Shared};

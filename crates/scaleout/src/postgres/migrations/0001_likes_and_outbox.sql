@@ -54,7 +54,7 @@ CREATE TABLE counters (
     PRIMARY KEY (kind, target, field)
 );
 
--- Sharded counter rows (design 5.1) for counters written directly, not by the aggregator:
+-- Sharded counter rows for counters written directly, not by the aggregator:
 -- a writer adds to one of N slots at random, a reader sums them.
 CREATE TABLE counter_slots (
     name  text     NOT NULL,
