@@ -7,7 +7,8 @@
 //! and lost acknowledgements, the way JetStream redelivers; clock jumps, forward and back,
 //! and API nodes whose clocks disagree. Properties: see `sim/check.rs`.
 //!
-//! `LIKEWISE_SIM_SEEDS=N` runs seeds 0..N (10,000 by default); `LIKEWISE_SIM_SEED=N` replays
+//! `LIKEWISE_SIM_SEEDS=N` runs seeds 0..N (2,000 by default, as CI does; the planted bugs of
+//! docs/reliability.md fail 15-90% of seeds, the rarer ones need long runs); `LIKEWISE_SIM_SEED=N` replays
 //! one, printing its trace:
 //! `LIKEWISE_SIM_SEED=N cargo test -p likewise-workers --test simulation -- --nocapture`.
 //! `LIKEWISE_SIM_KEEP_GOING=1` runs every seed and counts the failing ones (to measure how
@@ -72,7 +73,7 @@ fn consumers_keep_their_properties_under_faults() {
     let seeds: Vec<u64> = match replay {
         Some(s) => vec![s],
         None => {
-            REGRESSIONS.iter().copied().chain(0..env_u64("LIKEWISE_SIM_SEEDS").unwrap_or(10_000)).collect()
+            REGRESSIONS.iter().copied().chain(0..env_u64("LIKEWISE_SIM_SEEDS").unwrap_or(2_000)).collect()
         }
     };
     let keep_going = std::env::var_os("LIKEWISE_SIM_KEEP_GOING").is_some();
