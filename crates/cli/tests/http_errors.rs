@@ -2,7 +2,7 @@
 //! hyper answers before a request reaches the router (a request line or header it cannot
 //! parse, a request target or header section past its limits), sent here over a raw socket;
 //! query-string errors name the parameter in our words; a body that is not UTF-8 is a 400
-//! like other malformed JSON.
+//! like other malformed JSON; a body declared larger than the limit is a 413 before it is sent.
 
 mod common;
 
@@ -137,5 +137,39 @@ async fn a_body_that_is_not_utf8_is_a_400_like_other_malformed_json() {
     assert!(assert_json_error(&not_utf8, 400, "invalid").contains("UTF-8"));
     let truncated = exchange(&app, send(b"{\"hide_like_counts\":")).await;
     assert_json_error(&truncated, 400, "invalid");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_declared_over_the_limit_is_refused_before_it_is_sent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start_with(test_config(dir.path())).await;
+    let (user, service) = (app.user(5), app.service());
+    // Every route that takes a body, each with a declared length past its limit and only 10
+    // bytes of it sent: the answer must not wait for the rest (nor for the request timeout).
+    let routes = [
+        ("PUT", "/v1/me/settings", 99_999_999, &user),
+        ("PUT", "/v1/me/settings", 70_000, &user),
+        ("POST", "/v1/posts/1/comments", 70_000, &user),
+        ("PUT", "/v1/me/notification-settings", 70_000, &user),
+        ("POST", "/v1/comments/1/reports", 70_000, &user),
+        ("POST", "/v1/comments/1/appeal", 70_000, &user),
+        ("PUT", "/v1/me/hidden-words", 2_000_000, &user),
+        ("PUT", "/v1/users/5", 70_000, &service),
+        ("PUT", "/v1/posts/1", 70_000, &service),
+        ("POST", "/v1/moderation/comments/1", 70_000, &service),
+    ];
+    for (method, path, declared, token) in routes {
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n{{\"a\": \"b\"}}"
+        );
+        let started = std::time::Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(2), exchange(&app, req.into_bytes()))
+            .await
+            .unwrap_or_else(|_| panic!("{method} {path} declaring {declared} bytes: no answer within 2 s"));
+        assert_json_error(&r, 413, "too_large");
+        assert!(started.elapsed() < Duration::from_secs(2), "{method} {path}: {:?}", started.elapsed());
+    }
     app.stop().await;
 }

@@ -179,7 +179,15 @@ fn estimate_registers(non_zero: usize, ranks: impl Iterator<Item = u8>) -> u64 {
     let alpha = 0.7213 / (1.0 + 1.079 / m);
     let raw = alpha * m * m / sum;
     let e = if raw <= 2.5 * m && zeros > 0 { m * (m / zeros as f64).ln() } else { raw };
-    e.round() as u64
+    viewers_from_estimate(e)
+}
+
+/// A sketch's estimate as a whole number of viewers: the nearest one. Every unique-viewer
+/// figure (the author's insights and the analytics export) goes through this one rounding; a
+/// truncation would turn an estimate of 0.9999 for one viewer into 0.
+pub fn viewers_from_estimate(estimate: f64) -> u64 {
+    // `as` saturates: a negative or NaN estimate gives 0.
+    estimate.round() as u64
 }
 
 #[cfg(test)]

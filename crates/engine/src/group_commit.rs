@@ -113,29 +113,70 @@ struct Later {
 /// drains within a few batches whatever the estimate says.
 const SHED_FLOOR: usize = 256;
 
-/// What admission control knows: writes queued or committing, and each lane's recent commit
-/// rate (operations per second of a round, as `f64` bits).
+/// Capacity samples a lane needs before its rate is trusted to refuse a write.
+const MIN_SAMPLES: u64 = 4;
+
+/// What admission control knows: writes queued or committing, and each lane's commit
+/// capacity as measured by its full rounds.
 struct Load {
     queued: AtomicU64,
-    rates: Vec<AtomicU64>,
+    lanes: Vec<LaneRate>,
+    /// Fewest operations in a round for the round to measure capacity (the writer's "big
+    /// enough" batch): a smaller round was short of work, not of capacity.
+    full_round: usize,
+}
+
+/// One lane's capacity estimate.
+#[derive(Default)]
+struct LaneRate {
+    /// Operations per second of its full rounds, as `f64` bits.
+    rate: AtomicU64,
+    /// Full rounds measured so far.
+    samples: AtomicU64,
 }
 
 impl Load {
-    /// The expected wait, in seconds, of a write that joins the queue now.
-    fn expected_wait(&self) -> f64 {
-        let rate: f64 = self.rates.iter().map(|r| f64::from_bits(r.load(Ordering::Relaxed))).sum();
-        self.queued.load(Ordering::Relaxed) as f64 / rate.max(1.0)
+    fn new(lanes: usize, full_round: usize) -> Self {
+        Load {
+            queued: AtomicU64::new(0),
+            lanes: (0..lanes).map(|_| LaneRate::default()).collect(),
+            full_round,
+        }
     }
 
-    /// A lane answered `ops` writes `elapsed` after its first one was applied: fold that rate
-    /// into the lane's estimate. Rounds are big under load, so the estimate is the capacity
-    /// when it matters; a lightly loaded lane's low estimate only matters past `SHED_FLOOR`.
+    /// The expected wait, in seconds, of a write that joins the queue now: `None` while no
+    /// lane has measured its capacity, as on a fresh or lightly used node. Only a measured
+    /// capacity may refuse a write: an unknown one used to be taken as 1 write/s, and a fresh
+    /// node shed a burst of a few hundred writes that one batch takes in milliseconds.
+    fn expected_wait(&self) -> Option<f64> {
+        let measured: Vec<f64> = self
+            .lanes
+            .iter()
+            .filter(|l| l.samples.load(Ordering::Relaxed) >= MIN_SAMPLES)
+            .map(|l| f64::from_bits(l.rate.load(Ordering::Relaxed)))
+            .collect();
+        if measured.is_empty() {
+            return None;
+        }
+        // Lanes share the writes evenly (a hash of the key): the unmeasured ones are taken to
+        // commit as fast as the measured ones.
+        let rate = measured.iter().sum::<f64>() / measured.len() as f64 * self.lanes.len() as f64;
+        Some(self.queued.load(Ordering::Relaxed) as f64 / rate.max(1.0))
+    }
+
+    /// A lane answered `ops` writes `elapsed` after its first one was applied. A full round
+    /// (at least `full_round` writes) folds its rate into the lane's capacity; a smaller one
+    /// says how much work there was, not how fast the lane can go, and is ignored.
     fn record(&self, lane: usize, ops: usize, elapsed: Duration) {
-        let Some(r) = self.rates.get(lane) else { return };
+        let Some(l) = self.lanes.get(lane) else { return };
+        if ops < self.full_round {
+            return;
+        }
         let now = ops as f64 / elapsed.as_secs_f64().max(1e-4);
-        let before = f64::from_bits(r.load(Ordering::Relaxed));
-        let next = if before == 0.0 { now } else { 0.8 * before + 0.2 * now };
-        r.store(next.to_bits(), Ordering::Relaxed);
+        let before = f64::from_bits(l.rate.load(Ordering::Relaxed));
+        let next = if l.samples.load(Ordering::Relaxed) == 0 { now } else { 0.8 * before + 0.2 * now };
+        l.rate.store(next.to_bits(), Ordering::Relaxed);
+        l.samples.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -153,10 +194,7 @@ impl GroupCommitter {
     pub fn start(engine: Arc<dyn WriteEngine>, opts: GroupCommitOptions) -> Arc<Self> {
         let order = Arc::new(AtomicU64::new(0));
         let lanes = opts.lanes.max(1);
-        let load = Arc::new(Load {
-            queued: AtomicU64::new(0),
-            rates: (0..lanes).map(|_| AtomicU64::new(0)).collect(),
-        });
+        let load = Arc::new(Load::new(lanes, full_round(opts.max_batch)));
         let mut txs = Vec::new();
         let mut threads = Vec::new();
         for lane in 0..lanes {
@@ -232,9 +270,11 @@ impl GroupCommitter {
         }
         if let Some(deadline) = RequestWrites::deadline() {
             let queued = self.load.queued.load(Ordering::Relaxed) as usize;
-            let wait = self.load.expected_wait();
             let left = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
-            if queued >= SHED_FLOOR && wait > left {
+            if let Some(wait) = self.load.expected_wait()
+                && queued >= SHED_FLOOR
+                && wait > left
+            {
                 metrics::counter!("likewise_group_commit_shed_total").increment(1);
                 return Err(StoreError::Shed { retry_after_secs: wait.ceil().clamp(1.0, 30.0) as u64 });
             }
@@ -304,6 +344,12 @@ impl Drop for GroupCommitter {
     }
 }
 
+/// A batch big enough to be applied without waiting for the syncer, and big enough for its
+/// round to measure the lane's capacity.
+fn full_round(max_batch: usize) -> usize {
+    (max_batch / 16).max(1)
+}
+
 type Reply = oneshot::Sender<StoreResult<Committed<WriteOutcome>>>;
 type Replies = Vec<Reply>;
 
@@ -362,7 +408,7 @@ fn writer_loop(
     // or on their own after `RETRY_LATER_AFTER`.
     let mut later: Vec<Later> = Vec::new();
     let mut later_at = Instant::now();
-    let enough = (opts.max_batch / 16).max(1);
+    let enough = full_round(opts.max_batch);
     loop {
         if !later.is_empty() && (closing || !ops.is_empty() || Instant::now() >= later_at) {
             if ops.is_empty() {
@@ -795,8 +841,12 @@ mod tests {
     async fn a_write_that_would_outwait_its_deadline_is_refused_at_once() {
         let engine = Arc::new(Recorder::default());
         let gc = GroupCommitter::start(engine.clone(), opts(64));
+        // A lane measured at 64 writes/s over full rounds ...
+        for _ in 0..MIN_SAMPLES {
+            gc.load.record(0, 64, Duration::from_secs(1));
+        }
         let first = one_write_held_in_fsync(&engine, &gc).await;
-        // A queue that the (still unmeasured) commit rate would take minutes to drain.
+        // ... and a queue it would take seconds to drain.
         let queued: Vec<_> = (0..SHED_FLOOR as u64)
             .map(|u| {
                 let gc = gc.clone();
@@ -829,6 +879,60 @@ mod tests {
         // Drained, a write with a deadline is taken again.
         within_a_second().scope(gc.submit(op(5))).await.expect("admitted once drained");
         gc.close();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fresh_node_takes_a_burst_past_the_floor() {
+        let engine = Arc::new(Recorder::default());
+        let gc = GroupCommitter::start(engine.clone(), GroupCommitOptions::default());
+        let first = one_write_held_in_fsync(&engine, &gc).await;
+        // A burst larger than the floor, before any round has measured the lane.
+        let burst = SHED_FLOOR as u64 + 44;
+        let queued: Vec<_> = (0..burst)
+            .map(|u| {
+                let gc = gc.clone();
+                tokio::spawn(async move { gc.submit(op(10 + u)).await })
+            })
+            .collect();
+        while gc.load.queued.load(Ordering::Relaxed) <= burst {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let within_a_second = Arc::new(RequestWrites::until(Instant::now() + Duration::from_secs(1)));
+        let joined = tokio::spawn(within_a_second.scope({
+            let gc = gc.clone();
+            async move { gc.submit(op(99_999)).await }
+        }));
+        while gc.load.queued.load(Ordering::Relaxed) <= burst + 1 && !joined.is_finished() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        release(&engine);
+        first.await.expect("test step").expect("the first write");
+        for q in queued {
+            q.await.expect("test step").expect("a queued write");
+        }
+        let joined = joined.await.expect("test step");
+        assert!(joined.is_ok(), "an unmeasured capacity refused a write: {joined:?}");
+        assert_eq!(engine.state.lock().applied, burst + 2);
+        gc.close();
+    }
+
+    #[test]
+    fn only_full_rounds_measure_a_lanes_capacity() {
+        let load = Load::new(1, 512);
+        load.queued.store(300, Ordering::Relaxed);
+        assert_eq!(load.expected_wait(), None, "nothing measured: no wait is known");
+        // Light traffic: rounds of one write each 5 ms (200/s) say nothing about capacity.
+        for _ in 0..100 {
+            load.record(0, 1, Duration::from_millis(5));
+        }
+        assert_eq!(load.expected_wait(), None, "short rounds measured a capacity");
+        // Full rounds: 1,000 writes in 10 ms is 100,000/s, trusted after a few.
+        for k in 0..MIN_SAMPLES {
+            assert_eq!(load.expected_wait(), None, "trusted after {k} rounds");
+            load.record(0, 1000, Duration::from_millis(10));
+        }
+        let wait = load.expected_wait().expect("measured");
+        assert!((wait - 0.003).abs() < 1e-6, "{wait}");
     }
 
     /// Poll a future once: its output if it was ready.

@@ -12,10 +12,13 @@
 //! The group commit's check stays as the second line.
 //!
 //! The rate is an exponentially weighted average of answers per second over windows of
-//! [`WINDOW`] in which the node was busy (an idle window says nothing about capacity), and
-//! counts only answers that did work (not 503s or 504s, which are quick and would make the
-//! queue look faster than it is). Below [`FLOOR`] requests in flight everything is admitted,
-//! so a cold or idle node measures its rate before it refuses anything.
+//! [`WINDOW`] that began and ended with at least [`FLOOR`] requests in flight: only a node
+//! with a queue answers as fast as it can, so a quiet or lightly loaded window says nothing
+//! about capacity. It counts only answers that did work (not 503s or 504s, which are quick
+//! and would make the queue look faster than it is). Nothing is refused below [`FLOOR`]
+//! requests in flight, nor before [`MIN_SAMPLES`] such windows have measured the rate: a
+//! fresh node takes its first burst, and refuses only once it has measured that it cannot
+//! keep up (a queue that got no answers through those windows is measured at 0, and refused).
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,8 +28,11 @@ use std::time::{Duration, Instant};
 pub const WINDOW: Duration = Duration::from_millis(100);
 /// Weight of the newest sample in the rate.
 const ALPHA: f64 = 0.3;
-/// Fewest requests in flight (of one kind) at which the door ever refuses one.
+/// Fewest requests in flight (of one kind) at which the door ever refuses one, and at which a
+/// window measures the rate.
 pub const FLOOR: u64 = 256;
+/// Windows of measured rate before the door refuses anything.
+pub const MIN_SAMPLES: u64 = 3;
 
 /// Requests of one kind (writes, or reads) in flight and the rate they are answered at.
 #[derive(Debug)]
@@ -34,9 +40,12 @@ pub struct Estimator {
     in_flight: AtomicU64,
     /// Answers counted in the current window.
     answered: AtomicU64,
-    /// Answers per second (`f64` bits); 0 until the first busy window ends.
+    /// Answers per second (`f64` bits); 0 until the first measuring window ends.
     rate: AtomicU64,
-    /// Start of the current window, and whether a request was in flight during it.
+    /// Windows that measured the rate.
+    samples: AtomicU64,
+    /// Start of the current window, and whether at least [`FLOOR`] requests were in flight
+    /// then.
     window: Mutex<(Instant, bool)>,
 }
 
@@ -71,6 +80,7 @@ impl Estimator {
             in_flight: AtomicU64::new(0),
             answered: AtomicU64::new(0),
             rate: AtomicU64::new(0f64.to_bits()),
+            samples: AtomicU64::new(0),
             window: Mutex::new((now, false)),
         }
     }
@@ -85,46 +95,51 @@ impl Estimator {
         f64::from_bits(self.rate.load(Ordering::Relaxed))
     }
 
-    /// Close the current window if it is [`WINDOW`] old, folding its rate in when the node
-    /// was busy during it. One caller does it; the others go on with the current estimate.
+    /// Close the current window if it is [`WINDOW`] old, folding its rate in when it began and
+    /// ended with a queue. One caller does it; the others go on with the current estimate.
     fn roll(&self, now: Instant) {
         let Some(mut w) = self.window.try_lock() else { return };
-        let busy = w.1 || self.in_flight() > 0;
         let elapsed = now.saturating_duration_since(w.0);
         if elapsed < WINDOW {
-            w.1 = busy;
             return;
         }
         let answered = self.answered.swap(0, Ordering::Relaxed);
-        if busy || answered > 0 {
+        let queued = self.in_flight() >= FLOOR;
+        if w.1 && queued {
             let sample = answered as f64 / elapsed.as_secs_f64();
             let before = self.rate();
-            let next = if before == 0.0 { sample } else { (1.0 - ALPHA) * before + ALPHA * sample };
+            let first = self.samples.fetch_add(1, Ordering::Relaxed) == 0;
+            let next = if first { sample } else { (1.0 - ALPHA) * before + ALPHA * sample };
             self.rate.store(next.to_bits(), Ordering::Relaxed);
         }
-        *w = (now, self.in_flight() > 0);
+        *w = (now, queued);
     }
 
     /// The wait, in seconds, a request entering at `now` can expect: requests in flight over
-    /// the answer rate (infinite while there is no rate yet).
-    pub fn expected_wait(&self, now: Instant) -> f64 {
+    /// the answer rate (infinite at a measured rate of 0), or `None` while the rate is not
+    /// measured yet.
+    pub fn expected_wait(&self, now: Instant) -> Option<f64> {
         self.roll(now);
-        let rate = self.rate();
-        let n = self.in_flight() as f64;
-        if rate > 0.0 {
+        if self.samples.load(Ordering::Relaxed) < MIN_SAMPLES {
+            return None;
+        }
+        let (rate, n) = (self.rate(), self.in_flight() as f64);
+        Some(if rate > 0.0 {
             n / rate
         } else if n == 0.0 {
             0.0
         } else {
             f64::INFINITY
-        }
+        })
     }
 
     /// Admit a request entering at `now` whose wait may be at most `max_wait`: its ticket, or
     /// the expected wait (seconds) it was refused for.
     pub fn admit(&self, now: Instant, max_wait: Duration) -> Result<Ticket<'_>, f64> {
-        let wait = self.expected_wait(now);
-        if self.in_flight() >= FLOOR && wait > max_wait.as_secs_f64() {
+        if let Some(wait) = self.expected_wait(now)
+            && self.in_flight() >= FLOOR
+            && wait > max_wait.as_secs_f64()
+        {
             return Err(wait);
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -163,41 +178,72 @@ mod tests {
     /// Run `n` requests through `e` at `now`, answered (served) at once.
     fn serve(e: &Estimator, now: Instant, n: u64) {
         for _ in 0..n {
-            e.admit(now, Duration::ZERO).expect("below the floor").served();
+            e.admit(now, Duration::from_secs(3600)).expect("admitted").served();
         }
     }
 
+    /// `FLOOR` requests held in flight from `t0`, and `MIN_SAMPLES` windows after the first
+    /// each answering `per_window` more: the rate is measured by `t0 + 100 ms * (MIN_SAMPLES
+    /// + 1)`, which is returned.
+    fn measured(e: &Estimator, t0: Instant, per_window: u64) -> (Vec<Ticket<'_>>, Instant) {
+        let held: Vec<_> = (0..FLOOR).map(|_| e.admit(t0, Duration::ZERO).expect("no rate yet")).collect();
+        e.expected_wait(t0 + 100 * MS);
+        for k in 1..=MIN_SAMPLES as u32 {
+            serve(e, t0 + (100 * k + 1) * MS, per_window);
+            e.expected_wait(t0 + 100 * (k + 1) * MS);
+        }
+        (held, t0 + 100 * (MIN_SAMPLES as u32 + 1) * MS)
+    }
+
     #[test]
-    fn the_rate_is_answers_per_second_of_busy_windows() {
+    fn the_rate_is_answers_per_second_of_windows_with_a_queue() {
         let t0 = Instant::now();
         let e = Estimator::new(t0);
-        assert_eq!(e.expected_wait(t0), 0.0, "an idle node expects no wait");
-        // 500 answers in the first 100 ms: 5,000/s.
-        serve(&e, t0 + MS, 500);
-        e.expected_wait(t0 + 100 * MS);
+        assert_eq!(e.expected_wait(t0), None, "nothing measured yet");
+        // 500 answers a window of 100 ms: 5,000/s.
+        let (held, t) = measured(&e, t0, 500);
         assert!((e.rate() - 5000.0).abs() < 1.0, "{}", e.rate());
+        assert!(e.expected_wait(t).is_some());
         // Then 100 answers a window: the average moves towards 1,000/s.
-        for k in 1..=30u32 {
-            serve(&e, t0 + (100 * k + 1) * MS, 100);
-            e.expected_wait(t0 + 100 * (k + 1) * MS);
+        for k in 0..30u32 {
+            serve(&e, t + (100 * k + 1) * MS, 100);
+            e.expected_wait(t + 100 * (k + 1) * MS);
         }
         assert!((e.rate() - 1000.0).abs() < 5.0, "{}", e.rate());
         // An idle minute (nothing in flight, nothing answered) leaves the rate as it was.
+        drop(held);
         let later = t0 + Duration::from_secs(63);
         e.expected_wait(later);
+        e.expected_wait(later + Duration::from_secs(1));
         assert!((e.rate() - 1000.0).abs() < 5.0, "idle windows do not count: {}", e.rate());
+    }
+
+    #[test]
+    fn light_traffic_measures_no_rate() {
+        let t0 = Instant::now();
+        let e = Estimator::new(t0);
+        // Ten answers a second for a minute: what the node was asked, not what it can do.
+        for k in 1..=600u32 {
+            serve(&e, t0 + (100 * k - 50) * MS, 1);
+            e.expected_wait(t0 + 100 * k * MS);
+        }
+        assert_eq!(e.expected_wait(t0 + 60_001 * MS), None);
+        // So a burst past the floor is admitted.
+        let now = t0 + 60_002 * MS;
+        let burst: Vec<_> =
+            (0..FLOOR + 44).map(|_| e.admit(now, Duration::from_secs(1)).expect("admitted")).collect();
+        assert_eq!(e.in_flight(), FLOOR + 44);
+        drop(burst);
     }
 
     #[test]
     fn requests_past_the_floor_are_refused_when_they_would_wait_too_long() {
         let t0 = Instant::now();
         let e = Estimator::new(t0);
-        serve(&e, t0, 1000);
-        e.expected_wait(t0 + 100 * MS); // 10,000 answers/s
-        let now = t0 + 150 * MS;
+        let (held, now) = measured(&e, t0, 1000); // 10,000 answers/s
         let max = Duration::from_millis(500);
         // 5,000 in flight at 10,000/s is 0.5 s: the 5,001st is admitted, the next is not.
-        let held: Vec<_> = (0..5000).map(|_| e.admit(now, max).expect("within the bound")).collect();
+        let more: Vec<_> = (FLOOR..5000).map(|_| e.admit(now, max).expect("within the bound")).collect();
         let last = e.admit(now, max).expect("exactly at the bound");
         let wait = e.admit(now, max).err().expect("past the bound");
         assert!((wait - 0.5001).abs() < 1e-3, "{wait}");
@@ -205,31 +251,33 @@ mod tests {
         drop(last);
         assert_eq!(e.in_flight(), 5000, "a refused request is not counted in flight");
         // A refused or timed-out answer (not served) does not count towards the rate.
-        drop(held);
-        assert_eq!(e.in_flight(), 0);
-        e.expected_wait(t0 + 250 * MS);
+        drop(more);
+        assert_eq!(e.in_flight(), FLOOR);
+        e.expected_wait(now + 100 * MS);
         assert!(e.rate() < 10_000.0 * 0.75, "unserved answers make no rate: {}", e.rate());
+        drop(held);
     }
 
     #[test]
-    fn a_cold_node_admits_up_to_the_floor_and_a_stalled_one_refuses_past_it() {
+    fn a_cold_node_admits_a_burst_and_a_stalled_one_refuses_once_measured() {
         let t0 = Instant::now();
         let e = Estimator::new(t0);
         let max = Duration::from_secs(1);
-        // No rate yet: the floor is admitted, the next one is refused (its wait is unknown).
-        let held: Vec<_> = (0..FLOOR).map(|_| e.admit(t0, max).expect("below the floor")).collect();
-        let wait = e.admit(t0, max).err().expect("no rate past the floor");
+        // No rate yet: a burst past the floor is admitted.
+        let held: Vec<_> = (0..FLOOR + 44).map(|_| e.admit(t0, max).expect("not measured")).collect();
+        // Windows with a queue and no answers measure a rate of 0: refused.
+        for k in 1..=MIN_SAMPLES as u32 + 1 {
+            e.expected_wait(t0 + 100 * k * MS);
+        }
+        let stalled = t0 + 100 * (MIN_SAMPLES as u32 + 1) * MS;
+        let wait = e.admit(stalled, max).err().expect("a measured stall");
         assert!(wait.is_infinite());
         assert_eq!(retry_after(wait), 1);
-        // Busy windows with no answers keep the rate at 0: still refused.
-        e.expected_wait(t0 + 200 * MS);
-        assert!(e.admit(t0 + 200 * MS, max).is_err());
-        // Once they are answered, the rate is known and requests are admitted again.
+        // Once they are answered, the queue is below the floor and requests are admitted.
         for t in held {
             t.served();
         }
-        assert!(e.admit(t0 + 400 * MS, max).is_ok());
-        assert!(e.rate() > 0.0);
+        assert!(e.admit(stalled + 100 * MS, max).is_ok());
     }
 
     #[test]

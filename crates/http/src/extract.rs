@@ -81,16 +81,34 @@ pub fn is_json_media_type(value: &[u8]) -> bool {
         || (sub.len() > 5 && sub[sub.len() - 5..].eq_ignore_ascii_case(b"+json"))
 }
 
-/// A JSON body. A non-empty body not declared as JSON is 415 ([`declares_json`]), malformed
-/// JSON is 400, JSON that does not fit (unknown or missing fields, wrong types) is 422, a
-/// body over the limit is 413, a body that cannot be read (malformed chunks) is 400.
-pub struct JsonBody<T>(pub T);
+/// The body limit of a route, in bytes: the limit `DefaultBodyLimit` enforces while a body is
+/// read, kept where [`BodyBytes`] can see it before reading. Install both with
+/// [`body_limit`].
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+/// The layers that limit request bodies to `bytes`: axum's limit on what is read, and the
+/// [`BodyLimit`] that refuses a larger declared `Content-Length` before anything is read.
+pub fn body_limit(bytes: usize) -> (axum::extract::DefaultBodyLimit, axum::Extension<BodyLimit>) {
+    (axum::extract::DefaultBodyLimit::max(bytes), axum::Extension(BodyLimit(bytes)))
+}
+
+/// A request body, read whole. A body declared (`Content-Length`) larger than the route's
+/// [`BodyLimit`] is 413 at once, before any of it is read: otherwise a client that declares
+/// more than it sends holds the request until it times out. A body over the limit as it is
+/// read (chunked) is 413 too; one that cannot be read (malformed chunks, cut off) is 400.
+pub struct BodyBytes(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for BodyBytes {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let json = declares_json(req.headers());
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
+        use axum::body::HttpBody;
+        if let Some(BodyLimit(limit)) = req.extensions().get::<BodyLimit>().copied()
+            && req.body().size_hint().lower() > limit as u64
+        {
+            return Err(ApiError::too_large("request body too large"));
+        }
+        Bytes::from_request(req, state).await.map(BodyBytes).map_err(|e| match e {
             BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
                 ApiError::too_large("request body too large")
             }
@@ -100,7 +118,20 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ApiError::invalid("the request body could not be read: malformed or cut off")
             }
             other => ApiError::invalid(other.body_text()),
-        })?;
+        })
+    }
+}
+
+/// A JSON body. A non-empty body not declared as JSON is 415 ([`declares_json`]), malformed
+/// JSON is 400, JSON that does not fit (unknown or missing fields, wrong types) is 422, a
+/// body over the limit is 413 ([`BodyBytes`]), a body that cannot be read is 400.
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let json = declares_json(req.headers());
+        let BodyBytes(bytes) = BodyBytes::from_request(req, state).await?;
         if !json && !bytes.is_empty() {
             return Err(ApiError::unsupported_media_type());
         }

@@ -30,7 +30,6 @@ pub mod web;
 
 use auth::TokenKeys;
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use cursor::CursorCodec;
 use error::ApiError;
@@ -142,7 +141,7 @@ pub fn router_with(state: Arc<AppState>, extra: Option<Router<Arc<AppState>>>) -
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(axum::Extension(doc))
-        .layer(DefaultBodyLimit::max(state.opts.max_body_bytes))
+        .layer(extract::body_limit(state.opts.max_body_bytes))
         .layer(axum::middleware::from_fn(middleware::require_json))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::timeout))
         .layer(axum::middleware::from_fn_with_state(state.clone(), middleware::admit))
@@ -208,7 +207,7 @@ fn api_routes(hidden_words_limit: usize) -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(me::put_settings, me::get_settings))
         // A full list (1,000 entries of 64 characters, JSON-escaped) needs more than the
         // default body limit; this route alone gets enough for it.
-        .routes(routes!(moderation::put_hidden_words).layer(DefaultBodyLimit::max(hidden_words_limit)))
+        .routes(routes!(moderation::put_hidden_words).layer(extract::body_limit(hidden_words_limit)))
         .routes(routes!(notifications::inbox))
         .routes(routes!(me::get_notification_settings, me::put_notification_settings))
         .routes(routes!(notifications::stream))

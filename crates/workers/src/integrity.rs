@@ -15,6 +15,7 @@ use likewise_core::ids::UserId;
 use likewise_core::integrity::{Integrity, IntegrityOptions, Verdict, codec};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::ports::{EventLog, IntegrityStore, LikeReader, SnapshotStore};
+use likewise_service::Engagement;
 use likewise_service::integrity::INTEGRITY;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +62,16 @@ pub struct IntegrityPorts {
     pub verdicts: Arc<dyn IntegrityStore>,
     /// Confirmed accounts' likes.
     pub likes: Arc<dyn LikeReader>,
+}
+
+/// The ports of the integrity consumer, from the process's stores.
+pub fn ports(svc: &Engagement) -> IntegrityPorts {
+    let stores = svc.stores();
+    IntegrityPorts {
+        snapshots: stores.snapshots.clone(),
+        verdicts: stores.integrity.clone(),
+        likes: stores.likes.clone(),
+    }
 }
 
 /// The saved state and its offset (empty at 0 when none was saved, or it cannot be read).

@@ -19,8 +19,7 @@
 //! [`flusher`].
 
 use crate::Aggregator;
-use crate::cluster::WorkerOptions;
-use crate::consumers::Consumer;
+use crate::consumers::{Consumer, WorkerOptions};
 use crate::ranker::RankerOptions;
 use likewise_service::Engagement;
 use likewise_service::ports::Flush;
@@ -188,23 +187,13 @@ fn trending(svc: &Arc<Engagement>, stop: watch::Receiver<bool>) -> impl Future<O
     }
 }
 
-/// The ports of the integrity consumer, from the process's stores.
-pub fn integrity_ports(svc: &Engagement) -> crate::integrity::IntegrityPorts {
-    let stores = svc.stores();
-    crate::integrity::IntegrityPorts {
-        snapshots: stores.snapshots.clone(),
-        verdicts: stores.integrity.clone(),
-        likes: stores.likes.clone(),
-    }
-}
-
 /// The integrity consumer, from its saved state.
 fn integrity(
     svc: &Arc<Engagement>,
     opts: crate::integrity::IntegrityWorkerOptions,
     stop: watch::Receiver<bool>,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let (log, ports) = (svc.stores().events.clone(), integrity_ports(svc));
+    let (log, ports) = (svc.stores().events.clone(), crate::integrity::ports(svc));
     async move {
         match crate::integrity::load(&*ports.snapshots).await {
             Ok(start) => crate::integrity::run(log, ports, start, opts, stop).await,

@@ -8,13 +8,12 @@ use crate::dto::{
     ReportCreate, ReportReasonDto,
 };
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, PathParams, QueryParams, parse_json};
+use crate::extract::{BodyBytes, JsonBody, PathParams, QueryParams, parse_json};
 use crate::paging::{PageQuery, parse_limit};
 use crate::routes::comments::to_dto;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use bytes::Bytes;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::ports::ReportReason;
 use likewise_service::comments::Reader;
@@ -123,7 +122,7 @@ pub async fn appeal(
     State(state): State<Arc<AppState>>,
     viewer: Viewer,
     PathParams(id): PathParams<CommentId>,
-    body: Bytes,
+    BodyBytes(body): BodyBytes,
 ) -> ApiResult<StatusCode> {
     // The message is optional, and so is the body that carries it.
     let body: AppealCreate =

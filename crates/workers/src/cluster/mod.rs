@@ -12,88 +12,22 @@
 
 pub mod bus;
 pub mod lease;
+pub mod ports;
 pub mod shard;
 
-use crate::AggregatorOptions;
-use crate::consumers::Consumer;
+use crate::consumers::{Consumer, WorkerOptions};
 use crate::notifier::NotifierOptions;
 use futures_util::future::join_all;
 use likewise_core::ports::EventLog;
-use likewise_core::ports::cluster::{Bus, EventStream, LeaseName, Leases, Outbox, ReverseIndex, Scope};
+use likewise_core::ports::cluster::{LeaseName, Scope};
 use likewise_service::Engagement;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use ports::ClusterPorts;
 pub use shard::counters_consumer;
-
-/// The deployment's coordination ports.
-#[derive(Clone)]
-pub struct ClusterPorts {
-    /// Who runs each shard's workers and the notifier.
-    pub leases: Arc<dyn Leases>,
-    /// The shards' outboxes.
-    pub outbox: Arc<dyn Outbox>,
-    /// The event stream.
-    pub stream: Arc<dyn EventStream>,
-    /// The user-keyed like index.
-    pub reverse: Arc<dyn ReverseIndex>,
-    /// The bus between nodes.
-    pub bus: Arc<dyn Bus>,
-}
-
-/// Options of the worker role.
-#[derive(Debug, Clone)]
-pub struct WorkerOptions {
-    /// The counter aggregators (each gets its shard's consumer name, and the consumers to
-    /// hold the log for from [`Self::aggregator_options`]).
-    pub aggregator: AggregatorOptions,
-    /// The notifier.
-    pub notifier: NotifierOptions,
-    /// The event export, when a destination is configured.
-    pub export: Option<crate::export::Export>,
-    /// How long comment creates' `Idempotency-Key`s are kept ([`crate::key_expiry`]).
-    pub key_retention: Duration,
-    /// How long notification items are kept ([`crate::notif_retention`]).
-    pub notif_retention: crate::notif_retention::RetentionOptions,
-    /// The integrity consumer.
-    pub integrity: crate::integrity::IntegrityWorkerOptions,
-    /// Consumers not run although configured (none in `serve`: only
-    /// `bench hot-post --consumers --without` leaves some out, to measure what they cost).
-    pub without: Vec<Consumer>,
-}
-
-impl Default for WorkerOptions {
-    fn default() -> Self {
-        WorkerOptions {
-            aggregator: AggregatorOptions::default(),
-            notifier: NotifierOptions::default(),
-            export: None,
-            key_retention: crate::key_expiry::DEFAULT_RETENTION,
-            notif_retention: Default::default(),
-            integrity: Default::default(),
-            without: Vec::new(),
-        }
-    }
-}
-
-impl WorkerOptions {
-    /// The log's consumers these options run, in start order.
-    pub fn consumers(&self) -> impl Iterator<Item = Consumer> + '_ {
-        Consumer::ALL.into_iter().filter(|c| c.runs(self))
-    }
-
-    /// The counter aggregators' options: [`Self::aggregator`], with the log's truncation held
-    /// for every consumer that runs (their unread events stay, however far behind they are)
-    /// and for no other.
-    pub fn aggregator_options(&self) -> AggregatorOptions {
-        AggregatorOptions {
-            hold_for: self.consumers().map(|c| c.name().to_string()).collect(),
-            ..self.aggregator.clone()
-        }
-    }
-}
 
 /// Start the worker role's tasks: every shard's workers and the notifier, each under its
 /// lease.
@@ -290,7 +224,7 @@ async fn integrity(
     opts: crate::integrity::IntegrityWorkerOptions,
     stop: watch::Receiver<bool>,
 ) {
-    let ports = crate::single_node::integrity_ports(svc);
+    let ports = crate::integrity::ports(svc);
     loop {
         let started = async {
             let (offset, state) = crate::integrity::load(&*ports.snapshots).await?;

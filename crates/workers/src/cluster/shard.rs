@@ -2,7 +2,7 @@
 //! aggregator, the reverse-index writer and the pruner of the notification items stored on
 //! the shard ([`crate::notif_retention`]).
 
-use super::ClusterPorts;
+use super::ports::ClusterPorts;
 use crate::{Aggregator, AggregatorOptions, relay, reverse_index};
 use likewise_core::StoreResult;
 use likewise_core::ports::cluster::Scope;
