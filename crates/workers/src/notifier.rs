@@ -61,6 +61,15 @@ pub struct Notifier {
     committed: u64,
     /// This notifier's writer fence.
     fence: u64,
+    /// Its consumer name: [`NOTIFIER`], or one partition's (`notifications.p7`), the key of
+    /// its offset and its fence.
+    name: String,
+    /// The label of its events metric: its partition, or `all`.
+    partition: String,
+    /// Whether a read reached the end of the log since the start or the last rewind: then
+    /// everything up to the replay bound was read. A partition's log never reaches the
+    /// bound itself (the whole stream's head) when its last event lies below it.
+    caught_up: bool,
 }
 
 impl Notifier {
@@ -77,22 +86,56 @@ impl Notifier {
         opts: &NotifierOptions,
         log: Arc<dyn EventLog>,
     ) -> StoreResult<Self> {
+        Self::named(svc, opts, log, None).await
+    }
+
+    /// [`Notifier::with_log`] for one partition of the events (`Some(part)`, `log` reading
+    /// only that partition's) or all of them (`None`).
+    pub async fn named(
+        svc: Arc<dyn NotificationsPublisher>,
+        opts: &NotifierOptions,
+        log: Arc<dyn EventLog>,
+        part: Option<u16>,
+    ) -> StoreResult<Self> {
+        let name = consumer_name(part);
         // Fenced first: a predecessor's write still in flight is refused from here on, so
         // the offset read next cannot move under this notifier.
-        let fence = svc.stores().notifications.fence_notifications(NOTIFIER).await?;
-        let offset = Self::stored_offset(&svc).await?;
+        let fence = svc.stores().notifications.fence_notifications(&name).await?;
+        let offset = Self::start_offset(&svc, part).await?;
         // An earlier run may have released likes past the committed offset (it stays below
         // the oldest held one); everything it can have read is at most the log's head now.
         let mut holder = Holder::new(opts.hold.as_millis() as u64);
         let head = log.head().await?;
         holder.replaying_upto(head);
-        tracing::info!(offset, head, fence, "notifier resumes");
-        Ok(Notifier { svc, log, holder, processed: offset, committed: offset, fence })
+        tracing::info!(offset, head, fence, consumer = %name, "notifier resumes");
+        let partition = part.map_or_else(|| "all".to_string(), |p| p.to_string());
+        Ok(Notifier {
+            svc,
+            log,
+            holder,
+            processed: offset,
+            committed: offset,
+            fence,
+            name,
+            partition,
+            caught_up: false,
+        })
     }
 
     /// The position the notifier has committed.
     pub async fn stored_offset(svc: &(impl Storage + ?Sized)) -> StoreResult<u64> {
         svc.stores().counters.offset(NOTIFIER).await
+    }
+
+    /// Where the notifier of partition `part` (or of every event, `None`) starts: its
+    /// committed position; a partition that never committed starts where the single
+    /// notifier of a deployment that had no partitions stopped (everything up to that
+    /// offset was notified: its offset never passes a held like), so moving to partitions
+    /// re-notifies and skips nothing.
+    pub async fn start_offset(svc: &(impl Storage + ?Sized), part: Option<u16>) -> StoreResult<u64> {
+        let counters = &svc.stores().counters;
+        let own = counters.offset(&consumer_name(part)).await?;
+        if own == 0 && part.is_some() { counters.offset(NOTIFIER).await } else { Ok(own) }
     }
 
     async fn context(&self, e: &Event) -> StoreResult<Option<CommentContext>> {
@@ -205,7 +248,7 @@ impl Notifier {
         // first would notify of them again. (At start nothing else is held.) A released like
         // was muted or not when it was read; one released and then lost in a failure is
         // re-read and held again from the committed offset.
-        if self.processed >= self.holder.replayed_upto() {
+        if self.caught_up || self.processed >= self.holder.replayed_upto() {
             changes.extend(self.holder.release_due(now_ms));
         }
         let applied = self.apply(&stores, changes).await;
@@ -219,6 +262,7 @@ impl Notifier {
     /// keeps in mind for the unlikes it reads again.
     fn rewind(&mut self) {
         self.holder.forget(self.processed);
+        self.caught_up = false;
         self.processed = self.committed;
     }
 
@@ -236,6 +280,8 @@ impl Notifier {
             // still fall due.
             let events = events?;
             let n = events.len();
+            metrics::counter!("likewise_consumer_events_total", "consumer" => NOTIFIER, "partition" => self.partition.clone())
+                .increment(n as u64);
             let _span = likewise_core::trace::consumer_span("notifier", &events);
             for e in &events {
                 if let Err(err) = self.absorb(e, changes, prefs).await {
@@ -248,6 +294,7 @@ impl Notifier {
                 self.processed = e.seq;
             }
             if n < 4_096 {
+                self.caught_up = true;
                 return Ok(());
             }
         }
@@ -285,7 +332,7 @@ impl Notifier {
             return Ok(0);
         }
         let items =
-            match stores.notifications.apply_notifications(NOTIFIER, self.fence, offset, &changes).await {
+            match stores.notifications.apply_notifications(&self.name, self.fence, offset, &changes).await {
                 Ok(items) => items,
                 Err(e @ likewise_core::StoreError::Superseded(_)) => return Err(e),
                 Err(e) => {
@@ -305,6 +352,14 @@ impl Notifier {
             tracing::warn!(error = %e, "publishing notifications failed");
         }
         Ok(n)
+    }
+}
+
+/// The consumer name of the notifier of partition `part`, or of every event.
+pub fn consumer_name(part: Option<u16>) -> String {
+    match part {
+        Some(p) => likewise_core::ports::cluster::part_consumer(NOTIFIER, p),
+        None => NOTIFIER.to_string(),
     }
 }
 
@@ -339,7 +394,32 @@ pub async fn run_with(
     log: Arc<dyn EventLog>,
     shutdown: watch::Receiver<bool>,
 ) {
-    let mut n = match Notifier::with_log(svc, &opts, log).await {
+    run_part(svc, opts, log, None, None, shutdown).await
+}
+
+/// How many partition notifiers of one process step at once (the `steps` gate of
+/// [`run_part`]). A step's store work is per step, not per event (settings and follows read,
+/// a fenced commit on the offsets' shard, the recipients' shard's writer lock), so 64
+/// partitions stepping freely put 64 times the single notifier's load on the shards' pools:
+/// under a write storm a worker's pool of shard 0, where every partition's offset and fence
+/// live, had a median of 36 waiters, and the shard's counter aggregator, whose rank-index
+/// step checks a connection out many times in a row, took 20 to 50 s per step (a bucket
+/// move's drain gives up after 30 s). One at a time, the partitions together cost the pools
+/// what the single notifier did; each still commits its own offset under its own fence.
+pub const PART_STEPS_AT_ONCE: usize = 1;
+
+/// [`run_with`] for partition `part` (see [`Notifier::named`]). With `steps`, each step
+/// first takes one of its permits: the partitions of a process share it
+/// ([`PART_STEPS_AT_ONCE`]).
+pub async fn run_part(
+    svc: Arc<dyn NotificationsPublisher>,
+    opts: NotifierOptions,
+    log: Arc<dyn EventLog>,
+    part: Option<u16>,
+    steps: Option<Arc<tokio::sync::Semaphore>>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let mut n = match Notifier::named(svc, &opts, log, part).await {
         Ok(n) => n,
         Err(e) => {
             tracing::error!(error = %e, "notifier cannot read its offset; not started");
@@ -348,6 +428,11 @@ pub async fn run_with(
     };
     let mut ticker = crate::Ticker::new(opts.tick, shutdown);
     while ticker.next().await {
+        // Never closed: the gate lives as long as its process's partitions.
+        let _permit = match &steps {
+            Some(gate) => Some(gate.clone().acquire_owned().await.expect("the steps gate is never closed")),
+            None => None,
+        };
         match n.step(now_ms()).await {
             Ok(_) => {}
             Err(e @ likewise_core::StoreError::Superseded(_)) => {

@@ -208,3 +208,93 @@ async fn items_past_the_retention_are_pruned_on_a_simulated_clock() {
     assert!(svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox").0.is_empty());
     svc.stores().close().expect("close");
 }
+
+/// One partition's view of the log, counting the steps of every partition that are reading
+/// at once (a step begins with a read; the pause keeps it open long enough to overlap).
+struct PartLog {
+    inner: Arc<dyn likewise_core::ports::EventLog>,
+    part: u64,
+    parts: u64,
+    reading: Arc<std::sync::atomic::AtomicUsize>,
+    most: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl likewise_core::ports::EventLog for PartLog {
+    async fn read_after(
+        &self,
+        after: u64,
+        max: usize,
+    ) -> likewise_core::StoreResult<Vec<likewise_core::event::Event>> {
+        use std::sync::atomic::Ordering;
+        let now = self.reading.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let read = self.inner.read_after(after, max).await;
+        self.reading.fetch_sub(1, Ordering::SeqCst);
+        Ok(read?.into_iter().filter(|e| e.post % self.parts == self.part).collect())
+    }
+    async fn head(&self) -> likewise_core::StoreResult<u64> {
+        self.inner.head().await
+    }
+    async fn truncate(&self, _upto: u64) -> likewise_core::StoreResult<u64> {
+        Ok(0)
+    }
+}
+
+/// The partitions a worker process holds step through one gate: never more than
+/// `PART_STEPS_AT_ONCE` steps at once (each step costs the store the same round trips, and
+/// 64 partitions stepping freely starved a shard's counter aggregator of its pool), and
+/// every partition still gets its turn and notifies of its posts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_of_a_process_step_one_at_a_time_and_each_gets_its_turn() {
+    use likewise_workers::notifier::{PART_STEPS_AT_ONCE, run_part};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = setup(dir.path()).await;
+    const PARTS: u64 = 8;
+    let meta = PostMeta { author: UserId(7), hide_like_count: false, comments: CommentsPolicy::Everyone };
+    for p in 1..=PARTS {
+        svc.upstream.put_post(PostId(p), meta).await.expect("post");
+        svc.likes.set_post_like(UserId(100 + p), PostId(p), LikeAction::Like).await.expect("like");
+    }
+    let opts = NotifierOptions { hold: Duration::ZERO, tick: Duration::from_millis(5) };
+    let gate = Arc::new(tokio::sync::Semaphore::new(PART_STEPS_AT_ONCE));
+    let reading = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let tasks: Vec<_> = (0..PARTS)
+        .map(|part| {
+            let log = Arc::new(PartLog {
+                inner: svc.stores().events.clone(),
+                part,
+                parts: PARTS,
+                reading: reading.clone(),
+                most: most.clone(),
+            });
+            tokio::spawn(run_part(
+                svc.clone(),
+                opts.clone(),
+                log,
+                Some(part as u16),
+                Some(gate.clone()),
+                stopped.clone(),
+            ))
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (items, _) = svc.notifications.inbox(UserId(7), None, 20).await.expect("inbox");
+        if items.len() as u64 == PARTS {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "only {} of {PARTS} posts notified", items.len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop.send(true);
+    for t in tasks {
+        t.await.expect("partition task");
+    }
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most <= PART_STEPS_AT_ONCE, "{most} partition steps at once");
+    svc.stores().close().expect("close");
+}

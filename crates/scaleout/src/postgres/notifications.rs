@@ -19,7 +19,10 @@
 //! shard's changes in order rebuilds the same `recent` list, and an item a replay leaves as
 //! it was keeps its `updated_ms`). An item's `updated_ms` is the stamp of the batch that last
 //! changed it, strictly increasing from batch to batch (the last one is kept in the
-//! `<consumer>#stamp` row beside the offset, read under the fence row's lock).
+//! `<consumer>#stamp` row beside the offset, read under the fence row's lock), and on each
+//! shard past the last batch any notifier wrote there (the `notifications#shard-stamp` row,
+//! read under the shard's writer lock): with the notifier split into partitions, several
+//! writers change one recipient's items, and their changes still sort in commit order.
 //!
 //! The retention ([`NotificationStore::prune_notifications`], run per shard by that shard's
 //! workers) deletes the items last updated before its cutoff, oldest first through the
@@ -89,6 +92,24 @@ async fn apply_shard(
     stamp: u64,
 ) -> StoreResult<Vec<(NotifKey, NotifItem)>> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITER_LOCK]).await.map_err(pg_err)?;
+    // The shard's last stamp, read and moved under the writer lock: the notifiers of several
+    // partitions write this shard's items one at a time, and each batch is stamped past the
+    // one committed before it, so a recipient's changes sort in commit order whichever
+    // partition (and whichever process's clock) made them: a resumed event stream
+    // (`Last-Event-ID`) misses none.
+    let shard_last: Option<i64> = tx
+        .query_opt("SELECT upto FROM consumer_offsets WHERE consumer = $1", &[&SHARD_STAMP])
+        .await
+        .map_err(pg_err)?
+        .map(|r| r.get(0));
+    let stamp = next_stamp(shard_last.map_or(0, u), stamp);
+    tx.execute(
+        "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
+         ON CONFLICT (consumer) DO UPDATE SET upto = GREATEST(consumer_offsets.upto, EXCLUDED.upto)",
+        &[&SHARD_STAMP, &i(stamp)],
+    )
+    .await
+    .map_err(pg_err)?;
 
     // 1. The stored items of every key, locked.
     let mut keys: Vec<NotifKey> = Vec::new();
@@ -345,6 +366,10 @@ fn fence_key(consumer: &str) -> String {
 fn stamp_key(consumer: &str) -> String {
     format!("{consumer}#stamp")
 }
+
+/// The `consumer_offsets` row of each shard holding the stamp of the last batch written to
+/// the shard's items, by any notifier.
+const SHARD_STAMP: &str = "notifications#shard-stamp";
 
 /// How long the server keeps a fenced transaction that hears nothing from its client: a
 /// writer cut off while holding the fence row's lock must not keep its successor waiting.
@@ -794,5 +819,40 @@ mod tests {
             }
             assert_eq!(o.offset("notifier").await.expect("offset"), 4);
         }
+    }
+
+    /// Two partitions' notifiers change one recipient's items: the later commit sorts after
+    /// the earlier although its writer's clock (its own stamp row) is an hour behind, so a
+    /// client resuming the event stream after the first change gets the second.
+    #[tokio::test]
+    async fn changes_of_two_partitions_sort_in_commit_order() {
+        let t = TestShards::create(2).await;
+        let pg = t.store().await;
+        let (p1, p2) = ("notifications.p1", "notifications.p2");
+        let add = |post: u64, actor: u64| Change::Add {
+            key: NotifKey { recipient: UserId(1), post: PostId(post), kind: NotifKind::PostLiked },
+            actor: UserId(actor),
+            comment: None,
+            ts_ms: 1_000,
+        };
+        let (f1, f2) = (
+            pg.fence_notifications(p1).await.expect("fence"),
+            pg.fence_notifications(p2).await.expect("fence"),
+        );
+        // p1's writer stamped its last batch an hour ahead (a clock since set back).
+        let ahead = likewise_engine::now_ms() + 3_600_000;
+        let c = pg.conn(0).await.expect("conn");
+        c.execute(
+            "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)",
+            &[&stamp_key(p1), &i(ahead)],
+        )
+        .await
+        .expect("stamp");
+        let first = pg.apply_notifications(p1, f1, 5, &[add(1, 10)]).await.expect("p1");
+        let second = pg.apply_notifications(p2, f2, 6, &[add(2, 11)]).await.expect("p2");
+        assert!(first[0].updated_ms > ahead);
+        assert!(second[0].updated_ms > first[0].updated_ms, "{first:?} then {second:?}");
+        let inbox = pg.inbox(UserId(1), None, 10).await.expect("inbox");
+        assert_eq!(inbox.iter().map(|it| it.key.post.0).collect::<Vec<_>>(), vec![2, 1], "newest first");
     }
 }

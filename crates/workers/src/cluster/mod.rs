@@ -2,8 +2,10 @@
 //!
 //! - Worker role: per shard, under that shard's lease ([`lease`]; a second worker process is
 //!   a hot standby, never a second writer), the outbox relay, the counter aggregator, the
-//!   reverse-index writer and the pruner of the shard's notification items ([`shard`]); under leases of their own, the notifier, the export,
-//!   the trending and integrity consumers (these two under one).
+//!   reverse-index writer and the pruner of the shard's notification items ([`shard`]); under leases of their own, the export,
+//!   the trending and integrity consumers (these two under one); and a share of the
+//!   notifier's partitions, each under a lease of its own, the others' in the other worker
+//!   processes ([`parts`]).
 //! - API role: the top-comments refresher, fed by the aggregators' commits on the bus.
 //! - Every role: the cluster bus listener ([`bus`]).
 //!
@@ -12,6 +14,7 @@
 
 pub mod bus;
 pub mod lease;
+pub mod parts;
 pub mod shard;
 
 use crate::AggregatorOptions;
@@ -19,7 +22,9 @@ use crate::consumers::Consumer;
 use crate::notifier::NotifierOptions;
 use futures_util::future::join_all;
 use likewise_core::ports::EventLog;
-use likewise_core::ports::cluster::{Bus, EventStream, LeaseName, Leases, Outbox, ReverseIndex, Scope};
+use likewise_core::ports::cluster::{
+    Bus, EventStream, LeaseName, Leases, Outbox, PARTITIONS, ReverseIndex, Scope,
+};
 use likewise_service::Engagement;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,8 +100,8 @@ impl WorkerOptions {
     }
 }
 
-/// Start the worker role's tasks: every shard's workers and the notifier, each under its
-/// lease.
+/// Start the worker role's tasks: every shard's workers and the consumers, each under its
+/// lease, and this process's share of the partitioned consumers' partitions.
 pub fn spawn_workers(
     svc: &Arc<Engagement>,
     ports: &ClusterPorts,
@@ -161,8 +166,27 @@ pub fn spawn_workers(
         opts.key_retention,
         shutdown.clone(),
     )));
-    // The log's consumers, each lease's together.
+    // The partitioned consumers, a share of their partitions in each worker process.
     let running: Vec<Consumer> = opts.consumers().collect();
+    for c in running.iter().copied() {
+        let Some(kind) = c.partitioned() else { continue };
+        let (svc, p, opts) = (svc.clone(), ports.clone(), opts.clone());
+        // The partitions held here step through one gate: together they load the store as
+        // the whole consumer did (`notifier::PART_STEPS_AT_ONCE`).
+        let steps = Arc::new(tokio::sync::Semaphore::new(crate::notifier::PART_STEPS_AT_ONCE));
+        tasks.push(tokio::spawn(parts::shared(
+            ports.leases.clone(),
+            kind,
+            PARTITIONS as u16,
+            shutdown.clone(),
+            move |part, stop| {
+                let (svc, p, opts, steps) = (svc.clone(), p.clone(), opts.clone(), steps.clone());
+                async move { consumer_part(c, &svc, &p, &opts, part, steps, stop).await }
+            },
+        )));
+    }
+    // The others, each lease's together.
+    let running: Vec<Consumer> = running.into_iter().filter(|c| c.partitioned().is_none()).collect();
     let mut names: Vec<LeaseName> = Vec::new();
     for c in &running {
         if !names.contains(&c.lease()) {
@@ -192,7 +216,7 @@ async fn consumer(
     stop: watch::Receiver<bool>,
 ) {
     match c {
-        Consumer::Notifier => notifier(svc, p, opts.notifier.clone(), stop).await,
+        Consumer::Notifier => notifier(svc, p, opts.notifier.clone(), None, stop).await,
         Consumer::Trending => trending(svc, p, stop).await,
         Consumer::Integrity => integrity(svc, p, opts.integrity.clone(), stop).await,
         Consumer::Export => {
@@ -203,20 +227,43 @@ async fn consumer(
     }
 }
 
-/// The notifier on the stream, from its stored offset.
+/// Partition `part` of consumer `c` on the stream until `stop` flips, or until it cannot
+/// start (started again while the partition's lease is held).
+async fn consumer_part(
+    c: Consumer,
+    svc: &Arc<Engagement>,
+    p: &ClusterPorts,
+    opts: &WorkerOptions,
+    part: u16,
+    steps: Arc<tokio::sync::Semaphore>,
+    stop: watch::Receiver<bool>,
+) {
+    match c {
+        Consumer::Notifier => notifier(svc, p, opts.notifier.clone(), Some((part, steps)), stop).await,
+        Consumer::Trending | Consumer::Integrity | Consumer::Export => {
+            tracing::error!(consumer = ?c, "not a partitioned consumer")
+        }
+    }
+}
+
+/// The notifier of partition `part` (or of every event) on the stream, from its stored
+/// offset; a partition's steps go through its process's gate.
 async fn notifier(
     svc: &Arc<Engagement>,
     p: &ClusterPorts,
     opts: NotifierOptions,
+    part: Option<(u16, Arc<tokio::sync::Semaphore>)>,
     stop: watch::Receiver<bool>,
 ) {
+    let (part, steps) = part.map_or((None, None), |(k, gate)| (Some(k), Some(gate)));
     let log = async {
-        let offset = crate::notifier::Notifier::stored_offset(svc).await?;
-        p.stream.consumer(crate::notifier::NOTIFIER, Scope::All, offset).await
+        let offset = crate::notifier::Notifier::start_offset(svc, part).await?;
+        let scope = part.map_or(Scope::All, Scope::Part);
+        p.stream.consumer(&crate::notifier::consumer_name(part), scope, offset).await
     }
     .await;
     match log {
-        Ok(log) => crate::notifier::run_with(svc.clone(), opts, log, stop).await,
+        Ok(log) => crate::notifier::run_part(svc.clone(), opts, log, part, steps, stop).await,
         Err(e) => {
             tracing::error!(error = %e, "notifier not started");
             tokio::time::sleep(Duration::from_secs(1)).await;

@@ -367,7 +367,7 @@ impl EventStream for SimPorts {
                 _ => {
                     let seq = w.head() + 1;
                     let events = unpack(&r.body, |_| seq).map_err(|e| StoreError::Engine(e.to_string()))?;
-                    w.stream.push(Msg { seq, shard, events });
+                    w.stream.push(Msg { seq, shard, part: r.part, events });
                     w.published.insert(id, (seq, now));
                     seqs.push(seq);
                 }
