@@ -39,7 +39,9 @@ use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::notify::NotifItem;
-use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind, RECENT_ACTORS, next_stamp};
+use likewise_core::notify::{
+    Change, ItemUpdate, NotifCommit, NotifKey, NotifKind, RECENT_ACTORS, next_stamp,
+};
 use likewise_core::ports::NotificationStore;
 use likewise_core::{StoreError, StoreResult};
 use std::collections::{HashMap, HashSet};
@@ -343,13 +345,13 @@ async fn apply_shard(
     Ok(out)
 }
 
-/// Move `consumer`'s offset to `offset` (exactly, as the embedded engine: a consumer may
-/// rewind to replay).
-async fn put_offset(tx: &Transaction<'_>, consumer: &str, offset: u64) -> StoreResult<()> {
+/// Move each of `consumers` to its `uptos` entry (exactly, as the embedded engine: a consumer
+/// may rewind to replay), in one statement.
+async fn put_offsets(tx: &Transaction<'_>, consumers: &[String], uptos: &[i64]) -> StoreResult<()> {
     tx.execute(
-        "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
+        "INSERT INTO consumer_offsets (consumer, upto) SELECT * FROM unnest($1::text[], $2::bigint[])
          ON CONFLICT (consumer) DO UPDATE SET upto = EXCLUDED.upto",
-        &[&consumer, &i(offset)],
+        &[&consumers, &uptos],
     )
     .await
     .map_err(pg_err)?;
@@ -390,18 +392,27 @@ impl NotificationStore for PgStore {
         Ok(u(row.get(0)))
     }
 
-    async fn apply_notifications(
+    async fn commit_notifications(
         &self,
-        consumer: &str,
-        fence: u64,
-        offset: u64,
+        commits: &[NotifCommit],
         changes: &[Change],
     ) -> StoreResult<Vec<NotifItem>> {
-        // The offset lives where `CounterStore::offset` reads it (shard 0 unless `name@N`).
-        let home = self.offset_shard(consumer)?;
-        // The home transaction opens first and locks the fence row until it commits, after
+        let Some(first) = commits.first() else { return Ok(Vec::new()) };
+        // The offsets live where `CounterStore::offset` reads them (shard 0 unless `name@N`).
+        let home = self.offset_shard(&first.consumer)?;
+        for c in commits {
+            if self.offset_shard(&c.consumer)? != home {
+                return Err(StoreError::Engine(format!(
+                    "notification consumers {} and {} keep their offsets on different shards",
+                    first.consumer, c.consumer
+                )));
+            }
+        }
+        // The home transaction opens first and locks the fence rows until it commits, after
         // the other shards' changes: a writer whose fence was taken over changes nothing on
-        // any shard, and no successor commits between its check and its commit.
+        // any shard, and no successor commits between its check and its commit. Each
+        // statement covers every commit (arrays), so a notifier holding many partitions
+        // makes as many round trips as one holding one.
         let mut home_conn = self.conn(home).await?;
         let home_tx = home_conn.transaction().await.map_err(pg_err)?;
         home_tx
@@ -410,24 +421,36 @@ impl NotificationStore for PgStore {
             ))
             .await
             .map_err(pg_err)?;
-        let current: Option<i64> = home_tx
-            .query_opt(
-                "SELECT upto FROM consumer_offsets WHERE consumer = $1 FOR UPDATE",
-                &[&fence_key(consumer)],
+        let fences: Vec<String> = commits.iter().map(|c| fence_key(&c.consumer)).collect();
+        // Locked in one order, so two writers of overlapping sets cannot deadlock.
+        let current: HashMap<String, i64> = home_tx
+            .query(
+                "SELECT consumer, upto FROM consumer_offsets WHERE consumer = ANY($1)
+                 ORDER BY consumer FOR UPDATE",
+                &[&fences],
             )
             .await
             .map_err(pg_err)?
-            .map(|r| r.get(0));
-        if current.map_or(0, u) != fence {
-            return Err(StoreError::Superseded(consumer.to_string()));
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let superseded: Vec<&str> = commits
+            .iter()
+            .zip(&fences)
+            .filter(|(c, f)| current.get(*f).copied().map_or(0, u) != c.fence)
+            .map(|(c, _)| c.consumer.as_str())
+            .collect();
+        if !superseded.is_empty() {
+            return Err(StoreError::Superseded(superseded.join(",")));
         }
-        // The batch's change stamp, past the last one (read under the fence row's lock, so
-        // no other writer moves it meanwhile).
+        // The batch's change stamp, past the last one of every consumer (read under the fence
+        // rows' locks, so no other writer moves them meanwhile).
+        let stamps: Vec<String> = commits.iter().map(|c| stamp_key(&c.consumer)).collect();
         let last_stamp: Option<i64> = home_tx
-            .query_opt("SELECT upto FROM consumer_offsets WHERE consumer = $1", &[&stamp_key(consumer)])
+            .query_one("SELECT max(upto) FROM consumer_offsets WHERE consumer = ANY($1)", &[&stamps])
             .await
             .map_err(pg_err)?
-            .map(|r| r.get(0));
+            .get(0);
         let stamp = next_stamp(last_stamp.map_or(0, u), likewise_engine::now_ms());
         let mut touched: HashMap<NotifKey, NotifItem> = HashMap::new();
         let mut home_part = Vec::new();
@@ -446,8 +469,11 @@ impl NotificationStore for PgStore {
         if !home_part.is_empty() {
             touched.extend(apply_shard(&home_tx, home, &ids, &home_part, stamp).await?);
         }
-        put_offset(&home_tx, consumer, offset).await?;
-        put_offset(&home_tx, &stamp_key(consumer), stamp).await?;
+        let mut names: Vec<String> = commits.iter().map(|c| c.consumer.clone()).collect();
+        let mut uptos: Vec<i64> = commits.iter().map(|c| i(c.offset)).collect();
+        names.extend(stamps);
+        uptos.extend(std::iter::repeat_n(i(stamp), commits.len()));
+        put_offsets(&home_tx, &names, &uptos).await?;
         home_tx.commit().await.map_err(pg_err)?;
         // In the order each item was first touched, as the embedded engine returns them.
         let mut out = Vec::with_capacity(touched.len());

@@ -170,19 +170,34 @@ pub fn spawn_workers(
     let running: Vec<Consumer> = opts.consumers().collect();
     for c in running.iter().copied() {
         let Some(kind) = c.partitioned() else { continue };
-        let (svc, p, opts) = (svc.clone(), ports.clone(), opts.clone());
-        // The partitions held here step through one gate: together they load the store as
-        // the whole consumer did (`notifier::PART_STEPS_AT_ONCE`).
-        let steps = Arc::new(tokio::sync::Semaphore::new(crate::notifier::PART_STEPS_AT_ONCE));
+        let work: Arc<dyn parts::SharedWork> = match c {
+            Consumer::Notifier => {
+                let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
+                let (offsets, stream) = (svc.clone(), ports.stream.clone());
+                let open = move |part: u16| {
+                    let (svc, stream) = (offsets.clone(), stream.clone());
+                    async move {
+                        let offset = crate::notifier::Notifier::start_offset(&*svc, Some(part)).await?;
+                        let name = crate::notifier::consumer_name(Some(part));
+                        stream.consumer(&name, Scope::Part(part), offset).await
+                    }
+                };
+                let svc: Arc<dyn likewise_service::ports::NotificationsPublisher> = svc.clone();
+                let run = crate::notifier::run_shared(svc, opts.notifier.clone(), open, rx, shutdown.clone());
+                tasks.push(tokio::spawn(run));
+                Arc::new(NotifierParts(commands))
+            }
+            Consumer::Trending | Consumer::Integrity | Consumer::Export => {
+                tracing::error!(consumer = ?c, "not a partitioned consumer");
+                continue;
+            }
+        };
         tasks.push(tokio::spawn(parts::shared(
             ports.leases.clone(),
             kind,
             PARTITIONS as u16,
             shutdown.clone(),
-            move |part, stop| {
-                let (svc, p, opts, steps) = (svc.clone(), p.clone(), opts.clone(), steps.clone());
-                async move { consumer_part(c, &svc, &p, &opts, part, steps, stop).await }
-            },
+            work,
         )));
     }
     // The others, each lease's together.
@@ -216,7 +231,7 @@ async fn consumer(
     stop: watch::Receiver<bool>,
 ) {
     match c {
-        Consumer::Notifier => notifier(svc, p, opts.notifier.clone(), None, stop).await,
+        Consumer::Notifier => notifier(svc, p, opts.notifier.clone(), stop).await,
         Consumer::Trending => trending(svc, p, stop).await,
         Consumer::Integrity => integrity(svc, p, opts.integrity.clone(), stop).await,
         Consumer::Export => {
@@ -227,43 +242,34 @@ async fn consumer(
     }
 }
 
-/// Partition `part` of consumer `c` on the stream until `stop` flips, or until it cannot
-/// start (started again while the partition's lease is held).
-async fn consumer_part(
-    c: Consumer,
-    svc: &Arc<Engagement>,
-    p: &ClusterPorts,
-    opts: &WorkerOptions,
-    part: u16,
-    steps: Arc<tokio::sync::Semaphore>,
-    stop: watch::Receiver<bool>,
-) {
-    match c {
-        Consumer::Notifier => notifier(svc, p, opts.notifier.clone(), Some((part, steps)), stop).await,
-        Consumer::Trending | Consumer::Integrity | Consumer::Export => {
-            tracing::error!(consumer = ?c, "not a partitioned consumer")
+/// The notifier's partitions held by this process, all read by one notifier
+/// ([`crate::notifier::run_shared`]), which these commands reach.
+struct NotifierParts(tokio::sync::mpsc::UnboundedSender<crate::notifier::PartCommand>);
+
+#[async_trait::async_trait]
+impl parts::SharedWork for NotifierParts {
+    async fn take(&self, parts: &[u16]) {
+        let _ = self.0.send(crate::notifier::PartCommand::Take(parts.to_vec()));
+    }
+
+    async fn give(&self, parts: &[u16]) {
+        let (done, given) = tokio::sync::oneshot::channel();
+        // A notifier that ended (shutdown) writes nothing any more: no answer is needed.
+        if self.0.send(crate::notifier::PartCommand::Give(parts.to_vec(), done)).is_ok() {
+            let _ = given.await;
         }
     }
 }
 
-/// The notifier of partition `part` (or of every event) on the stream, from its stored
-/// offset; a partition's steps go through its process's gate.
-async fn notifier(
-    svc: &Arc<Engagement>,
-    p: &ClusterPorts,
-    opts: NotifierOptions,
-    part: Option<(u16, Arc<tokio::sync::Semaphore>)>,
-    stop: watch::Receiver<bool>,
-) {
-    let (part, steps) = part.map_or((None, None), |(k, gate)| (Some(k), Some(gate)));
+/// The notifier of every event on the stream, from its stored offset.
+async fn notifier(svc: &Arc<Engagement>, p: &ClusterPorts, opts: NotifierOptions, stop: watch::Receiver<bool>) {
     let log = async {
-        let offset = crate::notifier::Notifier::start_offset(svc, part).await?;
-        let scope = part.map_or(Scope::All, Scope::Part);
-        p.stream.consumer(&crate::notifier::consumer_name(part), scope, offset).await
+        let offset = crate::notifier::Notifier::stored_offset(svc).await?;
+        p.stream.consumer(crate::notifier::NOTIFIER, Scope::All, offset).await
     }
     .await;
     match log {
-        Ok(log) => crate::notifier::run_part(svc.clone(), opts, log, part, steps, stop).await,
+        Ok(log) => crate::notifier::run_with(svc.clone(), opts, log, stop).await,
         Err(e) => {
             tracing::error!(error = %e, "notifier not started");
             tokio::time::sleep(Duration::from_secs(1)).await;

@@ -14,14 +14,16 @@
 //!
 //! Nothing is lost or doubled on a handover: a partition's work commits its offset together
 //! with its effects, and its successor starts from that offset.
+//!
+//! The work of every partition a process holds is one [`SharedWork`] (one notifier reading
+//! them all): partitions are handed to it and taken back in batches, so a process that loses
+//! or gives back many partitions waits for its work once, not once per partition.
 
 use likewise_core::ports::cluster::{Lease, LeaseName, Leases, Partitioned};
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 /// How often the leases are checked (and free partitions taken while short of the share).
 const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -30,25 +32,14 @@ const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// and an idle worker should make few (a change of members is seen within 3 s).
 const COUNT_EVERY: u32 = 3;
 
-/// A partition this process holds, and its work.
-struct Held {
-    lease: Box<dyn Lease>,
-    stop: watch::Sender<bool>,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Held {
-    /// Stop the work, wait for it to end, then give the lease back (in that order: the
-    /// successor must not start while this work still writes).
-    async fn release(mut self) {
-        let _ = self.stop.send(true);
-        if let Some(t) = self.task.take()
-            && let Err(e) = t.await
-        {
-            tracing::error!(error = %e, "partition work failed");
-        }
-        drop(self.lease);
-    }
+/// The work of the partitions a process holds.
+#[async_trait::async_trait]
+pub trait SharedWork: Send + Sync {
+    /// Start the work of `parts`, whose leases this process just took.
+    async fn take(&self, parts: &[u16]);
+    /// Stop the work of `parts`, returning once none of it can write any more: their leases
+    /// are given back after (the successor must not start while this work still writes).
+    async fn give(&self, parts: &[u16]);
 }
 
 /// The share a process aims for: `ceil(parts / members)`.
@@ -56,20 +47,17 @@ pub fn fair_share(parts: u16, members: usize) -> usize {
     (parts as usize).div_ceil(members.max(1))
 }
 
-/// Run `body(part, stop)` for each partition of `consumer` (of `parts`) this process holds,
-/// taking and giving back partitions as members come and go, until `shutdown`.
-pub async fn shared<F, Fut>(
+/// Run `work` on each partition of `consumer` (of `parts`) this process holds, taking and
+/// giving back partitions as members come and go, until `shutdown`.
+pub async fn shared(
     leases: Arc<dyn Leases>,
     consumer: Partitioned,
     parts: u16,
     mut shutdown: watch::Receiver<bool>,
-    body: F,
-) where
-    F: Fn(u16, watch::Receiver<bool>) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
+    work: Arc<dyn SharedWork>,
+) {
     let what = format!("{consumer:?}");
-    let mut held: BTreeMap<u16, Held> = BTreeMap::new();
+    let mut held: BTreeMap<u16, Box<dyn Lease>> = BTreeMap::new();
     let mut joined = false;
     let mut members = 1;
     let mut checks: u32 = 0;
@@ -99,34 +87,21 @@ pub async fn shared<F, Fut>(
         checks = checks.wrapping_add(1);
         // Lost leases: their work stops (a successor is fenced off from it anyway).
         let mut lost = Vec::new();
-        for (part, h) in &held {
-            if !h.lease.holds().await {
+        for (part, lease) in &held {
+            if !lease.holds().await {
                 lost.push(*part);
             }
         }
-        for part in lost {
-            tracing::warn!(%what, part, "partition lease lost: stopping its work");
-            if let Some(h) = held.remove(&part) {
-                h.release().await;
-            }
-        }
-        // Work that ended by itself while its lease is held (it could not start): again.
-        for (part, h) in held.iter_mut() {
-            if h.task.as_ref().is_some_and(|t| t.is_finished()) {
-                if let Some(Err(e)) = h.task.take().and_then(futures_util::FutureExt::now_or_never) {
-                    tracing::error!(error = %e, %what, part, "partition work failed");
-                }
-                tracing::warn!(%what, part, "partition work ended while the lease is held; starting it again");
-                metrics::counter!("likewise_lease_work_restarts_total").increment(1);
-                h.task = Some(tokio::spawn(body(*part, h.stop.subscribe())));
-            }
+        if !lost.is_empty() {
+            tracing::warn!(%what, parts = ?lost, "partition leases lost: stopping their work");
+            give_back(&*work, &mut held, &lost).await;
         }
         let target = if joined { fair_share(parts, members) } else { 0 };
         // More than the share: the highest partitions go back first.
-        while held.len() > target {
-            let (part, h) = held.pop_last().expect("more than the target");
-            tracing::info!(%what, part, members, target, "partition given back for a fair share");
-            h.release().await;
+        if held.len() > target {
+            let extra: Vec<u16> = held.keys().rev().take(held.len() - target).copied().collect();
+            tracing::info!(%what, parts = ?extra, members, target, "partitions given back for a fair share");
+            give_back(&*work, &mut held, &extra).await;
         }
         // Fewer: take free ones.
         if held.len() < target {
@@ -139,6 +114,7 @@ pub async fn shared<F, Fut>(
                     Vec::new()
                 }
             };
+            let mut new = Vec::new();
             for i in 0..parts {
                 if held.len() >= target {
                     break;
@@ -149,10 +125,8 @@ pub async fn shared<F, Fut>(
                 }
                 match leases.try_take(LeaseName::Part(consumer, part)).await {
                     Ok(Some(lease)) => {
-                        tracing::info!(%what, part, members, target, "partition lease taken: running");
-                        let (stop, rx) = watch::channel(false);
-                        let task = Some(tokio::spawn(body(part, rx)));
-                        held.insert(part, Held { lease, stop, task });
+                        held.insert(part, lease);
+                        new.push(part);
                     }
                     Ok(None) => {}
                     Err(e) => {
@@ -160,6 +134,10 @@ pub async fn shared<F, Fut>(
                         break;
                     }
                 }
+            }
+            if !new.is_empty() {
+                tracing::info!(%what, parts = ?new, members, target, "partition leases taken: running");
+                work.take(&new).await;
             }
         }
         metrics::gauge!("likewise_partitions_held", "consumer" => what.clone()).set(held.len() as f64);
@@ -169,8 +147,16 @@ pub async fn shared<F, Fut>(
             _ = shutdown.changed() => {}
         }
     }
-    for (_, h) in std::mem::take(&mut held) {
-        h.release().await;
+    let all: Vec<u16> = held.keys().copied().collect();
+    give_back(&*work, &mut held, &all).await;
+}
+
+/// Stop the work of `parts`, wait for it to end, then give their leases back (in that
+/// order: a successor must not start while this work still writes).
+async fn give_back(work: &dyn SharedWork, held: &mut BTreeMap<u16, Box<dyn Lease>>, parts: &[u16]) {
+    work.give(parts).await;
+    for part in parts {
+        drop(held.remove(part));
     }
 }
 
@@ -268,30 +254,40 @@ mod tests {
     struct Member {
         alive: Arc<AtomicBool>,
         shutdown: watch::Sender<bool>,
-        task: JoinHandle<()>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    /// The work of process `me`: it runs a partition from `take` until `give`.
+    struct Work {
+        table: Arc<Table>,
+        me: u32,
+    }
+
+    #[async_trait::async_trait]
+    impl SharedWork for Work {
+        async fn take(&self, parts: &[u16]) {
+            let mut running = self.table.running.lock();
+            for part in parts {
+                let before = running.insert(*part, self.me);
+                assert!(before.is_none(), "partition {part} started by {} while {before:?} runs it", self.me);
+            }
+        }
+        async fn give(&self, parts: &[u16]) {
+            let mut running = self.table.running.lock();
+            for part in parts {
+                if running.get(part) == Some(&self.me) {
+                    running.remove(part);
+                }
+            }
+        }
     }
 
     fn start(table: &Arc<Table>, me: u32) -> Member {
         let alive = Arc::new(AtomicBool::new(true));
         let leases: Arc<dyn Leases> = Arc::new(Process { table: table.clone(), me, alive: alive.clone() });
         let (shutdown, rx) = watch::channel(false);
-        let t = table.clone();
-        let task = tokio::spawn(shared(leases, Partitioned::Notifier, PARTS, rx, move |part, mut stop| {
-            let t = t.clone();
-            async move {
-                let before = t.running.lock().insert(part, me);
-                assert!(before.is_none(), "partition {part} started by {me} while {before:?} runs it");
-                while !*stop.borrow() {
-                    if stop.changed().await.is_err() {
-                        break;
-                    }
-                }
-                let mut running = t.running.lock();
-                if running.get(&part) == Some(&me) {
-                    running.remove(&part);
-                }
-            }
-        }));
+        let work = Arc::new(Work { table: table.clone(), me });
+        let task = tokio::spawn(shared(leases, Partitioned::Notifier, PARTS, rx, work));
         Member { alive, shutdown, task }
     }
 
