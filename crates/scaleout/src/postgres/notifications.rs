@@ -847,6 +847,55 @@ mod tests {
         }
     }
 
+    /// One commit for several partitions, on both engines: every partition's offset moves
+    /// with the changes; when one partition's fence was taken over, nothing is written (not
+    /// the other partitions' changes or offsets either) and the refusal names exactly the
+    /// partitions fenced off.
+    #[tokio::test]
+    async fn a_commit_of_several_partitions_is_all_or_nothing_and_names_the_fenced_off() {
+        let t = TestShards::create(2).await;
+        let pg = t.store().await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let emb = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded");
+        let add = |r: u64, actor: u64| Change::Add {
+            key: NotifKey { recipient: UserId(r), post: PostId(5), kind: NotifKind::PostLiked },
+            actor: UserId(actor),
+            comment: None,
+            ts_ms: 1_000 + actor,
+        };
+        let engines: [&dyn NotificationStore; 2] = [&emb, &pg];
+        let offsets: [&dyn CounterStore; 2] = [&emb, &pg];
+        for (s, o) in engines.into_iter().zip(offsets) {
+            let names = ["notifications.p1", "notifications.p2", "notifications.p3"];
+            let mut commits = Vec::new();
+            for (k, name) in names.iter().enumerate() {
+                let fence = s.fence_notifications(name).await.expect("fence");
+                commits.push(NotifCommit { consumer: name.to_string(), fence, offset: 10 + k as u64 });
+            }
+            s.commit_notifications(&commits, &[add(1, 10), add(2, 10)]).await.expect("all three");
+            for (k, name) in names.iter().enumerate() {
+                assert_eq!(o.offset(name).await.expect("offset"), 10 + k as u64, "{name}");
+            }
+            // p2 and p3 are taken over elsewhere.
+            s.fence_notifications(names[1]).await.expect("fence");
+            s.fence_notifications(names[2]).await.expect("fence");
+            for c in &mut commits {
+                c.offset += 10;
+            }
+            let stale = s.commit_notifications(&commits, &[add(1, 11), add(2, 11)]).await;
+            match stale {
+                Err(StoreError::Superseded(which)) => assert_eq!(which, "notifications.p2,notifications.p3"),
+                other => panic!("{other:?}"),
+            }
+            for r in [1, 2] {
+                assert_eq!(s.inbox(UserId(r), None, 10).await.expect("inbox")[0].actor_count, 1, "{r}");
+            }
+            for (k, name) in names.iter().enumerate() {
+                assert_eq!(o.offset(name).await.expect("offset"), 10 + k as u64, "{name} did not move");
+            }
+        }
+    }
+
     /// Two partitions' notifiers change one recipient's items: the later commit sorts after
     /// the earlier although its writer's clock (its own stamp row) is an hour behind, so a
     /// client resuming the event stream after the first change gets the second.
