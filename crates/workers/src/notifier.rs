@@ -320,10 +320,12 @@ impl Notifier {
         let (mut failed, mut timed_out) = (None, 0);
         let mut pending: Vec<Option<u16>> = self.parts.keys().copied().collect();
         while !pending.is_empty() {
-            let reads = futures_util::future::join_all(pending.iter().filter_map(|k| {
-                let p = self.parts.get(k)?;
-                let (k, log, after) = (*k, p.log.clone(), p.processed);
-                Some(async move { (k, tokio::time::timeout(READ_BOUND, log.read_after(after, 4_096)).await) })
+            let logs: Vec<_> = pending
+                .iter()
+                .filter_map(|k| self.parts.get(k).map(|p| (*k, p.log.clone(), p.processed)))
+                .collect();
+            let reads = futures_util::future::join_all(logs.into_iter().map(|(k, log, after)| async move {
+                (k, tokio::time::timeout(READ_BOUND, log.read_after(after, 4_096)).await)
             }))
             .await;
             let mut full = Vec::new();
@@ -434,7 +436,8 @@ impl Notifier {
                 offset: p.holder.safe_offset(p.processed),
             })
             .collect();
-        if changes.is_empty() && commits.iter().zip(self.parts.values()).all(|(c, p)| c.offset == p.committed) {
+        let unmoved = commits.iter().zip(self.parts.values()).all(|(c, p)| c.offset == p.committed);
+        if changes.is_empty() && unmoved {
             return Ok(0);
         }
         let items = match stores.notifications.commit_notifications(&commits, &changes).await {

@@ -267,7 +267,11 @@ async fn one_notifier_commits_every_partition_it_holds_and_gives_up_one_taken_ov
     // Each partition is at its own last event: post p's like is event p.
     for post in 1..=PARTS {
         let part = (post % PARTS) as u16;
-        assert_eq!(counters.offset(&consumer_name(Some(part))).await.expect("offset"), post, "partition {part}");
+        assert_eq!(
+            counters.offset(&consumer_name(Some(part))).await.expect("offset"),
+            post,
+            "partition {part}"
+        );
     }
 
     // Partition 2 is taken over elsewhere: its new holder fences it.

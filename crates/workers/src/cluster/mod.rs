@@ -262,7 +262,12 @@ impl parts::SharedWork for NotifierParts {
 }
 
 /// The notifier of every event on the stream, from its stored offset.
-async fn notifier(svc: &Arc<Engagement>, p: &ClusterPorts, opts: NotifierOptions, stop: watch::Receiver<bool>) {
+async fn notifier(
+    svc: &Arc<Engagement>,
+    p: &ClusterPorts,
+    opts: NotifierOptions,
+    stop: watch::Receiver<bool>,
+) {
     let log = async {
         let offset = crate::notifier::Notifier::stored_offset(svc).await?;
         p.stream.consumer(crate::notifier::NOTIFIER, Scope::All, offset).await
