@@ -177,15 +177,28 @@ async fn an_idle_worker_makes_few_transactions_and_a_like_still_arrives_at_once(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let before = d.transactions().await;
+    // The partitions' readers open after their leases are held, so on a slow machine the
+    // first window can still hold their start-up: the worker is idle once one 10 s window
+    // stays within the bound on every shard (a worker that polls never gets one).
     let window = Duration::from_secs(10);
-    tokio::time::sleep(window).await;
-    let after = d.transactions().await;
-    let rates: Vec<f64> =
-        before.iter().zip(&after).map(|(b, a)| (a - b) as f64 / window.as_secs_f64()).collect();
-    for (shard, r) in rates.iter().enumerate() {
-        assert!(*r <= 10.0, "shard {shard}: an idle worker made {r:.1} transactions/s ({rates:?})");
+    let mut windows = Vec::new();
+    for _ in 0..3 {
+        let before = d.transactions().await;
+        tokio::time::sleep(window).await;
+        let after = d.transactions().await;
+        let rates: Vec<f64> =
+            before.iter().zip(&after).map(|(b, a)| (a - b) as f64 / window.as_secs_f64()).collect();
+        let idle = rates.iter().all(|r| *r <= 10.0);
+        windows.push(rates);
+        if idle {
+            break;
+        }
     }
+    let last = windows.last().expect("a window");
+    assert!(
+        last.iter().all(|r| *r <= 10.0),
+        "an idle worker made more than 10 transactions/s on a shard in every window: {windows:?}"
+    );
 
     let api = d.start("api");
     let (post, author) = (21u64, 7u64);
