@@ -102,6 +102,18 @@ pub struct NotifKey {
     pub kind: NotifKind,
 }
 
+/// One consumer's part of a notification commit: its writer fence, checked, and the offset
+/// it moves to (`NotificationStore::commit_notifications`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifCommit {
+    /// The consumer (`notifications`, or a partition's `notifications.p7`).
+    pub consumer: String,
+    /// Its writer fence, as taken by its writer.
+    pub fence: u64,
+    /// The offset it moves to.
+    pub offset: u64,
+}
+
 /// A change to an inbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {

@@ -391,14 +391,12 @@ mod tests {
         async fn fence_notifications(&self, consumer: &str) -> likewise_core::StoreResult<u64> {
             self.inner.notifications.fence_notifications(consumer).await
         }
-        async fn apply_notifications(
+        async fn commit_notifications(
             &self,
-            consumer: &str,
-            fence: u64,
-            offset: u64,
+            commits: &[likewise_core::notify::NotifCommit],
             changes: &[likewise_core::notify::Change],
         ) -> likewise_core::StoreResult<Vec<NotifItem>> {
-            self.inner.notifications.apply_notifications(consumer, fence, offset, changes).await
+            self.inner.notifications.commit_notifications(commits, changes).await
         }
         async fn notif_members(&self, item: u64, users: &[UserId]) -> likewise_core::StoreResult<Vec<bool>> {
             self.count("notif_members");

@@ -10,7 +10,7 @@
 
 use crate::AggregatorOptions;
 use crate::notifier::NotifierOptions;
-use likewise_core::ports::cluster::LeaseName;
+use likewise_core::ports::cluster::{LeaseName, Partitioned};
 use std::time::Duration;
 
 /// A consumer of the event log with an offset of its own, other than the counter aggregator.
@@ -51,7 +51,17 @@ impl Consumer {
         configured && !opts.without.contains(&self)
     }
 
-    /// The lease it runs under in a scaled-out worker role. Trending and integrity share one:
+    /// Whether a scaled-out worker role splits it into the stream's post partitions, each
+    /// under a lease of its own, shared by every worker process (`crate::cluster::parts`);
+    /// `None`: it runs whole, under [`Consumer::lease`], in one process at a time.
+    pub fn partitioned(self) -> Option<Partitioned> {
+        match self {
+            Consumer::Notifier => Some(Partitioned::Notifier),
+            Consumer::Trending | Consumer::Integrity | Consumer::Export => None,
+        }
+    }
+
+    /// The lease it runs under in a scaled-out worker role, unless [`Consumer::partitioned`]. Trending and integrity share one:
     /// each holds a connection for as long as it is held, and a small pool should not run out
     /// of them for lease holders.
     pub fn lease(self) -> LeaseName {

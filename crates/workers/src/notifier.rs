@@ -12,19 +12,30 @@
 //! (`NotificationStore::fence_notifications`), and every write carries it. A notifier that lost
 //! its lease while cut off (its write still in flight) is refused once its successor started,
 //! and stops: it can neither undo the successor's changes nor move its offset.
+//!
+//! Partitions ([`run_shared`]): in a scaled-out worker role one notifier per process reads
+//! every post partition the process holds, each from its own stream consumer, with its own
+//! holder, offset and fence; a step reads them all and writes all their changes and offsets
+//! in one commit (`NotificationStore::commit_notifications`), so a process's store work per
+//! step is one notifier's however many partitions it holds. Partitions are taken and given
+//! back between steps.
 
 use likewise_core::event::{Event, EventKind};
 use likewise_core::ids::{CommentId, PostId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::model::NotifPref;
-use likewise_core::notify::{Change, CommentContext, Holder, NotifKey, NotifKind, comment_like_changes};
+use likewise_core::notify::{
+    Change, CommentContext, Holder, NotifCommit, NotifKey, NotifKind, comment_like_changes,
+};
 use likewise_core::ports::EventLog;
 use likewise_core::{StoreResult, ids::UserId};
 use likewise_service::now_ms;
 use likewise_service::ports::{NotificationsPublisher, Storage};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::watch;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// Likers of one comment withdrawn or restored at most when its visibility changes: a
 /// comment liked more often than this keeps the rest in its author's item.
@@ -52,15 +63,66 @@ impl Default for NotifierOptions {
     }
 }
 
-/// The consumer state; drive it with [`Notifier::step`] (tests pass their own clock).
-pub struct Notifier {
-    svc: Arc<dyn NotificationsPublisher>,
+/// What the notifier keeps for one partition it reads (or for the whole log).
+struct Part {
     log: Arc<dyn EventLog>,
     holder: Holder,
     processed: u64,
     committed: u64,
-    /// This notifier's writer fence.
+    /// Its writer fence.
     fence: u64,
+    /// Its consumer name: [`NOTIFIER`], or one partition's (`notifications.p7`), the key of
+    /// its offset and its fence.
+    name: String,
+    /// The label of its events metric: its partition, or `all`.
+    label: String,
+    /// Whether a read reached the end of the log since the start or the last rewind: then
+    /// everything up to the replay bound was read. A partition's log never reaches the
+    /// bound itself (the whole stream's head) when its last event lies below it.
+    caught_up: bool,
+}
+
+impl Part {
+    /// Partition `part` (or every event, `None`) resuming from its stored offset, read from
+    /// `log`.
+    async fn open(
+        svc: &Arc<dyn NotificationsPublisher>,
+        hold_ms: u64,
+        log: Arc<dyn EventLog>,
+        part: Option<u16>,
+    ) -> StoreResult<Part> {
+        let name = consumer_name(part);
+        // Fenced first: a predecessor's write still in flight is refused from here on, so
+        // the offset read next cannot move under this notifier.
+        let fence = svc.stores().notifications.fence_notifications(&name).await?;
+        let offset = Notifier::start_offset(&**svc, part).await?;
+        // An earlier run may have released likes past the committed offset (it stays below
+        // the oldest held one); everything it can have read is at most the log's head now.
+        let mut holder = Holder::new(hold_ms);
+        let head = log.head().await?;
+        holder.replaying_upto(head);
+        tracing::info!(offset, head, fence, consumer = %name, "notifier resumes");
+        let label = part.map_or_else(|| "all".to_string(), |p| p.to_string());
+        Ok(Part { log, holder, processed: offset, committed: offset, fence, name, label, caught_up: false })
+    }
+
+    /// Forget what was absorbed since the committed offset and read again from there (it
+    /// never passes a held event), so whatever was lost is derived again. Events up to
+    /// `processed` may have been delivered (a commit whose answer was lost), which the holder
+    /// keeps in mind for the unlikes it reads again.
+    fn rewind(&mut self) {
+        self.holder.forget(self.processed);
+        self.caught_up = false;
+        self.processed = self.committed;
+    }
+}
+
+/// The consumer state; drive it with [`Notifier::step`] (tests pass their own clock).
+pub struct Notifier {
+    svc: Arc<dyn NotificationsPublisher>,
+    hold_ms: u64,
+    /// What it reads: the whole log (`None`), or the partitions it holds.
+    parts: BTreeMap<Option<u16>, Part>,
 }
 
 impl Notifier {
@@ -77,22 +139,50 @@ impl Notifier {
         opts: &NotifierOptions,
         log: Arc<dyn EventLog>,
     ) -> StoreResult<Self> {
-        // Fenced first: a predecessor's write still in flight is refused from here on, so
-        // the offset read next cannot move under this notifier.
-        let fence = svc.stores().notifications.fence_notifications(NOTIFIER).await?;
-        let offset = Self::stored_offset(&svc).await?;
-        // An earlier run may have released likes past the committed offset (it stays below
-        // the oldest held one); everything it can have read is at most the log's head now.
-        let mut holder = Holder::new(opts.hold.as_millis() as u64);
-        let head = log.head().await?;
-        holder.replaying_upto(head);
-        tracing::info!(offset, head, fence, "notifier resumes");
-        Ok(Notifier { svc, log, holder, processed: offset, committed: offset, fence })
+        let mut n = Self::without_parts(svc, opts);
+        let whole = Part::open(&n.svc, n.hold_ms, log, None).await?;
+        n.parts.insert(None, whole);
+        Ok(n)
+    }
+
+    /// A notifier that reads nothing yet: [`Notifier::take`] gives it partitions.
+    pub fn without_parts(svc: Arc<dyn NotificationsPublisher>, opts: &NotifierOptions) -> Self {
+        Notifier { svc, hold_ms: opts.hold.as_millis() as u64, parts: BTreeMap::new() }
+    }
+
+    /// Read partition `part` from `log` too, from its stored offset, under a new fence of
+    /// its own (a predecessor's writes are refused from now on).
+    pub async fn take(&mut self, part: u16, log: Arc<dyn EventLog>) -> StoreResult<()> {
+        let p = Part::open(&self.svc, self.hold_ms, log, Some(part)).await?;
+        self.parts.insert(Some(part), p);
+        Ok(())
+    }
+
+    /// Stop reading partition `part`: what was read of it past its committed offset is
+    /// dropped, and its successor reads it again from there.
+    pub fn give(&mut self, part: u16) {
+        self.parts.remove(&Some(part));
+    }
+
+    /// The partitions it reads.
+    pub fn partitions(&self) -> Vec<u16> {
+        self.parts.keys().filter_map(|k| *k).collect()
     }
 
     /// The position the notifier has committed.
     pub async fn stored_offset(svc: &(impl Storage + ?Sized)) -> StoreResult<u64> {
         svc.stores().counters.offset(NOTIFIER).await
+    }
+
+    /// Where the notifier of partition `part` (or of every event, `None`) starts: its
+    /// committed position; a partition that never committed starts where the single
+    /// notifier of a deployment that had no partitions stopped (everything up to that
+    /// offset was notified: its offset never passes a held like), so moving to partitions
+    /// re-notifies and skips nothing.
+    pub async fn start_offset(svc: &(impl Storage + ?Sized), part: Option<u16>) -> StoreResult<u64> {
+        let counters = &svc.stores().counters;
+        let own = counters.offset(&consumer_name(part)).await?;
+        if own == 0 && part.is_some() { counters.offset(NOTIFIER).await } else { Ok(own) }
     }
 
     async fn context(&self, e: &Event) -> StoreResult<Option<CommentContext>> {
@@ -192,7 +282,7 @@ impl Notifier {
         // not answer (a stream fetch lost in a failover) must not keep them from release.
         let read = self.read_new(&mut changes, &mut prefs).await;
         // What this step absorbed exists only in `changes` until it is applied: any failure
-        // from here on starts again from the committed offset, which re-reads it.
+        // from here on starts again from the committed offsets, which re-reads it.
         let mut changes = match self.without_muted(changes, &mut prefs).await {
             Ok(changes) => changes,
             Err(e) => {
@@ -205,58 +295,112 @@ impl Notifier {
         // first would notify of them again. (At start nothing else is held.) A released like
         // was muted or not when it was read; one released and then lost in a failure is
         // re-read and held again from the committed offset.
-        if self.processed >= self.holder.replayed_upto() {
-            changes.extend(self.holder.release_due(now_ms));
+        for p in self.parts.values_mut() {
+            if p.caught_up || p.processed >= p.holder.replayed_upto() {
+                changes.extend(p.holder.release_due(now_ms));
+            }
         }
         let applied = self.apply(&stores, changes).await;
         read?;
         applied
     }
 
-    /// Forget what was absorbed since the committed offset and read again from there (it
-    /// never passes a held event), so whatever was lost is derived again. Events up to
-    /// `processed` may have been delivered (a commit whose answer was lost), which the holder
-    /// keeps in mind for the unlikes it reads again.
+    /// [`Part::rewind`] every partition: the changes of all of them go in one commit.
     fn rewind(&mut self) {
-        self.holder.forget(self.processed);
-        self.processed = self.committed;
+        for p in self.parts.values_mut() {
+            p.rewind();
+        }
     }
 
-    /// Read what the log has past `processed` into `changes`, each read bounded by
-    /// [`READ_BOUND`] (a read that takes longer ends this step's reading).
+    /// Read what the log of each partition has past its `processed` into `changes`, the
+    /// partitions' reads at once, each read bounded by [`READ_BOUND`] (a read that takes
+    /// longer ends this step's reading of that partition). The first read error is returned
+    /// once the others are absorbed.
     async fn read_new(&mut self, changes: &mut Vec<Change>, prefs: &mut Prefs) -> StoreResult<()> {
-        loop {
-            let read = tokio::time::timeout(READ_BOUND, self.log.read_after(self.processed, 4_096)).await;
-            let Ok(events) = read else {
-                metrics::counter!("likewise_notifier_read_timeouts_total").increment(1);
-                tracing::warn!("event log read did not answer in time; releasing held notifications anyway");
-                return Ok(());
-            };
-            // A failed read absorbed nothing: what was read before it stays, and held likes
-            // still fall due.
-            let events = events?;
-            let n = events.len();
-            let _span = likewise_core::trace::consumer_span("notifier", &events);
-            for e in &events {
-                if let Err(err) = self.absorb(e, changes, prefs).await {
-                    // Part of a stream message may be absorbed (its events share one position),
-                    // and the holder has changed: start again from the committed offset.
+        let (mut failed, mut timed_out) = (None, 0);
+        let mut pending: Vec<Option<u16>> = self.parts.keys().copied().collect();
+        while !pending.is_empty() {
+            let logs: Vec<_> = pending
+                .iter()
+                .filter_map(|k| self.parts.get(k).map(|p| (*k, p.log.clone(), p.processed)))
+                .collect();
+            let reads = futures_util::future::join_all(logs.into_iter().map(|(k, log, after)| async move {
+                (k, tokio::time::timeout(READ_BOUND, log.read_after(after, 4_096)).await)
+            }))
+            .await;
+            let mut full = Vec::new();
+            for (k, read) in reads {
+                let Ok(events) = read else {
+                    metrics::counter!("likewise_notifier_read_timeouts_total").increment(1);
+                    timed_out += 1;
+                    continue;
+                };
+                // A failed read absorbed nothing: what was read before it stays, and held
+                // likes still fall due.
+                let events = match events {
+                    Ok(events) => events,
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                        continue;
+                    }
+                };
+                let Some(mut p) = self.parts.remove(&k) else { continue };
+                let absorbed = self.absorb_all(&mut p, &events, changes, prefs).await;
+                self.parts.insert(k, p);
+                if let Err(err) = absorbed {
+                    // Part of a stream message may be absorbed (its events share one
+                    // position), and the holder has changed: every partition starts again
+                    // from its committed offset (their changes were to be committed together).
                     changes.clear();
                     self.rewind();
                     return Err(err);
                 }
-                self.processed = e.seq;
+                if events.len() == 4_096 {
+                    full.push(k);
+                }
             }
-            if n < 4_096 {
-                return Ok(());
-            }
+            pending = full;
         }
+        if timed_out > 0 {
+            tracing::warn!(
+                reads = timed_out,
+                "event log reads did not answer in time; releasing held notifications anyway"
+            );
+        }
+        failed.map_or(Ok(()), Err)
     }
 
-    /// Turn one event into holds and changes. A like its recipient muted
-    /// ([`Notifier::muted`]) is decided here, as the like is made, and never held: whether
-    /// the recipient follows its liker is read now, not when the hold ends.
-    async fn absorb(&mut self, e: &Event, changes: &mut Vec<Change>, prefs: &mut Prefs) -> StoreResult<()> {
+    /// Absorb `events`, read from partition `p`'s log.
+    async fn absorb_all(
+        &self,
+        p: &mut Part,
+        events: &[Event],
+        changes: &mut Vec<Change>,
+        prefs: &mut Prefs,
+    ) -> StoreResult<()> {
+        metrics::counter!("likewise_consumer_events_total", "consumer" => NOTIFIER, "partition" => p.label.clone())
+            .increment(events.len() as u64);
+        let _span = likewise_core::trace::consumer_span("notifier", events);
+        for e in events {
+            self.absorb(&mut p.holder, e, changes, prefs).await?;
+            p.processed = e.seq;
+        }
+        if events.len() < 4_096 {
+            p.caught_up = true;
+        }
+        Ok(())
+    }
+
+    /// Turn one event into holds (in `holder`, its partition's) and changes. A like its
+    /// recipient muted ([`Notifier::muted`]) is decided here, as the like is made, and never
+    /// held: whether the recipient follows its liker is read now, not when the hold ends.
+    async fn absorb(
+        &self,
+        holder: &mut Holder,
+        e: &Event,
+        changes: &mut Vec<Change>,
+        prefs: &mut Prefs,
+    ) -> StoreResult<()> {
         if e.kind == EventKind::LikeCreated && e.target_author != e.actor {
             let kind = if e.target.kind == TargetKind::Post {
                 NotifKind::PostLiked
@@ -265,12 +409,12 @@ impl Notifier {
             };
             let key = NotifKey { recipient: e.target_author, post: PostId(e.post), kind };
             if self.muted(key, e.actor, e.ts_ms, prefs).await? {
-                changes.extend(self.holder.on_muted(e));
+                changes.extend(holder.on_muted(e));
                 return Ok(());
             }
         }
         let ctx = self.context(e).await?;
-        changes.extend(self.holder.on_event(e, ctx));
+        changes.extend(holder.on_event(e, ctx));
         if e.target.kind == TargetKind::Comment && !e.kind.is_like() && e.delta != 0 {
             let likers = self.likers(e.target).await?;
             changes.extend(comment_like_changes(e, &likers));
@@ -278,33 +422,63 @@ impl Notifier {
         Ok(())
     }
 
-    /// Apply `changes` and the committable offset to the inbox store, then publish.
+    /// Apply `changes` and every partition's committable offset to the inbox store in one
+    /// commit, then publish. A partition whose fence was taken over (another process holds
+    /// it now) is given up, and the error names it; the others read again from their
+    /// committed offsets.
     async fn apply(&mut self, stores: &likewise_engine::Stores, changes: Vec<Change>) -> StoreResult<usize> {
-        let offset = self.holder.safe_offset(self.processed);
-        if changes.is_empty() && offset == self.committed {
+        let commits: Vec<NotifCommit> = self
+            .parts
+            .values()
+            .map(|p| NotifCommit {
+                consumer: p.name.clone(),
+                fence: p.fence,
+                offset: p.holder.safe_offset(p.processed),
+            })
+            .collect();
+        let unmoved = commits.iter().zip(self.parts.values()).all(|(c, p)| c.offset == p.committed);
+        if changes.is_empty() && unmoved {
             return Ok(0);
         }
-        let items =
-            match stores.notifications.apply_notifications(NOTIFIER, self.fence, offset, &changes).await {
-                Ok(items) => items,
-                Err(e @ likewise_core::StoreError::Superseded(_)) => return Err(e),
-                Err(e) => {
-                    // The commit may have landed: see `rewind`.
-                    self.rewind();
-                    return Err(e);
-                }
-            };
-        self.committed = offset;
-        if let Err(e) = self.log.committed(offset).await {
-            tracing::warn!(error = %e, "acknowledging notified events failed");
+        let items = match stores.notifications.commit_notifications(&commits, &changes).await {
+            Ok(items) => items,
+            Err(likewise_core::StoreError::Superseded(names)) => {
+                let gone: Vec<&str> = names.split(',').collect();
+                self.parts.retain(|_, p| !gone.contains(&p.name.as_str()));
+                self.rewind();
+                return Err(likewise_core::StoreError::Superseded(names));
+            }
+            Err(e) => {
+                // The commit may have landed: see `Part::rewind`.
+                self.rewind();
+                return Err(e);
+            }
+        };
+        for (p, c) in self.parts.values_mut().zip(&commits) {
+            if c.offset == p.committed {
+                continue;
+            }
+            p.committed = c.offset;
+            if let Err(e) = p.log.committed(c.offset).await {
+                tracing::warn!(error = %e, consumer = %p.name, "acknowledging notified events failed");
+            }
         }
-        metrics::gauge!("likewise_notifications_held").set(self.holder.held() as f64);
+        let held: usize = self.parts.values().map(|p| p.holder.held()).sum();
+        metrics::gauge!("likewise_notifications_held").set(held as f64);
         metrics::counter!("likewise_notification_changes_total").increment(changes.len() as u64);
         let n = items.len();
         if let Err(e) = self.svc.publish(items).await {
             tracing::warn!(error = %e, "publishing notifications failed");
         }
         Ok(n)
+    }
+}
+
+/// The consumer name of the notifier of partition `part`, or of every event.
+pub fn consumer_name(part: Option<u16>) -> String {
+    match part {
+        Some(p) => likewise_core::ports::cluster::part_consumer(NOTIFIER, p),
+        None => NOTIFIER.to_string(),
     }
 }
 
@@ -355,6 +529,104 @@ pub async fn run_with(
                 metrics::counter!("likewise_notifier_superseded_total").increment(1);
                 tracing::warn!(error = %e, "notifier stopped");
                 return;
+            }
+            Err(e) => tracing::warn!(error = %e, "notifier step failed"),
+        }
+    }
+}
+
+/// A change to the partitions a process's notifier reads ([`run_shared`]).
+#[derive(Debug)]
+pub enum PartCommand {
+    /// Read these partitions too (this process just took their leases).
+    Take(Vec<u16>),
+    /// Stop reading these; answered once no write of theirs can be in flight any more (the
+    /// step under way, if any, has ended), so their leases can be given back.
+    Give(Vec<u16>, oneshot::Sender<()>),
+}
+
+/// How long a partition that could not be opened, or whose fence was taken over, waits
+/// before it is opened again while still held (a lease lost meanwhile gives it back first).
+const REOPEN_AFTER: Duration = Duration::from_secs(2);
+
+/// One notifier for every partition this process holds, until `shutdown` or until
+/// `commands` closes: partitions are taken and given back between steps, as `commands`
+/// say; `open(part)` makes a partition's log, positioned at its stored offset.
+pub async fn run_shared<O, F>(
+    svc: Arc<dyn NotificationsPublisher>,
+    opts: NotifierOptions,
+    open: O,
+    mut commands: mpsc::UnboundedReceiver<PartCommand>,
+    shutdown: watch::Receiver<bool>,
+) where
+    O: Fn(u16) -> F,
+    F: Future<Output = StoreResult<Arc<dyn EventLog>>>,
+{
+    let mut n = Notifier::without_parts(svc, &opts);
+    // The partitions held here, and when those not read yet may be opened.
+    let mut wanted: BTreeSet<u16> = BTreeSet::new();
+    let mut not_before: HashMap<u16, Instant> = HashMap::new();
+    let mut ticker = crate::Ticker::new(opts.tick, shutdown);
+    loop {
+        tokio::select! {
+            biased;
+            command = commands.recv() => {
+                match command {
+                    Some(PartCommand::Take(parts)) => wanted.extend(parts),
+                    Some(PartCommand::Give(parts, done)) => {
+                        for part in parts {
+                            wanted.remove(&part);
+                            not_before.remove(&part);
+                            n.give(part);
+                        }
+                        let _ = done.send(());
+                    }
+                    None => return,
+                }
+                continue;
+            }
+            more = ticker.next() => if !more { return },
+        }
+        // Partitions to open: at once, each its fence, offset and stream consumer.
+        let now = Instant::now();
+        let reading = n.partitions();
+        let due: Vec<u16> = wanted
+            .iter()
+            .copied()
+            .filter(|p| !reading.contains(p) && not_before.get(p).is_none_or(|t| *t <= now))
+            .collect();
+        if !due.is_empty() {
+            let opened = futures_util::future::join_all(due.iter().map(|&part| {
+                let log = open(part);
+                async move { (part, log.await) }
+            }))
+            .await;
+            for (part, log) in opened {
+                match async { n.take(part, log?).await }.await {
+                    Ok(()) => {
+                        not_before.remove(&part);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, part, "notifier partition not opened; retrying");
+                        not_before.insert(part, Instant::now() + REOPEN_AFTER);
+                    }
+                }
+            }
+        }
+        if n.parts.is_empty() {
+            continue;
+        }
+        match n.step(now_ms()).await {
+            Ok(_) => {}
+            Err(likewise_core::StoreError::Superseded(names)) => {
+                // Given up by the step: another process took them (this one lost their
+                // leases, and gives them back once it notices).
+                metrics::counter!("likewise_notifier_superseded_total").increment(1);
+                tracing::warn!(consumers = %names, "notifier partitions taken over elsewhere");
+                let reading = n.partitions();
+                for part in wanted.iter().filter(|p| !reading.contains(p)) {
+                    not_before.insert(*part, Instant::now() + REOPEN_AFTER);
+                }
             }
             Err(e) => tracing::warn!(error = %e, "notifier step failed"),
         }

@@ -208,3 +208,89 @@ async fn items_past_the_retention_are_pruned_on_a_simulated_clock() {
     assert!(svc.notifications.inbox(UserId(7), None, 10).await.expect("inbox").0.is_empty());
     svc.stores().close().expect("close");
 }
+
+/// One partition's view of the log: the events of the posts `post % parts == part`.
+struct PartLog {
+    inner: Arc<dyn likewise_core::ports::EventLog>,
+    part: u64,
+    parts: u64,
+}
+
+#[async_trait::async_trait]
+impl likewise_core::ports::EventLog for PartLog {
+    async fn read_after(
+        &self,
+        after: u64,
+        max: usize,
+    ) -> likewise_core::StoreResult<Vec<likewise_core::event::Event>> {
+        let read = self.inner.read_after(after, max).await?;
+        Ok(read.into_iter().filter(|e| e.post % self.parts == self.part).collect())
+    }
+    async fn head(&self) -> likewise_core::StoreResult<u64> {
+        self.inner.head().await
+    }
+    async fn truncate(&self, _upto: u64) -> likewise_core::StoreResult<u64> {
+        Ok(0)
+    }
+}
+
+/// One notifier reads every partition it holds and commits them together: one step
+/// notifies of every partition's posts and moves each partition's offset. A partition
+/// taken over elsewhere (its fence taken) is given up alone, its events are left to its new
+/// holder, and the others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_notifier_commits_every_partition_it_holds_and_gives_up_one_taken_over() {
+    use likewise_workers::notifier::consumer_name;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svc = setup(dir.path()).await;
+    const PARTS: u64 = 4;
+    let meta = PostMeta { author: UserId(7), hide_like_count: false, comments: CommentsPolicy::Everyone };
+    for p in 1..=2 * PARTS {
+        svc.upstream.put_post(PostId(p), meta).await.expect("post");
+    }
+    let log = |part: u64| -> Arc<dyn likewise_core::ports::EventLog> {
+        Arc::new(PartLog { inner: svc.stores().events.clone(), part, parts: PARTS })
+    };
+    let opts = NotifierOptions { hold: Duration::ZERO, ..Default::default() };
+    let mut n = Notifier::without_parts(svc.clone(), &opts);
+    for part in 0..PARTS {
+        n.take(part as u16, log(part)).await.expect("take");
+    }
+    for p in 1..=PARTS {
+        svc.likes.set_post_like(UserId(100 + p), PostId(p), LikeAction::Like).await.expect("like");
+    }
+    n.step(now_ms()).await.expect("step");
+    n.step(now_ms()).await.expect("release");
+    let (items, _) = svc.notifications.inbox(UserId(7), None, 20).await.expect("inbox");
+    assert_eq!(items.len() as u64, PARTS, "every partition's post notified");
+    let counters = &svc.stores().counters;
+    // Each partition is at its own last event: post p's like is event p.
+    for post in 1..=PARTS {
+        let part = (post % PARTS) as u16;
+        assert_eq!(
+            counters.offset(&consumer_name(Some(part))).await.expect("offset"),
+            post,
+            "partition {part}"
+        );
+    }
+
+    // Partition 2 is taken over elsewhere: its new holder fences it.
+    let notifications = &svc.stores().notifications;
+    notifications.fence_notifications(&consumer_name(Some(2))).await.expect("fence");
+    for p in PARTS + 1..=2 * PARTS {
+        svc.likes.set_post_like(UserId(200 + p), PostId(p), LikeAction::Like).await.expect("like");
+    }
+    let err = n.step(now_ms()).await.expect_err("partition 2 is fenced off");
+    assert!(matches!(&err, likewise_core::StoreError::Superseded(c) if c == "notifications.p2"), "{err:?}");
+    assert_eq!(n.partitions(), vec![0, 1, 3]);
+    n.step(now_ms()).await.expect("step");
+    n.step(now_ms()).await.expect("release");
+    let (items, _) = svc.notifications.inbox(UserId(7), None, 20).await.expect("inbox");
+    let mut posts: Vec<u64> = items.iter().map(|i| i.post.0).collect();
+    posts.sort();
+    // Post 6 (partition 2) is left to the partition's new holder.
+    assert_eq!(posts, vec![1, 2, 3, 4, 5, 7, 8]);
+    assert_eq!(counters.offset(&consumer_name(Some(2))).await.expect("offset"), 2, "left as it was");
+    assert_eq!(counters.offset(&consumer_name(Some(3))).await.expect("offset"), 7);
+    svc.stores().close().expect("close");
+}

@@ -30,17 +30,46 @@ pub fn shard_consumer(name: &str, shard: usize) -> String {
     format!("{name}@{shard}")
 }
 
+/// The stream's subject partitions per shard: a post's events travel on partition
+/// `post % PARTITIONS`, and a [`Partitioned`] consumer runs one instance per partition.
+pub const PARTITIONS: u64 = 64;
+
 /// What a lease guards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LeaseName {
     /// A shard's relay, counter aggregator and reverse-index writer.
     Shard(usize),
-    /// The notifier (one for the whole deployment).
+    /// The notifier as one consumer for the whole deployment (the worker role runs it in
+    /// partitions instead: [`LeaseName::Part`]).
     Notifier,
     /// The event export (one for the whole deployment).
     Export,
     /// The trending and integrity consumers (one each for the whole deployment).
     Trending,
+    /// One partition of a consumer shared by several worker processes ([`Partitioned`]):
+    /// the events of the posts `post % PARTITIONS == part`, on every shard.
+    Part(Partitioned, u16),
+}
+
+/// A consumer whose work is split by post partition over the worker processes: each
+/// partition runs under a lease of its own ([`LeaseName::Part`]), with an offset (and a
+/// writer fence) of its own ([`part_consumer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Partitioned {
+    /// The notifier: an item is per (recipient, post), so a post's partition owns it fully.
+    Notifier,
+}
+
+impl Partitioned {
+    /// Every partitioned consumer.
+    pub const ALL: [Partitioned; 1] = [Partitioned::Notifier];
+}
+
+/// The name of partition `part` of consumer `name` (`notifications.p7`): the key of its
+/// offset, of its writer fence and of its durable consumer on the stream. (Not `@`, which
+/// names a shard: [`shard_consumer`].)
+pub fn part_consumer(name: &str, part: u16) -> String {
+    format!("{name}.p{part}")
 }
 
 /// A lease this process holds; dropping it gives it back.
@@ -55,6 +84,25 @@ pub trait Lease: Send + Sync {
 pub trait Leases: Send + Sync {
     /// Take `name` if nobody holds it; `None` when another process does.
     async fn try_take(&self, name: LeaseName) -> StoreResult<Option<Box<dyn Lease>>>;
+
+    /// How many worker processes share the partitioned consumers now, this one included
+    /// once it called [`Leases::join`] (at least 1). Each aims for `ceil(partitions / members)`
+    /// partitions.
+    async fn members(&self) -> StoreResult<usize> {
+        Ok(1)
+    }
+
+    /// The partitions of `consumer` some process holds a lease of now, when the engine can
+    /// tell in one round trip (`None`: try every partition not held here).
+    async fn taken_parts(&self, _consumer: Partitioned) -> StoreResult<Option<Vec<u16>>> {
+        Ok(None)
+    }
+
+    /// Count this process among [`Leases::members`] until it ends (or loses its connection
+    /// to the store: then it stops counting, and its partition leases are lost with it).
+    async fn join(&self) -> StoreResult<()> {
+        Ok(())
+    }
 }
 
 /// One committed outbox row: one transaction's events for one subject partition, packed.
@@ -105,6 +153,9 @@ pub enum Scope {
     Shard(usize),
     /// Every shard's (the notifier).
     All,
+    /// One post partition's events on every shard (`post % PARTITIONS == part`: one
+    /// partition of a [`Partitioned`] consumer).
+    Part(u16),
 }
 
 /// The deployment's event stream.

@@ -567,6 +567,20 @@ pub trait NotificationStore: Send + Sync {
         fence: u64,
         offset: u64,
         changes: &[crate::notify::Change],
+    ) -> StoreResult<Vec<NotifItem>> {
+        let commit = crate::notify::NotifCommit { consumer: consumer.to_string(), fence, offset };
+        self.commit_notifications(std::slice::from_ref(&commit), changes).await
+    }
+    /// [`NotificationStore::apply_notifications`] for several consumers at once (the
+    /// partitions one notifier holds): the changes and every consumer's offset in one atomic
+    /// write, provided each fence is still its consumer's newest. Otherwise nothing is
+    /// written and the answer is `Superseded` naming every consumer fenced off, separated by
+    /// commas. Each consumer's offset and fence live on its own offset shard; all of the
+    /// commits' consumers must share one.
+    async fn commit_notifications(
+        &self,
+        commits: &[crate::notify::NotifCommit],
+        changes: &[crate::notify::Change],
     ) -> StoreResult<Vec<NotifItem>>;
     /// For each user, is it among the item's actors?
     async fn notif_members(&self, item: u64, users: &[UserId]) -> StoreResult<Vec<bool>>;

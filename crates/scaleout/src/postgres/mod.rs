@@ -156,6 +156,8 @@ struct Inner {
     /// Connections checked out of the primaries' pools (each serves one transaction or a
     /// few pipelined statements): what a read path's PostgreSQL cost is measured in.
     checkouts: std::sync::atomic::AtomicU64,
+    /// The session holding this process's partition leases and its membership (`cluster`).
+    parts: Arc<cluster::PartSession>,
 }
 
 /// Map a driver or pool error to a store error.
@@ -320,6 +322,7 @@ impl PgStore {
                 writes: writes::Writes::new(opts.pool_size),
                 stream_positions: opts.stream_positions,
                 checkouts: std::sync::atomic::AtomicU64::new(0),
+                parts: Default::default(),
             }),
         })
     }

@@ -19,7 +19,10 @@
 //! shard's changes in order rebuilds the same `recent` list, and an item a replay leaves as
 //! it was keeps its `updated_ms`). An item's `updated_ms` is the stamp of the batch that last
 //! changed it, strictly increasing from batch to batch (the last one is kept in the
-//! `<consumer>#stamp` row beside the offset, read under the fence row's lock).
+//! `<consumer>#stamp` row beside the offset, read under the fence row's lock), and on each
+//! shard past the last batch any notifier wrote there (the `notifications#shard-stamp` row,
+//! read under the shard's writer lock): with the notifier split into partitions, several
+//! writers change one recipient's items, and their changes still sort in commit order.
 //!
 //! The retention ([`NotificationStore::prune_notifications`], run per shard by that shard's
 //! workers) deletes the items last updated before its cutoff, oldest first through the
@@ -36,7 +39,9 @@ use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::notify::NotifItem;
-use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind, RECENT_ACTORS, next_stamp};
+use likewise_core::notify::{
+    Change, ItemUpdate, NotifCommit, NotifKey, NotifKind, RECENT_ACTORS, next_stamp,
+};
 use likewise_core::ports::NotificationStore;
 use likewise_core::{StoreError, StoreResult};
 use std::collections::{HashMap, HashSet};
@@ -89,6 +94,24 @@ async fn apply_shard(
     stamp: u64,
 ) -> StoreResult<Vec<(NotifKey, NotifItem)>> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITER_LOCK]).await.map_err(pg_err)?;
+    // The shard's last stamp, read and moved under the writer lock: the notifiers of several
+    // partitions write this shard's items one at a time, and each batch is stamped past the
+    // one committed before it, so a recipient's changes sort in commit order whichever
+    // partition (and whichever process's clock) made them: a resumed event stream
+    // (`Last-Event-ID`) misses none.
+    let shard_last: Option<i64> = tx
+        .query_opt("SELECT upto FROM consumer_offsets WHERE consumer = $1", &[&SHARD_STAMP])
+        .await
+        .map_err(pg_err)?
+        .map(|r| r.get(0));
+    let stamp = next_stamp(shard_last.map_or(0, u), stamp);
+    tx.execute(
+        "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
+         ON CONFLICT (consumer) DO UPDATE SET upto = GREATEST(consumer_offsets.upto, EXCLUDED.upto)",
+        &[&SHARD_STAMP, &i(stamp)],
+    )
+    .await
+    .map_err(pg_err)?;
 
     // 1. The stored items of every key, locked.
     let mut keys: Vec<NotifKey> = Vec::new();
@@ -322,13 +345,13 @@ async fn apply_shard(
     Ok(out)
 }
 
-/// Move `consumer`'s offset to `offset` (exactly, as the embedded engine: a consumer may
-/// rewind to replay).
-async fn put_offset(tx: &Transaction<'_>, consumer: &str, offset: u64) -> StoreResult<()> {
+/// Move each of `consumers` to its `uptos` entry (exactly, as the embedded engine: a consumer
+/// may rewind to replay), in one statement.
+async fn put_offsets(tx: &Transaction<'_>, consumers: &[String], uptos: &[i64]) -> StoreResult<()> {
     tx.execute(
-        "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
+        "INSERT INTO consumer_offsets (consumer, upto) SELECT * FROM unnest($1::text[], $2::bigint[])
          ON CONFLICT (consumer) DO UPDATE SET upto = EXCLUDED.upto",
-        &[&consumer, &i(offset)],
+        &[&consumers, &uptos],
     )
     .await
     .map_err(pg_err)?;
@@ -345,6 +368,10 @@ fn fence_key(consumer: &str) -> String {
 fn stamp_key(consumer: &str) -> String {
     format!("{consumer}#stamp")
 }
+
+/// The `consumer_offsets` row of each shard holding the stamp of the last batch written to
+/// the shard's items, by any notifier.
+const SHARD_STAMP: &str = "notifications#shard-stamp";
 
 /// How long the server keeps a fenced transaction that hears nothing from its client: a
 /// writer cut off while holding the fence row's lock must not keep its successor waiting.
@@ -365,18 +392,27 @@ impl NotificationStore for PgStore {
         Ok(u(row.get(0)))
     }
 
-    async fn apply_notifications(
+    async fn commit_notifications(
         &self,
-        consumer: &str,
-        fence: u64,
-        offset: u64,
+        commits: &[NotifCommit],
         changes: &[Change],
     ) -> StoreResult<Vec<NotifItem>> {
-        // The offset lives where `CounterStore::offset` reads it (shard 0 unless `name@N`).
-        let home = self.offset_shard(consumer)?;
-        // The home transaction opens first and locks the fence row until it commits, after
+        let Some(first) = commits.first() else { return Ok(Vec::new()) };
+        // The offsets live where `CounterStore::offset` reads them (shard 0 unless `name@N`).
+        let home = self.offset_shard(&first.consumer)?;
+        for c in commits {
+            if self.offset_shard(&c.consumer)? != home {
+                return Err(StoreError::Engine(format!(
+                    "notification consumers {} and {} keep their offsets on different shards",
+                    first.consumer, c.consumer
+                )));
+            }
+        }
+        // The home transaction opens first and locks the fence rows until it commits, after
         // the other shards' changes: a writer whose fence was taken over changes nothing on
-        // any shard, and no successor commits between its check and its commit.
+        // any shard, and no successor commits between its check and its commit. Each
+        // statement covers every commit (arrays), so a notifier holding many partitions
+        // makes as many round trips as one holding one.
         let mut home_conn = self.conn(home).await?;
         let home_tx = home_conn.transaction().await.map_err(pg_err)?;
         home_tx
@@ -385,24 +421,36 @@ impl NotificationStore for PgStore {
             ))
             .await
             .map_err(pg_err)?;
-        let current: Option<i64> = home_tx
-            .query_opt(
-                "SELECT upto FROM consumer_offsets WHERE consumer = $1 FOR UPDATE",
-                &[&fence_key(consumer)],
+        let fences: Vec<String> = commits.iter().map(|c| fence_key(&c.consumer)).collect();
+        // Locked in one order, so two writers of overlapping sets cannot deadlock.
+        let current: HashMap<String, i64> = home_tx
+            .query(
+                "SELECT consumer, upto FROM consumer_offsets WHERE consumer = ANY($1)
+                 ORDER BY consumer FOR UPDATE",
+                &[&fences],
             )
             .await
             .map_err(pg_err)?
-            .map(|r| r.get(0));
-        if current.map_or(0, u) != fence {
-            return Err(StoreError::Superseded(consumer.to_string()));
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let superseded: Vec<&str> = commits
+            .iter()
+            .zip(&fences)
+            .filter(|(c, f)| current.get(*f).copied().map_or(0, u) != c.fence)
+            .map(|(c, _)| c.consumer.as_str())
+            .collect();
+        if !superseded.is_empty() {
+            return Err(StoreError::Superseded(superseded.join(",")));
         }
-        // The batch's change stamp, past the last one (read under the fence row's lock, so
-        // no other writer moves it meanwhile).
+        // The batch's change stamp, past the last one of every consumer (read under the fence
+        // rows' locks, so no other writer moves them meanwhile).
+        let stamps: Vec<String> = commits.iter().map(|c| stamp_key(&c.consumer)).collect();
         let last_stamp: Option<i64> = home_tx
-            .query_opt("SELECT upto FROM consumer_offsets WHERE consumer = $1", &[&stamp_key(consumer)])
+            .query_one("SELECT max(upto) FROM consumer_offsets WHERE consumer = ANY($1)", &[&stamps])
             .await
             .map_err(pg_err)?
-            .map(|r| r.get(0));
+            .get(0);
         let stamp = next_stamp(last_stamp.map_or(0, u), likewise_engine::now_ms());
         let mut touched: HashMap<NotifKey, NotifItem> = HashMap::new();
         let mut home_part = Vec::new();
@@ -421,8 +469,11 @@ impl NotificationStore for PgStore {
         if !home_part.is_empty() {
             touched.extend(apply_shard(&home_tx, home, &ids, &home_part, stamp).await?);
         }
-        put_offset(&home_tx, consumer, offset).await?;
-        put_offset(&home_tx, &stamp_key(consumer), stamp).await?;
+        let mut names: Vec<String> = commits.iter().map(|c| c.consumer.clone()).collect();
+        let mut uptos: Vec<i64> = commits.iter().map(|c| i(c.offset)).collect();
+        names.extend(stamps);
+        uptos.extend(std::iter::repeat_n(i(stamp), commits.len()));
+        put_offsets(&home_tx, &names, &uptos).await?;
         home_tx.commit().await.map_err(pg_err)?;
         // In the order each item was first touched, as the embedded engine returns them.
         let mut out = Vec::with_capacity(touched.len());
@@ -794,5 +845,89 @@ mod tests {
             }
             assert_eq!(o.offset("notifier").await.expect("offset"), 4);
         }
+    }
+
+    /// One commit for several partitions, on both engines: every partition's offset moves
+    /// with the changes; when one partition's fence was taken over, nothing is written (not
+    /// the other partitions' changes or offsets either) and the refusal names exactly the
+    /// partitions fenced off.
+    #[tokio::test]
+    async fn a_commit_of_several_partitions_is_all_or_nothing_and_names_the_fenced_off() {
+        let t = TestShards::create(2).await;
+        let pg = t.store().await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let emb = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded");
+        let add = |r: u64, actor: u64| Change::Add {
+            key: NotifKey { recipient: UserId(r), post: PostId(5), kind: NotifKind::PostLiked },
+            actor: UserId(actor),
+            comment: None,
+            ts_ms: 1_000 + actor,
+        };
+        let engines: [&dyn NotificationStore; 2] = [&emb, &pg];
+        let offsets: [&dyn CounterStore; 2] = [&emb, &pg];
+        for (s, o) in engines.into_iter().zip(offsets) {
+            let names = ["notifications.p1", "notifications.p2", "notifications.p3"];
+            let mut commits = Vec::new();
+            for (k, name) in names.iter().enumerate() {
+                let fence = s.fence_notifications(name).await.expect("fence");
+                commits.push(NotifCommit { consumer: name.to_string(), fence, offset: 10 + k as u64 });
+            }
+            s.commit_notifications(&commits, &[add(1, 10), add(2, 10)]).await.expect("all three");
+            for (k, name) in names.iter().enumerate() {
+                assert_eq!(o.offset(name).await.expect("offset"), 10 + k as u64, "{name}");
+            }
+            // p2 and p3 are taken over elsewhere.
+            s.fence_notifications(names[1]).await.expect("fence");
+            s.fence_notifications(names[2]).await.expect("fence");
+            for c in &mut commits {
+                c.offset += 10;
+            }
+            let stale = s.commit_notifications(&commits, &[add(1, 11), add(2, 11)]).await;
+            match stale {
+                Err(StoreError::Superseded(which)) => assert_eq!(which, "notifications.p2,notifications.p3"),
+                other => panic!("{other:?}"),
+            }
+            for r in [1, 2] {
+                assert_eq!(s.inbox(UserId(r), None, 10).await.expect("inbox")[0].actor_count, 1, "{r}");
+            }
+            for (k, name) in names.iter().enumerate() {
+                assert_eq!(o.offset(name).await.expect("offset"), 10 + k as u64, "{name} did not move");
+            }
+        }
+    }
+
+    /// Two partitions' notifiers change one recipient's items: the later commit sorts after
+    /// the earlier although its writer's clock (its own stamp row) is an hour behind, so a
+    /// client resuming the event stream after the first change gets the second.
+    #[tokio::test]
+    async fn changes_of_two_partitions_sort_in_commit_order() {
+        let t = TestShards::create(2).await;
+        let pg = t.store().await;
+        let (p1, p2) = ("notifications.p1", "notifications.p2");
+        let add = |post: u64, actor: u64| Change::Add {
+            key: NotifKey { recipient: UserId(1), post: PostId(post), kind: NotifKind::PostLiked },
+            actor: UserId(actor),
+            comment: None,
+            ts_ms: 1_000,
+        };
+        let (f1, f2) = (
+            pg.fence_notifications(p1).await.expect("fence"),
+            pg.fence_notifications(p2).await.expect("fence"),
+        );
+        // p1's writer stamped its last batch an hour ahead (a clock since set back).
+        let ahead = likewise_engine::now_ms() + 3_600_000;
+        let c = pg.conn(0).await.expect("conn");
+        c.execute(
+            "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)",
+            &[&stamp_key(p1), &i(ahead)],
+        )
+        .await
+        .expect("stamp");
+        let first = pg.apply_notifications(p1, f1, 5, &[add(1, 10)]).await.expect("p1");
+        let second = pg.apply_notifications(p2, f2, 6, &[add(2, 11)]).await.expect("p2");
+        assert!(first[0].updated_ms > ahead);
+        assert!(second[0].updated_ms > first[0].updated_ms, "{first:?} then {second:?}");
+        let inbox = pg.inbox(UserId(1), None, 10).await.expect("inbox");
+        assert_eq!(inbox.iter().map(|it| it.key.post.0).collect::<Vec<_>>(), vec![2, 1], "newest first");
     }
 }

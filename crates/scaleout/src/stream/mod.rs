@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Subjects per shard: a post's events go to `post % PARTITIONS`.
-pub const PARTITIONS: u64 = 64;
+pub const PARTITIONS: u64 = likewise_core::ports::cluster::PARTITIONS;
 
 /// Map a NATS error to a store error.
 pub(crate) fn nats_err(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> StoreError {
@@ -162,6 +162,11 @@ impl JetStream {
         format!("{}.events.{shard}.*", self.prefix)
     }
 
+    /// One post partition's events, on every shard.
+    pub fn part_filter(&self, part: u16) -> String {
+        format!("{}.events.*.{part}", self.prefix)
+    }
+
     /// Every event.
     pub fn all_filter(&self) -> String {
         format!("{}.events.>", self.prefix)
@@ -207,6 +212,7 @@ impl EventStream for JetStream {
         let filter = match scope {
             Scope::Shard(s) => self.shard_filter(s),
             Scope::All => self.all_filter(),
+            Scope::Part(k) => self.part_filter(k),
         };
         Ok(Arc::new(log::StreamLog::durable(self, name, filter, offset).await?))
     }
@@ -248,5 +254,37 @@ mod tests {
         let probed = s.probe().await;
         let _ = s.js.delete_stream(&s.stream_name).await;
         probed.expect("JetStream answers its account information");
+    }
+
+    /// A partition's consumer reads that partition's events of every shard, and nothing
+    /// else: posts 3 and 67 (partition 3) on shards 0 and 1, not post 4 (partition 4).
+    #[tokio::test]
+    async fn a_partition_consumer_reads_its_posts_on_every_shard_only() {
+        use likewise_core::event::{Event, pack};
+        use likewise_core::ids::UserId;
+        use likewise_core::like::Target;
+        let prefix = format!("lwtest_part_{}_{}", std::process::id(), rand::random::<u32>());
+        let s = JetStream::connect(&StreamOptions { prefix, ..Default::default() })
+            .await
+            .expect("NATS at 127.0.0.1:4222");
+        let row = |seq: u64, post: u64, user: u64| OutboxRow {
+            seq,
+            part: (post % PARTITIONS) as u16,
+            body: pack(&[Event::like(0, true, Target::post(post), UserId(9), UserId(user), 0, post)]),
+        };
+        s.publish(0, &[row(1, 3, 100), row(2, 4, 101)]).await.expect("publish shard 0");
+        s.publish(1, &[row(1, 67, 102), row(2, 4, 103)]).await.expect("publish shard 1");
+        let log = s.consumer("parts.p3", Scope::Part(3), 0).await.expect("consumer");
+        let mut got = Vec::new();
+        for _ in 0..50 {
+            got.extend(log.read_after(got.last().map_or(0, |e: &Event| e.seq), 100).await.expect("read"));
+            if got.len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = s.delete().await;
+        let actors: Vec<u64> = got.iter().map(|e| e.actor.0).collect();
+        assert_eq!(actors, vec![100, 102]);
     }
 }

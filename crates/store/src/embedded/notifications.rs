@@ -30,7 +30,7 @@ use crate::keys::{be_u64, num_value, pair_key, parse_num};
 use async_trait::async_trait;
 use likewise_core::ids::{CommentId, PostId, UserId};
 use likewise_core::notify::NotifItem;
-use likewise_core::notify::{Change, ItemUpdate, NotifKey, NotifKind, next_stamp};
+use likewise_core::notify::{Change, ItemUpdate, NotifCommit, NotifKey, NotifKind, next_stamp};
 use likewise_core::ports::NotificationStore;
 use likewise_core::{StoreError, StoreResult};
 use std::collections::HashMap;
@@ -230,19 +230,23 @@ impl NotificationStore for EmbeddedStore {
         Ok(next)
     }
 
-    async fn apply_notifications(
+    async fn commit_notifications(
         &self,
-        consumer: &str,
-        fence: u64,
-        offset: u64,
+        commits: &[NotifCommit],
         changes: &[Change],
     ) -> StoreResult<Vec<NotifItem>> {
         let s = &*self.inner;
         let _one_writer = s.notif_lock.lock();
         // One process owns an embedded store, but a notifier restarted in it (a test, a
         // supervisor) must not race the one it replaced.
-        if stored_fence(s, consumer)? != fence {
-            return Err(StoreError::Superseded(consumer.to_string()));
+        let mut superseded = Vec::new();
+        for c in commits {
+            if stored_fence(s, &c.consumer)? != c.fence {
+                superseded.push(c.consumer.as_str());
+            }
+        }
+        if !superseded.is_empty() {
+            return Err(StoreError::Superseded(superseded.join(",")));
         }
         let mut next_id = match s.offsets.get(NEXT_ID).map_err(engine_err)? {
             Some(v) => parse_num("offsets", &v)?,
@@ -312,7 +316,9 @@ impl NotificationStore for EmbeddedStore {
         }
         batch.insert(&s.offsets, NEXT_ID, num_value(next_id));
         batch.insert(&s.offsets, LAST_STAMP, num_value(stamp));
-        batch.insert(&s.offsets, consumer.as_bytes(), num_value(offset));
+        for c in commits {
+            batch.insert(&s.offsets, c.consumer.as_bytes(), num_value(c.offset));
+        }
         batch.commit().map_err(engine_err)?;
         Ok(out)
     }

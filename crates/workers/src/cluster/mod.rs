@@ -2,8 +2,10 @@
 //!
 //! - Worker role: per shard, under that shard's lease ([`lease`]; a second worker process is
 //!   a hot standby, never a second writer), the outbox relay, the counter aggregator, the
-//!   reverse-index writer and the pruner of the shard's notification items ([`shard`]); under leases of their own, the notifier, the export,
-//!   the trending and integrity consumers (these two under one).
+//!   reverse-index writer and the pruner of the shard's notification items ([`shard`]); under leases of their own, the export,
+//!   the trending and integrity consumers (these two under one); and a share of the
+//!   notifier's partitions, each under a lease of its own, the others' in the other worker
+//!   processes ([`parts`]).
 //! - API role: the top-comments refresher, fed by the aggregators' commits on the bus.
 //! - Every role: the cluster bus listener ([`bus`]).
 //!
@@ -12,6 +14,7 @@
 
 pub mod bus;
 pub mod lease;
+pub mod parts;
 pub mod ports;
 pub mod shard;
 
@@ -19,7 +22,7 @@ use crate::consumers::{Consumer, WorkerOptions};
 use crate::notifier::NotifierOptions;
 use futures_util::future::join_all;
 use likewise_core::ports::EventLog;
-use likewise_core::ports::cluster::{LeaseName, Scope};
+use likewise_core::ports::cluster::{LeaseName, PARTITIONS, Scope};
 use likewise_service::Engagement;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,8 +32,8 @@ use tokio::task::JoinHandle;
 pub use ports::ClusterPorts;
 pub use shard::counters_consumer;
 
-/// Start the worker role's tasks: every shard's workers and the notifier, each under its
-/// lease.
+/// Start the worker role's tasks: every shard's workers and the consumers, each under its
+/// lease, and this process's share of the partitioned consumers' partitions.
 pub fn spawn_workers(
     svc: &Arc<Engagement>,
     ports: &ClusterPorts,
@@ -95,8 +98,42 @@ pub fn spawn_workers(
         opts.key_retention,
         shutdown.clone(),
     )));
-    // The log's consumers, each lease's together.
+    // The partitioned consumers, a share of their partitions in each worker process.
     let running: Vec<Consumer> = opts.consumers().collect();
+    for c in running.iter().copied() {
+        let Some(kind) = c.partitioned() else { continue };
+        let work: Arc<dyn parts::SharedWork> = match c {
+            Consumer::Notifier => {
+                let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
+                let (offsets, stream) = (svc.clone(), ports.stream.clone());
+                let open = move |part: u16| {
+                    let (svc, stream) = (offsets.clone(), stream.clone());
+                    async move {
+                        let offset = crate::notifier::Notifier::start_offset(&*svc, Some(part)).await?;
+                        let name = crate::notifier::consumer_name(Some(part));
+                        stream.consumer(&name, Scope::Part(part), offset).await
+                    }
+                };
+                let svc: Arc<dyn likewise_service::ports::NotificationsPublisher> = svc.clone();
+                let run = crate::notifier::run_shared(svc, opts.notifier.clone(), open, rx, shutdown.clone());
+                tasks.push(tokio::spawn(run));
+                Arc::new(NotifierParts(commands))
+            }
+            Consumer::Trending | Consumer::Integrity | Consumer::Export => {
+                tracing::error!(consumer = ?c, "not a partitioned consumer");
+                continue;
+            }
+        };
+        tasks.push(tokio::spawn(parts::shared(
+            ports.leases.clone(),
+            kind,
+            PARTITIONS as u16,
+            shutdown.clone(),
+            work,
+        )));
+    }
+    // The others, each lease's together.
+    let running: Vec<Consumer> = running.into_iter().filter(|c| c.partitioned().is_none()).collect();
     let mut names: Vec<LeaseName> = Vec::new();
     for c in &running {
         if !names.contains(&c.lease()) {
@@ -137,7 +174,26 @@ async fn consumer(
     }
 }
 
-/// The notifier on the stream, from its stored offset.
+/// The notifier's partitions held by this process, all read by one notifier
+/// ([`crate::notifier::run_shared`]), which these commands reach.
+struct NotifierParts(tokio::sync::mpsc::UnboundedSender<crate::notifier::PartCommand>);
+
+#[async_trait::async_trait]
+impl parts::SharedWork for NotifierParts {
+    async fn take(&self, parts: &[u16]) {
+        let _ = self.0.send(crate::notifier::PartCommand::Take(parts.to_vec()));
+    }
+
+    async fn give(&self, parts: &[u16]) {
+        let (done, given) = tokio::sync::oneshot::channel();
+        // A notifier that ended (shutdown) writes nothing any more: no answer is needed.
+        if self.0.send(crate::notifier::PartCommand::Give(parts.to_vec(), done)).is_ok() {
+            let _ = given.await;
+        }
+    }
+}
+
+/// The notifier of every event on the stream, from its stored offset.
 async fn notifier(
     svc: &Arc<Engagement>,
     p: &ClusterPorts,

@@ -110,11 +110,9 @@ impl NotificationStore for SimPorts {
         Ok(*fence)
     }
 
-    async fn apply_notifications(
+    async fn commit_notifications(
         &self,
-        consumer: &str,
-        fence: u64,
-        offset: u64,
+        commits: &[likewise_core::notify::NotifCommit],
         changes: &[Change],
     ) -> StoreResult<Vec<NotifItem>> {
         let mut w = self.0.lock();
@@ -122,14 +120,20 @@ impl NotificationStore for SimPorts {
         if fault == Fault::Before {
             return Err(w.injected("apply_notifications before the commit"));
         }
-        if w.offsets.get(&format!("{consumer}#fence")).copied().unwrap_or(0) != fence {
-            return Err(likewise_core::StoreError::Superseded(consumer.to_string()));
+        let superseded: Vec<&str> = commits
+            .iter()
+            .filter(|c| w.offsets.get(&format!("{}#fence", c.consumer)).copied().unwrap_or(0) != c.fence)
+            .map(|c| c.consumer.as_str())
+            .collect();
+        if !superseded.is_empty() {
+            return Err(likewise_core::StoreError::Superseded(superseded.join(",")));
         }
         // The same item arithmetic as the engines (`ItemUpdate`), over exact contributions,
         // and the same change stamps (on a clock that never moves: each batch's stamp is
         // just past the last).
-        let stamp_key = format!("{consumer}#stamp");
-        let stamp = likewise_core::notify::next_stamp(w.offsets.get(&stamp_key).copied().unwrap_or(0), 0);
+        let stamp_keys: Vec<String> = commits.iter().map(|c| format!("{}#stamp", c.consumer)).collect();
+        let last = stamp_keys.iter().filter_map(|k| w.offsets.get(k).copied()).max().unwrap_or(0);
+        let stamp = likewise_core::notify::next_stamp(last, 0);
         let mut order = Vec::new();
         let mut work: std::collections::HashMap<_, (ItemUpdate, bool)> = Default::default();
         for ch in changes {
@@ -200,8 +204,10 @@ impl NotificationStore for SimPorts {
                 out.push(item);
             }
         }
-        w.offsets.insert(consumer.to_string(), offset);
-        w.offsets.insert(stamp_key, stamp);
+        for (c, k) in commits.iter().zip(stamp_keys) {
+            w.offsets.insert(c.consumer.clone(), c.offset);
+            w.offsets.insert(k, stamp);
+        }
         if fault == Fault::After {
             return Err(w.injected("apply_notifications answer lost after the commit"));
         }
@@ -367,7 +373,7 @@ impl EventStream for SimPorts {
                 _ => {
                     let seq = w.head() + 1;
                     let events = unpack(&r.body, |_| seq).map_err(|e| StoreError::Engine(e.to_string()))?;
-                    w.stream.push(Msg { seq, shard, events });
+                    w.stream.push(Msg { seq, shard, part: r.part, events });
                     w.published.insert(id, (seq, now));
                     seqs.push(seq);
                 }

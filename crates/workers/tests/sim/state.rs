@@ -66,6 +66,8 @@ pub struct Msg {
     pub seq: u64,
     /// The shard that published it.
     pub shard: usize,
+    /// Its subject partition.
+    pub part: u16,
     /// The events.
     pub events: Vec<Event>,
 }

@@ -48,10 +48,11 @@ fn position(w: &mut super::state::Inner, name: &str, scope: Scope, offset: u64) 
     );
 }
 
-fn in_scope(scope: Scope, shard: usize) -> bool {
+fn in_scope(scope: Scope, m: &super::state::Msg) -> bool {
     match scope {
         Scope::All => true,
-        Scope::Shard(s) => s == shard,
+        Scope::Shard(s) => s == m.shard,
+        Scope::Part(k) => k == m.part,
     }
 }
 
@@ -89,7 +90,7 @@ impl SimLog {
             }
         }
         let start = d.next;
-        for m in w.stream.iter().filter(|m| m.seq >= start && in_scope(d.scope, m.shard)) {
+        for m in w.stream.iter().filter(|m| m.seq >= start && in_scope(d.scope, m)) {
             if out.len() >= want {
                 break;
             }
