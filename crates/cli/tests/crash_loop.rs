@@ -1,4 +1,4 @@
-//! Crash loops (issue 7): the real binary SIGKILLed at random moments under a mixed workload,
+//! Crash loops: the real binary SIGKILLed at random moments under a mixed workload,
 //! again and again on the same state, and checked after every restart.
 //!
 //! - Embedded store: `likewise serve` killed 20 times on one data directory while tasks like,

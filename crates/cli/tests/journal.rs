@@ -1,4 +1,4 @@
-//! The embedded store's journal, damaged between two runs of the real binary (issue 47): a
+//! The embedded store's journal, damaged between two runs of the real binary: a
 //! store holding 2,000 likes and 100 comments either starts with every acknowledged write or
 //! refuses to start, naming the journal file and the offset and the repair command; never
 //! starts healthy with writes gone.

@@ -1,4 +1,4 @@
-//! Power cuts (issue 27): the embedded store on a filesystem that forgets what was never
+//! Power cuts: the embedded store on a filesystem that forgets what was never
 //! fsynced.
 //!
 //! `likewise serve` runs with its data directory on the power-cut filesystem

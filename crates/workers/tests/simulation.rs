@@ -1,4 +1,4 @@
-//! Deterministic simulation of the event consumers (issue 27).
+//! Deterministic simulation of the event consumers.
 //!
 //! The real aggregators, reverse-index writers and relays of two shards, the notifier and the
 //! ranker run over simulated ports (`sim/`) under a seeded scheduler, with a simulated clock.
