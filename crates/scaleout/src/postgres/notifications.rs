@@ -610,6 +610,16 @@ mod tests {
     use likewise_core::ports::CounterStore;
     use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
 
+    /// `actor` liked post 5 of `recipient`, at 1,000 ms plus the actor's ID.
+    fn add(recipient: u64, actor: u64) -> Change {
+        Change::Add {
+            key: NotifKey { recipient: UserId(recipient), post: PostId(5), kind: NotifKind::PostLiked },
+            actor: UserId(actor),
+            comment: None,
+            ts_ms: 1_000 + actor,
+        }
+    }
+
     /// An item without its ID (IDs differ between engines), its change stamp (from each
     /// engine's clock) as the rank of the batch that stamped it.
     fn shape(it: &NotifItem, ranks: &mut HashMap<u64, u64>) -> NotifItem {
@@ -818,12 +828,6 @@ mod tests {
         let emb = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded");
         // Recipients 1 and 2 live on different shards: the refusal must cover both.
         assert_ne!(pg.shard_of_user(UserId(1)), pg.shard_of_user(UserId(2)));
-        let add = |r: u64, actor: u64| Change::Add {
-            key: NotifKey { recipient: UserId(r), post: PostId(5), kind: NotifKind::PostLiked },
-            actor: UserId(actor),
-            comment: None,
-            ts_ms: 1_000 + actor,
-        };
         let engines: [&dyn NotificationStore; 2] = [&emb, &pg];
         let offsets: [&dyn CounterStore; 2] = [&emb, &pg];
         for (s, o) in engines.into_iter().zip(offsets) {
@@ -857,12 +861,6 @@ mod tests {
         let pg = t.store().await;
         let dir = tempfile::tempdir().expect("tempdir");
         let emb = EmbeddedStore::open(dir.path(), &EmbeddedOptions::default()).expect("embedded");
-        let add = |r: u64, actor: u64| Change::Add {
-            key: NotifKey { recipient: UserId(r), post: PostId(5), kind: NotifKind::PostLiked },
-            actor: UserId(actor),
-            comment: None,
-            ts_ms: 1_000 + actor,
-        };
         let engines: [&dyn NotificationStore; 2] = [&emb, &pg];
         let offsets: [&dyn CounterStore; 2] = [&emb, &pg];
         for (s, o) in engines.into_iter().zip(offsets) {
