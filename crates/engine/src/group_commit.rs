@@ -149,18 +149,18 @@ impl Load {
     /// capacity may refuse a write: an unknown one used to be taken as 1 write/s, and a fresh
     /// node shed a burst of a few hundred writes that one batch takes in milliseconds.
     fn expected_wait(&self) -> Option<f64> {
-        let measured: Vec<f64> = self
+        let (sum, measured) = self
             .lanes
             .iter()
             .filter(|l| l.samples.load(Ordering::Relaxed) >= MIN_SAMPLES)
             .map(|l| f64::from_bits(l.rate.load(Ordering::Relaxed)))
-            .collect();
-        if measured.is_empty() {
+            .fold((0.0, 0usize), |(sum, n), r| (sum + r, n + 1));
+        if measured == 0 {
             return None;
         }
         // Lanes share the writes evenly (a hash of the key): the unmeasured ones are taken to
         // commit as fast as the measured ones.
-        let rate = measured.iter().sum::<f64>() / measured.len() as f64 * self.lanes.len() as f64;
+        let rate = sum / measured as f64 * self.lanes.len() as f64;
         Some(self.queued.load(Ordering::Relaxed) as f64 / rate.max(1.0))
     }
 
@@ -271,8 +271,8 @@ impl GroupCommitter {
         if let Some(deadline) = RequestWrites::deadline() {
             let queued = self.load.queued.load(Ordering::Relaxed) as usize;
             let left = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
-            if let Some(wait) = self.load.expected_wait()
-                && queued >= SHED_FLOOR
+            if queued >= SHED_FLOOR
+                && let Some(wait) = self.load.expected_wait()
                 && wait > left
             {
                 metrics::counter!("likewise_group_commit_shed_total").increment(1);
