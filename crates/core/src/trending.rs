@@ -9,6 +9,14 @@
 //!
 //! The state and the two rankings serialize into one snapshot (`encode`); readers decode only
 //! the rankings at its front.
+//!
+//! Partitions: a post's windows depend on its own events only, so the state splits by post
+//! partition (`post % PARTITIONS`, [`Trending::retain_part`]) with nothing shared, and a
+//! scaled-out deployment keeps one snapshot per partition. Each partition's snapshot ranks its
+//! own best [`RANKED`] posts; the best [`RANKED`] of the whole deployment are among them (a
+//! post in the overall top is in its partition's top), so [`merge`] of the partitions'
+//! rankings computed at one minute is exactly the ranking of one state holding every
+//! partition's events, scores and order alike.
 
 use crate::event::{Event, EventKind};
 use crate::like::TargetKind;
@@ -52,6 +60,8 @@ pub const COMMENT_WEIGHT: f64 = 2.0;
 pub const RANKED: usize = 1_000;
 /// Posts tracked at most; past it the least engaged are dropped.
 pub const MAX_POSTS: usize = 200_000;
+/// Posts tracked at most by one partition's state: its share of [`MAX_POSTS`].
+pub const MAX_POSTS_PER_PART: usize = MAX_POSTS / crate::ports::cluster::PARTITIONS as usize;
 
 /// One post's place in a ranking.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -112,6 +122,17 @@ impl Trending {
     /// Drop buckets older than 24 h before `now_ms`, then the least engaged posts past
     /// [`MAX_POSTS`].
     pub fn prune(&mut self, now_ms: u64) {
+        self.prune_to(now_ms, MAX_POSTS)
+    }
+
+    /// Keep only the posts of partition `part` (`post % PARTITIONS`).
+    pub fn retain_part(&mut self, part: u16) {
+        self.posts.retain(|post, _| crate::ports::cluster::part_of_post(*post) == part);
+    }
+
+    /// [`Trending::prune`], keeping at most `max_posts` posts ([`MAX_POSTS_PER_PART`] for
+    /// one partition's state).
+    pub fn prune_to(&mut self, now_ms: u64, max_posts: usize) {
         let oldest = (now_ms / 60_000).saturating_sub(Window::Day.minutes());
         self.posts.retain(|_, s| {
             while s.front().is_some_and(|b| b.minute < oldest) {
@@ -119,14 +140,14 @@ impl Trending {
             }
             !s.is_empty()
         });
-        if self.posts.len() > MAX_POSTS {
+        if self.posts.len() > max_posts {
             let mut sums: Vec<(i64, u64)> = self
                 .posts
                 .iter()
                 .map(|(p, s)| (s.iter().map(|b| b.likes as i64 + b.comments as i64).sum(), *p))
                 .collect();
             sums.sort_unstable();
-            for (_, p) in &sums[..sums.len() - MAX_POSTS] {
+            for (_, p) in &sums[..sums.len() - max_posts] {
                 self.posts.remove(p);
             }
         }
@@ -223,6 +244,15 @@ impl Trending {
         }
         Some(t)
     }
+}
+
+/// The best `limit` of several rankings of disjoint posts (the partitions' rankings), best
+/// first, in [`Trending::rank`]'s order (ties: lower post ID).
+pub fn merge(rankings: impl IntoIterator<Item = Vec<Ranked>>, limit: usize) -> Vec<Ranked> {
+    let mut out: Vec<Ranked> = rankings.into_iter().flatten().collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.post.cmp(&b.post)));
+    out.truncate(limit);
+    out
 }
 
 /// The ranking of `window` in a snapshot, and when it was computed (ms).
@@ -322,6 +352,43 @@ mod tests {
         c.delta = -1;
         t.apply(&c);
         assert!(t.rank(Window::Hour, now, 10).is_empty(), "{:?}", t.rank(Window::Hour, now, 10));
+    }
+
+    /// The partitions' snapshots, each ranking its own posts, merge into exactly the
+    /// ranking of one state that took every event: same posts, order, counts and scores,
+    /// with more engaged posts than a partition's ranking holds.
+    #[test]
+    fn merged_partition_rankings_equal_one_states_ranking() {
+        use crate::ports::cluster::PARTITIONS;
+        let now = 50_000 * MIN;
+        let mut whole = Trending::default();
+        let mut parts: Vec<Trending> = (0..PARTITIONS).map(|_| Trending::default()).collect();
+        // A pseudo-random mix of likes, unlikes and comments over 5,000 posts and two hours.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let post = 1 + x % 5_000;
+            let ts = now - (x >> 20) % (120 * MIN);
+            let mut e = like(post, (x >> 40) % 5 != 0, ts);
+            if (x >> 44) % 7 == 0 {
+                e.kind = EventKind::CommentCreated;
+                e.delta = 1;
+            }
+            whole.apply(&e);
+            parts[(post % PARTITIONS) as usize].apply(&e);
+        }
+        for w in [Window::Hour, Window::Day] {
+            let single = decode_ranking(&whole.encode(now), w).expect("ranking").1;
+            assert_eq!(single.len(), RANKED);
+            let merged = merge(parts.iter().map(|p| decode_ranking(&p.encode(now), w).expect("ranking").1), RANKED);
+            assert_eq!(merged, single, "{w:?}");
+        }
+        // A partition's state split off a whole one is that partition's.
+        let mut split = whole.clone();
+        split.retain_part(7);
+        assert_eq!(split, parts[7]);
     }
 
     #[test]

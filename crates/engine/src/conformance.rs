@@ -823,6 +823,37 @@ pub async fn snapshots_move_with_their_offset(s: &Stores) {
     assert_eq!(s.snapshots.load_snapshot("other").await.expect("load"), Some((7, b"x".to_vec())));
 }
 
+/// Fenced snapshot saves: a batch lands whole with its offsets; once a successor took a new
+/// fence for one of its names, a batch under the old fence writes nothing and names it; the
+/// successor's batch then lands; snapshots load together in the order asked.
+pub async fn fenced_snapshot_batches_refuse_a_deposed_writer(s: &Stores) {
+    use likewise_core::ports::SnapshotSave;
+    let snaps = &s.snapshots;
+    let (a, b) = ("trending.p1".to_string(), "trending.p2".to_string());
+    let fa = snaps.fence_snapshot(&a).await.expect("fence");
+    let fb = snaps.fence_snapshot(&b).await.expect("fence");
+    let save = |name: &str, fence: u64, upto: u64, body: &[u8]| SnapshotSave {
+        name: name.to_string(),
+        fence,
+        upto,
+        body: body.to_vec(),
+    };
+    snaps.save_snapshots(&[save(&a, fa, 10, b"a1"), save(&b, fb, 11, b"b1")]).await.expect("save");
+    // A successor takes partition 2 over.
+    let fb2 = snaps.fence_snapshot(&b).await.expect("fence");
+    assert!(fb2 > fb);
+    match snaps.save_snapshots(&[save(&a, fa, 20, b"a2"), save(&b, fb, 21, b"b2")]).await {
+        Err(likewise_core::StoreError::Superseded(names)) => assert_eq!(names, b),
+        other => panic!("a deposed writer's batch: {other:?}"),
+    }
+    let loaded = snaps.load_snapshots(&[b.clone(), "none".to_string(), a.clone()]).await.expect("load");
+    assert_eq!(loaded, vec![Some((11, b"b1".to_vec())), None, Some((10, b"a1".to_vec()))]);
+    snaps.save_snapshots(&[save(&b, fb2, 30, b"b3")]).await.expect("the successor saves");
+    assert_eq!(snaps.load_snapshot(&b).await.expect("load"), Some((30, b"b3".to_vec())));
+    assert_eq!(s.counters.offset(&b).await.expect("offset"), 30);
+    assert_eq!(s.counters.offset(&a).await.expect("offset"), 10);
+}
+
 /// The rank index walks a post's entries best first (equal scores: higher ID first), pages by
 /// keyset, moves an entry when its score changes, removes it, and keeps posts apart.
 pub async fn rank_index_orders_moves_and_removes(s: &Stores) {
@@ -957,6 +988,7 @@ macro_rules! conformance_suite {
             held_replies_are_listed_by_author_while_held,
             visible_replies_are_counted_by_parent,
             snapshots_move_with_their_offset,
+            fenced_snapshot_batches_refuse_a_deposed_writer,
             integrity_verdicts_keep_the_latest_and_page_in_time_order,
             a_key_makes_one_comment_whatever_the_batch,
             a_key_is_stored_only_with_its_comment,

@@ -58,11 +58,19 @@ pub enum LeaseName {
 pub enum Partitioned {
     /// The notifier: an item is per (recipient, post), so a post's partition owns it fully.
     Notifier,
+    /// Trending: a post's windows are its own, so a post's partition owns them fully; each
+    /// partition keeps its own top posts, and readers merge them (`likewise_core::trending`).
+    Trending,
 }
 
 impl Partitioned {
     /// Every partitioned consumer.
-    pub const ALL: [Partitioned; 1] = [Partitioned::Notifier];
+    pub const ALL: [Partitioned; 2] = [Partitioned::Notifier, Partitioned::Trending];
+}
+
+/// The partition of post `post`'s events (`post % PARTITIONS`).
+pub fn part_of_post(post: u64) -> u16 {
+    (post % PARTITIONS) as u16
 }
 
 /// The name of partition `part` of consumer `name` (`notifications.p7`): the key of its

@@ -155,6 +155,41 @@ pub trait SnapshotStore: Send + Sync {
     /// Save `body`, which covers the log up to `upto`, and move the consumer offset `name` to
     /// `upto`, in one atomic write (so log truncation never passes what the body lacks).
     async fn save_snapshot(&self, name: &str, upto: u64, body: &[u8]) -> StoreResult<()>;
+
+    /// The snapshots of `names` ([`SnapshotStore::load_snapshot`] of each), in their order,
+    /// read together.
+    async fn load_snapshots(&self, names: &[String]) -> StoreResult<Vec<Option<(u64, Vec<u8>)>>> {
+        let mut out = Vec::with_capacity(names.len());
+        for n in names {
+            out.push(self.load_snapshot(n).await?);
+        }
+        Ok(out)
+    }
+
+    /// Take a new writer fence for snapshot `name` (one partition of a consumer): from now
+    /// on [`SnapshotStore::save_snapshots`] refuses the saves that carry an older one. Called
+    /// by a writer before it loads the snapshot it resumes from, so a predecessor's save
+    /// still in flight either lands before that load or not at all.
+    async fn fence_snapshot(&self, name: &str) -> StoreResult<u64>;
+
+    /// Save every snapshot of `saves`, each with its offset, in one atomic write, unless one
+    /// carries a fence that is no longer its name's latest: then nothing is written and the
+    /// error is `StoreError::Superseded` naming (comma-separated) those fenced off. The
+    /// names keep their offsets in one place (one offset shard).
+    async fn save_snapshots(&self, saves: &[SnapshotSave]) -> StoreResult<()>;
+}
+
+/// One snapshot of a fenced batch ([`SnapshotStore::save_snapshots`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotSave {
+    /// The snapshot's (and its offset's) name.
+    pub name: String,
+    /// The writer fence it was taken under ([`SnapshotStore::fence_snapshot`]).
+    pub fence: u64,
+    /// The log position the body covers.
+    pub upto: u64,
+    /// The body.
+    pub body: Vec<u8>,
 }
 
 /// Moderators' verdicts on accounts the integrity consumer flagged: the latest per account

@@ -170,6 +170,7 @@ impl Drop for PartLease {
 fn part_key(consumer: Partitioned, part: u16) -> i64 {
     let c: i64 = match consumer {
         Partitioned::Notifier => 0,
+        Partitioned::Trending => 1,
     };
     PART_LEASE + c * 0x1_0000 + i64::from(part)
 }

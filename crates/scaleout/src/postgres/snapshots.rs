@@ -1,10 +1,27 @@
 //! Consumers' saved state (`SnapshotStore`): `consumer_snapshots`, written in the same
 //! transaction as the consumer's `consumer_offsets` row, on its offset shard.
+//!
+//! A partitioned consumer's snapshots are saved many at once under writer fences: each
+//! name's fence is the `consumer_offsets` row `<name>#fence`, and a batch locks the fence
+//! rows of its names first (in one order), checks them, then writes every body and offset,
+//! all in one transaction. A successor's new fence waits for that lock, so it takes effect
+//! either before the batch (which is then refused) or after it (and the successor loads
+//! what it wrote).
 
 use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
-use likewise_core::StoreResult;
-use likewise_core::ports::SnapshotStore;
+use likewise_core::ports::{SnapshotSave, SnapshotStore};
+use likewise_core::{StoreError, StoreResult};
+use std::collections::HashMap;
+
+/// The `consumer_offsets` row holding snapshot `name`'s writer fence.
+fn fence_key(name: &str) -> String {
+    format!("{name}#fence")
+}
+
+/// How long the server keeps a fenced transaction that hears nothing from its client: a
+/// writer cut off while holding the fence rows' locks must not keep its successor waiting.
+const FENCED_TX_IDLE_LIMIT: &str = "5s";
 
 #[async_trait]
 impl SnapshotStore for PgStore {
@@ -35,6 +52,103 @@ impl SnapshotStore for PgStore {
             "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, $2)
              ON CONFLICT (consumer) DO UPDATE SET upto = EXCLUDED.upto",
             &[&name, &i(upto)],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.commit().await.map_err(pg_err)
+    }
+
+    async fn load_snapshots(&self, names: &[String]) -> StoreResult<Vec<Option<(u64, Vec<u8>)>>> {
+        let mut out = vec![None; names.len()];
+        let mut by_shard: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (k, n) in names.iter().enumerate() {
+            by_shard.entry(self.offset_shard(n)?).or_default().push(k);
+        }
+        for (shard, idx) in by_shard {
+            let wanted: Vec<&str> = idx.iter().map(|k| names[*k].as_str()).collect();
+            let c = self.conn(shard).await?;
+            let rows = c
+                .query(
+                    "SELECT s.consumer, s.body, COALESCE(o.upto, 0) FROM consumer_snapshots s
+                     LEFT JOIN consumer_offsets o ON o.consumer = s.consumer WHERE s.consumer = ANY($1)",
+                    &[&wanted],
+                )
+                .await
+                .map_err(pg_err)?;
+            let mut found: HashMap<String, (u64, Vec<u8>)> =
+                rows.iter().map(|r| (r.get(0), (u(r.get(2)), r.get(1)))).collect();
+            for k in idx {
+                out[k] = found.remove(&names[k]);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn fence_snapshot(&self, name: &str) -> StoreResult<u64> {
+        let c = self.conn(self.offset_shard(name)?).await?;
+        let row = c
+            .query_one(
+                "INSERT INTO consumer_offsets (consumer, upto) VALUES ($1, 1)
+                 ON CONFLICT (consumer) DO UPDATE SET upto = consumer_offsets.upto + 1 RETURNING upto",
+                &[&fence_key(name)],
+            )
+            .await
+            .map_err(pg_err)?;
+        Ok(u(row.get(0)))
+    }
+
+    async fn save_snapshots(&self, saves: &[SnapshotSave]) -> StoreResult<()> {
+        let Some(first) = saves.first() else { return Ok(()) };
+        let home = self.offset_shard(&first.name)?;
+        for s in saves {
+            if self.offset_shard(&s.name)? != home {
+                return Err(StoreError::Engine(format!(
+                    "snapshots {} and {} keep their offsets on different shards",
+                    first.name, s.name
+                )));
+            }
+        }
+        let mut c = self.conn(home).await?;
+        let tx = c.transaction().await.map_err(pg_err)?;
+        tx.batch_execute(&format!("SET LOCAL idle_in_transaction_session_timeout = '{FENCED_TX_IDLE_LIMIT}'"))
+            .await
+            .map_err(pg_err)?;
+        let fences: Vec<String> = saves.iter().map(|s| fence_key(&s.name)).collect();
+        // Locked in one order, so two writers of overlapping sets cannot deadlock.
+        let current: HashMap<String, i64> = tx
+            .query(
+                "SELECT consumer, upto FROM consumer_offsets WHERE consumer = ANY($1)
+                 ORDER BY consumer FOR UPDATE",
+                &[&fences],
+            )
+            .await
+            .map_err(pg_err)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let superseded: Vec<&str> = saves
+            .iter()
+            .zip(&fences)
+            .filter(|(s, f)| current.get(*f).copied().map_or(0, u) != s.fence)
+            .map(|(s, _)| s.name.as_str())
+            .collect();
+        if !superseded.is_empty() {
+            return Err(StoreError::Superseded(superseded.join(",")));
+        }
+        let names: Vec<&str> = saves.iter().map(|s| s.name.as_str()).collect();
+        let bodies: Vec<&[u8]> = saves.iter().map(|s| &s.body[..]).collect();
+        let uptos: Vec<i64> = saves.iter().map(|s| i(s.upto)).collect();
+        tx.execute(
+            "INSERT INTO consumer_snapshots (consumer, body) SELECT * FROM unnest($1::text[], $2::bytea[])
+             ON CONFLICT (consumer) DO UPDATE SET body = EXCLUDED.body",
+            &[&names, &bodies],
+        )
+        .await
+        .map_err(pg_err)?;
+        tx.execute(
+            "INSERT INTO consumer_offsets (consumer, upto) SELECT * FROM unnest($1::text[], $2::bigint[])
+             ON CONFLICT (consumer) DO UPDATE SET upto = EXCLUDED.upto",
+            &[&names, &uptos],
         )
         .await
         .map_err(pg_err)?;

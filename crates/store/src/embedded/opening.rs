@@ -164,6 +164,7 @@ impl EmbeddedStore {
             appeals: ks("appeals", small)?,
             fingerprints: ks("fingerprints", small)?,
             snapshots: ks("snapshots", small)?,
+            snapshot_lock: Mutex::new(()),
             integrity_decisions: ks("integrity_decisions", small)?,
             integrity_times: ks_with("integrity_times", small, false)?,
             integrity_lock: Mutex::new(()),

@@ -66,6 +66,8 @@ pub(super) struct Inner {
     pub(super) fingerprints: Keyspace,
     /// Consumers' saved state, by name (`snapshots.rs`).
     pub(super) snapshots: Keyspace,
+    /// Fenced snapshot saves and new fences, one at a time (`snapshots.rs`).
+    pub(super) snapshot_lock: Mutex<()>,
     /// Integrity verdicts and their time index (`integrity.rs`), changed under the lock.
     pub(super) integrity_decisions: Keyspace,
     pub(super) integrity_times: Keyspace,
