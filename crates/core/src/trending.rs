@@ -371,8 +371,8 @@ mod tests {
             x ^= x << 17;
             let post = 1 + x % 5_000;
             let ts = now - (x >> 20) % (120 * MIN);
-            let mut e = like(post, (x >> 40) % 5 != 0, ts);
-            if (x >> 44) % 7 == 0 {
+            let mut e = like(post, !(x >> 40).is_multiple_of(5), ts);
+            if (x >> 44).is_multiple_of(7) {
                 e.kind = EventKind::CommentCreated;
                 e.delta = 1;
             }
@@ -382,7 +382,8 @@ mod tests {
         for w in [Window::Hour, Window::Day] {
             let single = decode_ranking(&whole.encode(now), w).expect("ranking").1;
             assert_eq!(single.len(), RANKED);
-            let merged = merge(parts.iter().map(|p| decode_ranking(&p.encode(now), w).expect("ranking").1), RANKED);
+            let merged =
+                merge(parts.iter().map(|p| decode_ranking(&p.encode(now), w).expect("ranking").1), RANKED);
             assert_eq!(merged, single, "{w:?}");
         }
         // A partition's state split off a whole one is that partition's.

@@ -1,15 +1,21 @@
 //! `GET /v1/trending`: the rankings the trending consumer (`likewise_workers::trending`)
-//! saves in its snapshot, read by every API node (cached for a second), with unregistered
+//! saves in its snapshots, read by every API node (cached for a second), with unregistered
 //! posts left out and like counts hidden from the viewers a post's like count is hidden from
 //! everywhere else (the rankings are shared; hiding is decided per viewer when they are read),
 //! and such posts placed by a coarse bucket of their score ([`bucket_floor`]), so that their
 //! place gives away no more than the bucket.
+//!
+//! The rankings are those of the post partitions' snapshots (`trending.p0` ..
+//! `trending.p63`, a scaled-out worker role's), merged (`likewise_core::trending::merge`);
+//! a partition with no snapshot of its own contributes its posts of the whole-log snapshot
+//! (`trending`: the single node's, or that of a deployment from before partitions).
 
 use crate::ServiceResult;
 use crate::shared::Shared;
 use crate::upstream::Upstream;
 use likewise_core::ids::{PostId, UserId};
-use likewise_core::trending::{Window, decode_ranking};
+use likewise_core::ports::cluster::{PARTITIONS, part_consumer, part_of_post};
+use likewise_core::trending::{RANKED, Ranked, Window, decode_ranking, merge};
 use likewise_core::visibility::like_count_visible;
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -17,6 +23,39 @@ use std::time::{Duration, Instant};
 
 /// Snapshot name (and consumer offset name) of the trending consumer.
 pub const TRENDING: &str = "trending";
+
+/// The snapshot (and offset, and fence) name of trending's partition `part` (`trending.p7`).
+pub fn part_name(part: u16) -> String {
+    part_consumer(TRENDING, part)
+}
+
+/// Both windows' merged rankings.
+#[derive(Debug, Default)]
+struct Rankings {
+    hour: Vec<Ranked>,
+    day: Vec<Ranked>,
+}
+
+impl Rankings {
+    /// Merged from the whole-log snapshot `whole` and the partitions' `parts` (by partition).
+    fn merged(whole: Option<&[u8]>, parts: &[Option<Vec<u8>>]) -> Rankings {
+        let mut out = Rankings::default();
+        for (w, into) in [(Window::Hour, &mut out.hour), (Window::Day, &mut out.day)] {
+            let whole = whole.and_then(|b| decode_ranking(b, w)).map(|(_, r)| r).unwrap_or_default();
+            let own: Vec<bool> = parts.iter().map(|p| p.is_some()).collect();
+            let mut lists: Vec<Vec<Ranked>> =
+                parts.iter().flatten().filter_map(|b| decode_ranking(b, w)).map(|(_, r)| r).collect();
+            lists.push(
+                whole
+                    .into_iter()
+                    .filter(|r| !own.get(part_of_post(r.post) as usize).copied().unwrap_or(false))
+                    .collect(),
+            );
+            *into = merge(lists, RANKED);
+        }
+        out
+    }
+}
 
 /// How long a node serves the snapshot it read before reading it again.
 const FRESH_FOR: Duration = Duration::from_secs(1);
@@ -70,7 +109,7 @@ impl Placed {
 pub struct Trending {
     shared: Arc<Shared>,
     upstream: Arc<Upstream>,
-    cached: Mutex<Option<(Instant, Arc<Vec<u8>>)>>,
+    cached: Mutex<Option<(Instant, Arc<Rankings>)>>,
 }
 
 impl Trending {
@@ -87,10 +126,8 @@ impl Trending {
         window: Window,
         limit: usize,
     ) -> ServiceResult<Vec<TrendingPost>> {
-        let body = self.snapshot().await?;
-        let Some((_, ranked)) = decode_ranking(&body, window) else {
-            return Ok(Vec::new());
-        };
+        let rankings = self.rankings().await?;
+        let ranked = if window == Window::Hour { &rankings.hour } else { &rankings.day };
         let settings = self.upstream.viewer_settings(viewer).await?;
         // Unregistered posts never appear: look them up a page at a time. A post whose count
         // is hidden from the viewer only moves down (its place is below its score), so once
@@ -130,18 +167,22 @@ impl Trending {
         Ok(out.into_iter().map(|p| p.item).collect())
     }
 
-    /// The consumer's snapshot, read again once it is older than [`FRESH_FOR`].
-    async fn snapshot(&self) -> ServiceResult<Arc<Vec<u8>>> {
+    /// The merged rankings of the consumer's snapshots, read again once older than
+    /// [`FRESH_FOR`].
+    async fn rankings(&self) -> ServiceResult<Arc<Rankings>> {
         let fresh =
             self.cached.lock().as_ref().filter(|(at, _)| at.elapsed() < FRESH_FOR).map(|(_, b)| b.clone());
         if let Some(b) = fresh {
             return Ok(b);
         }
-        let b = Arc::new(
-            self.shared.stores.snapshots.load_snapshot(TRENDING).await?.map(|(_, b)| b).unwrap_or_default(),
-        );
-        *self.cached.lock() = Some((Instant::now(), b.clone()));
-        Ok(b)
+        let mut names: Vec<String> = (0..PARTITIONS as u16).map(part_name).collect();
+        names.push(TRENDING.to_string());
+        let mut loaded = self.shared.stores.snapshots.load_snapshots(&names).await?;
+        let whole = loaded.pop().flatten().map(|(_, b)| b);
+        let parts: Vec<Option<Vec<u8>>> = loaded.into_iter().map(|s| s.map(|(_, b)| b)).collect();
+        let r = Arc::new(Rankings::merged(whole.as_deref(), &parts));
+        *self.cached.lock() = Some((Instant::now(), r.clone()));
+        Ok(r)
     }
 }
 
@@ -158,6 +199,30 @@ mod tests {
     fn order(mut v: Vec<Placed>) -> Vec<u64> {
         v.sort_by(Placed::order);
         v.into_iter().map(|p| p.item.post.0).collect()
+    }
+
+    /// Partitions with snapshots of their own are read from them; the others from the
+    /// whole-log snapshot (a deployment moving over to partitions).
+    #[test]
+    fn partitions_without_their_own_snapshot_come_from_the_whole_one() {
+        use likewise_core::event::Event;
+        use likewise_core::like::Target;
+        let now = 1_000 * 60_000;
+        let like = |post: u64, n: u64| {
+            (0..n).map(move |i| Event::like(0, true, Target::post(post), UserId(i), UserId(0), now, post))
+        };
+        let mut whole = likewise_core::trending::Trending::default();
+        // Posts 1 and 2 (partitions 1, 2) in the old whole-log snapshot.
+        like(1, 3).chain(like(2, 5)).for_each(|e| whole.apply(&e));
+        // Partition 2 moved over, and saw post 66 (partition 2) and more likes of post 2.
+        let mut p2 = whole.clone();
+        p2.retain_part(2);
+        like(66, 4).chain(like(2, 1)).for_each(|e| p2.apply(&e));
+        let mut parts = vec![None; PARTITIONS as usize];
+        parts[2] = Some(p2.encode(now));
+        let r = Rankings::merged(Some(&whole.encode(now)), &parts);
+        let got: Vec<(u64, u64)> = r.hour.iter().map(|r| (r.post, r.likes)).collect();
+        assert_eq!(got, [(2, 6), (66, 4), (1, 3)]);
     }
 
     #[test]

@@ -57,13 +57,15 @@ impl Consumer {
     pub fn partitioned(self) -> Option<Partitioned> {
         match self {
             Consumer::Notifier => Some(Partitioned::Notifier),
-            Consumer::Trending | Consumer::Integrity | Consumer::Export => None,
+            Consumer::Trending => Some(Partitioned::Trending),
+            // Integrity's windows are per account, not per post: a post partition would see a
+            // share of an account's likes and miss the patterns (rates, rings) across them.
+            Consumer::Integrity | Consumer::Export => None,
         }
     }
 
-    /// The lease it runs under in a scaled-out worker role, unless [`Consumer::partitioned`]. Trending and integrity share one:
-    /// each holds a connection for as long as it is held, and a small pool should not run out
-    /// of them for lease holders.
+    /// The lease it runs under in a scaled-out worker role, unless [`Consumer::partitioned`]
+    /// (integrity keeps the lease trending ran under before it was partitioned).
     pub fn lease(self) -> LeaseName {
         match self {
             Consumer::Notifier => LeaseName::Notifier,

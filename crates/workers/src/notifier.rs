@@ -535,7 +535,8 @@ pub async fn run_with(
     }
 }
 
-/// A change to the partitions a process's notifier reads ([`run_shared`]).
+/// A change to the partitions a process's loop of a partitioned consumer runs (the
+/// notifier's [`run_shared`], trending's `crate::trending::run_shared`).
 #[derive(Debug)]
 pub enum PartCommand {
     /// Read these partitions too (this process just took their leases).

@@ -5,14 +5,26 @@
 //! It survives restarts (it resumes from the snapshot and its offset), and it is replayable:
 //! delete the `trending` snapshot and it rebuilds from the start of the log's retention.
 //! Replaying an event it already folded is impossible: state and offset move in one write.
+//!
+//! Partitions ([`run_shared`]): in a scaled-out worker role each post partition has a state,
+//! a snapshot (`trending.p7`), an offset and a writer fence of its own, and one trending loop
+//! per process folds every partition the process holds, saving the snapshots of those that
+//! changed in one fenced write (`SnapshotStore::save_snapshots`): a process that lost a
+//! partition's lease while a save was in flight cannot overwrite its successor's snapshot.
+//! A partition that never saved starts from the whole-log snapshot's posts of that partition
+//! and its offset (a deployment that ran trending whole moves over with nothing lost or
+//! folded twice). Readers merge the partitions' rankings (`likewise_service::trending`).
 
-use likewise_core::StoreResult;
-use likewise_core::ports::{EventLog, SnapshotStore};
-use likewise_core::trending::Trending;
-use likewise_service::trending::TRENDING;
+use crate::notifier::PartCommand;
+use likewise_core::ports::{EventLog, SnapshotSave, SnapshotStore};
+use likewise_core::trending::{MAX_POSTS_PER_PART, Trending};
+use likewise_core::{StoreError, StoreResult};
+use likewise_service::trending::{TRENDING, part_name};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::watch;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
 
 /// Trending tuning.
 #[derive(Debug, Clone)]
@@ -55,6 +67,26 @@ pub async fn load(snapshots: &dyn SnapshotStore) -> StoreResult<(u64, Trending)>
     })
 }
 
+/// Where partition `part` resumes: its own snapshot and offset, or, when it never saved,
+/// the whole-log snapshot's posts of that partition at that snapshot's offset (empty at 0
+/// when there is none).
+pub async fn load_part(snapshots: &dyn SnapshotStore, part: u16) -> StoreResult<(u64, Trending)> {
+    match snapshots.load_snapshot(&part_name(part)).await? {
+        Some((offset, body)) => Ok(match Trending::decode(&body) {
+            Some(t) => (offset, t),
+            None => {
+                tracing::warn!(part, "trending partition snapshot unreadable; rebuilding from the log");
+                (0, Trending::default())
+            }
+        }),
+        None => {
+            let (offset, mut state) = load(snapshots).await?;
+            state.retain_part(part);
+            Ok((offset, state))
+        }
+    }
+}
+
 /// Fold in the events after `upto` (until the log is drained, at most 1,000,000), moving
 /// `upto` past them. Returns how many were folded.
 pub async fn fold(
@@ -63,9 +95,22 @@ pub async fn fold(
     upto: &mut u64,
     read_chunk: usize,
 ) -> StoreResult<usize> {
+    fold_counted(log, state, upto, read_chunk, "all").await
+}
+
+/// [`fold`], counting the events read under partition label `part`.
+async fn fold_counted(
+    log: &dyn EventLog,
+    state: &mut Trending,
+    upto: &mut u64,
+    read_chunk: usize,
+    part: &str,
+) -> StoreResult<usize> {
     let mut n = 0;
     loop {
         let events = log.read_after(*upto, read_chunk).await?;
+        metrics::counter!("likewise_consumer_events_total", "consumer" => TRENDING, "partition" => part.to_string())
+            .increment(events.len() as u64);
         let _span = likewise_core::trace::consumer_span("trending", &events);
         for e in &events {
             state.apply(e);
@@ -143,6 +188,189 @@ pub async fn run(
                 Err(e) => tracing::warn!(error = %e, "reloading the trending snapshot failed"),
             }
             upto = offset;
+        }
+    }
+}
+
+/// What the trending loop keeps for one partition it holds.
+struct Part {
+    log: Arc<dyn EventLog>,
+    state: Trending,
+    /// The offset of its saved snapshot.
+    offset: u64,
+    /// The events folded into `state` so far.
+    upto: u64,
+    /// Its writer fence.
+    fence: u64,
+    /// The minute its saved rankings were computed at (0: none saved by this loop).
+    ranked_minute: u64,
+    /// The label of its events metric.
+    label: String,
+}
+
+impl Part {
+    /// Partition `part`: fenced first (a predecessor's save still in flight lands before the
+    /// load below or not at all), then resumed from [`load_part`], its log opened by `open`
+    /// at that offset.
+    async fn open<O, F>(snapshots: &dyn SnapshotStore, part: u16, open: &O) -> StoreResult<Part>
+    where
+        O: Fn(u16, u64) -> F,
+        F: Future<Output = StoreResult<Arc<dyn EventLog>>>,
+    {
+        let fence = snapshots.fence_snapshot(&part_name(part)).await?;
+        let (offset, state) = load_part(snapshots, part).await?;
+        let log = open(part, offset).await?;
+        tracing::debug!(part, offset, fence, "trending partition resumes");
+        Ok(Part { log, state, offset, upto: offset, fence, ranked_minute: 0, label: part.to_string() })
+    }
+}
+
+/// How long a partition that could not be opened, or whose fence was taken over, waits
+/// before it is opened again while still held.
+const REOPEN_AFTER: Duration = Duration::from_secs(2);
+
+/// One trending loop for every partition this process holds, until `shutdown` or until
+/// `commands` closes: partitions are taken and given back between rounds, as `commands` say
+/// (a given-back partition's answer is sent once no save of it can be in flight); `open(part,
+/// offset)` makes a partition's log, positioned after `offset`.
+///
+/// Every `follow_every` each partition's new events are folded in; every `save_every` the
+/// partitions that folded something, or whose saved rankings are from an earlier minute
+/// (rankings move with the clock alone), are saved in one fenced write.
+pub async fn run_shared<O, F>(
+    snapshots: Arc<dyn SnapshotStore>,
+    opts: TrendingOptions,
+    open: O,
+    mut commands: mpsc::UnboundedReceiver<PartCommand>,
+    shutdown: watch::Receiver<bool>,
+) where
+    O: Fn(u16, u64) -> F,
+    F: Future<Output = StoreResult<Arc<dyn EventLog>>>,
+{
+    let mut parts: BTreeMap<u16, Part> = BTreeMap::new();
+    let mut wanted: BTreeSet<u16> = BTreeSet::new();
+    let mut not_before: HashMap<u16, Instant> = HashMap::new();
+    let mut ticker = crate::Ticker::new(opts.follow_every.min(opts.save_every), shutdown);
+    let mut last_save = Instant::now();
+    loop {
+        tokio::select! {
+            biased;
+            command = commands.recv() => {
+                match command {
+                    Some(PartCommand::Take(taken)) => wanted.extend(taken),
+                    Some(PartCommand::Give(given, done)) => {
+                        for part in given {
+                            wanted.remove(&part);
+                            not_before.remove(&part);
+                            parts.remove(&part);
+                        }
+                        let _ = done.send(());
+                    }
+                    None => return,
+                }
+                continue;
+            }
+            more = ticker.next() => if !more { return },
+        }
+        let now = Instant::now();
+        let due: Vec<u16> = wanted
+            .iter()
+            .copied()
+            .filter(|p| !parts.contains_key(p) && not_before.get(p).is_none_or(|t| *t <= now))
+            .collect();
+        if !due.is_empty() {
+            let opened = futures_util::future::join_all(due.iter().map(|&part| {
+                let (snapshots, open) = (&snapshots, &open);
+                async move { (part, Part::open(&**snapshots, part, open).await) }
+            }))
+            .await;
+            for (part, p) in opened {
+                match p {
+                    Ok(p) => {
+                        not_before.remove(&part);
+                        parts.insert(part, p);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, part, "trending partition not opened; retrying");
+                        not_before.insert(part, Instant::now() + REOPEN_AFTER);
+                    }
+                }
+            }
+        }
+        let mut broken = Vec::new();
+        for (part, p) in parts.iter_mut() {
+            if let Err(e) = fold_counted(&*p.log, &mut p.state, &mut p.upto, opts.read_chunk, &p.label).await
+            {
+                // Part of a read may be folded: start again from the snapshot.
+                tracing::warn!(error = %e, part, "trending partition read failed; reopening it");
+                broken.push(*part);
+            }
+        }
+        for part in broken {
+            parts.remove(&part);
+            not_before.insert(part, Instant::now() + REOPEN_AFTER);
+        }
+        if last_save.elapsed() < opts.save_every {
+            continue;
+        }
+        last_save = Instant::now();
+        let now_ms = likewise_service::now_ms();
+        let minute = now_ms / 60_000;
+        let mut saves = Vec::new();
+        for (part, p) in parts.iter_mut() {
+            if p.upto == p.offset && p.ranked_minute == minute {
+                continue;
+            }
+            p.state.prune_to(now_ms, MAX_POSTS_PER_PART);
+            saves.push((
+                *part,
+                SnapshotSave {
+                    name: part_name(*part),
+                    fence: p.fence,
+                    upto: p.upto,
+                    body: p.state.encode(now_ms),
+                },
+            ));
+        }
+        if saves.is_empty() {
+            continue;
+        }
+        let batch: Vec<SnapshotSave> = saves.iter().map(|(_, s)| s.clone()).collect();
+        match snapshots.save_snapshots(&batch).await {
+            Ok(()) => {
+                let mut folded = 0;
+                for (part, save) in &saves {
+                    let Some(p) = parts.get_mut(part) else { continue };
+                    folded += save.upto.saturating_sub(p.offset);
+                    p.offset = save.upto;
+                    p.ranked_minute = minute;
+                    if let Err(e) = p.log.committed(save.upto).await {
+                        tracing::warn!(error = %e, part, "acknowledging trending events failed");
+                    }
+                }
+                metrics::counter!("likewise_trending_events_total").increment(folded);
+                let posts: usize = parts.values().map(|p| p.state.len()).sum();
+                metrics::gauge!("likewise_trending_posts").set(posts as f64);
+            }
+            Err(StoreError::Superseded(names)) => {
+                // Taken over elsewhere: another process fenced them, which it does only once
+                // it holds their leases, so this one lost them (and gives them back once it
+                // notices). Dropped and not opened again until taken again: a new fence
+                // taken here meanwhile would fence off their rightful holder.
+                metrics::counter!("likewise_trending_superseded_total").increment(1);
+                tracing::warn!(consumers = %names, "trending partitions taken over elsewhere");
+                let gone: Vec<&str> = names.split(',').collect();
+                let lost: Vec<u16> =
+                    parts.keys().copied().filter(|p| gone.contains(&part_name(*p).as_str())).collect();
+                for part in lost {
+                    parts.remove(&part);
+                    wanted.remove(&part);
+                    not_before.remove(&part);
+                }
+            }
+            // Saved again next round (the states keep what they folded; a save that landed
+            // unanswered is overwritten by a newer one).
+            Err(e) => tracing::warn!(error = %e, "saving the trending partitions failed; retrying"),
         }
     }
 }

@@ -110,9 +110,11 @@ impl SnapshotStore for PgStore {
         }
         let mut c = self.conn(home).await?;
         let tx = c.transaction().await.map_err(pg_err)?;
-        tx.batch_execute(&format!("SET LOCAL idle_in_transaction_session_timeout = '{FENCED_TX_IDLE_LIMIT}'"))
-            .await
-            .map_err(pg_err)?;
+        tx.batch_execute(&format!(
+            "SET LOCAL idle_in_transaction_session_timeout = '{FENCED_TX_IDLE_LIMIT}'"
+        ))
+        .await
+        .map_err(pg_err)?;
         let fences: Vec<String> = saves.iter().map(|s| fence_key(&s.name)).collect();
         // Locked in one order, so two writers of overlapping sets cannot deadlock.
         let current: HashMap<String, i64> = tx

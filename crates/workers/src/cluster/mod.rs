@@ -2,10 +2,10 @@
 //!
 //! - Worker role: per shard, under that shard's lease ([`lease`]; a second worker process is
 //!   a hot standby, never a second writer), the outbox relay, the counter aggregator, the
-//!   reverse-index writer and the pruner of the shard's notification items ([`shard`]); under leases of their own, the export,
-//!   the trending and integrity consumers (these two under one); and a share of the
-//!   notifier's partitions, each under a lease of its own, the others' in the other worker
-//!   processes ([`parts`]).
+//!   reverse-index writer and the pruner of the shard's notification items ([`shard`]); under
+//!   leases of their own, the export and the integrity consumer; and a share of the
+//!   partitions of the notifier and of trending, each under a lease of its own, the others'
+//!   in the other worker processes ([`parts`]).
 //! - API role: the top-comments refresher, fed by the aggregators' commits on the bus.
 //! - Every role: the cluster bus listener ([`bus`]).
 //!
@@ -117,9 +117,28 @@ pub fn spawn_workers(
                 let svc: Arc<dyn likewise_service::ports::NotificationsPublisher> = svc.clone();
                 let run = crate::notifier::run_shared(svc, opts.notifier.clone(), open, rx, shutdown.clone());
                 tasks.push(tokio::spawn(run));
-                Arc::new(NotifierParts(commands))
+                Arc::new(PartsChannel(commands))
             }
-            Consumer::Trending | Consumer::Integrity | Consumer::Export => {
+            Consumer::Trending => {
+                let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
+                let stream = ports.stream.clone();
+                let open = move |part: u16, offset: u64| {
+                    let stream = stream.clone();
+                    async move {
+                        let name = likewise_service::trending::part_name(part);
+                        stream.consumer(&name, Scope::Part(part), offset).await
+                    }
+                };
+                // Folded once a second: the stream has no in-memory tail to keep up with, and
+                // every fold is a pull from JetStream.
+                let d = crate::trending::TrendingOptions::default();
+                let topts = crate::trending::TrendingOptions { follow_every: d.save_every, ..d };
+                let snapshots = svc.stores().snapshots.clone();
+                let run = crate::trending::run_shared(snapshots, topts, open, rx, shutdown.clone());
+                tasks.push(tokio::spawn(run));
+                Arc::new(PartsChannel(commands))
+            }
+            Consumer::Integrity | Consumer::Export => {
                 tracing::error!(consumer = ?c, "not a partitioned consumer");
                 continue;
             }
@@ -174,19 +193,20 @@ async fn consumer(
     }
 }
 
-/// The notifier's partitions held by this process, all read by one notifier
-/// ([`crate::notifier::run_shared`]), which these commands reach.
-struct NotifierParts(tokio::sync::mpsc::UnboundedSender<crate::notifier::PartCommand>);
+/// A partitioned consumer's partitions held by this process, all run by one loop
+/// ([`crate::notifier::run_shared`], [`crate::trending::run_shared`]), which these commands
+/// reach.
+struct PartsChannel(tokio::sync::mpsc::UnboundedSender<crate::notifier::PartCommand>);
 
 #[async_trait::async_trait]
-impl parts::SharedWork for NotifierParts {
+impl parts::SharedWork for PartsChannel {
     async fn take(&self, parts: &[u16]) {
         let _ = self.0.send(crate::notifier::PartCommand::Take(parts.to_vec()));
     }
 
     async fn give(&self, parts: &[u16]) {
         let (done, given) = tokio::sync::oneshot::channel();
-        // A notifier that ended (shutdown) writes nothing any more: no answer is needed.
+        // A loop that ended (shutdown) writes nothing any more: no answer is needed.
         if self.0.send(crate::notifier::PartCommand::Give(parts.to_vec(), done)).is_ok() {
             let _ = given.await;
         }

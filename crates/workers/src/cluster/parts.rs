@@ -355,4 +355,234 @@ mod tests {
         assert!(table.running.lock().is_empty());
         assert!(table.owners.lock().is_empty(), "every lease given back");
     }
+
+    /// An in-memory event log read by post partition, as the stream's partition consumers.
+    struct PartLog {
+        events: Arc<Mutex<Vec<likewise_core::event::Event>>>,
+        part: u16,
+    }
+
+    #[async_trait::async_trait]
+    impl likewise_core::ports::EventLog for PartLog {
+        async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<likewise_core::event::Event>> {
+            let events = self.events.lock();
+            Ok(events
+                .iter()
+                .filter(|e| e.seq > after && likewise_core::ports::cluster::part_of_post(e.post) == self.part)
+                .take(max)
+                .cloned()
+                .collect())
+        }
+        async fn head(&self) -> StoreResult<u64> {
+            Ok(self.events.lock().last().map_or(0, |e| e.seq))
+        }
+        async fn truncate(&self, _: u64) -> StoreResult<u64> {
+            Ok(0)
+        }
+    }
+
+    /// A process running trending's partitions: its lease loop and its trending loop.
+    struct TrendingProcess {
+        alive: Arc<AtomicBool>,
+        shutdown: watch::Sender<bool>,
+        leases: tokio::task::JoinHandle<()>,
+        trending: tokio::task::JoinHandle<()>,
+    }
+
+    /// Work whose `give` reaches it late: a process slow to stop what it lost.
+    struct SlowGive(Arc<dyn SharedWork>, Duration);
+
+    #[async_trait::async_trait]
+    impl SharedWork for SlowGive {
+        async fn take(&self, parts: &[u16]) {
+            self.0.take(parts).await
+        }
+        async fn give(&self, parts: &[u16]) {
+            tokio::time::sleep(self.1).await;
+            self.0.give(parts).await
+        }
+    }
+
+    fn start_trending(
+        table: &Arc<Table>,
+        me: u32,
+        give_after: Duration,
+        snapshots: &Arc<dyn likewise_core::ports::SnapshotStore>,
+        events: &Arc<Mutex<Vec<likewise_core::event::Event>>>,
+    ) -> TrendingProcess {
+        use likewise_core::ports::cluster::PARTITIONS;
+        let alive = Arc::new(AtomicBool::new(true));
+        let leases: Arc<dyn Leases> = Arc::new(Process { table: table.clone(), me, alive: alive.clone() });
+        let (shutdown, rx) = watch::channel(false);
+        let (commands, crx) = tokio::sync::mpsc::unbounded_channel();
+        let events = events.clone();
+        let open = move |part: u16, _offset: u64| {
+            let log: Arc<dyn likewise_core::ports::EventLog> =
+                Arc::new(PartLog { events: events.clone(), part });
+            async move { Ok(log) }
+        };
+        let opts = crate::trending::TrendingOptions {
+            save_every: Duration::from_millis(200),
+            follow_every: Duration::from_millis(50),
+            ..Default::default()
+        };
+        let trending =
+            tokio::spawn(crate::trending::run_shared(snapshots.clone(), opts, open, crx, rx.clone()));
+        let work = Arc::new(SlowGive(Arc::new(super::super::PartsChannel(commands)), give_after));
+        let leases = tokio::spawn(shared(leases, Partitioned::Trending, PARTITIONS as u16, rx, work));
+        TrendingProcess { alive, shutdown, leases, trending }
+    }
+
+    /// The trending partitions held per process, from the lease table.
+    fn trending_shares(table: &Table) -> HashMap<u32, usize> {
+        let mut per = HashMap::new();
+        for (name, m) in table.owners.lock().iter() {
+            if let LeaseName::Part(Partitioned::Trending, _) = name {
+                *per.entry(*m).or_default() += 1;
+            }
+        }
+        per
+    }
+
+    async fn trending_settled(table: &Table, want: &[(u32, usize)]) {
+        for _ in 0..60 {
+            let per = trending_shares(table);
+            if want.iter().all(|(m, n)| per.get(m).copied().unwrap_or(0) == *n) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("not settled on {want:?}: {:?}", trending_shares(table));
+    }
+
+    /// Trending's partitions handed between two processes on one store while likes flow:
+    /// the second takes half, gives them back on shutdown, takes half again, then is cut off
+    /// (its leases lost, its trending loop still running, as a process that lost its store
+    /// session but not its work would) and the first takes everything over, fencing the
+    /// deposed loop's saves off. The merged partition rankings then equal the ranking of one
+    /// state that took every event: every like counted once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn trending_partitions_change_hands_with_nothing_folded_twice() {
+        use likewise_core::event::Event;
+        use likewise_core::ids::UserId;
+        use likewise_core::like::Target;
+        use likewise_core::ports::cluster::PARTITIONS;
+        use likewise_core::trending::{RANKED, Trending, Window, decode_ranking, merge};
+        let dir = likewise_store::testing::scratch_dir();
+        let stores = likewise_store::testing::open_small(dir.path());
+        let snapshots = stores.snapshots.clone();
+        let table = Arc::new(Table::default());
+        let events: Arc<Mutex<Vec<Event>>> = Arc::default();
+        let feeding = Arc::new(AtomicBool::new(true));
+        let feeder = {
+            let (events, feeding) = (events.clone(), feeding.clone());
+            tokio::spawn(async move {
+                let mut seq = 0u64;
+                while feeding.load(Ordering::SeqCst) {
+                    let now = likewise_service::now_ms();
+                    {
+                        let mut ev = events.lock();
+                        for _ in 0..50 {
+                            seq += 1;
+                            let post = 1 + (seq * 7_919) % 300;
+                            let created = !seq.is_multiple_of(5);
+                            let e = Event::like(
+                                seq,
+                                created,
+                                Target::post(post),
+                                UserId(1),
+                                UserId(seq),
+                                now,
+                                post,
+                            );
+                            ev.push(e);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        };
+        let a = start_trending(&table, 1, Duration::ZERO, &snapshots, &events);
+        trending_settled(&table, &[(1, 64)]).await;
+        let b = start_trending(&table, 2, Duration::ZERO, &snapshots, &events);
+        trending_settled(&table, &[(1, 32), (2, 32)]).await;
+        // B shuts down: it gives its partitions back, and A takes them.
+        b.shutdown.send(true).expect("shutdown");
+        b.leases.await.expect("join");
+        b.trending.await.expect("join");
+        table.members.lock().remove(&2);
+        trending_settled(&table, &[(1, 64)]).await;
+        let b = start_trending(&table, 3, Duration::from_secs(6), &snapshots, &events);
+        trending_settled(&table, &[(1, 32), (3, 32)]).await;
+        // B is cut off: its session ends (leases and membership), and its trending loop
+        // hears of it 6 s late, running on and trying to save meanwhile (refused once A
+        // fenced the partitions it took over).
+        b.alive.store(false, Ordering::SeqCst);
+        table.members.lock().remove(&3);
+        table.owners.lock().retain(|_, m| *m != 3);
+        trending_settled(&table, &[(1, 64)]).await;
+        // The deposed loop, refused once, takes no fence again: the fences stand still.
+        let fences = || async {
+            let mut out = Vec::new();
+            for p in 0..PARTITIONS as u16 {
+                let name = format!("{}#fence", likewise_service::trending::part_name(p));
+                out.push(stores.counters.offset(&name).await.expect("fence"));
+            }
+            out
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before = fences().await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(fences().await, before, "partitions fenced again after the takeover");
+        feeding.store(false, Ordering::SeqCst);
+        feeder.await.expect("feeder");
+        // Everything folded and saved, every partition's rankings from one minute.
+        let all = events.lock().clone();
+        let head = all.last().map_or(0, |e| e.seq);
+        let names: Vec<String> = (0..PARTITIONS as u16).map(likewise_service::trending::part_name).collect();
+        let mut whole = Trending::default();
+        all.iter().for_each(|e| whole.apply(e));
+        for _ in 0..200 {
+            let loaded = snapshots.load_snapshots(&names).await.expect("load");
+            let caught_up = loaded.iter().enumerate().all(|(p, s)| {
+                let last = all
+                    .iter()
+                    .rev()
+                    .find(|e| likewise_core::ports::cluster::part_of_post(e.post) == p as u16);
+                s.as_ref().map_or(last.is_none(), |(o, _)| *o == last.map_or(0, |e| e.seq))
+            });
+            let minutes: std::collections::BTreeSet<u64> = loaded
+                .iter()
+                .flatten()
+                .filter_map(|(_, b)| decode_ranking(b, Window::Hour))
+                .map(|(at, _)| at / 60_000)
+                .collect();
+            if caught_up && minutes.len() == 1 {
+                for w in [Window::Hour, Window::Day] {
+                    let mut at = 0;
+                    let lists: Vec<_> = loaded
+                        .iter()
+                        .flatten()
+                        .filter_map(|(_, b)| decode_ranking(b, w))
+                        .map(|(t, r)| {
+                            at = t;
+                            r
+                        })
+                        .collect();
+                    let merged = merge(lists, RANKED);
+                    assert_eq!(merged, whole.rank(w, at, RANKED), "{w:?} (head {head})");
+                    assert!(!merged.is_empty());
+                }
+                b.shutdown.send(true).expect("shutdown");
+                b.leases.await.expect("join");
+                b.trending.await.expect("join");
+                a.shutdown.send(true).expect("shutdown");
+                a.leases.await.expect("join");
+                a.trending.await.expect("join");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the partitions did not catch up with the log");
+    }
 }
