@@ -1,8 +1,9 @@
-//! The notifier shared by several worker processes, for real: `likewise` worker processes
-//! on PostgreSQL (two shards), Redis and NATS JetStream split the stream's 64 post
-//! partitions between them (a lease per partition), a process that starts takes a fair
-//! share, and a killed one's share is taken over with no notification lost or doubled. The
-//! servers must be running (`.ci/run` starts them); a test fails, never skips, without them.
+//! The notifier and trending shared by several worker processes, for real: `likewise`
+//! worker processes on PostgreSQL (two shards), Redis and NATS JetStream split the stream's
+//! 64 post partitions of each between them (a lease per partition), a process that starts
+//! takes a fair share, and a killed one's share is taken over with no notification lost or
+//! doubled and no like counted twice or missed in trending. The servers must be running
+//! (`.ci/run` starts them); a test fails, never skips, without them.
 
 mod common;
 
@@ -31,26 +32,33 @@ async fn series(c: &Client, base: &str, name: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// How many notifier partitions the worker at `base` holds.
-async fn held(c: &Client, base: &str) -> usize {
+/// How many partitions of `consumer` (`Notifier`, `Trending`) the worker at `base` holds.
+async fn held(c: &Client, base: &str, consumer: &str) -> usize {
     series(c, base, "likewise_partitions_held")
         .await
         .iter()
-        .find(|(l, _)| l.contains("consumer=\"Notifier\""))
+        .find(|(l, _)| l.contains(&format!("consumer=\"{consumer}\"")))
         .map_or(0, |(_, v)| *v as usize)
 }
 
-/// Wait until the workers at `bases` hold `want` partitions each (in order).
+/// Wait until the workers at `bases` hold `want` partitions each (in any order), of the
+/// notifier and of trending alike.
 async fn shares(c: &Client, bases: &[&str], want: &[usize], what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut got = Vec::new();
-        for b in bases {
-            got.push(held(c, b).await);
+        let mut settled = true;
+        for consumer in ["Notifier", "Trending"] {
+            let mut these = Vec::new();
+            for b in bases {
+                these.push(held(c, b, consumer).await);
+            }
+            let mut sorted = these.clone();
+            sorted.sort();
+            settled &= sorted == want;
+            got.push(these);
         }
-        let mut sorted = got.clone();
-        sorted.sort();
-        if sorted == want {
+        if settled {
             eprintln!("{what}: {got:?}");
             return;
         }
@@ -59,13 +67,14 @@ async fn shares(c: &Client, bases: &[&str], want: &[usize], what: &str) {
     }
 }
 
-/// One worker process runs all 64 partitions; a second and a third take a fair share
-/// (32/32, then at most 22 each); the likes of a storm over 24 posts (24 partitions) are
-/// notified exactly although one of the three is killed mid-storm (its share is taken over
-/// by the two left, 32 each): every author's item holds every liker, once. Each worker's
-/// `/metrics` shows the events it read per partition.
+/// One worker process runs all 64 partitions of the notifier and of trending; a second and
+/// a third take a fair share of each (32/32, then at most 22 each); the likes of a storm
+/// over 24 posts (24 partitions) are notified exactly although one of the three is killed
+/// mid-storm (its share is taken over by the two left, 32 each): every author's item holds
+/// every liker, once, and trending counts every post's likes, once. Each worker's
+/// `/metrics` shows the events it read per consumer and partition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_processes_share_the_notifier_partitions_and_take_over_a_killed_ones() {
+async fn worker_processes_share_the_partitioned_consumers_and_take_over_a_killed_ones() {
     let d = Deployment::new().await;
     let c = Arc::new(Client::new());
     let w1 = d.start("worker");
@@ -137,18 +146,47 @@ async fn worker_processes_share_the_notifier_partitions_and_take_over_a_killed_o
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    // The events each survivor read, per partition: between them, every post's partition.
-    let mut read = std::collections::BTreeSet::new();
-    for base in [&w1.base, &w3.base] {
-        for (labels, v) in series(&c, base, "likewise_consumer_events_total").await {
-            if labels.contains("consumer=\"notifications\"") && v > 0.0 {
-                let part =
-                    labels.split("partition=\"").nth(1).and_then(|s| s.split('"').next()).unwrap_or("");
-                read.insert(part.parse::<u64>().expect("a partition number"));
+    // Trending, merged from the partitions' snapshots, counts every post's likes once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, v) = c
+            .call(&a.base, hyper::Method::GET, "/v1/trending?window=1h&limit=50", 1, false, "")
+            .await
+            .expect("trending");
+        assert_eq!(status, 200, "{v}");
+        let got: std::collections::BTreeMap<u64, u64> = v["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| {
+                (
+                    i["post_id"].as_str().and_then(|p| p.parse().ok()).unwrap_or(0),
+                    i["likes"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect();
+        let want: std::collections::BTreeMap<u64, u64> = posts.iter().map(|p| (*p, LIKERS)).collect();
+        if got == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "trending counts {got:?}, not {LIKERS} likes for each post");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The events each survivor read, per consumer and partition: between them, every post's
+    // partition, for both.
+    for consumer in ["notifications", "trending"] {
+        let mut read = std::collections::BTreeSet::new();
+        for base in [&w1.base, &w3.base] {
+            for (labels, v) in series(&c, base, "likewise_consumer_events_total").await {
+                if labels.contains(&format!("consumer=\"{consumer}\"")) && v > 0.0 {
+                    let part =
+                        labels.split("partition=\"").nth(1).and_then(|s| s.split('"').next()).unwrap_or("");
+                    read.insert(part.parse::<u64>().expect("a partition number"));
+                }
             }
         }
+        assert!(posts.iter().all(|p| read.contains(p)), "{consumer}: partitions with events read: {read:?}");
     }
-    assert!(posts.iter().all(|p| read.contains(p)), "partitions with events read: {read:?}");
     for s in [a, b, w1, w3] {
         stop(s);
     }
