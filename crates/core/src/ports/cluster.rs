@@ -44,7 +44,9 @@ pub enum LeaseName {
     Notifier,
     /// The event export (one for the whole deployment).
     Export,
-    /// The trending and integrity consumers (one each for the whole deployment).
+    /// The integrity consumer (one for the whole deployment). Named for trending, which ran
+    /// under it too until it was partitioned ([`Partitioned::Trending`]): a worker of either
+    /// version takes the same lease for integrity.
     Trending,
     /// One partition of a consumer shared by several worker processes ([`Partitioned`]):
     /// the events of the posts `post % PARTITIONS == part`, on every shard.
