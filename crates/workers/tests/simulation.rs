@@ -13,6 +13,10 @@
 //! `LIKEWISE_SIM_SEED=N cargo test -p likewise-workers --test simulation -- --nocapture`.
 //! `LIKEWISE_SIM_KEEP_GOING=1` runs every seed and counts the failing ones (to measure how
 //! quickly a planted bug is found).
+//!
+//! Every seed runs with one notifier, and every odd one again with the notifier partitioned
+//! over two processes whose partitions change hands (`sim/world.rs`; half the seeds, to keep
+//! the run short); `LIKEWISE_SIM_PARTITIONED=1` replays a seed's partitioned run.
 
 mod sim;
 
@@ -43,8 +47,9 @@ fn run_seed(
     rt: &tokio::runtime::Runtime,
     seed: u64,
     base: &likewise_engine::Stores,
+    partitioned: bool,
 ) -> Result<Vec<String>, (String, Vec<String>)> {
-    let mut world = sim::world::World::new(seed, base);
+    let mut world = sim::world::World::new(seed, base, partitioned);
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| rt.block_on(world.run())));
     match result {
         Ok(Ok(())) => Ok(std::mem::take(&mut world.trace)),
@@ -77,34 +82,48 @@ fn consumers_keep_their_properties_under_faults() {
         }
     };
     let keep_going = std::env::var_os("LIKEWISE_SIM_KEEP_GOING").is_some();
-    let mut failed: Vec<(u64, String)> = Vec::new();
+    let modes = |seed: u64| -> Vec<bool> {
+        match replay {
+            Some(_) => vec![std::env::var_os("LIKEWISE_SIM_PARTITIONED").is_some()],
+            None if seed % 2 == 1 => vec![false, true],
+            None => vec![false],
+        }
+    };
+    let mut failed: Vec<(u64, bool, String)> = Vec::new();
+    let mut runs = 0;
     let started = std::time::Instant::now();
     for &seed in &seeds {
-        match run_seed(&rt, seed, &base) {
-            Ok(trace) => {
-                if replay.is_some() {
-                    println!("{}", trace.join("\n"));
-                    println!("seed={seed}: every property held");
+        for partitioned in modes(seed) {
+            runs += 1;
+            let env = if partitioned { "LIKEWISE_SIM_PARTITIONED=1 " } else { "" };
+            match run_seed(&rt, seed, &base, partitioned) {
+                Ok(trace) => {
+                    if replay.is_some() {
+                        println!("{}", trace.join("\n"));
+                        println!("seed={seed}: every property held");
+                    }
                 }
-            }
-            Err((failure, _)) if keep_going => failed.push((seed, failure)),
-            Err((failure, trace)) => {
-                let shown =
-                    if replay.is_some() { &trace[..] } else { &trace[trace.len().saturating_sub(40)..] };
-                panic!(
-                    "{}\n\nseed={seed}: {failure}\nreplay: LIKEWISE_SIM_SEED={seed} cargo test -p likewise-workers --test simulation -- --nocapture",
-                    shown.join("\n")
-                );
+                Err((failure, _)) if keep_going => failed.push((seed, partitioned, failure)),
+                Err((failure, trace)) => {
+                    let shown =
+                        if replay.is_some() { &trace[..] } else { &trace[trace.len().saturating_sub(40)..] };
+                    panic!(
+                        "{}\n\nseed={seed}: {failure}\nreplay: {env}LIKEWISE_SIM_SEED={seed} cargo test -p likewise-workers --test simulation -- --nocapture",
+                        shown.join("\n")
+                    );
+                }
             }
         }
     }
-    println!("{} seeds in {:.1} s", seeds.len(), started.elapsed().as_secs_f64());
+    println!("{} seeds, {runs} runs in {:.1} s", seeds.len(), started.elapsed().as_secs_f64());
     base.close().expect("close");
-    if let Some((seed, failure)) = failed.first() {
+    let partitioned = failed.iter().filter(|(_, p, _)| *p).count();
+    if let Some((seed, p, failure)) = failed.first() {
+        let env = if *p { "LIKEWISE_SIM_PARTITIONED=1 " } else { "" };
         panic!(
-            "{} of {} seeds failed; the first, seed={seed}: {failure}\nreplay: LIKEWISE_SIM_SEED={seed} cargo test -p likewise-workers --test simulation -- --nocapture",
+            "{} of {} runs failed ({partitioned} partitioned); the first, seed={seed}: {failure}\nreplay: {env}LIKEWISE_SIM_SEED={seed} cargo test -p likewise-workers --test simulation -- --nocapture",
             failed.len(),
-            seeds.len()
+            runs
         );
     }
 }

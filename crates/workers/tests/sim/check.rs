@@ -12,7 +12,7 @@ use likewise_core::event::EventKind;
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::{Target, TargetKind};
 use likewise_core::notify::{NotifKey, NotifKind};
-use likewise_core::ports::cluster::shard_consumer;
+use likewise_core::ports::cluster::{part_consumer, shard_consumer};
 use likewise_workers::notifier::NOTIFIER;
 use likewise_workers::reverse_index;
 use std::collections::{BTreeMap, BTreeSet};
@@ -100,9 +100,12 @@ pub fn step(w: &Inner) -> Result<(), String> {
             }
         }
     }
-    // Inbox: no actor older than the notifier's offset says.
-    let off = w.offsets.get(NOTIFIER).copied().unwrap_or(0);
+    // Inbox: no actor older than the notifier's offset says (its partition's, once that
+    // committed: a partition starts at the whole notifier's).
+    let whole = w.offsets.get(NOTIFIER).copied().unwrap_or(0);
     for l in likeables() {
+        let part = super::world::part_of(l.post);
+        let off = w.offsets.get(&part_consumer(NOTIFIER, part)).copied().unwrap_or(whole);
         let key = notif_key(&l);
         let actors = w.inbox.get(&key).map(|s| s.actors.clone()).unwrap_or_default();
         for u in 1..=super::world::USERS {

@@ -3,6 +3,13 @@
 //! notifier, the ranker) over the simulated ports, checks the step properties after every
 //! action, then quiesces (no more faults, every consumer runs dry, the clock passes every
 //! hold) and checks the final ones.
+//!
+//! Partitioned ([`World::partitioned`]): the notifier runs as two worker processes' notifiers
+//! sharing the stream's two post partitions, each partition owned (its lease) by one of them.
+//! Handovers move a partition's lease to the other process: given back first (the old holder
+//! stops reading it, then the new one takes it), or taken over from a holder that has not
+//! noticed it lost the lease (it reads on until its partition's fence refuses it). A process
+//! can also die (its memory gone, its leases kept until it starts again).
 
 use super::check;
 use super::ports::{SimMeta, SimPorts};
@@ -13,7 +20,7 @@ use likewise_core::event::Event;
 use likewise_core::ids::{PostId, UserId};
 use likewise_core::like::Target;
 use likewise_core::ports::EventLog;
-use likewise_core::ports::cluster::{EventStream, ReverseIndex, Scope, shard_consumer};
+use likewise_core::ports::cluster::{EventStream, ReverseIndex, Scope, part_consumer, shard_consumer};
 use likewise_engine::Stores;
 use likewise_service::{Engagement, ServiceOptions};
 use likewise_workers::notifier::{NOTIFIER, Notifier, NotifierOptions};
@@ -51,6 +58,11 @@ pub fn likeables() -> Vec<Likeable> {
     v
 }
 
+/// The stream's subject partition of a post's events (two here).
+pub fn part_of(post: u64) -> u16 {
+    ((post / 2) % 2) as u16
+}
+
 fn shard_of(post: u64) -> usize {
     (post % SHARDS as u64) as usize
 }
@@ -63,6 +75,11 @@ pub struct World {
     svc: Arc<Engagement>,
     aggregators: Vec<Option<Aggregator>>,
     notifier: Option<Notifier>,
+    /// Partitioned: each process's notifier, and the process that owns each partition.
+    processes: [Option<Notifier>; 2],
+    owner: [usize; 2],
+    /// Whether the notifier runs partitioned.
+    pub partitioned: bool,
     reverse: Vec<Option<(Arc<dyn EventLog>, u64)>>,
     ranker_offset: u64,
     ranker_dirty: BTreeSet<PostId>,
@@ -89,7 +106,7 @@ fn notifier_options() -> NotifierOptions {
 impl World {
     /// A deployment for `seed`; `base` serves the ports the consumers only read and the
     /// simulation leaves alone (settings and follows, whose reads fail now and then).
-    pub fn new(seed: u64, base: &Stores) -> Self {
+    pub fn new(seed: u64, base: &Stores, partitioned: bool) -> Self {
         let sim = Sim::new(Rng::new(seed));
         let ports = Arc::new(SimPorts(sim.clone()));
         let mut stores = base.clone();
@@ -113,6 +130,9 @@ impl World {
             svc,
             aggregators: (0..SHARDS).map(|_| None).collect(),
             notifier: None,
+            processes: [None, None],
+            owner: [0, 1],
+            partitioned,
             reverse: (0..SHARDS).map(|_| None).collect(),
             ranker_offset: 0,
             ranker_dirty: BTreeSet::new(),
@@ -162,7 +182,7 @@ impl World {
                 if changed { "" } else { "(no-op)" }
             ));
             if changed {
-                parts[((l.post / 2) % 2) as usize]
+                parts[part_of(l.post) as usize]
                     .push(Event::like(0, like, l.target, l.author, user, ts, l.post));
             }
         }
@@ -254,8 +274,69 @@ impl World {
         matches!(r, Ok(n) if n > 0)
     }
 
+    /// Partitioned: one step of process `i`'s notifier, started if it is not running, after
+    /// it took the partitions it owns and does not read yet (each at its stored offset).
+    async fn process_step(&mut self, i: usize) {
+        let mut n = match self.processes[i].take() {
+            Some(n) => n,
+            None => Notifier::without_parts(self.svc.clone(), &notifier_options()),
+        };
+        for part in 0..2u16 {
+            if self.owner[part as usize] != i || n.partitions().contains(&part) {
+                continue;
+            }
+            let name = part_consumer(NOTIFIER, part);
+            let log = async {
+                let offset = Notifier::start_offset(&*self.svc, Some(part)).await?;
+                self.ports.consumer(&name, Scope::Part(part), offset).await
+            }
+            .await;
+            let taken = match log {
+                Ok(log) => n.take(part, log).await,
+                Err(e) => Err(e),
+            };
+            if self.crashed() {
+                self.note(format!("process {i} CRASH taking partition {part}"));
+                return;
+            }
+            if let Err(e) = taken {
+                self.note(format!("process {i} did not take partition {part}: {e}"));
+            }
+        }
+        let now = self.sim.lock().now_ms;
+        let r = n.step(now).await;
+        let offsets: Vec<Option<u64>> =
+            (0..2).map(|p| self.sim.lock().offsets.get(&part_consumer(NOTIFIER, p)).copied()).collect();
+        let mut note = format!("process {i} notifier {:?}: {r:?}, offsets {offsets:?}", n.partitions());
+        if self.crashed() {
+            note.push_str(" CRASH");
+        } else {
+            self.processes[i] = Some(n);
+        }
+        self.note(note);
+    }
+
+    /// Partitioned: move partition `part`'s lease to the other process, given back first
+    /// (`orderly`), or taken over from a holder that has not noticed.
+    fn handover(&mut self, part: u16, orderly: bool) {
+        let from = self.owner[part as usize];
+        let to = 1 - from;
+        if orderly && let Some(n) = self.processes[from].as_mut() {
+            n.give(part);
+        }
+        self.owner[part as usize] = to;
+        self.note(format!(
+            "partition {part}: process {from} -> {to} ({})",
+            if orderly { "given back" } else { "taken over" }
+        ));
+    }
+
     /// One notifier step at the simulated clock.
     pub async fn notifier(&mut self) {
+        if self.partitioned {
+            let i = self.sim.lock().rng.range(0, 2) as usize;
+            return self.process_step(i).await;
+        }
         if self.notifier.is_none() {
             let built = async {
                 let offset = Notifier::stored_offset(&self.svc).await?;
@@ -320,6 +401,21 @@ impl World {
     /// Kill one consumer between steps (`kill -9`): its memory is gone, storage stays.
     pub fn kill(&mut self, which: u64) {
         match which {
+            0 if self.partitioned => {
+                let (what, part) = {
+                    let mut w = self.sim.lock();
+                    (w.rng.range(0, 3), w.rng.range(0, 2) as u16)
+                };
+                match what {
+                    0 => {
+                        self.processes[part as usize] = None;
+                        self.note(format!("kill notifier process {part}"));
+                    }
+                    1 => self.handover(part, true),
+                    _ => self.handover(part, false),
+                }
+                return;
+            }
             0 => self.notifier = None,
             1 | 2 => self.aggregators[(which - 1) as usize] = None,
             _ => self.reverse[(which - 3) as usize % SHARDS] = None,
@@ -427,8 +523,14 @@ impl World {
                 w.now_ms = w.clock_high + HOLD_MS + 3_000;
                 w.clock_high = w.now_ms;
             }
-            self.notifier().await;
-            self.notifier().await;
+            if self.partitioned {
+                for i in [0, 1, 0, 1] {
+                    self.process_step(i).await;
+                }
+            } else {
+                self.notifier().await;
+                self.notifier().await;
+            }
             self.ranker().await;
         }
     }
