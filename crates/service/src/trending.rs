@@ -175,11 +175,16 @@ impl Trending {
         if let Some(b) = fresh {
             return Ok(b);
         }
-        let mut names: Vec<String> = (0..PARTITIONS as u16).map(part_name).collect();
-        names.push(TRENDING.to_string());
-        let mut loaded = self.shared.stores.snapshots.load_snapshots(&names).await?;
-        let whole = loaded.pop().flatten().map(|(_, b)| b);
-        let parts: Vec<Option<Vec<u8>>> = loaded.into_iter().map(|s| s.map(|(_, b)| b)).collect();
+        let snapshots = &self.shared.stores.snapshots;
+        let names: Vec<String> = (0..PARTITIONS as u16).map(part_name).collect();
+        let parts: Vec<Option<Vec<u8>>> =
+            snapshots.load_snapshots(&names).await?.into_iter().map(|s| s.map(|(_, b)| b)).collect();
+        // The whole-log snapshot only while some partition has none of its own.
+        let whole = if parts.iter().any(Option::is_none) {
+            snapshots.load_snapshot(TRENDING).await?.map(|(_, b)| b)
+        } else {
+            None
+        };
         let r = Arc::new(Rankings::merged(whole.as_deref(), &parts));
         *self.cached.lock() = Some((Instant::now(), r.clone()));
         Ok(r)
