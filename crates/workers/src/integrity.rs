@@ -128,6 +128,9 @@ pub async fn fold(
     let mut n = 0;
     loop {
         let events = log.read_after(*upto, opts.read_chunk).await?;
+        // One consumer for the whole log: its partition label is `all`.
+        metrics::counter!("likewise_consumer_events_total", "consumer" => INTEGRITY, "partition" => "all")
+            .increment(events.len() as u64);
         let _span = likewise_core::trace::consumer_span("integrity", &events);
         for e in &events {
             state.apply(&opts.detect, e);
