@@ -119,16 +119,17 @@ positions() {
   curl -s "http://127.0.0.1:18482/metrics" | awk -F'[{}"]' '/^likewise_stream_consumer_position\{/ { split($NF, v, " "); print $3, v[1] }'
 }
 
-# Whether the notifier's partitions have read and committed everything: each partition has
-# a stream position of its own (its posts' last message), so none stands at the stream's end;
-# instead all 64 have a JetStream consumer, and none has anything pending or unacknowledged.
-notifier_drained() { curl -s "http://127.0.0.1:$NATSMON/jsz?consumers=true" | python3 -c '
+# Whether a partitioned consumer's partitions (the notifier's, trending's: $1) have read and
+# committed everything: each partition has a stream position of its own (its posts' last
+# message), so none stands at the stream's end; instead all 64 have a JetStream consumer, and
+# none has anything pending or unacknowledged.
+parts_drained() { curl -s "http://127.0.0.1:$NATSMON/jsz?consumers=true" | python3 -c '
 import json, re, sys
 j = json.load(sys.stdin)
 cs = [c for a in j.get("account_details", []) for s in a.get("stream_detail", [])
-      for c in (s.get("consumer_detail") or []) if re.search(r"_notifications_p[0-9]+-x", c["name"])]
+      for c in (s.get("consumer_detail") or []) if re.search(r"_" + sys.argv[1] + r"_p[0-9]+-x", c["name"])]
 parts = {re.sub(r"-x[0-9a-f]+$", "", c["name"]) for c in cs}
-print("yes" if len(parts) >= 64 and all(c["num_pending"] == 0 and c["num_ack_pending"] == 0 for c in cs) else "no")'; }
+print("yes" if len(parts) >= 64 and all(c["num_pending"] == 0 and c["num_ack_pending"] == 0 for c in cs) else "no")' "$1"; }
 
 offsets() {
   for db in lwcap_s0 lwcap_s1; do $PSQL -d $db -c "SELECT consumer || '=' || upto FROM consumer_offsets"; done | sort | tr '\n' ' '; echo
@@ -145,8 +146,8 @@ drain() {
     # A shard's aggregator is done when it stands where the shard's reverse-index writer does
     # (both read the shard's messages, and l = u says that writer has applied them all).
     if [ "$l" = "$u" ] && [ "$q" = 0 ] &&
-       [ "$(notifier_drained)" = yes ] &&
-       [ "$(positions | awk -v s="$last" '{ p[$1] = $2 } $1 !~ /^(counters|reverse|notifications\.p)/ && $2 != s { bad++ }
+       [ "$(parts_drained notifications)" = yes ] && [ "$(parts_drained trending)" = yes ] &&
+       [ "$(positions | awk -v s="$last" '{ p[$1] = $2 } $1 !~ /^(counters|reverse|notifications\.p|trending\.p)/ && $2 != s { bad++ }
             END { for (k in p) if (k ~ /^counters-/) { r = k; sub(/^counters/, "reverse", r); if (p[k] != p[r]) bad++ }; print bad + 0 }')" = 0 ]; then return; fi
     sleep 2
   done
@@ -244,8 +245,10 @@ consumers)
     while read -r name pos; do
       if [ -z "${done_at[$name]:-}" ] && [ "$pos" = "$last" ]; then done_at[$name]=$(date +%s.%N); fi
     done < <(positions)
-    # The notifier's partitions: done together, once all of them are.
-    if [ -z "${done_at[notifications]:-}" ] && [ "$(notifier_drained)" = yes ]; then done_at[notifications]=$(date +%s.%N); fi
+    # A partitioned consumer (the notifier, trending): done once all its partitions are.
+    for c in notifications trending; do
+      if [ -z "${done_at[$c]:-}" ] && [ "$(parts_drained $c)" = yes ]; then done_at[$c]=$(date +%s.%N); fi
+    done
     # Done when the whole-stream readers reached the end and both aggregators' offsets did.
     # A shard's readers (aggregator, reverse index) are done when both stand at the same
     # position and every like is in the reverse index.
