@@ -323,7 +323,7 @@ pub struct ServerConfig {
     pub role: String,
     /// A client must send a request's headers within this (slowloris; keep-alive idle).
     pub header_read_timeout_ms: u64,
-    /// Most concurrent connections; more wait in the listen backlog.
+    /// Most concurrent connections; past it a new connection is answered 503 and closed.
     pub max_connections: usize,
     /// Browser origins allowed to call the API (CORS), e.g. `https://app.example.com`.
     pub cors_origins: Vec<String>,

@@ -164,7 +164,7 @@ impl Application {
                 (Mode::Embedded { aggregator, workers }, reconcile)
             }
         };
-        let listener = TcpListener::bind(&cfg.server.listen)
+        let listener = likewise_http::server::bind(&cfg.server.listen)
             .await
             .with_context(|| format!("binding {}", cfg.server.listen))?;
         let addr = listener.local_addr()?;

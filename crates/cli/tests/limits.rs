@@ -134,7 +134,7 @@ async fn slow_clients_are_disconnected_after_the_header_read_timeout() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_beyond_the_cap_wait_until_a_slot_frees() {
+async fn a_connection_beyond_the_cap_is_answered_503_until_a_slot_frees() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cfg = test_config(dir.path());
     cfg.server.max_connections = 1;
@@ -144,21 +144,33 @@ async fn connections_beyond_the_cap_wait_until_a_slot_frees() {
     let mut holder = TcpStream::connect(&addr).await.expect("connect");
     holder.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.expect("write");
     tokio::time::sleep(Duration::from_millis(100)).await; // let the server take it
-    let waiter = tokio::spawn({
-        let addr = addr.clone();
-        async move {
-            let mut s = TcpStream::connect(&addr).await.expect("connect");
-            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("w");
-            let mut resp = String::new();
-            s.read_to_string(&mut resp).await.expect("read");
-            resp
+    let healthz = |addr: String| async move {
+        let mut s = TcpStream::connect(&addr).await.expect("connect");
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("w");
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).await.expect("read");
+        resp
+    };
+    // The only slot is taken: answered at once, 503 with Retry-After and the error body.
+    let resp = healthz(addr.clone()).await;
+    assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
+    assert!(resp.to_ascii_lowercase().contains("\r\nretry-after: 1\r\n"), "{resp}");
+    assert!(
+        resp.ends_with(r#"{"error":"unavailable","message":"too many connections open; retry later"}"#),
+        "{resp}"
+    );
+    // Once the slot is free, a connection is served.
+    drop(holder);
+    let served = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let resp = healthz(addr.clone()).await;
+            if resp.starts_with("HTTP/1.1 200") {
+                return resp;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!waiter.is_finished(), "a second connection was served while the only slot was taken");
-    drop(holder);
-    let resp = tokio::time::timeout(Duration::from_secs(10), waiter).await.expect("served").expect("join");
-    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    served.await.expect("served once the slot was free");
     app.stop().await;
 }
 

@@ -96,3 +96,29 @@ async fn the_author_sees_every_acknowledged_like_before_it_is_aggregated() {
     assert_eq!(author_sees(&app.view(8, 2).await), 1, "post 2's author sees its like");
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_few_viewers_are_counted_exactly_also_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(1, 7, false).await;
+    // Users 22 and 101 share a HyperLogLog register: the registers alone read one short.
+    for n in 1..=120u64 {
+        for _ in 0..2 {
+            let (st, _) = app.call(Method::POST, "/v1/posts/1/views", Some(&app.user(n)), None).await;
+            assert_eq!(st, StatusCode::NO_CONTENT);
+        }
+        if n % 20 == 0 || n == 101 {
+            let (st, v) = app.call(Method::GET, "/v1/posts/1/insights", Some(&app.user(7)), None).await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+            assert_eq!(v["unique_viewers"].as_u64(), Some(n), "after {n} viewers: {v}");
+        }
+    }
+    // Stored and read back (the exact form, not the registers).
+    let data = app.data_dir.clone();
+    app.stop_for_restart().await;
+    let app = TestApp::start(&data).await;
+    let (_, v) = app.call(Method::GET, "/v1/posts/1/insights", Some(&app.user(7)), None).await;
+    assert_eq!(v["unique_viewers"].as_u64(), Some(120), "{v}");
+    app.stop().await;
+}

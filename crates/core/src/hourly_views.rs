@@ -3,15 +3,20 @@
 //! export.
 //!
 //! Precision 14 (16,384 registers, about 0.8% standard error), like the per-post sketch. Most
-//! post-hours have few viewers, so a sketch is stored SPARSE (only its non-zero registers, 3
-//! bytes each) while that is smaller than the dense form, and DENSE (one byte per register)
-//! beyond: a post-hour with 10 viewers takes 31 bytes, a viral one at most 16 KiB + 1. Sketches
-//! of the same post-hour from several flushes or nodes merge by the register-wise maximum
-//! ([`merge`]), which is their union: merging is idempotent, so a retried save changes nothing.
+//! post-hours have few viewers: up to [`crate::exact_viewers::EXACT_MAX`] of them a sketch also
+//! keeps their 64-bit hashes and is stored EXACT (8 bytes a viewer, counted exactly: two
+//! viewers sharing a register no longer read as one). Past that it is stored SPARSE (only its
+//! non-zero registers, 3 bytes each) while that is smaller than the dense form, and DENSE (one
+//! byte per register) beyond: a post-hour with 10 viewers takes 81 bytes, a viral one at most
+//! 16 KiB + 1. Sketches of the same post-hour from several flushes or nodes merge by their
+//! union ([`merge`]: the union of the sets while it stays within the bound, and the
+//! register-wise maximum): merging is idempotent, so a retried save changes nothing. SPARSE
+//! and DENSE values stored before the exact form are still read (as registers only).
 //!
 //! The hash is this module's own (a fixed 64-bit mix of the viewer ID), so stored sketches
 //! never depend on a library's hash changing between releases.
 
+use crate::exact_viewers::{self, Exact};
 use std::collections::HashMap;
 
 /// One hour in milliseconds: hours are `[h, h + HOUR_MS)` with `h` a multiple of this (UTC).
@@ -23,6 +28,7 @@ pub const REGISTERS: usize = 1 << PRECISION;
 
 const SPARSE: u8 = 1;
 const DENSE: u8 = 2;
+const EXACT: u8 = 3;
 /// Fixed seed of the viewer hash (stored sketches depend on it: never change it).
 const SEED: u64 = 0x6c69_6b65_7769_7365;
 
@@ -36,33 +42,44 @@ pub fn hour_of(ts_ms: u64) -> u64 {
 #[error("unreadable hourly view sketch: {0}")]
 pub struct SketchError(&'static str);
 
-/// The register a viewer lands in and the rank it offers there (1 + leading zeros of the
-/// remaining hash bits).
-fn observe(viewer: u64) -> (u16, u8) {
+/// A viewer's 64-bit hash.
+fn hash(viewer: u64) -> u64 {
     // splitmix64's finaliser over the seeded ID: every input bit moves every output bit.
     let mut z = viewer ^ SEED;
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
+    z ^ (z >> 31)
+}
+
+/// The register a viewer hash lands in and the rank it offers there (1 + leading zeros of
+/// the remaining hash bits).
+fn observe(z: u64) -> (u16, u8) {
     let index = (z >> (64 - PRECISION)) as u16;
     // The low 50 bits, with a guard bit so the rank is at most 51.
     let rest = (z << PRECISION) | (1 << (PRECISION - 1));
     (index, rest.leading_zeros() as u8 + 1)
 }
 
-/// An in-memory sketch of one post-hour: only the registers viewers reached.
+/// An in-memory sketch of one post-hour: the registers viewers reached, and their hashes
+/// while few.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HourSketch {
     registers: HashMap<u16, u8>,
+    exact: Exact,
 }
 
 impl HourSketch {
     /// Count a view by `viewer` (the same viewer twice changes nothing).
     pub fn insert(&mut self, viewer: u64) {
-        let (i, r) = observe(viewer);
+        self.insert_hash(hash(viewer));
+    }
+
+    fn insert_hash(&mut self, z: u64) {
+        let (i, r) = observe(z);
         let slot = self.registers.entry(i).or_insert(0);
         *slot = (*slot).max(r);
+        self.exact.insert(z);
     }
 
     /// Fold another sketch in (union).
@@ -71,10 +88,15 @@ impl HourSketch {
             let slot = self.registers.entry(i).or_insert(0);
             *slot = (*slot).max(r);
         }
+        self.exact.merge_from(&other.exact);
     }
 
-    /// The stored form: sparse while smaller, else dense.
+    /// The stored form: exact while the viewers are known, else sparse while smaller, else
+    /// dense.
     pub fn encode(&self) -> Vec<u8> {
+        if let Some(set) = self.exact.hashes() {
+            return exact_viewers::encode(EXACT, set);
+        }
         let mut regs: Vec<(u16, u8)> = self.registers.iter().map(|(i, r)| (*i, *r)).collect();
         regs.sort_unstable();
         encode_sorted(&regs)
@@ -82,16 +104,25 @@ impl HourSketch {
 
     /// Read a stored form back.
     pub fn decode(bytes: &[u8]) -> Result<HourSketch, SketchError> {
+        if let Some((&EXACT, body)) = bytes.split_first() {
+            let mut s = HourSketch::default();
+            for z in exact_viewers::decode(body).map_err(SketchError)? {
+                s.insert_hash(z);
+            }
+            return Ok(s);
+        }
         let mut registers = HashMap::new();
         for_each_register(bytes, |i, r| {
             registers.insert(i, r);
         })?;
-        Ok(HourSketch { registers })
+        Ok(HourSketch { registers, exact: Exact::lost() })
     }
 
-    /// Estimated distinct viewers.
+    /// Distinct viewers: exact while they are known, else estimated.
     pub fn estimate(&self) -> u64 {
-        estimate_registers(self.registers.len(), self.registers.values().copied())
+        self.exact
+            .count()
+            .unwrap_or_else(|| estimate_registers(self.registers.len(), self.registers.values().copied()))
     }
 }
 
@@ -158,6 +189,9 @@ pub fn merge(a: &[u8], b: &[u8]) -> Result<Vec<u8>, SketchError> {
 
 /// Estimated distinct viewers of a stored sketch.
 pub fn estimate(bytes: &[u8]) -> Result<u64, SketchError> {
+    if let Some((&EXACT, body)) = bytes.split_first() {
+        return Ok(exact_viewers::decode(body).map_err(SketchError)?.len() as u64);
+    }
     let mut set = 0usize;
     let mut ranks = Vec::new();
     for_each_register(bytes, |_, r| {
@@ -222,17 +256,72 @@ mod tests {
     }
 
     #[test]
-    fn small_sketches_are_sparse_and_large_ones_dense_and_both_round_trip() {
+    fn small_sketches_are_exact_larger_ones_sparse_then_dense_and_all_round_trip() {
         let small = sketch(0..10);
         let enc = small.encode();
-        assert_eq!(enc[0], SPARSE);
-        assert_eq!(enc.len(), 1 + 3 * 10);
+        assert_eq!(enc[0], EXACT);
+        assert_eq!(enc.len(), 1 + 8 * 10);
         assert_eq!(HourSketch::decode(&enc).expect("decode"), small);
+        let mid = sketch(0..2_000);
+        let enc = mid.encode();
+        assert_eq!(enc[0], SPARSE);
+        assert_eq!(HourSketch::decode(&enc).expect("decode"), mid);
         let big = sketch(0..50_000);
         let enc = big.encode();
         assert_eq!(enc[0], DENSE);
         assert_eq!(enc.len(), 1 + REGISTERS);
         assert_eq!(HourSketch::decode(&enc).expect("decode"), big);
+    }
+
+    #[test]
+    fn small_counts_are_exact_even_when_viewers_share_a_register() {
+        let n = exact_viewers::EXACT_MAX as u64;
+        let mut s = HourSketch::default();
+        let mut shared = 0;
+        for id in 1..=n {
+            s.insert(id);
+            assert_eq!(s.estimate(), id, "after {id} viewers");
+            assert_eq!(estimate(&s.encode()).expect("estimate"), id, "stored, after {id} viewers");
+            shared = id - s.registers.len() as u64;
+        }
+        assert!(shared > 0, "some of the viewers share a register (else this test shows nothing)");
+        // Users 22 and 101 on one post-hour count as two.
+        assert_eq!(sketch([22, 101].into_iter()).estimate(), 2);
+        // Past the bound the registers estimate.
+        s.insert(n + 1);
+        assert_eq!(s.encode()[0], SPARSE);
+    }
+
+    #[test]
+    fn merged_hours_stay_exact_while_small() {
+        // Flushes of one post-hour, and the hours of a range, merge to the exact union.
+        let a = sketch(1..=15).encode();
+        let b = sketch(10..=40).encode();
+        let ab = merge(&a, &b).expect("merge");
+        assert_eq!(estimate(&ab).expect("estimate"), 40);
+        assert_eq!(merge(&ab, &b).expect("again"), ab, "idempotent");
+        let mut range = HourSketch::default();
+        for h in 0..24u64 {
+            range.merge_from(&HourSketch::decode(&sketch(h * 5..h * 5 + 20).encode()).expect("decode"));
+        }
+        assert_eq!(range.estimate(), 23 * 5 + 20);
+    }
+
+    #[test]
+    fn register_only_values_stored_before_the_exact_form_still_read() {
+        // A SPARSE value as stored before: 10 viewers' registers, no hashes.
+        let s = sketch(0..10);
+        let mut regs: Vec<(u16, u8)> = s.registers.iter().map(|(i, r)| (*i, *r)).collect();
+        regs.sort_unstable();
+        let old = encode_sorted(&regs);
+        assert_eq!(old[0], SPARSE);
+        let read = HourSketch::decode(&old).expect("decode");
+        assert_eq!(read.estimate(), 10);
+        assert_eq!(read.encode(), old, "still registers only");
+        // Merged with an exact value, the union is registers only, holding both.
+        let merged = merge(&old, &sketch(10..20).encode()).expect("merge");
+        assert_eq!(merged[0], SPARSE);
+        assert_eq!(estimate(&merged).expect("estimate"), 20);
     }
 
     #[test]
@@ -244,6 +333,7 @@ mod tests {
         assert_eq!(merge(&ab, &b).expect("again"), ab);
         assert!(merge(&a, &[9, 1]).is_err());
         assert!(HourSketch::decode(&[SPARSE, 0xff, 0xff, 1]).is_err());
+        assert!(HourSketch::decode(&[EXACT, 0, 1]).is_err());
         assert!(HourSketch::decode(&[]).is_err());
     }
 }

@@ -10,6 +10,8 @@
 //! - [`counter`]: summing event deltas into one counter update per target.
 //! - [`display`]: the rounded like-count text ("12.3K").
 //! - [`hourly_views`]: unique viewers per post and UTC hour (sparse HyperLogLog sketches).
+//! - [`post_views`]: the stored form of a post's unique-viewer sketch, and its merge.
+//! - [`exact_viewers`]: the exact phase of both sketches (viewer hashes while few).
 //! - [`visibility`]: who may see a like count.
 //! - [`model`]: upstream data: posts, users, viewer settings.
 //! - [`names`]: characters that hide or reorder text (usernames, notification texts).
@@ -25,6 +27,7 @@ pub mod counter;
 pub mod display;
 pub mod error;
 pub mod event;
+pub mod exact_viewers;
 pub mod hourly_views;
 pub mod ids;
 pub mod integrity;
@@ -33,6 +36,7 @@ pub mod model;
 pub mod names;
 pub mod notify;
 pub mod ports;
+pub mod post_views;
 pub mod public_event;
 pub mod redact;
 pub mod reverse;

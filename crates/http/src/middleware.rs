@@ -107,12 +107,71 @@ pub async fn require_json(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// Admission control at the door (see [`crate::admission`]), then the request's deadline
+/// ([`timeout`]). A `/v1/` request that would wait longer than its bound (writes:
+/// `admission_wait_share` of the request timeout; reads: the whole timeout) is answered at
+/// once 503 `unavailable` with `Retry-After`, before its body, token or anything else is
+/// looked at; a write gets the same body as one the group commit sheds. Counted in
+/// `likewise_http_shed_total{kind}`. The notification stream and the analytics export, long
+/// by design, pass uncounted.
+///
+/// One middleware for both, not one each: axum's `from_fn` clones the inner service stack and
+/// boxes a `Next` and a future on every request, so a layer of its own made the door cost
+/// every route that much, though most it lets through untouched (`/healthz`, `/metrics`,
+/// pages). Those now pay one look at the matched route.
+pub async fn admit_and_time(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let share = state.opts.admission_wait_share;
+    let Some(write) = door_kind(share, &req) else {
+        return timeout(&state, req, next).await;
+    };
+    let (door, bound, kind) = if write {
+        (&state.door.writes, state.opts.request_timeout.mul_f64(share.min(1.0)), "write")
+    } else {
+        (&state.door.reads, state.opts.request_timeout, "read")
+    };
+    match door.admit(Instant::now(), bound) {
+        Err(wait) => {
+            metrics::counter!("likewise_http_shed_total", "kind" => kind).increment(1);
+            let after = crate::admission::retry_after(wait);
+            if write { ApiError::shed(after) } else { ApiError::shed_read(after) }.into_response()
+        }
+        Ok(ticket) => {
+            let resp = timeout(&state, req, next).await;
+            let st = resp.status();
+            if st != axum::http::StatusCode::SERVICE_UNAVAILABLE
+                && st != axum::http::StatusCode::GATEWAY_TIMEOUT
+            {
+                ticket.served();
+            }
+            resp
+        }
+    }
+}
+
+/// Whether `req` passes the door: `Some(true)` as a write, `Some(false)` as a read, `None`
+/// uncounted (the door is off, another method, a route outside `/v1/`, or a long one).
+fn door_kind(share: f64, req: &Request) -> Option<bool> {
+    if share <= 0.0 {
+        return None;
+    }
+    let write = match *req.method() {
+        Method::PUT | Method::POST | Method::DELETE => true,
+        Method::GET | Method::HEAD => false,
+        _ => return None,
+    };
+    let route = req.extensions().get::<MatchedPath>()?.as_str();
+    let counted = route.starts_with("/v1/")
+        && route != "/v1/me/notifications/stream"
+        && route != "/v1/analytics/hourly";
+    counted.then_some(write)
+}
+
 /// Answer 503 `unavailable` when a request takes longer than the configured timeout, and
 /// only when that is true: its writes still queued are cancelled first, so they never run
 /// (`likewise_engine::write_gate`). A request with a write already in a committing batch waits
 /// for it instead and answers its real outcome; if even that does not come within half the
 /// timeout more (at most 5 s: a server cut off mid-commit), 504 `outcome_unknown`.
-pub async fn timeout(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+async fn timeout(state: &AppState, req: Request, next: Next) -> Response {
     let deadline = std::time::Instant::now() + state.opts.request_timeout;
     let writes = Arc::new(likewise_engine::write_gate::RequestWrites::until(deadline));
     let handler = writes.clone().scope(next.run(req));
@@ -130,51 +189,6 @@ pub async fn timeout(State(state): State<Arc<AppState>>, req: Request, next: Nex
                 Ok(resp) => resp,
                 Err(_) => ApiError::outcome_unknown().into_response(),
             }
-        }
-    }
-}
-
-/// Admission control at the door (see [`crate::admission`]): a `/v1/` request that would
-/// wait longer than its bound (writes: `admission_wait_share` of the request timeout; reads:
-/// the whole timeout) is answered at once 503 `unavailable` with `Retry-After`, before its
-/// body, token or anything else is looked at; a write gets the same body as one the group
-/// commit sheds. Counted in `likewise_http_shed_total{kind}`. The notification stream and
-/// the analytics export, long by design, pass uncounted.
-pub async fn admit(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let share = state.opts.admission_wait_share;
-    let route = req.extensions().get::<MatchedPath>().map(|m| m.as_str()).unwrap_or("");
-    let counted = share > 0.0
-        && route.starts_with("/v1/")
-        && route != "/v1/me/notifications/stream"
-        && route != "/v1/analytics/hourly";
-    let write = match *req.method() {
-        Method::PUT | Method::POST | Method::DELETE => true,
-        Method::GET | Method::HEAD => false,
-        _ => return next.run(req).await,
-    };
-    if !counted {
-        return next.run(req).await;
-    }
-    let (door, bound, kind) = if write {
-        (&state.door.writes, state.opts.request_timeout.mul_f64(share.min(1.0)), "write")
-    } else {
-        (&state.door.reads, state.opts.request_timeout, "read")
-    };
-    match door.admit(Instant::now(), bound) {
-        Err(wait) => {
-            metrics::counter!("likewise_http_shed_total", "kind" => kind).increment(1);
-            let after = crate::admission::retry_after(wait);
-            if write { ApiError::shed(after) } else { ApiError::shed_read(after) }.into_response()
-        }
-        Ok(ticket) => {
-            let resp = next.run(req).await;
-            let st = resp.status();
-            if st != axum::http::StatusCode::SERVICE_UNAVAILABLE
-                && st != axum::http::StatusCode::GATEWAY_TIMEOUT
-            {
-                ticket.served();
-            }
-            resp
         }
     }
 }

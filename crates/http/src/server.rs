@@ -5,8 +5,12 @@
 //!   headers (slowloris), or idles on a keep-alive connection without sending the next
 //!   request, is disconnected after `header_read_timeout`. Slow *bodies* are bounded by the
 //!   per-request timeout (a 503), applied by the router's middleware.
-//! - **Connection cap**: at most `max_connections` are served at once; beyond that the loop
-//!   stops accepting, so the kernel's backlog (not our memory) absorbs the excess.
+//! - **Connection cap**: at most `max_connections` are served at once. Past the cap, up to
+//!   [`REFUSE_SLOTS`] more are accepted only to be answered a short 503 `unavailable` with
+//!   `Retry-After` and closed ([`refuse`]): an overloaded node answers rather than leaving
+//!   clients in the kernel's queue until it drops or resets them. Past both, the loop stops
+//!   accepting and the listen backlog ([`LISTEN_BACKLOG`], built by [`bind`]) holds the
+//!   excess, not our memory.
 //! - **Header limits**: hyper parses up to [`HYPER_MAX_HEADERS`] fields in a head of up to
 //!   [`HYPER_MAX_BUF`] bytes, well past the API's own limits (`middleware::limit_headers`),
 //!   so an oversized request is answered by our 431 with the JSON error body. Heads past
@@ -16,6 +20,7 @@
 //!   in-flight requests get up to `drain_timeout` to finish.
 
 mod error_bodies;
+mod refuse;
 
 use axum::Router;
 use error_bodies::ErrorBodies;
@@ -24,8 +29,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Header fields hyper parses in one request head (the API allows
 /// [`crate::middleware::MAX_HEADERS`]).
@@ -34,12 +39,36 @@ pub const HYPER_MAX_HEADERS: usize = 1024;
 /// [`crate::middleware::MAX_HEADER_BYTES`] of header fields).
 pub const HYPER_MAX_BUF: usize = 256 * 1024;
 
+/// Connections accepted past `max_connections` only to be answered 503 and closed, at once.
+/// Each costs a task, a 2 KiB buffer and at most two seconds ([`refuse::DEADLINE`] twice).
+pub const REFUSE_SLOTS: usize = 256;
+
+/// Length of the listen queue asked of the kernel (which caps it at `net.core.somaxconn`).
+/// The default of 128 overflows when a few thousand clients connect at once: the kernel then
+/// drops or resets connections the server never saw.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Listen on `addr` (`host:port`, the first address it resolves to) with [`LISTEN_BACKLOG`].
+pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(a).and_then(|()| socket.listen(LISTEN_BACKLOG)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last
+        .unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to listen on")))
+}
+
 /// Connection-level limits.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Longest wait for a complete set of request headers (also the keep-alive idle limit).
     pub header_read_timeout: Duration,
-    /// Most connections served at once.
+    /// Most connections served at once (past it, up to [`REFUSE_SLOTS`] more are answered 503).
     pub max_connections: usize,
     /// How long in-flight requests may run after shutdown begins.
     pub drain_timeout: Duration,
@@ -53,6 +82,12 @@ impl Default for ServeOptions {
             drain_timeout: Duration::from_secs(30),
         }
     }
+}
+
+/// What a free slot lets the loop do with the next connection.
+enum Slot {
+    Serve(OwnedSemaphorePermit),
+    Refuse(OwnedSemaphorePermit),
 }
 
 /// Serve `router` on `listener` until `shutdown` resolves, then drain.
@@ -71,14 +106,21 @@ pub async fn serve(
         .max_headers(HYPER_MAX_HEADERS)
         .max_buf_size(HYPER_MAX_BUF);
     tokio::pin!(shutdown);
+    let refusals = Arc::new(Semaphore::new(REFUSE_SLOTS));
     loop {
-        // Wait for a free slot first: at the cap, new clients queue in the kernel backlog.
-        let permit = tokio::select! {
+        // Wait for a free slot first, to serve or else to refuse: with neither, new clients
+        // queue in the kernel backlog.
+        let slot = tokio::select! {
+            biased;
+            _ = &mut shutdown => break,
             p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
+                Ok(p) => Slot::Serve(p),
                 Err(_) => break,
             },
-            _ = &mut shutdown => break,
+            p = refusals.clone().acquire_owned() => match p {
+                Ok(p) => Slot::Refuse(p),
+                Err(_) => break,
+            },
         };
         let (stream, _peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -92,6 +134,21 @@ pub async fn serve(
                 }
             },
             _ = &mut shutdown => break,
+        };
+        // A serving slot may have freed while this one waited in accept.
+        let permit = match slot {
+            Slot::Serve(p) => p,
+            Slot::Refuse(r) => match slots.clone().try_acquire_owned() {
+                Ok(p) => p,
+                Err(_) => {
+                    metrics::counter!("likewise_http_connections_refused_total").increment(1);
+                    tokio::spawn(async move {
+                        refuse::refuse(stream).await;
+                        drop(r);
+                    });
+                    continue;
+                }
+            },
         };
         let _ = stream.set_nodelay(true);
         let conn = http.serve_connection(

@@ -18,7 +18,7 @@
 //! | `comments_visible_delta` | sum of the comment events' deltas: the net change of the post's visible comment count |
 //! | `comment_likes` | `LikeCreated` events on the post's comments |
 //! | `comment_unlikes` | `LikeRemoved` events on the post's comments |
-//! | `unique_viewers` | estimated distinct viewers in the hour (HyperLogLog, about 0.8% error) |
+//! | `unique_viewers` | distinct viewers in the hour: exact up to 1,024, else estimated (HyperLogLog, about 0.8% error) |
 //!
 //! Summed over every hour since the post's first event, `likes - unlikes` is the post's like
 //! rows and `comments_visible_delta` its visible comment count.

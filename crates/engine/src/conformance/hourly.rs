@@ -35,7 +35,7 @@ pub async fn hourly_view_sketches_merge_and_page_by_hour(s: &Stores) {
     assert_eq!(keys, [(10, 1), (10, 2), (11, 1), (12, 3)]);
     let est: Vec<u64> = all.iter().map(|h| estimate(&h.sketch).expect("estimate")).collect();
     assert_eq!(est[0], 5);
-    assert!((295..=305).contains(&est[1]), "{est:?}");
+    assert_eq!(est[1], 300, "a union of few viewers is exact: {est:?}");
     assert_eq!(est[2], 7);
     assert_eq!(est[3], 9);
     // Hour bounds: [from, until).

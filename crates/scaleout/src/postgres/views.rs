@@ -1,11 +1,13 @@
-//! Unique-viewer sketches on PostgreSQL: `views` (post_id -> HyperLogLog registers), on the
-//! post's shard.
+//! Unique-viewer sketches on PostgreSQL: `views` (post_id -> a sketch in the stored form of
+//! `likewise_core::post_views`: the viewers' hashes while few, else HyperLogLog registers), on
+//! the post's shard.
 //!
 //! Unlike the embedded engine (one process, one sketch per post), several API nodes each keep
 //! their own in-memory sketch of a post and flush it. Overwriting would keep only the last
-//! node's viewers, so a save MERGES: the union of two HyperLogLogs is their register-wise
-//! maximum. When the stored and the new registers differ in length (another precision, or a
-//! corrupt row) there is nothing sound to merge, and the new sketch replaces the old one.
+//! node's viewers, so a save MERGES (`post_views::merge`): the union of two exact sets while it
+//! stays small, else the register-wise maximum. When the stored value cannot be read (another
+//! precision, or a corrupt row) there is nothing sound to merge, and the new sketch replaces
+//! it.
 //!
 //! Each shard's part of a save is one transaction: `INSERT ... ON CONFLICT DO NOTHING` stores
 //! the posts that have no sketch yet (and locks them), then `SELECT ... FOR UPDATE` locks the
@@ -20,16 +22,8 @@ use futures::future::try_join_all;
 use likewise_core::StoreResult;
 use likewise_core::ids::PostId;
 use likewise_core::ports::{HourlyViews, ViewStore};
+use likewise_core::post_views::merge;
 use std::collections::{BTreeMap, HashMap};
-
-/// Union of two sketches: the register-wise maximum when they have the same length, else
-/// `new` (see the module doc).
-fn merge(old: &[u8], new: Vec<u8>) -> Vec<u8> {
-    if old.len() != new.len() {
-        return new;
-    }
-    old.iter().zip(new).map(|(a, b)| (*a).max(b)).collect()
-}
 
 impl PgStore {
     /// One shard's part of [`ViewStore::save_views`]: `sketches` sorted by post, no duplicates.
@@ -135,38 +129,78 @@ impl ViewStore for PgStore {
 mod tests {
     use super::*;
     use crate::postgres::testing::TestShards;
+    use likewise_core::exact_viewers::{EXACT_MAX, Exact};
+    use likewise_core::post_views::{REGISTERS, Stored, decode, encode};
 
-    #[test]
-    fn merge_is_register_max_or_replace() {
-        assert_eq!(merge(&[1, 5, 0], vec![3, 2, 0]), vec![3, 5, 0]);
-        assert_eq!(merge(&[1, 5, 0], vec![4]), vec![4]);
+    /// Registers with `set` at the given places.
+    fn regs(set: &[(usize, u8)]) -> Vec<u8> {
+        let mut r = vec![0u8; REGISTERS];
+        for (i, v) in set {
+            r[*i] = *v;
+        }
+        r
+    }
+
+    /// The exact form of viewer hashes `hashes`.
+    fn exact(hashes: impl Iterator<Item = u64>) -> Vec<u8> {
+        encode(&Exact::of(hashes.collect()), &[])
     }
 
     #[tokio::test]
     async fn saves_of_one_post_merge_by_register_max() {
         let t = TestShards::create(2).await;
         let s = t.store().await;
-        s.save_views(&[(PostId(1), vec![0, 3, 1, 0]), (PostId(2), vec![7])]).await.expect("save");
+        s.save_views(&[(PostId(1), regs(&[(1, 3), (2, 1)])), (PostId(2), regs(&[(0, 7)]))])
+            .await
+            .expect("save");
         // Another node's sketch of post 1: the union keeps each register's maximum.
-        s.save_views(&[(PostId(1), vec![2, 1, 1, 0])]).await.expect("save");
-        assert_eq!(s.load_views(PostId(1)).await.expect("load"), Some(vec![2, 3, 1, 0]));
-        // A sketch of another length replaces the stored one; other posts are untouched.
-        s.save_views(&[(PostId(1), vec![9])]).await.expect("save");
-        assert_eq!(s.load_views(PostId(1)).await.expect("load"), Some(vec![9]));
-        assert_eq!(s.load_views(PostId(2)).await.expect("load"), Some(vec![7]));
+        s.save_views(&[(PostId(1), regs(&[(0, 2), (1, 1), (2, 1)]))]).await.expect("save");
+        assert_eq!(s.load_views(PostId(1)).await.expect("load"), Some(regs(&[(0, 2), (1, 3), (2, 1)])));
+        // A stored value that cannot be read is replaced; other posts are untouched.
+        s.save_views(&[(PostId(4), vec![9])]).await.expect("save");
+        s.save_views(&[(PostId(4), regs(&[(5, 5)]))]).await.expect("save");
+        assert_eq!(s.load_views(PostId(4)).await.expect("load"), Some(regs(&[(5, 5)])));
+        assert_eq!(s.load_views(PostId(2)).await.expect("load"), Some(regs(&[(0, 7)])));
         // Concurrent saves from several "nodes" of a new post: no node's registers are lost.
         let saves = (0..8u8).map(|n| {
             let s = s.clone();
-            tokio::spawn(async move {
-                let mut regs = vec![0u8; 8];
-                regs[n as usize] = n + 1;
-                s.save_views(&[(PostId(3), regs), (PostId(5), vec![n; 2])]).await
-            })
+            tokio::spawn(async move { s.save_views(&[(PostId(3), regs(&[(n as usize, n + 1)]))]).await })
         });
         for h in saves.collect::<Vec<_>>() {
             h.await.expect("join").expect("save");
         }
-        assert_eq!(s.load_views(PostId(3)).await.expect("load"), Some((1..=8).collect::<Vec<u8>>()));
-        assert_eq!(s.load_views(PostId(5)).await.expect("load"), Some(vec![7, 7]));
+        let all: Vec<(usize, u8)> = (0..8u8).map(|n| (n as usize, n + 1)).collect();
+        assert_eq!(s.load_views(PostId(3)).await.expect("load"), Some(regs(&all)));
+    }
+
+    #[tokio::test]
+    async fn saves_of_few_viewers_merge_to_the_exact_union() {
+        let t = TestShards::create(2).await;
+        let s = t.store().await;
+        // Two nodes saw overlapping viewers of post 1, each node saving more than once.
+        s.save_views(&[(PostId(1), exact(1..=15))]).await.expect("save");
+        s.save_views(&[(PostId(1), exact(10..=30))]).await.expect("save");
+        s.save_views(&[(PostId(1), exact(1..=15))]).await.expect("a retried save");
+        let stored = s.load_views(PostId(1)).await.expect("load").expect("stored");
+        assert_eq!(decode(&stored), Some(Stored::Exact((1..=30).collect())));
+        // Concurrent saves of one post by eight nodes: the union of every node's viewers.
+        let saves = (0..8u64).map(|n| {
+            let s = s.clone();
+            tokio::spawn(async move { s.save_views(&[(PostId(2), exact(n * 10..n * 10 + 15))]).await })
+        });
+        for h in saves.collect::<Vec<_>>() {
+            h.await.expect("join").expect("save");
+        }
+        let stored = s.load_views(PostId(2)).await.expect("load").expect("stored");
+        assert_eq!(decode(&stored), Some(Stored::Exact((0..85).collect())));
+        // Past the bound the union turns to registers; an old register-only value merges too.
+        let big = EXACT_MAX as u64;
+        s.save_views(&[(PostId(2), exact(100..100 + big))]).await.expect("save");
+        let stored = s.load_views(PostId(2)).await.expect("load").expect("stored");
+        assert!(matches!(decode(&stored), Some(Stored::Registers(_))));
+        s.save_views(&[(PostId(5), regs(&[(0, 1)]))]).await.expect("an old value");
+        s.save_views(&[(PostId(5), exact([1u64 << 63].into_iter()))]).await.expect("save");
+        let stored = s.load_views(PostId(5)).await.expect("load");
+        assert_eq!(stored, Some(regs(&[(0, 1), (1 << 13, 64)])));
     }
 }

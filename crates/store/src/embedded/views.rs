@@ -1,4 +1,5 @@
-//! Unique-viewer sketches: `views` keyspace, post(8) -> version byte + HyperLogLog registers;
+//! Unique-viewer sketches: `views` keyspace, post(8) -> version byte + the sketch's stored form
+//! (`likewise_core::post_views`: viewer hashes while few, else HyperLogLog registers);
 //! `hourly_views` keyspace, hour_ms(8) post(8) -> a `likewise_core::hourly_views` stored
 //! sketch (keys in (hour, post) order, so an hour range is one scan).
 
