@@ -10,7 +10,7 @@ use likewise_core::like::LikeAction;
 use likewise_core::model::{CommentsPolicy, PostMeta};
 use likewise_engine::group_commit::GroupCommitOptions;
 use likewise_service::{Engagement, ServiceOptions, now_ms};
-use likewise_store::embedded::{EmbeddedOptions, EmbeddedStore};
+use likewise_store::embedded::EmbeddedStore;
 use likewise_workers::notifier::{Notifier, NotifierOptions};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -109,7 +109,7 @@ fn sum(per_like: &BTreeMap<String, f64>, names: &[&str]) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_embedded_store_keeps_a_like_in_at_most_60_bytes() {
+async fn a_tenth_of_the_capacity_like_load_takes_at_most_60_bytes_a_like() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (per_like, distinct) = measure(dir.path()).await;
     let durable: f64 = per_like.iter().filter(|(n, _)| n.as_str() != "events").map(|(_, b)| b).sum();
