@@ -224,7 +224,20 @@ pub(super) fn list(
                 break;
             }
         }
-        found.extend(decode(ts_max, &v)?.into_iter().filter(below));
+        // Only the page's newest `limit` entries below the cursor can be in the answer: a
+        // binary search finds where they end, and no more of the page is read (a hot post's
+        // page holds thousands of likers).
+        let r = Records::of(ts_max, &v)?;
+        let (mut lo, mut hi) = (0, r.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if below(&r.get(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        found.extend((lo.saturating_sub(limit)..lo).map(|i| r.get(i)));
     }
     found.sort_unstable_by(|a, b| b.cmp(a));
     found.truncate(limit);
