@@ -4,7 +4,7 @@
 //! | keyspace        | key                                   | value            |
 //! |-----------------|---------------------------------------|------------------|
 //! | `user_likes`    | user(8) kind(1) target(8)             | v1 ts(8)         |
-//! | `liker_pages`   | kind(1) target(8) ts_max(8) page(8)   | v1 (ts(8) user(8))* |
+//! | `liker_pages`   | kind(1) target(8) ts_max(8) page(8)   | v2 w(1) (ts_max-ts(1) user(w))* |
 //! | `events`        | first seq(8)                          | events v2, packed|
 //! | `counters`      | kind(1) target(8) field(1)            | v1 i64           |
 //! | `offsets`       | consumer name                         | v1 u64           |

@@ -39,6 +39,27 @@ impl EmbeddedStore {
         self.inner.db.disk_space().unwrap_or(0)
     }
 
+    /// Bytes of each keyspace's folder on disk (tables with their index and filter blocks),
+    /// by name, once every memtable is flushed (for the bytes-per-like figures and the test
+    /// that bounds them). fjall's own `disk_space` counts data blocks only.
+    pub fn flushed_keyspace_bytes(&self) -> StoreResult<Vec<(String, u64)>> {
+        fn du(p: &std::path::Path) -> std::io::Result<u64> {
+            let mut n = 0;
+            for e in std::fs::read_dir(p)? {
+                let e = e?;
+                let m = e.metadata()?;
+                n += if m.is_dir() { du(&e.path())? } else { m.len() };
+            }
+            Ok(n)
+        }
+        let mut out = Vec::with_capacity(self.inner.all.len());
+        for k in &self.inner.all {
+            k.rotate_memtable_and_wait().map_err(engine_err)?;
+            out.push((k.name().to_string(), du(k.path()).map_err(engine_err)?));
+        }
+        Ok(out)
+    }
+
     /// Memory held by the block cache and the memtables.
     pub fn memory(&self) -> StoreMemory {
         let db = &self.inner.db;

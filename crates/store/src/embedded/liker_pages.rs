@@ -6,8 +6,11 @@
 //! leaving the likers row out measured +29-36% likes/s (`docs/benchmarks.md`, "What we tried").
 //! A hot post's batch of a thousand likes now writes one likers row.
 //!
-//! Layout: key kind(1) target(8) ts_max(8) page(8), value v1 then (ts(8) user(8)) entries
-//! sorted ascending. Every entry of a page has `ts_max - SPAN_MS <= ts <= ts_max`: a batch's
+//! Layout: key kind(1) target(8) ts_max(8) page(8), value 2, the byte width w of the page's
+//! largest user ID, then entries (ts_max - ts (1), user (w)) sorted ascending by (ts, user).
+//! Pages written before that format (value 1) hold (ts(8) user(8)) entries, and are read as
+//! they are until a change rewrites them: a page of one like took 17 value bytes, now 6.
+//! Every entry of a page has `ts_max - SPAN_MS <= ts <= ts_max`: a batch's
 //! likes whose request times spread wider are split into several pages. That bound is what
 //! makes both reads below cheap:
 //! - an unlike finds its liker's page among the pages with `ts_max` in `[ts, ts + SPAN_MS]`
@@ -47,37 +50,100 @@ pub(super) fn page_key_at(prefix: [u8; 9], ts_max: u64, page: u64) -> [u8; 25] {
 /// A page's entries, (ts, user), sorted ascending.
 pub(super) type Entries = Vec<(u64, u64)>;
 
-pub(super) fn encode(entries: &[(u64, u64)]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(1 + entries.len() * 16);
-    v.push(V1);
+/// Format byte of the compact pages (module docs): entries of `ts_max - ts` in one byte and
+/// the user in the page's byte width.
+const V2: u8 = 2;
+
+/// The value of a page keyed with `ts_max`: compact ([`V2`]) when every entry lies within 255
+/// ms below `ts_max`, which [`split`] guarantees; pages of the fixed-width format ([`V1`])
+/// otherwise, and as earlier versions wrote them.
+pub(super) fn encode(ts_max: u64, entries: &[(u64, u64)]) -> Vec<u8> {
+    if entries.iter().any(|(ts, _)| *ts > ts_max || ts_max - ts > u64::from(u8::MAX)) {
+        let mut v = Vec::with_capacity(1 + entries.len() * 16);
+        v.push(V1);
+        for (ts, user) in entries {
+            v.extend_from_slice(&ts.to_be_bytes());
+            v.extend_from_slice(&user.to_be_bytes());
+        }
+        return v;
+    }
+    let width = entries.iter().map(|(_, user)| byte_width(*user)).max().unwrap_or(1);
+    let mut v = Vec::with_capacity(2 + entries.len() * (1 + width));
+    v.push(V2);
+    v.push(width as u8);
     for (ts, user) in entries {
-        v.extend_from_slice(&ts.to_be_bytes());
-        v.extend_from_slice(&user.to_be_bytes());
+        v.push((ts_max - ts) as u8);
+        v.extend_from_slice(&user.to_be_bytes()[8 - width..]);
     }
     v
 }
 
-pub(super) fn decode(v: &[u8]) -> StoreResult<Entries> {
-    count(v)?;
-    Ok(v[1..].chunks_exact(16).map(|c| (be_u64(c, 0), be_u64(c, 8))).collect())
+/// Bytes a user ID needs, 1 to 8.
+fn byte_width(n: u64) -> usize {
+    (8 - n.leading_zeros() as usize / 8).max(1)
+}
+
+/// A page value's records, read in place.
+struct Records<'a> {
+    v: &'a [u8],
+    ts_max: u64,
+    /// Bytes before the first record.
+    start: usize,
+    /// Bytes of the user ID in a compact record (0 in a fixed-width page).
+    width: usize,
+    len: usize,
+}
+
+impl<'a> Records<'a> {
+    fn of(ts_max: u64, v: &'a [u8]) -> StoreResult<Self> {
+        let bad = || corrupt(format!("bad page of {} bytes", v.len()));
+        match v.first() {
+            Some(&V1) if (v.len() - 1).is_multiple_of(16) => {
+                Ok(Records { v, ts_max, start: 1, width: 0, len: (v.len() - 1) / 16 })
+            }
+            Some(&V2) => {
+                let width = usize::from(*v.get(1).ok_or_else(bad)?);
+                if !(1..=8).contains(&width) || !(v.len() - 2).is_multiple_of(1 + width) {
+                    return Err(bad());
+                }
+                Ok(Records { v, ts_max, start: 2, width, len: (v.len() - 2) / (1 + width) })
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    fn get(&self, i: usize) -> (u64, u64) {
+        if self.width == 0 {
+            let at = self.start + i * 16;
+            return (be_u64(self.v, at), be_u64(self.v, at + 8));
+        }
+        let at = self.start + i * (1 + self.width);
+        let mut user = [0u8; 8];
+        user[8 - self.width..].copy_from_slice(&self.v[at + 1..at + 1 + self.width]);
+        (self.ts_max.saturating_sub(u64::from(self.v[at])), u64::from_be_bytes(user))
+    }
+}
+
+/// The entries of the page keyed with `ts_max`.
+pub(super) fn decode(ts_max: u64, v: &[u8]) -> StoreResult<Entries> {
+    let r = Records::of(ts_max, v)?;
+    Ok((0..r.len).map(|i| r.get(i)).collect())
 }
 
 /// Entries in a page value, without decoding them.
 pub(super) fn count(v: &[u8]) -> StoreResult<usize> {
-    if v.first() != Some(&V1) || !(v.len() - 1).is_multiple_of(16) {
-        return Err(corrupt(format!("bad page of {} bytes", v.len())));
-    }
-    Ok((v.len() - 1) / 16)
+    Ok(Records::of(0, v)?.len)
 }
 
-/// Whether a page value holds `entry`: a binary search over its fixed-size records, without
-/// decoding the page (an unlike looks through the pages of a 16 ms window, which on a hot post
-/// hold thousands of likers).
-pub(super) fn holds(v: &[u8], entry: (u64, u64)) -> StoreResult<bool> {
-    let (mut lo, mut hi) = (0, count(v)?);
+/// Whether the page keyed with `ts_max` holds `entry`: a binary search over its fixed-size
+/// records, without decoding the page (an unlike looks through the pages of a 16 ms window,
+/// which on a hot post hold thousands of likers).
+pub(super) fn holds(ts_max: u64, v: &[u8], entry: (u64, u64)) -> StoreResult<bool> {
+    let r = Records::of(ts_max, v)?;
+    let (mut lo, mut hi) = (0, r.len);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        match (be_u64(v, 1 + mid * 16), be_u64(v, 9 + mid * 16)).cmp(&entry) {
+        match r.get(mid).cmp(&entry) {
             std::cmp::Ordering::Less => lo = mid + 1,
             std::cmp::Ordering::Greater => hi = mid,
             std::cmp::Ordering::Equal => return Ok(true),
@@ -124,10 +190,11 @@ pub(super) fn find(
     let hi = page_key(t, ts.saturating_add(SPAN_MS), u64::MAX);
     for g in pages.range(lo..=hi) {
         let (k, v) = g.into_inner().map_err(engine_err)?;
-        if holds(&v, (ts, user.0))? {
+        let ts_max = ts_max_of(&k)?;
+        if holds(ts_max, &v, (ts, user.0))? {
             let mut key = [0u8; 25];
             key.copy_from_slice(&k);
-            return Ok(Some((key, decode(&v)?)));
+            return Ok(Some((key, decode(ts_max, &v)?)));
         }
     }
     Ok(None)
@@ -157,7 +224,20 @@ pub(super) fn list(
                 break;
             }
         }
-        found.extend(decode(&v)?.into_iter().filter(below));
+        // Only the page's newest `limit` entries below the cursor can be in the answer: a
+        // binary search finds where they end, and no more of the page is read (a hot post's
+        // page holds thousands of likers).
+        let r = Records::of(ts_max, &v)?;
+        let (mut lo, mut hi) = (0, r.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if below(&r.get(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        found.extend((lo.saturating_sub(limit)..lo).map(|i| r.get(i)));
     }
     found.sort_unstable_by(|a, b| b.cmp(a));
     found.truncate(limit);
@@ -181,7 +261,7 @@ pub(super) fn convert_old_rows(db: &fjall::Database, pages: &fjall::Keyspace) ->
     let mut flush = |prefix: [u8; 9], entries: &Entries, batch: &mut fjall::OwnedWriteBatch| {
         for chunk in split(entries) {
             let Some(last) = chunk.last() else { continue };
-            batch.insert(pages, page_key_at(prefix, last.0, page_no), encode(chunk));
+            batch.insert(pages, page_key_at(prefix, last.0, page_no), encode(last.0, chunk));
             page_no += 1;
         }
     };
@@ -281,16 +361,28 @@ mod tests {
             let mut entries: Entries = (0..len).map(|_| (next(8), next(8))).collect();
             entries.sort_unstable();
             entries.dedup();
-            let v = encode(&entries);
-            assert_eq!(decode(&v).expect("decode"), entries);
-            for ts in 0..9 {
-                for user in 0..9 {
-                    let e = (ts, user);
-                    assert_eq!(holds(&v, e).expect("holds"), entries.contains(&e), "{e:?} in {entries:?}");
+            // Users of one to three bytes; compact pages, and fixed-width ones (times more
+            // than 255 ms below the key's).
+            let users: Vec<u64> = entries.iter().map(|e| e.1 << (8 * (len % 3))).collect();
+            let entries: Entries = entries.iter().zip(users).map(|(e, u)| (e.0, u)).collect();
+            for (ts_max, format) in [(8, V2), (1_000, V1)] {
+                let v = encode(ts_max, &entries);
+                assert!(entries.is_empty() || v[0] == format, "{ts_max}: {v:?}");
+                assert_eq!(decode(ts_max, &v).expect("decode"), entries);
+                assert_eq!(count(&v).expect("count"), entries.len());
+                for ts in 0..9 {
+                    for user in 0..9 {
+                        let e = (ts, user << (8 * (len % 3)));
+                        let held = holds(ts_max, &v, e).expect("holds");
+                        assert_eq!(held, entries.contains(&e), "{e:?} in {entries:?}");
+                    }
                 }
             }
         }
-        assert!(holds(&[V1, 0], (0, 0)).is_err(), "a torn page is corrupt");
+        assert!(holds(0, &[V1, 0], (0, 0)).is_err(), "a torn page is corrupt");
+        assert!(holds(0, &[V2, 2, 0, 1], (0, 0)).is_err(), "a torn page is corrupt");
+        assert!(count(&[V2, 9]).is_err(), "no user ID is 9 bytes wide");
+        assert_eq!(encode(7, &[(7, 5_000_000)]).len(), 6, "a page of one like: 1 + 1 + 1 + 3 bytes");
     }
 
     /// Batches of likes, unlikes and re-likes whose times spread wider than a page and
@@ -341,6 +433,59 @@ mod tests {
         }
         assert!(pages_split, "the script should spread a batch over several pages");
         assert!(models.iter().all(|m| !m.is_empty()));
+    }
+
+    /// Pages of the fixed-width format that earlier versions wrote are read as they are: the
+    /// likers list, its keyset pages, the recount and unlikes agree with the likes, beside
+    /// compact pages written since.
+    #[tokio::test]
+    async fn fixed_width_pages_of_earlier_versions_read_and_unlike_as_before() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let t = Target::post(7);
+        let mut model = BTreeMap::new();
+        {
+            let db = fjall::Database::builder(dir.path()).open().expect("db");
+            let pages = db.keyspace("liker_pages", fjall::KeyspaceCreateOptions::default).expect("pages");
+            let user_likes =
+                db.keyspace("user_likes", fjall::KeyspaceCreateOptions::default).expect("user_likes");
+            let mut batch = db.batch();
+            for page in 0..50u64 {
+                // 20 likers a page, over 10 ms, as an earlier version wrote them.
+                let ts_max = 60_000 + page * 10 + 9;
+                let mut v = vec![V1];
+                for i in 0..20u64 {
+                    let (ts, user) = (ts_max - 9 + i / 2, 1_000_000 + page * 20 + i);
+                    v.extend_from_slice(&ts.to_be_bytes());
+                    v.extend_from_slice(&user.to_be_bytes());
+                    batch.insert(&user_likes, user_like_key(UserId(user), t.kind, t.id), num_value(ts));
+                    model.insert(user, ts);
+                }
+                batch.insert(&pages, page_key(t, ts_max, page + 1), v);
+            }
+            batch.commit().expect("commit");
+            db.persist(fjall::PersistMode::SyncAll).expect("persist");
+        }
+        let s = EmbeddedStore::open(dir.path(), &opts()).expect("open");
+        let (whole, paged, rows) = read(&s, t, 33).await;
+        assert_eq!(whole, expected(&model));
+        assert_eq!(paged, whole, "keyset pages");
+        assert_eq!(rows, model.len() as i64, "recount");
+        // Unlikes find their likers in the old pages; a re-like goes to a compact page.
+        s.apply(&[op(t, 1_000_000, false, 90_000), op(t, 1_000_517, false, 90_000)]).expect("unlike");
+        model.remove(&1_000_000);
+        model.remove(&1_000_517);
+        s.apply(&[op(t, 1_000_517, true, 90_001), op(t, 5, true, 90_001)]).expect("relike");
+        model.insert(1_000_517, 90_001);
+        model.insert(5, 90_001);
+        let (whole, paged, rows) = read(&s, t, 7).await;
+        assert_eq!(whole, expected(&model));
+        assert_eq!(paged, whole, "keyset pages");
+        assert_eq!(rows, model.len() as i64, "recount");
+        let mut formats = std::collections::BTreeSet::new();
+        for g in s.inner.likers.iter() {
+            formats.insert(g.value().expect("value")[0]);
+        }
+        assert_eq!(formats, [V1, V2].into(), "old pages kept as they are, new ones compact");
     }
 
     /// Stores written before pages hold one likers row per like; opening converts them, the

@@ -171,7 +171,7 @@ fn write_liker_pages(
         if entries.is_empty() {
             b.batch.remove(&s.likers, key);
         } else {
-            b.batch.insert(&s.likers, key, liker_pages::encode(&entries));
+            b.batch.insert(&s.likers, key, liker_pages::encode(be_u64(&key, 9), &entries));
         }
     }
     added.sort_unstable();
@@ -181,7 +181,7 @@ fn write_liker_pages(
         for run in liker_pages::split(&entries) {
             let Some(newest) = run.last() else { continue };
             let key = liker_pages::page_key_at(prefix, newest.0, b.first_seq);
-            b.batch.insert(&s.likers, key, liker_pages::encode(run));
+            b.batch.insert(&s.likers, key, liker_pages::encode(newest.0, run));
         }
     }
     Ok(())
