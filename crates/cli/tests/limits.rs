@@ -196,6 +196,8 @@ async fn a_body_that_never_finishes_is_answered_503_at_the_request_timeout() {
     let resp = String::from_utf8_lossy(&buf[..n]);
     assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
     assert!(resp.contains(r#""error":"unavailable""#), "{resp}");
+    // Like every other 503, it says when to come back.
+    assert!(resp.to_ascii_lowercase().contains("\r\nretry-after: 1\r\n"), "{resp}");
     app.stop().await;
 }
 

@@ -114,6 +114,13 @@ impl ApiError {
         e.retry_after = Some(retry_after_secs.max(1));
         e
     }
+    /// 503 unavailable with `Retry-After`: the request's time ran out before any of its writes
+    /// was committing (they were cancelled: nothing was written).
+    pub fn timed_out() -> Self {
+        let mut e = ApiError::unavailable("request timed out");
+        e.retry_after = Some(1);
+        e
+    }
     /// 503 unavailable with `Retry-After`: a read refused by admission control at the door.
     pub fn shed_read(retry_after_secs: u64) -> Self {
         let mut e = ApiError::unavailable("too many requests queued; retry later");

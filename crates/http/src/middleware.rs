@@ -181,7 +181,7 @@ async fn timeout(state: &AppState, req: Request, next: Next) -> Response {
         () = tokio::time::sleep(state.opts.request_timeout) => {
             metrics::counter!("likewise_http_timeouts_total").increment(1);
             if !writes.cancel_pending() {
-                return ApiError::unavailable("request timed out").into_response();
+                return ApiError::timed_out().into_response();
             }
             metrics::counter!("likewise_http_timeouts_committing_total").increment(1);
             let grace = (state.opts.request_timeout / 2).min(std::time::Duration::from_secs(5));
