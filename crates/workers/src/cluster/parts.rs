@@ -56,7 +56,7 @@ pub async fn shared(
     mut shutdown: watch::Receiver<bool>,
     work: Arc<dyn SharedWork>,
 ) {
-    let what = format!("{consumer:?}");
+    let what = consumer.name();
     let mut held: BTreeMap<u16, Box<dyn Lease>> = BTreeMap::new();
     let mut joined = false;
     let mut members = 1;
@@ -103,8 +103,9 @@ pub async fn shared(
             tracing::info!(%what, parts = ?extra, members, target, "partitions given back for a fair share");
             give_back(&*work, &mut held, &extra).await;
         }
-        // Fewer: take free ones.
-        if held.len() < target {
+        // Fewer: take free ones, unless shutting down (what is taken now would be given
+        // back at once: a handover for nothing).
+        if held.len() < target && !*shutdown.borrow() {
             // Only those nobody holds, when the engine can tell (a process short of its
             // share while the others hold theirs would otherwise try every one, every second).
             let taken = match leases.taken_parts(consumer).await {
@@ -116,7 +117,7 @@ pub async fn shared(
             };
             let mut new = Vec::new();
             for i in 0..parts {
-                if held.len() >= target {
+                if held.len() >= target || *shutdown.borrow() {
                     break;
                 }
                 let part = (first + i) % parts;
@@ -140,8 +141,8 @@ pub async fn shared(
                 work.take(&new).await;
             }
         }
-        metrics::gauge!("likewise_partitions_held", "consumer" => what.clone()).set(held.len() as f64);
-        metrics::gauge!("likewise_partition_members", "consumer" => what.clone()).set(members as f64);
+        metrics::gauge!("likewise_partitions_held", "consumer" => what).set(held.len() as f64);
+        metrics::gauge!("likewise_partition_members", "consumer" => what).set(members as f64);
         tokio::select! {
             _ = tokio::time::sleep(CHECK_EVERY) => {}
             _ = shutdown.changed() => {}
