@@ -406,7 +406,10 @@ mod tests {
     /// read from a stream consumer that a successor deleted waits out its bound.
     struct Waiting {
         clock: watch::Receiver<u64>,
+        /// Reads started.
         reads: Arc<AtomicUsize>,
+        /// Reads waiting.
+        waiting: Arc<AtomicUsize>,
     }
 
     #[async_trait::async_trait]
@@ -415,7 +418,9 @@ mod tests {
             let mut clock = self.clock.clone();
             clock.borrow_and_update();
             self.reads.fetch_add(1, Ordering::SeqCst);
+            self.waiting.fetch_add(1, Ordering::SeqCst);
             let _ = clock.changed().await;
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
             Ok(Vec::new())
         }
         async fn head(&self) -> StoreResult<u64> {
@@ -426,14 +431,22 @@ mod tests {
         }
     }
 
-    /// Steps `clock` until `done` finishes, returning how many steps that took.
-    async fn steps_until<T>(clock: &watch::Sender<u64>, done: impl Future<Output = T>) -> u64 {
+    /// Steps `clock` whenever a read waits, until `done` finishes, returning how many steps
+    /// that took: how many read bounds were waited out, however slow the machine.
+    async fn steps_until<T>(
+        clock: &watch::Sender<u64>,
+        waiting: &AtomicUsize,
+        done: impl Future<Output = T>,
+    ) -> u64 {
         tokio::pin!(done);
         let mut steps = 0;
         loop {
             tokio::select! {
                 _ = &mut done => return steps,
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                    if waiting.load(Ordering::SeqCst) == 0 {
+                        continue;
+                    }
                     steps += 1;
                     clock.send_modify(|t| *t += 1);
                 }
@@ -453,12 +466,14 @@ mod tests {
         for give in [true, false] {
             let (clock, ticks) = watch::channel(0u64);
             let reads = Arc::new(AtomicUsize::new(0));
+            let waiting = Arc::new(AtomicUsize::new(0));
             let (commands, rx) = mpsc::unbounded_channel();
             let (stop, shutdown) = watch::channel(false);
             let open = {
-                let reads = reads.clone();
+                let (reads, waiting) = (reads.clone(), waiting.clone());
                 move |_: u16, _: u64| {
-                    let log: Arc<dyn EventLog> = Arc::new(Waiting { clock: ticks.clone(), reads: reads.clone() });
+                    let (clock, reads, waiting) = (ticks.clone(), reads.clone(), waiting.clone());
+                    let log: Arc<dyn EventLog> = Arc::new(Waiting { clock, reads, waiting });
                     async move { Ok(log) }
                 }
             };
@@ -471,17 +486,17 @@ mod tests {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             };
-            steps_until(&clock, reading).await;
+            steps_until(&clock, &waiting, reading).await;
             let steps = if give {
                 let (done, given) = oneshot::channel();
                 commands.send(PartCommand::Give(all.clone(), done)).expect("give");
-                let steps = steps_until(&clock, given).await;
+                let steps = steps_until(&clock, &waiting, given).await;
                 stop.send(true).expect("stop");
-                steps_until(&clock, run).await;
+                steps_until(&clock, &waiting, run).await;
                 steps
             } else {
                 stop.send(true).expect("stop");
-                steps_until(&clock, run).await
+                steps_until(&clock, &waiting, run).await
             };
             let what = if give { "given back" } else { "shut down" };
             assert!(steps <= 8, "{what} after {steps} read bounds");

@@ -357,6 +357,55 @@ mod tests {
         assert!(table.owners.lock().is_empty(), "every lease given back");
     }
 
+    /// Leases whose member count is answered as shutdown is signalled: the lease loop is
+    /// then past its shutdown check, short of its share.
+    struct ShutdownWhileCounting(Process, watch::Sender<bool>);
+
+    #[async_trait::async_trait]
+    impl Leases for ShutdownWhileCounting {
+        async fn try_take(&self, name: LeaseName) -> StoreResult<Option<Box<dyn Lease>>> {
+            self.0.try_take(name).await
+        }
+        async fn members(&self) -> StoreResult<usize> {
+            let _ = self.1.send(true);
+            self.0.members().await
+        }
+        async fn join(&self) -> StoreResult<()> {
+            self.0.join().await
+        }
+        async fn taken_parts(&self, c: Partitioned) -> StoreResult<Option<Vec<u16>>> {
+            self.0.taken_parts(c).await
+        }
+    }
+
+    /// A process told to shut down while it counts the members, before it took its share,
+    /// takes no partition (each would be handed over twice for nothing).
+    #[tokio::test]
+    async fn no_partition_is_taken_once_shutdown_is_signalled() {
+        let table = Arc::new(Table::default());
+        let (shutdown, rx) = watch::channel(false);
+        let process = Process { table: table.clone(), me: 1, alive: Arc::new(AtomicBool::new(true)) };
+        let leases: Arc<dyn Leases> = Arc::new(ShutdownWhileCounting(process, shutdown));
+        let work = Arc::new(Counting(Work { table: table.clone(), me: 1 }, Default::default()));
+        shared(leases, Partitioned::Notifier, PARTS, rx, work.clone()).await;
+        assert_eq!(work.1.load(Ordering::SeqCst), 0, "partitions taken after shutdown");
+        assert!(table.owners.lock().is_empty(), "leases kept: {:?}", table.owners.lock());
+    }
+
+    /// Work counting the partitions it was handed.
+    struct Counting(Work, std::sync::atomic::AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl SharedWork for Counting {
+        async fn take(&self, parts: &[u16]) {
+            self.1.fetch_add(parts.len(), Ordering::SeqCst);
+            self.0.take(parts).await
+        }
+        async fn give(&self, parts: &[u16]) {
+            self.0.give(parts).await
+        }
+    }
+
     /// An in-memory event log read by post partition, as the stream's partition consumers.
     struct PartLog {
         events: Arc<Mutex<Vec<likewise_core::event::Event>>>,
