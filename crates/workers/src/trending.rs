@@ -229,7 +229,16 @@ impl Part {
         let (offset, state) = load_part(snapshots, part).await?;
         let log = open(part, offset).await?;
         tracing::debug!(part, offset, fence, "trending partition resumes");
-        Ok(Part { log, state, offset, upto: offset, fence, ranked_minute: 0, label: part.to_string(), unsaved: 0 })
+        Ok(Part {
+            log,
+            state,
+            offset,
+            upto: offset,
+            fence,
+            ranked_minute: 0,
+            label: part.to_string(),
+            unsaved: 0,
+        })
     }
 }
 
