@@ -32,7 +32,7 @@ async fn series(c: &Client, base: &str, name: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// How many partitions of `consumer` (`Notifier`, `Trending`) the worker at `base` holds.
+/// How many partitions of `consumer` (`notifications`, `trending`) the worker at `base` holds.
 async fn held(c: &Client, base: &str, consumer: &str) -> usize {
     series(c, base, "likewise_partitions_held")
         .await
@@ -48,7 +48,7 @@ async fn shares(c: &Client, bases: &[&str], want: &[usize], what: &str) {
     loop {
         let mut got = Vec::new();
         let mut settled = true;
-        for consumer in ["Notifier", "Trending"] {
+        for consumer in ["notifications", "trending"] {
             let mut these = Vec::new();
             for b in bases {
                 these.push(held(c, b, consumer).await);

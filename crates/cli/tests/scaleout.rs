@@ -172,7 +172,7 @@ async fn an_idle_worker_makes_few_transactions_and_a_like_still_arrives_at_once(
     // all 64 notifier partitions (each starts with a few transactions: its fence, its offset).
     let c = Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while metric(&c, &worker.base, "likewise_partitions_held{consumer=\"Notifier\"}").await < 64.0 {
+    while metric(&c, &worker.base, "likewise_partitions_held{consumer=\"notifications\"}").await < 64.0 {
         assert!(Instant::now() < deadline, "the worker does not run the notifier's partitions");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

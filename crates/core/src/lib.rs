@@ -36,6 +36,7 @@ pub mod model;
 pub mod names;
 pub mod notify;
 pub mod ports;
+pub mod positions;
 pub mod post_views;
 pub mod public_event;
 pub mod redact;

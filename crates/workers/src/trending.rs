@@ -127,18 +127,21 @@ async fn fold_counted(
     Ok(n)
 }
 
-/// Save the state with every event up to `upto` folded in, as the snapshot at `upto`.
+/// Save the state with every event up to `upto` folded in, as the snapshot at `upto`;
+/// `folded` events were folded in since the last save.
 async fn checkpoint(
     log: &dyn EventLog,
     snapshots: &dyn SnapshotStore,
     state: &mut Trending,
     offset: &mut u64,
     upto: u64,
+    folded: u64,
 ) -> StoreResult<()> {
     let now = likewise_service::now_ms();
     state.prune(now);
     snapshots.save_snapshot(TRENDING, upto, &state.encode(now)).await?;
-    metrics::counter!("likewise_trending_events_total").increment(upto.saturating_sub(*offset));
+    // Events, not positions: a stream position counts messages of every partition.
+    metrics::counter!("likewise_trending_events_total").increment(folded);
     *offset = upto;
     log.committed(upto).await?;
     metrics::gauge!("likewise_trending_posts").set(state.len() as f64);
@@ -155,7 +158,7 @@ pub async fn round(
 ) -> StoreResult<usize> {
     let mut upto = *offset;
     let n = fold(log, state, &mut upto, read_chunk).await?;
-    checkpoint(log, snapshots, state, offset, upto).await?;
+    checkpoint(log, snapshots, state, offset, upto, n as u64).await?;
     Ok(n)
 }
 
@@ -170,14 +173,16 @@ pub async fn run(
     let mut ticker = crate::Ticker::new(opts.follow_every.min(opts.save_every), shutdown);
     let mut upto = offset;
     let mut last_save = std::time::Instant::now();
+    let mut unsaved = 0u64;
     while ticker.next().await {
         let step = async {
-            fold(&*log, &mut state, &mut upto, opts.read_chunk).await?;
+            unsaved += fold(&*log, &mut state, &mut upto, opts.read_chunk).await? as u64;
             let every =
                 if upto == offset { opts.idle_save_every.max(opts.save_every) } else { opts.save_every };
             if last_save.elapsed() >= every {
                 last_save = std::time::Instant::now();
-                checkpoint(&*log, &*snapshots, &mut state, &mut offset, upto).await?;
+                checkpoint(&*log, &*snapshots, &mut state, &mut offset, upto, unsaved).await?;
+                unsaved = 0;
             }
             Ok::<_, likewise_core::StoreError>(())
         };
@@ -188,6 +193,7 @@ pub async fn run(
                 Err(e) => tracing::warn!(error = %e, "reloading the trending snapshot failed"),
             }
             upto = offset;
+            unsaved = 0;
         }
     }
 }
@@ -206,6 +212,8 @@ struct Part {
     ranked_minute: u64,
     /// The label of its events metric.
     label: String,
+    /// Events folded into `state` since its last save.
+    unsaved: u64,
 }
 
 impl Part {
@@ -221,7 +229,16 @@ impl Part {
         let (offset, state) = load_part(snapshots, part).await?;
         let log = open(part, offset).await?;
         tracing::debug!(part, offset, fence, "trending partition resumes");
-        Ok(Part { log, state, offset, upto: offset, fence, ranked_minute: 0, label: part.to_string() })
+        Ok(Part {
+            log,
+            state,
+            offset,
+            upto: offset,
+            fence,
+            ranked_minute: 0,
+            label: part.to_string(),
+            unsaved: 0,
+        })
     }
 }
 
@@ -297,13 +314,25 @@ pub async fn run_shared<O, F>(
                 }
             }
         }
+        // Every partition's read at once: a read can wait out its bound (a stream consumer
+        // deleted by a successor answers nothing), and one after the other a process holding
+        // 32 partitions would take 32 such waits per round, hearing of a lost partition (and
+        // of shutdown) only at the end of them.
+        let chunk = opts.read_chunk;
+        let reads = futures_util::future::join_all(parts.iter_mut().map(|(part, p)| async move {
+            let read = fold_counted(&*p.log, &mut p.state, &mut p.upto, chunk, &p.label).await;
+            if let Ok(n) = read {
+                p.unsaved += n as u64;
+            }
+            (*part, read)
+        }))
+        .await;
         let mut broken = Vec::new();
-        for (part, p) in parts.iter_mut() {
-            if let Err(e) = fold_counted(&*p.log, &mut p.state, &mut p.upto, opts.read_chunk, &p.label).await
-            {
+        for (part, read) in reads {
+            if let Err(e) = read {
                 // Part of a read may be folded: start again from the snapshot.
                 tracing::warn!(error = %e, part, "trending partition read failed; reopening it");
-                broken.push(*part);
+                broken.push(part);
             }
         }
         for part in broken {
@@ -341,7 +370,7 @@ pub async fn run_shared<O, F>(
                 let mut folded = 0;
                 for (part, save) in &saves {
                     let Some(p) = parts.get_mut(part) else { continue };
-                    folded += save.upto.saturating_sub(p.offset);
+                    folded += std::mem::take(&mut p.unsaved);
                     p.offset = save.upto;
                     p.ranked_minute = minute;
                     if let Err(e) = p.log.committed(save.upto).await {
@@ -371,6 +400,115 @@ pub async fn run_shared<O, F>(
             // Saved again next round (the states keep what they folded; a save that landed
             // unanswered is overwritten by a newer one).
             Err(e) => tracing::warn!(error = %e, "saving the trending partitions failed; retrying"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use likewise_core::event::Event;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::sync::oneshot;
+
+    /// A log whose every read waits for the next step of a clock and finds nothing, as a
+    /// read from a stream consumer that a successor deleted waits out its bound.
+    struct Waiting {
+        clock: watch::Receiver<u64>,
+        /// Reads started.
+        reads: Arc<AtomicUsize>,
+        /// Reads waiting.
+        waiting: Arc<AtomicUsize>,
+    }
+
+    #[async_trait::async_trait]
+    impl EventLog for Waiting {
+        async fn read_after(&self, _: u64, _: usize) -> StoreResult<Vec<Event>> {
+            let mut clock = self.clock.clone();
+            clock.borrow_and_update();
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            let _ = clock.changed().await;
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            Ok(Vec::new())
+        }
+        async fn head(&self) -> StoreResult<u64> {
+            Ok(0)
+        }
+        async fn truncate(&self, _: u64) -> StoreResult<u64> {
+            Ok(0)
+        }
+    }
+
+    /// Steps `clock` whenever a read waits, until `done` finishes, returning how many steps
+    /// that took: how many read bounds were waited out, however slow the machine.
+    async fn steps_until<T>(
+        clock: &watch::Sender<u64>,
+        waiting: &AtomicUsize,
+        done: impl Future<Output = T>,
+    ) -> u64 {
+        tokio::pin!(done);
+        let mut steps = 0;
+        loop {
+            tokio::select! {
+                _ = &mut done => return steps,
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                    if waiting.load(Ordering::SeqCst) == 0 {
+                        continue;
+                    }
+                    steps += 1;
+                    clock.send_modify(|t| *t += 1);
+                }
+            }
+        }
+    }
+
+    /// A loop holding 32 partitions whose reads each wait out a bound (a process resumed
+    /// after a pause, whose partitions' stream consumers were taken over meanwhile) answers
+    /// a give-back of them all, and a shutdown, within a bound or two, not one bound per
+    /// partition: its reads are made together. Counted in bounds (clock steps), not time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn partitions_whose_reads_wait_are_given_back_and_shut_down_at_once() {
+        let dir = likewise_store::testing::scratch_dir();
+        let stores = likewise_store::testing::open_small(dir.path());
+        let all: Vec<u16> = (0..32).collect();
+        for give in [true, false] {
+            let (clock, ticks) = watch::channel(0u64);
+            let reads = Arc::new(AtomicUsize::new(0));
+            let waiting = Arc::new(AtomicUsize::new(0));
+            let (commands, rx) = mpsc::unbounded_channel();
+            let (stop, shutdown) = watch::channel(false);
+            let open = {
+                let (reads, waiting) = (reads.clone(), waiting.clone());
+                move |_: u16, _: u64| {
+                    let (clock, reads, waiting) = (ticks.clone(), reads.clone(), waiting.clone());
+                    let log: Arc<dyn EventLog> = Arc::new(Waiting { clock, reads, waiting });
+                    async move { Ok(log) }
+                }
+            };
+            let opts = TrendingOptions { follow_every: Duration::from_millis(10), ..Default::default() };
+            let run = tokio::spawn(run_shared(stores.snapshots.clone(), opts, open, rx, shutdown));
+            commands.send(PartCommand::Take(all.clone())).expect("take");
+            // Every partition opened, and a second round of reads under way.
+            let reading = async {
+                while reads.load(Ordering::SeqCst) < 40 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            };
+            steps_until(&clock, &waiting, reading).await;
+            let steps = if give {
+                let (done, given) = oneshot::channel();
+                commands.send(PartCommand::Give(all.clone(), done)).expect("give");
+                let steps = steps_until(&clock, &waiting, given).await;
+                stop.send(true).expect("stop");
+                steps_until(&clock, &waiting, run).await;
+                steps
+            } else {
+                stop.send(true).expect("stop");
+                steps_until(&clock, &waiting, run).await
+            };
+            let what = if give { "given back" } else { "shut down" };
+            assert!(steps <= 8, "{what} after {steps} read bounds");
         }
     }
 }

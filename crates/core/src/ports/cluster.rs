@@ -68,6 +68,15 @@ pub enum Partitioned {
 impl Partitioned {
     /// Every partitioned consumer.
     pub const ALL: [Partitioned; 2] = [Partitioned::Notifier, Partitioned::Trending];
+
+    /// Its consumer name (`notifications`, `trending`): its partitions' names start with it
+    /// ([`part_consumer`]), and it is the `consumer` label of its metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Partitioned::Notifier => "notifications",
+            Partitioned::Trending => "trending",
+        }
+    }
 }
 
 /// The partition of post `post`'s events (`post % PARTITIONS`).

@@ -50,7 +50,9 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
         metrics::gauge!("likewise_cache_capacity", "cache" => u.cache).set(u.capacity as f64);
         metrics::gauge!("likewise_cache_bytes", "cache" => u.cache).set(u.bytes as f64);
     }
-    let body = state.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
+    let mut body = state.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
+    // The stream readers' positions, kept apart: a reader's series goes with the reader.
+    body.push_str(&likewise_core::positions::render());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 

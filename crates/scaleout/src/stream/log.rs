@@ -53,8 +53,9 @@ pub struct StreamLog {
     /// `<prefix>_<name>`: every consumer of this log is named `<family>-x<random>`.
     family: String,
     filter: String,
-    /// The reader's name (`notifications`, `counters-3`): the label of its position metric.
-    reader: String,
+    /// The reader's exported position, labelled with its name (`notifications`,
+    /// `trending.p7`), gone with the log (a partition given back or lost).
+    position: likewise_core::positions::Position,
     state: Mutex<State>,
 }
 
@@ -83,7 +84,7 @@ impl StreamLog {
             stream: stream.clone(),
             family,
             filter,
-            reader: name.to_string(),
+            position: likewise_core::positions::Position::new(name),
             state: Mutex::new(State {
                 consumer,
                 name: first,
@@ -323,8 +324,7 @@ impl EventLog for StreamLog {
         st.floor = st.floor.max(upto);
         // How far each reader has applied the stream: its lag against the stream's last
         // sequence, and its drain rate (docs/capacity/measure.sh reads it).
-        metrics::gauge!("likewise_stream_consumer_position", "consumer" => self.reader.clone())
-            .set(st.floor as f64);
+        self.position.set(st.floor);
         if let Some(pos) = st.delivered.iter().rposition(|(seq, _)| *seq <= upto) {
             // AckPolicy::All: acknowledging the last one acknowledges everything before it.
             // (One held from before a reposition goes to the replaced consumer, which is gone

@@ -56,7 +56,7 @@ pub async fn shared(
     mut shutdown: watch::Receiver<bool>,
     work: Arc<dyn SharedWork>,
 ) {
-    let what = format!("{consumer:?}");
+    let what = consumer.name();
     let mut held: BTreeMap<u16, Box<dyn Lease>> = BTreeMap::new();
     let mut joined = false;
     let mut members = 1;
@@ -103,8 +103,9 @@ pub async fn shared(
             tracing::info!(%what, parts = ?extra, members, target, "partitions given back for a fair share");
             give_back(&*work, &mut held, &extra).await;
         }
-        // Fewer: take free ones.
-        if held.len() < target {
+        // Fewer: take free ones, unless shutting down (what is taken now would be given
+        // back at once: a handover for nothing).
+        if held.len() < target && !*shutdown.borrow() {
             // Only those nobody holds, when the engine can tell (a process short of its
             // share while the others hold theirs would otherwise try every one, every second).
             let taken = match leases.taken_parts(consumer).await {
@@ -116,7 +117,7 @@ pub async fn shared(
             };
             let mut new = Vec::new();
             for i in 0..parts {
-                if held.len() >= target {
+                if held.len() >= target || *shutdown.borrow() {
                     break;
                 }
                 let part = (first + i) % parts;
@@ -140,8 +141,8 @@ pub async fn shared(
                 work.take(&new).await;
             }
         }
-        metrics::gauge!("likewise_partitions_held", "consumer" => what.clone()).set(held.len() as f64);
-        metrics::gauge!("likewise_partition_members", "consumer" => what.clone()).set(members as f64);
+        metrics::gauge!("likewise_partitions_held", "consumer" => what).set(held.len() as f64);
+        metrics::gauge!("likewise_partition_members", "consumer" => what).set(members as f64);
         tokio::select! {
             _ = tokio::time::sleep(CHECK_EVERY) => {}
             _ = shutdown.changed() => {}
@@ -354,6 +355,55 @@ mod tests {
         }
         assert!(table.running.lock().is_empty());
         assert!(table.owners.lock().is_empty(), "every lease given back");
+    }
+
+    /// Leases whose member count is answered as shutdown is signalled: the lease loop is
+    /// then past its shutdown check, short of its share.
+    struct ShutdownWhileCounting(Process, watch::Sender<bool>);
+
+    #[async_trait::async_trait]
+    impl Leases for ShutdownWhileCounting {
+        async fn try_take(&self, name: LeaseName) -> StoreResult<Option<Box<dyn Lease>>> {
+            self.0.try_take(name).await
+        }
+        async fn members(&self) -> StoreResult<usize> {
+            let _ = self.1.send(true);
+            self.0.members().await
+        }
+        async fn join(&self) -> StoreResult<()> {
+            self.0.join().await
+        }
+        async fn taken_parts(&self, c: Partitioned) -> StoreResult<Option<Vec<u16>>> {
+            self.0.taken_parts(c).await
+        }
+    }
+
+    /// A process told to shut down while it counts the members, before it took its share,
+    /// takes no partition (each would be handed over twice for nothing).
+    #[tokio::test]
+    async fn no_partition_is_taken_once_shutdown_is_signalled() {
+        let table = Arc::new(Table::default());
+        let (shutdown, rx) = watch::channel(false);
+        let process = Process { table: table.clone(), me: 1, alive: Arc::new(AtomicBool::new(true)) };
+        let leases: Arc<dyn Leases> = Arc::new(ShutdownWhileCounting(process, shutdown));
+        let work = Arc::new(Counting(Work { table: table.clone(), me: 1 }, Default::default()));
+        shared(leases, Partitioned::Notifier, PARTS, rx, work.clone()).await;
+        assert_eq!(work.1.load(Ordering::SeqCst), 0, "partitions taken after shutdown");
+        assert!(table.owners.lock().is_empty(), "leases kept: {:?}", table.owners.lock());
+    }
+
+    /// Work counting the partitions it was handed.
+    struct Counting(Work, std::sync::atomic::AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl SharedWork for Counting {
+        async fn take(&self, parts: &[u16]) {
+            self.1.fetch_add(parts.len(), Ordering::SeqCst);
+            self.0.take(parts).await
+        }
+        async fn give(&self, parts: &[u16]) {
+            self.0.give(parts).await
+        }
     }
 
     /// An in-memory event log read by post partition, as the stream's partition consumers.
