@@ -334,7 +334,9 @@ async fn the_target_sequences_pass_what_the_source_drew_during_the_copy() {
     let opts = MoveOptions {
         grace: Duration::from_millis(10),
         drain: false,
-        pause_after_bulk: Duration::from_millis(400),
+        // Long enough for the 20 commits below to land inside it on a loaded machine (400 ms
+        // was not: one landed under the fence instead).
+        pause_after_bulk: Duration::from_millis(2_000),
         ..MoveOptions::default()
     };
     let src = t.client(source).await;
