@@ -358,8 +358,9 @@ async fn put_offsets(tx: &Transaction<'_>, consumers: &[String], uptos: &[i64]) 
     Ok(())
 }
 
-/// The `consumer_offsets` row holding `consumer`'s writer fence (on its offset shard).
-fn fence_key(consumer: &str) -> String {
+/// The `consumer_offsets` row holding `consumer`'s writer fence (on its offset shard): a
+/// notifier partition's, or a snapshot's (`snapshots.rs`).
+pub(super) fn fence_key(consumer: &str) -> String {
     format!("{consumer}#fence")
 }
 
@@ -374,8 +375,43 @@ fn stamp_key(consumer: &str) -> String {
 const SHARD_STAMP: &str = "notifications#shard-stamp";
 
 /// How long the server keeps a fenced transaction that hears nothing from its client: a
-/// writer cut off while holding the fence row's lock must not keep its successor waiting.
+/// writer cut off while holding the fence rows' locks must not keep its successor waiting.
 const FENCED_TX_IDLE_LIMIT: &str = "5s";
+
+/// In `tx`, lock the fence rows of `writers` (each a consumer and the fence token it holds)
+/// until the transaction ends, or refuse with `Superseded` naming every writer whose fence
+/// was taken over. Locked in one order, so two writers of overlapping sets cannot deadlock.
+pub(super) async fn lock_fences<'a>(
+    tx: &Transaction<'_>,
+    writers: impl Iterator<Item = (&'a str, u64)>,
+) -> StoreResult<()> {
+    tx.batch_execute(&format!("SET LOCAL idle_in_transaction_session_timeout = '{FENCED_TX_IDLE_LIMIT}'"))
+        .await
+        .map_err(pg_err)?;
+    let writers: Vec<(&str, u64)> = writers.collect();
+    let fences: Vec<String> = writers.iter().map(|(c, _)| fence_key(c)).collect();
+    let current: HashMap<String, i64> = tx
+        .query(
+            "SELECT consumer, upto FROM consumer_offsets WHERE consumer = ANY($1)
+             ORDER BY consumer FOR UPDATE",
+            &[&fences],
+        )
+        .await
+        .map_err(pg_err)?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let superseded: Vec<&str> = writers
+        .iter()
+        .zip(&fences)
+        .filter(|((_, fence), f)| current.get(*f).copied().map_or(0, u) != *fence)
+        .map(|((c, _), _)| *c)
+        .collect();
+    if !superseded.is_empty() {
+        return Err(StoreError::Superseded(superseded.join(",")));
+    }
+    Ok(())
+}
 
 #[async_trait]
 impl NotificationStore for PgStore {
@@ -415,34 +451,7 @@ impl NotificationStore for PgStore {
         // makes as many round trips as one holding one.
         let mut home_conn = self.conn(home).await?;
         let home_tx = home_conn.transaction().await.map_err(pg_err)?;
-        home_tx
-            .batch_execute(&format!(
-                "SET LOCAL idle_in_transaction_session_timeout = '{FENCED_TX_IDLE_LIMIT}'"
-            ))
-            .await
-            .map_err(pg_err)?;
-        let fences: Vec<String> = commits.iter().map(|c| fence_key(&c.consumer)).collect();
-        // Locked in one order, so two writers of overlapping sets cannot deadlock.
-        let current: HashMap<String, i64> = home_tx
-            .query(
-                "SELECT consumer, upto FROM consumer_offsets WHERE consumer = ANY($1)
-                 ORDER BY consumer FOR UPDATE",
-                &[&fences],
-            )
-            .await
-            .map_err(pg_err)?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        let superseded: Vec<&str> = commits
-            .iter()
-            .zip(&fences)
-            .filter(|(c, f)| current.get(*f).copied().map_or(0, u) != c.fence)
-            .map(|(c, _)| c.consumer.as_str())
-            .collect();
-        if !superseded.is_empty() {
-            return Err(StoreError::Superseded(superseded.join(",")));
-        }
+        lock_fences(&home_tx, commits.iter().map(|c| (c.consumer.as_str(), c.fence))).await?;
         // The batch's change stamp, past the last one of every consumer (read under the fence
         // rows' locks, so no other writer moves them meanwhile).
         let stamps: Vec<String> = commits.iter().map(|c| stamp_key(&c.consumer)).collect();

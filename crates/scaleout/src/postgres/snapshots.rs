@@ -8,20 +8,12 @@
 //! either before the batch (which is then refused) or after it (and the successor loads
 //! what it wrote).
 
+use super::notifications::{fence_key, lock_fences};
 use super::{PgStore, i, pg_err, u};
 use async_trait::async_trait;
 use likewise_core::ports::{SnapshotSave, SnapshotStore};
 use likewise_core::{StoreError, StoreResult};
 use std::collections::HashMap;
-
-/// The `consumer_offsets` row holding snapshot `name`'s writer fence.
-fn fence_key(name: &str) -> String {
-    format!("{name}#fence")
-}
-
-/// How long the server keeps a fenced transaction that hears nothing from its client: a
-/// writer cut off while holding the fence rows' locks must not keep its successor waiting.
-const FENCED_TX_IDLE_LIMIT: &str = "5s";
 
 #[async_trait]
 impl SnapshotStore for PgStore {
@@ -110,33 +102,7 @@ impl SnapshotStore for PgStore {
         }
         let mut c = self.conn(home).await?;
         let tx = c.transaction().await.map_err(pg_err)?;
-        tx.batch_execute(&format!(
-            "SET LOCAL idle_in_transaction_session_timeout = '{FENCED_TX_IDLE_LIMIT}'"
-        ))
-        .await
-        .map_err(pg_err)?;
-        let fences: Vec<String> = saves.iter().map(|s| fence_key(&s.name)).collect();
-        // Locked in one order, so two writers of overlapping sets cannot deadlock.
-        let current: HashMap<String, i64> = tx
-            .query(
-                "SELECT consumer, upto FROM consumer_offsets WHERE consumer = ANY($1)
-                 ORDER BY consumer FOR UPDATE",
-                &[&fences],
-            )
-            .await
-            .map_err(pg_err)?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
-        let superseded: Vec<&str> = saves
-            .iter()
-            .zip(&fences)
-            .filter(|(s, f)| current.get(*f).copied().map_or(0, u) != s.fence)
-            .map(|(s, _)| s.name.as_str())
-            .collect();
-        if !superseded.is_empty() {
-            return Err(StoreError::Superseded(superseded.join(",")));
-        }
+        lock_fences(&tx, saves.iter().map(|s| (s.name.as_str(), s.fence))).await?;
         let names: Vec<&str> = saves.iter().map(|s| s.name.as_str()).collect();
         let bodies: Vec<&[u8]> = saves.iter().map(|s| &s.body[..]).collect();
         let uptos: Vec<i64> = saves.iter().map(|s| i(s.upto)).collect();
