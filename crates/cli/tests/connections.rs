@@ -1,9 +1,11 @@
 //! A burst of new connections past the connection cap, against the real binary: every
 //! connection gets an HTTP answer (served, or 503 `unavailable` with `Retry-After`), none is
-//! left in the kernel's queue to be dropped or reset without one.
+//! left in the kernel's queue to be dropped or reset without one. And at the cap, operators'
+//! `/healthz` and `/metrics` are still served.
 
 mod common;
 
+use common::allow_open_files;
 use common::proc::{start_with, stop};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -14,29 +16,16 @@ const CLIENTS: usize = 2_000;
 /// The node's connection cap, far below them.
 const CAP: usize = 16;
 
-/// Raise this process's open-file limit to fit `n` more sockets (up to the hard limit).
-fn allow_open_files(n: u64) {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let mut lim = getrlimit(Resource::Nofile);
-    let want = n + 256;
-    if lim.current.is_some_and(|c| c < want) {
-        lim.current = Some(lim.maximum.map_or(want, |m| m.min(want)));
-        setrlimit(Resource::Nofile, lim).expect("raise RLIMIT_NOFILE");
-    }
-    let now = getrlimit(Resource::Nofile).current;
-    assert!(now.is_none_or(|c| c >= want), "the open-file limit {now:?} is too low for {n} sockets");
-}
-
 /// One answer: its status line and head, and its body.
 struct Answer {
     head: String,
     body: String,
 }
 
-/// Send `GET /healthz` on `s` (keep-alive, as a browser or pooled client does) and read one
+/// Send `GET path` on `s` (keep-alive, as a browser or pooled client does) and read one
 /// answer (up to its `content-length`); `None` when the connection ends without one.
-async fn ask(s: &mut TcpStream) -> Option<Answer> {
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.ok()?;
+async fn ask(s: &mut TcpStream, path: &str) -> Option<Answer> {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.ok()?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 1024];
     let head_end = loop {
@@ -85,7 +74,7 @@ async fn a_burst_of_connections_past_the_cap_is_answered_every_one() {
                 // The bound only ends a test that would otherwise wait forever.
                 tokio::time::timeout(Duration::from_secs(30), async {
                     let mut s = TcpStream::connect(&addr).await.ok()?;
-                    let answer = ask(&mut s).await?;
+                    let answer = ask(&mut s, "/openapi.json").await?;
                     Some((answer, s))
                 })
                 .await
@@ -102,7 +91,7 @@ async fn a_burst_of_connections_past_the_cap_is_answered_every_one() {
             Some((Answer { head, body }, s)) if head.starts_with("http/1.1 200") => {
                 served += 1;
                 held.push(s);
-                serde_json::from_str::<serde_json::Value>(&body).expect("the health JSON");
+                serde_json::from_str::<serde_json::Value>(&body).expect("the OpenAPI JSON");
             }
             Some((Answer { head, body }, _)) => {
                 refused += 1;
@@ -120,6 +109,55 @@ async fn a_burst_of_connections_past_the_cap_is_answered_every_one() {
         "connections closed or left without an answer (served {served}, refused {refused})"
     );
     assert!((1..=CAP).contains(&served), "served {served} at a cap of {CAP}");
+    drop(held);
+    stop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_health_and_metrics_are_still_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().display().to_string();
+    let server = start_with(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", &data],
+        &[("LIKEWISE__SERVER__MAX_CONNECTIONS", "4"), ("LIKEWISE__SERVER__HEADER_READ_TIMEOUT_MS", "60000")],
+    );
+    let addr = server.base.trim_start_matches("http://").to_string();
+    // Four keep-alive clients hold every slot.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect(&addr).await.expect("connect");
+        let a = ask(&mut s, "/healthz").await.expect("an answer");
+        assert!(a.head.starts_with("http/1.1 200"), "{}", a.head);
+        held.push(s);
+    }
+    let past = |path: &'static str| {
+        let addr = addr.clone();
+        async move {
+            let mut s = TcpStream::connect(&addr).await.expect("connect");
+            tokio::time::timeout(Duration::from_secs(10), ask(&mut s, path))
+                .await
+                .expect("in time")
+                .expect("an answer")
+        }
+    };
+    // An API request past the cap is refused...
+    let api = past("/openapi.json").await;
+    assert!(api.head.starts_with("http/1.1 503"), "{}{}", api.head, api.body);
+    assert!(api.head.contains("\r\nretry-after: "), "{}", api.head);
+    // ... a probe and a scrape are served, and the scrape counts the refusal.
+    let health = past("/healthz").await;
+    assert!(health.head.starts_with("http/1.1 200"), "{}{}", health.head, health.body);
+    let metrics = past("/metrics").await;
+    assert!(metrics.head.starts_with("http/1.1 200"), "{}", metrics.head);
+    let refused = metrics
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("likewise_http_connections_refused_total "))
+        .unwrap_or_else(|| panic!("no refusal counter in {}", metrics.body));
+    assert_eq!(refused.trim(), "1", "one refusal so far");
+    // Served past the cap, they did not take a slot: the next API request is refused too.
+    let again = past("/openapi.json").await;
+    assert!(again.head.starts_with("http/1.1 503"), "{}", again.head);
     drop(held);
     stop(server);
 }

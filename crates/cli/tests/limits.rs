@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{TestApp, assert_error, test_config};
+use common::{TestApp, allow_open_files, assert_error, test_config};
 use hyper::{Method, StatusCode};
 use serde_json::json;
 use std::time::Duration;
@@ -144,15 +144,16 @@ async fn a_connection_beyond_the_cap_is_answered_503_until_a_slot_frees() {
     let mut holder = TcpStream::connect(&addr).await.expect("connect");
     holder.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.expect("write");
     tokio::time::sleep(Duration::from_millis(100)).await; // let the server take it
-    let healthz = |addr: String| async move {
+    // An API route (`/healthz` and `/metrics` are served even past the cap).
+    let ask = |addr: String| async move {
         let mut s = TcpStream::connect(&addr).await.expect("connect");
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("w");
+        s.write_all(b"GET /v1/trending HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("w");
         let mut resp = String::new();
         s.read_to_string(&mut resp).await.expect("read");
         resp
     };
     // The only slot is taken: answered at once, 503 with Retry-After and the error body.
-    let resp = healthz(addr.clone()).await;
+    let resp = ask(addr.clone()).await;
     assert!(resp.starts_with("HTTP/1.1 503"), "{resp}");
     assert!(resp.to_ascii_lowercase().contains("\r\nretry-after: 1\r\n"), "{resp}");
     assert!(
@@ -163,8 +164,8 @@ async fn a_connection_beyond_the_cap_is_answered_503_until_a_slot_frees() {
     drop(holder);
     let served = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            let resp = healthz(addr.clone()).await;
-            if resp.starts_with("HTTP/1.1 200") {
+            let resp = ask(addr.clone()).await;
+            if !resp.starts_with("HTTP/1.1 503") {
                 return resp;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -348,4 +349,61 @@ async fn made_up_methods_and_paths_leave_metrics_and_memory_bounded() {
     assert!(h1 - h0 < 1024.0 * 1024.0, "live heap grew by {} bytes", h1 - h0);
     common::proc::signal(&server.child, "-TERM");
     let _ = server.child.wait();
+}
+
+/// A fresh node's first burst: the door's rate is still being measured (the first windows see
+/// few answers, so it reads low), and it must not refuse while answers come back quickly. A
+/// refusal is only right when the answers themselves are slow: half the wait bound
+/// (`admission::SLOW_SHARE`), here 2.5 s of a 5 s bound (half the 10 s timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_node_refuses_its_first_burst_only_when_its_answers_are_slow() {
+    const BURST: u64 = 1_500;
+    allow_open_files(2 * BURST);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = test_config(dir.path());
+    cfg.server.request_timeout_ms = 10_000;
+    let app = std::sync::Arc::new(TestApp::start_with(cfg).await);
+    app.post(1, 7, false).await;
+    let tokens: Vec<String> = (0..BURST).map(|u| app.user(1_000 + u)).collect();
+    let start = tokio::sync::Barrier::new(BURST as usize + 1);
+    let start = std::sync::Arc::new(start);
+    let calls: Vec<_> = tokens
+        .into_iter()
+        .map(|t| {
+            let (app, start) = (app.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                let t0 = std::time::Instant::now();
+                let (st, h, v) = app.call_full(Method::PUT, "/v1/posts/1/like", Some(&t), None).await;
+                (st, h, v, t0.elapsed())
+            })
+        })
+        .collect();
+    start.wait().await;
+    let (mut liked, mut refused, mut slowest) = (0u64, 0u64, Duration::ZERO);
+    for c in calls {
+        let (st, h, v, took) = c.await.expect("join");
+        match st {
+            StatusCode::OK => {
+                liked += 1;
+                slowest = slowest.max(took);
+            }
+            StatusCode::SERVICE_UNAVAILABLE => {
+                refused += 1;
+                assert_eq!(v["error"], "unavailable", "{v}");
+                let after: u64 = h["retry-after"].to_str().expect("ascii").parse().expect("seconds");
+                assert!((1..=30).contains(&after), "{after}");
+            }
+            other => panic!("{other}: {v}"),
+        }
+    }
+    println!("liked {liked}, refused {refused}, slowest answer {slowest:?}");
+    assert!(
+        refused == 0 || slowest >= Duration::from_millis(2_500),
+        "{refused} of {BURST} refused though no answer took 2.5 s (slowest {slowest:?})"
+    );
+    // Nothing refused was stored, nothing acknowledged lost.
+    let v = app.wait_count(7, 1, liked as i64).await;
+    assert_eq!(v["like_count"], liked, "{v}");
+    std::sync::Arc::into_inner(app).expect("one owner").stop().await;
 }

@@ -8,33 +8,44 @@
 //! the registers (always kept beside it, so nothing is lost) give the estimate. Two sets merge
 //! by their union, exact while it stays within the bound; a set merged with registers only
 //! (an old stored value, or a sketch past the bound) is registers only.
+//!
+//! A lost set leaves a floor: the most distinct viewers it was known to hold (`EXACT_MAX + 1`
+//! once an insert overflowed it). Counts answer at least the floor, so a post does not read
+//! 1,023 viewers the moment its 1,025th arrives (the registers' estimate of 1,025 is within
+//! its error, but a count that went down would be visible).
 
 use std::collections::BTreeSet;
 
 /// Most distinct viewers counted exactly: a stored set takes 8 bytes each, at most 8 KiB.
 pub const EXACT_MAX: usize = 1024;
 
-/// The viewer hashes of a sketch while they are few; `None` once past [`EXACT_MAX`] or merged
-/// with registers only.
+/// The viewer hashes of a sketch while they are few (`None` once past [`EXACT_MAX`] or merged
+/// with registers only), and the floor a lost set leaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exact(Option<BTreeSet<u64>>);
+pub struct Exact(Option<BTreeSet<u64>>, u64);
 
 impl Default for Exact {
     /// An empty exact set (a sketch that has seen nobody is exact).
     fn default() -> Self {
-        Exact(Some(BTreeSet::new()))
+        Exact(Some(BTreeSet::new()), 0)
     }
 }
 
 impl Exact {
-    /// No exact set: the count is the registers' estimate.
+    /// No exact set and no floor: the count is the registers' estimate.
     pub fn lost() -> Self {
-        Exact(None)
+        Exact(None, 0)
     }
 
-    /// The set of `hashes` (lost if there are more than [`EXACT_MAX`]).
+    /// No exact set, known to have held at least `floor` distinct viewers.
+    pub fn lost_at(floor: u64) -> Self {
+        Exact(None, floor)
+    }
+
+    /// The set of `hashes` (lost, at their number, if there are more than [`EXACT_MAX`]).
     pub fn of(hashes: BTreeSet<u64>) -> Self {
-        Exact((hashes.len() <= EXACT_MAX).then_some(hashes))
+        let n = hashes.len() as u64;
+        if hashes.len() <= EXACT_MAX { Exact(Some(hashes), 0) } else { Exact(None, n) }
     }
 
     /// Count a viewer's hash.
@@ -42,27 +53,32 @@ impl Exact {
         if let Some(set) = &mut self.0 {
             set.insert(hash);
             if set.len() > EXACT_MAX {
-                self.0 = None;
+                *self = Exact::lost_at(set.len() as u64);
             }
         }
     }
 
-    /// Fold another sketch's set in (the union, or lost when either is).
+    /// Fold another sketch's set in (the union, or lost when either is, at the larger floor).
     pub fn merge_from(&mut self, other: &Exact) {
         match (&mut self.0, &other.0) {
             (Some(a), Some(b)) => {
                 a.extend(b.iter().copied());
                 if a.len() > EXACT_MAX {
-                    self.0 = None;
+                    *self = Exact::lost_at(a.len() as u64);
                 }
             }
-            _ => self.0 = None,
+            _ => *self = Exact::lost_at(self.floor().max(other.floor())),
         }
     }
 
     /// The exact number of distinct viewers, while known.
     pub fn count(&self) -> Option<u64> {
         self.0.as_ref().map(|s| s.len() as u64)
+    }
+
+    /// Distinct viewers known for certain: the count while known, else the floor.
+    pub fn floor(&self) -> u64 {
+        self.count().unwrap_or(self.1)
     }
 
     /// The hashes, while known.
@@ -120,8 +136,10 @@ mod tests {
         assert_eq!(e.count(), Some(EXACT_MAX as u64));
         e.insert(u64::MAX);
         assert_eq!(e.count(), None);
+        assert_eq!(e.floor(), EXACT_MAX as u64 + 1, "the viewers it was known to hold");
         e.insert(1);
         assert_eq!(e.count(), None, "once lost, the set stays lost");
+        assert_eq!(e.floor(), EXACT_MAX as u64 + 1);
     }
 
     #[test]
@@ -131,10 +149,15 @@ mod tests {
         assert_eq!(a.count(), Some(900));
         a.merge_from(&Exact::of((900..1100).collect()));
         assert_eq!(a.count(), None, "1,100 is past the bound");
+        assert_eq!(a.floor(), 1100);
         let mut b = Exact::of((0..3).collect());
         b.merge_from(&Exact::lost());
         assert_eq!(b.count(), None, "merged with registers only");
+        assert_eq!(b.floor(), 3, "the set's viewers stay a floor");
+        b.merge_from(&a);
+        assert_eq!(b.floor(), 1100, "the larger floor");
         assert_eq!(Exact::of((0..2000).collect()).count(), None);
+        assert_eq!(Exact::of((0..2000).collect()).floor(), 2000);
     }
 
     #[test]

@@ -80,6 +80,15 @@ impl HourSketch {
         let slot = self.registers.entry(i).or_insert(0);
         *slot = (*slot).max(r);
         self.exact.insert(z);
+        self.drop_floor();
+    }
+
+    /// The hourly stored forms keep no floor (`exact_viewers`): past the bound an hour's count
+    /// is the registers' estimate, the same in memory as once stored.
+    fn drop_floor(&mut self) {
+        if self.exact.count().is_none() {
+            self.exact = Exact::lost();
+        }
     }
 
     /// Fold another sketch in (union).
@@ -89,6 +98,7 @@ impl HourSketch {
             *slot = (*slot).max(r);
         }
         self.exact.merge_from(&other.exact);
+        self.drop_floor();
     }
 
     /// The stored form: exact while the viewers are known, else sparse while smaller, else

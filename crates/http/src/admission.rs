@@ -16,9 +16,19 @@
 //! with a queue answers as fast as it can, so a quiet or lightly loaded window says nothing
 //! about capacity. It counts only answers that did work (not 503s or 504s, which are quick
 //! and would make the queue look faster than it is). Nothing is refused below [`FLOOR`]
-//! requests in flight, nor before [`MIN_SAMPLES`] such windows have measured the rate: a
-//! fresh node takes its first burst, and refuses only once it has measured that it cannot
-//! keep up (a queue that got no answers through those windows is measured at 0, and refused).
+//! requests in flight, nor before [`MIN_SAMPLES`] such windows have measured the rate.
+//!
+//! Little's law holds in a steady state, not at the start of a burst: while the first answers
+//! of a burst are still on their way the windows count few of them, so the rate reads low and
+//! the expected wait far too long (a fresh node refused a quarter of its first burst of 2,000
+//! likes with `Retry-After: 30`, though every answer came within 2 s of a 5 s bound). So the
+//! door also asks the answers themselves: it refuses only while the requests it serves are
+//! slow too, their average time in the node (or, with none answered, how long the queue has
+//! waited without an answer) at least [`SLOW_SHARE`] of the bound. A queue that is truly
+//! behind shows both; a burst being worked through quickly shows only the first. The
+//! `Retry-After` it sends is the expected wait bounded by that observed time: how long
+//! answers take now is what a retry would find, not the estimate of a rate still being
+//! measured.
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +43,8 @@ const ALPHA: f64 = 0.3;
 pub const FLOOR: u64 = 256;
 /// Windows of measured rate before the door refuses anything.
 pub const MIN_SAMPLES: u64 = 3;
+/// Share of the bound that the observed time of answers must reach before the door refuses.
+pub const SLOW_SHARE: f64 = 0.5;
 
 /// Requests of one kind (writes, or reads) in flight and the rate they are answered at.
 #[derive(Debug)]
@@ -40,6 +52,12 @@ pub struct Estimator {
     in_flight: AtomicU64,
     /// Answers counted in the current window.
     answered: AtomicU64,
+    /// Microseconds those answers spent in the node, summed.
+    answered_us: AtomicU64,
+    /// Seconds an answer spends in the node (`f64` bits), averaged over windows with answers.
+    latency: AtomicU64,
+    /// Windows in a row that had a queue throughout and no answer.
+    stalled: AtomicU64,
     /// Answers per second (`f64` bits); 0 until the first measuring window ends.
     rate: AtomicU64,
     /// Windows that measured the rate.
@@ -53,20 +71,28 @@ pub struct Estimator {
 /// client: the future is dropped either way).
 pub struct Ticket<'a> {
     est: &'a Estimator,
-    served: bool,
+    admitted: Instant,
+    answered: Option<Instant>,
 }
 
 impl Ticket<'_> {
     /// The request was answered with real work done (not a refusal or a timeout): it counts
     /// towards the rate.
-    pub fn served(mut self) {
-        self.served = true;
+    pub fn served(self) {
+        self.served_at(Instant::now());
+    }
+
+    /// [`Ticket::served`], answered at `at`.
+    pub fn served_at(mut self, at: Instant) {
+        self.answered = Some(at);
     }
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
-        if self.served {
+        if let Some(at) = self.answered {
+            let us = at.saturating_duration_since(self.admitted).as_micros().min(u128::from(u32::MAX)) as u64;
+            self.est.answered_us.fetch_add(us, Ordering::Relaxed);
             self.est.answered.fetch_add(1, Ordering::Relaxed);
         }
         self.est.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -79,6 +105,9 @@ impl Estimator {
         Estimator {
             in_flight: AtomicU64::new(0),
             answered: AtomicU64::new(0),
+            answered_us: AtomicU64::new(0),
+            latency: AtomicU64::new(0f64.to_bits()),
+            stalled: AtomicU64::new(0),
             rate: AtomicU64::new(0f64.to_bits()),
             samples: AtomicU64::new(0),
             window: Mutex::new((now, false)),
@@ -95,8 +124,18 @@ impl Estimator {
         f64::from_bits(self.rate.load(Ordering::Relaxed))
     }
 
+    /// Seconds an answer spends in the node, as last observed: the average over recent windows
+    /// with answers, or, while a queue has had no answer for whole windows, that time if
+    /// longer.
+    pub fn observed(&self) -> f64 {
+        let latency = f64::from_bits(self.latency.load(Ordering::Relaxed));
+        let stall = self.stalled.load(Ordering::Relaxed) as f64 * WINDOW.as_secs_f64();
+        latency.max(stall)
+    }
+
     /// Close the current window if it is [`WINDOW`] old, folding its rate in when it began and
-    /// ended with a queue. One caller does it; the others go on with the current estimate.
+    /// ended with a queue, and its answers' time in the node when it had any. One caller does
+    /// it; the others go on with the current estimates.
     fn roll(&self, now: Instant) {
         let Some(mut w) = self.window.try_lock() else { return };
         let elapsed = now.saturating_duration_since(w.0);
@@ -104,7 +143,19 @@ impl Estimator {
             return;
         }
         let answered = self.answered.swap(0, Ordering::Relaxed);
+        let answered_us = self.answered_us.swap(0, Ordering::Relaxed);
         let queued = self.in_flight() >= FLOOR;
+        if answered > 0 {
+            let sample = answered_us as f64 / 1e6 / answered as f64;
+            let before = f64::from_bits(self.latency.load(Ordering::Relaxed));
+            let next = if before == 0.0 { sample } else { (1.0 - ALPHA) * before + ALPHA * sample };
+            self.latency.store(next.to_bits(), Ordering::Relaxed);
+            self.stalled.store(0, Ordering::Relaxed);
+        } else if w.1 && queued {
+            self.stalled.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stalled.store(0, Ordering::Relaxed);
+        }
         if w.1 && queued {
             let sample = answered as f64 / elapsed.as_secs_f64();
             let before = self.rate();
@@ -134,16 +185,21 @@ impl Estimator {
     }
 
     /// Admit a request entering at `now` whose wait may be at most `max_wait`: its ticket, or
-    /// the expected wait (seconds) it was refused for.
+    /// the wait (seconds) it was refused for: the expected wait, bounded by the observed time
+    /// of answers (for `Retry-After`).
     pub fn admit(&self, now: Instant, max_wait: Duration) -> Result<Ticket<'_>, f64> {
+        let max = max_wait.as_secs_f64();
         if let Some(wait) = self.expected_wait(now)
             && self.in_flight() >= FLOOR
-            && wait > max_wait.as_secs_f64()
+            && wait > max
         {
-            return Err(wait);
+            let observed = self.observed();
+            if observed >= max * SLOW_SHARE {
+                return Err(wait.min(observed));
+            }
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        Ok(Ticket { est: self, served: false })
+        Ok(Ticket { est: self, admitted: now, answered: None })
     }
 }
 
@@ -177,19 +233,24 @@ mod tests {
 
     /// Run `n` requests through `e` at `now`, answered (served) at once.
     fn serve(e: &Estimator, now: Instant, n: u64) {
+        serve_in(e, now, n, Duration::ZERO);
+    }
+
+    /// Run `n` requests through `e` at `now`, each answered (served) `took` later.
+    fn serve_in(e: &Estimator, now: Instant, n: u64, took: Duration) {
         for _ in 0..n {
-            e.admit(now, Duration::from_secs(3600)).expect("admitted").served();
+            e.admit(now, Duration::from_secs(3600)).expect("admitted").served_at(now + took);
         }
     }
 
     /// `FLOOR` requests held in flight from `t0`, and `MIN_SAMPLES` windows after the first
-    /// each answering `per_window` more: the rate is measured by `t0 + 100 ms * (MIN_SAMPLES
-    /// + 1)`, which is returned.
-    fn measured(e: &Estimator, t0: Instant, per_window: u64) -> (Vec<Ticket<'_>>, Instant) {
+    /// each answering `per_window` more, each in `took`: the rate is measured by `t0 + 100 ms *
+    /// (MIN_SAMPLES + 1)`, which is returned.
+    fn measured(e: &Estimator, t0: Instant, per_window: u64, took: Duration) -> (Vec<Ticket<'_>>, Instant) {
         let held: Vec<_> = (0..FLOOR).map(|_| e.admit(t0, Duration::ZERO).expect("no rate yet")).collect();
         e.expected_wait(t0 + 100 * MS);
         for k in 1..=MIN_SAMPLES as u32 {
-            serve(e, t0 + (100 * k + 1) * MS, per_window);
+            serve_in(e, t0 + (100 * k + 1) * MS, per_window, took);
             e.expected_wait(t0 + 100 * (k + 1) * MS);
         }
         (held, t0 + 100 * (MIN_SAMPLES as u32 + 1) * MS)
@@ -201,7 +262,7 @@ mod tests {
         let e = Estimator::new(t0);
         assert_eq!(e.expected_wait(t0), None, "nothing measured yet");
         // 500 answers a window of 100 ms: 5,000/s.
-        let (held, t) = measured(&e, t0, 500);
+        let (held, t) = measured(&e, t0, 500, Duration::ZERO);
         assert!((e.rate() - 5000.0).abs() < 1.0, "{}", e.rate());
         assert!(e.expected_wait(t).is_some());
         // Then 100 answers a window: the average moves towards 1,000/s.
@@ -240,13 +301,15 @@ mod tests {
     fn requests_past_the_floor_are_refused_when_they_would_wait_too_long() {
         let t0 = Instant::now();
         let e = Estimator::new(t0);
-        let (held, now) = measured(&e, t0, 1000); // 10,000 answers/s
+        // 10,000 answers/s, each answer 300 ms in the node (past half the bound: slow).
+        let (held, now) = measured(&e, t0, 1000, 300 * MS);
+        assert!((e.observed() - 0.3).abs() < 1e-3, "{}", e.observed());
         let max = Duration::from_millis(500);
         // 5,000 in flight at 10,000/s is 0.5 s: the 5,001st is admitted, the next is not.
         let more: Vec<_> = (FLOOR..5000).map(|_| e.admit(now, max).expect("within the bound")).collect();
         let last = e.admit(now, max).expect("exactly at the bound");
         let wait = e.admit(now, max).err().expect("past the bound");
-        assert!((wait - 0.5001).abs() < 1e-3, "{wait}");
+        assert!((wait - 0.3).abs() < 1e-3, "the expected 0.5 s, bounded by the observed 0.3 s: {wait}");
         assert_eq!(retry_after(wait), 1);
         drop(last);
         assert_eq!(e.in_flight(), 5000, "a refused request is not counted in flight");
@@ -259,19 +322,50 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_answered_quickly_is_not_refused_however_low_its_rate_reads() {
+        // The start of a fresh node's first burst: the windows so far saw few answers (100 a
+        // window: 1,000/s), so 5,000 in flight read as a 5 s wait, past a 1 s bound. But each
+        // answer came in 40 ms: the node is keeping up, and nothing is refused.
+        let t0 = Instant::now();
+        let e = Estimator::new(t0);
+        let (held, now) = measured(&e, t0, 100, 40 * MS);
+        let max = Duration::from_secs(1);
+        let more: Vec<_> = (FLOOR..5000).map(|_| e.admit(now, max).expect("quick answers")).collect();
+        assert!(e.expected_wait(now).expect("measured") > 4.0);
+        assert!(e.admit(now, max).is_ok(), "answers in 40 ms of a 1 s bound are not slow");
+        // Once answers take half the bound, the same queue is refused, and told to come back
+        // when answers do (the observed 0.6 s, not the 5 s estimate).
+        for k in 0..10u32 {
+            serve_in(&e, now + (100 * k + 1) * MS, 100, 600 * MS);
+            e.expected_wait(now + 100 * (k + 1) * MS);
+        }
+        let later = now + 1001 * MS;
+        let wait = e.admit(later, max).err().expect("slow answers and a long queue");
+        assert!(wait > 0.5 && wait < 0.61, "{wait}");
+        assert_eq!(retry_after(wait), 1);
+        drop((held, more));
+    }
+
+    #[test]
     fn a_cold_node_admits_a_burst_and_a_stalled_one_refuses_once_measured() {
         let t0 = Instant::now();
         let e = Estimator::new(t0);
         let max = Duration::from_secs(1);
         // No rate yet: a burst past the floor is admitted.
         let held: Vec<_> = (0..FLOOR + 44).map(|_| e.admit(t0, max).expect("not measured")).collect();
-        // Windows with a queue and no answers measure a rate of 0: refused.
+        // Windows with a queue and no answers measure a rate of 0; refused once the queue has
+        // gone half the bound without an answer.
         for k in 1..=MIN_SAMPLES as u32 + 1 {
             e.expected_wait(t0 + 100 * k * MS);
         }
-        let stalled = t0 + 100 * (MIN_SAMPLES as u32 + 1) * MS;
+        let early = t0 + 100 * (MIN_SAMPLES as u32 + 1) * MS;
+        assert!(e.admit(early, max).is_ok(), "300 ms without an answer is not yet a stall");
+        for k in MIN_SAMPLES as u32 + 2..=6 {
+            e.expected_wait(t0 + 100 * k * MS);
+        }
+        let stalled = t0 + 600 * MS;
         let wait = e.admit(stalled, max).err().expect("a measured stall");
-        assert!(wait.is_infinite());
+        assert!((wait - 0.5).abs() < 1e-9, "bounded by the 5 windows without an answer: {wait}");
         assert_eq!(retry_after(wait), 1);
         // Once they are answered, the queue is below the floor and requests are admitted.
         for t in held {

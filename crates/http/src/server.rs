@@ -8,7 +8,9 @@
 //! - **Connection cap**: at most `max_connections` are served at once. Past the cap, up to
 //!   [`REFUSE_SLOTS`] more are accepted only to be answered a short 503 `unavailable` with
 //!   `Retry-After` and closed ([`refuse`]): an overloaded node answers rather than leaving
-//!   clients in the kernel's queue until it drops or resets them. Past both, the loop stops
+//!   clients in the kernel's queue until it drops or resets them. A `GET` of `/healthz` or
+//!   `/metrics` there is served instead (one request), so probes and scrapes still work at
+//!   the cap. Past both, the loop stops
 //!   accepting and the listen backlog ([`LISTEN_BACKLOG`], built by [`bind`]) holds the
 //!   excess, not our memory.
 //! - **Header limits**: hyper parses up to [`HYPER_MAX_HEADERS`] fields in a head of up to
@@ -42,6 +44,10 @@ pub const HYPER_MAX_BUF: usize = 256 * 1024;
 /// Connections accepted past `max_connections` only to be answered 503 and closed, at once.
 /// Each costs a task, a 2 KiB buffer and at most two seconds ([`refuse::DEADLINE`] twice).
 pub const REFUSE_SLOTS: usize = 256;
+
+/// Longest a `/healthz` or `/metrics` request past the cap is served for (it holds a refusal
+/// slot meanwhile).
+pub const OPERATIONS_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Length of the listen queue asked of the kernel (which caps it at `net.core.somaxconn`).
 /// The default of 128 overflows when a few thousand clients connect at once: the kernel then
@@ -141,9 +147,21 @@ pub async fn serve(
             Slot::Refuse(r) => match slots.clone().try_acquire_owned() {
                 Ok(p) => p,
                 Err(_) => {
-                    metrics::counter!("likewise_http_connections_refused_total").increment(1);
+                    let (router, http) = (router.clone(), http.clone());
                     tokio::spawn(async move {
-                        refuse::refuse(stream).await;
+                        match refuse::refuse(stream).await {
+                            // An operator's probe or scrape: served, one request, bounded.
+                            Some(replay) => {
+                                let mut http = http;
+                                http.keep_alive(false);
+                                let conn = http.serve_connection(
+                                    TokioIo::new(ErrorBodies::new(replay)),
+                                    TowerToHyperService::new(router),
+                                );
+                                let _ = tokio::time::timeout(OPERATIONS_DEADLINE, conn).await;
+                            }
+                            None => metrics::counter!("likewise_http_connections_refused_total").increment(1),
+                        }
                         drop(r);
                     });
                     continue;

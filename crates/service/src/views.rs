@@ -68,7 +68,7 @@ impl Sketch {
     /// The sketch of a stored form; `None` when unreadable.
     fn restore(stored: &[u8]) -> Option<Sketch> {
         let (registers, exact) = match post_views::decode(stored)? {
-            Stored::Registers(regs) => (regs, Exact::lost()),
+            Stored::Registers(regs, floor) => (regs, Exact::lost_at(floor)),
             Stored::Exact(set) => {
                 let mut regs = vec![0u8; post_views::REGISTERS];
                 post_views::insert_all(&mut regs, &set);
@@ -91,9 +91,11 @@ impl Sketch {
 
     /// The unique viewers: exact while the viewers are known, else the estimate rounded as the
     /// analytics export rounds it (the library's `count()` truncates, which reads one viewer
-    /// as 0).
+    /// as 0), never below the viewers the lost exact set held.
     fn unique_viewers(&self) -> u64 {
-        self.exact.count().unwrap_or_else(|| viewers_from_estimate(self.hll.raw_count()))
+        self.exact
+            .count()
+            .unwrap_or_else(|| viewers_from_estimate(self.hll.raw_count()).max(self.exact.floor()))
     }
 }
 
@@ -267,7 +269,7 @@ mod tests {
             h.insert(i);
         }
         let stored = h.encode();
-        assert_eq!(stored.len(), 1 << PRECISION, "past the exact bound: the registers");
+        assert_eq!(stored.len(), 1 + 8 + (1 << PRECISION), "past the exact bound: the floored registers");
         let back = Sketch::restore(&stored).expect("restore");
         assert_eq!(back.unique_viewers(), h.unique_viewers());
         let err = (h.unique_viewers() as f64 - 5_000.0).abs() / 5_000.0;
@@ -296,6 +298,35 @@ mod tests {
         two.insert(101);
         assert_eq!(two.unique_viewers(), 2);
         assert_eq!(viewers_from_estimate(two.hll.raw_count()), 1, "what the registers alone read");
+    }
+
+    #[test]
+    fn the_count_never_goes_down_when_the_exact_set_is_lost() {
+        // Past 1,024 viewers the registers estimate, and they read some sets of 1,025 as
+        // fewer than 1,024: the count stays at least what the set held, in memory and stored,
+        // on one node and merged from two.
+        let n = likewise_core::exact_viewers::EXACT_MAX as u64;
+        for seed in 0..20u64 {
+            let mut h = Sketch::empty();
+            let (mut one, mut two) = (Sketch::empty(), Sketch::empty());
+            let mut last = 0;
+            for v in 1..=n + 60 {
+                let viewer = seed * 1_000_003 + v * 7_919;
+                h.insert(viewer);
+                if v % 2 == 0 { &mut one } else { &mut two }.insert(viewer);
+                let now = h.unique_viewers();
+                assert!(now >= last, "seed {seed}: {last} then {now} at viewer {v}");
+                if v > n {
+                    assert!(now > n, "seed {seed}: {now} at viewer {v}");
+                    let back = Sketch::restore(&h.encode()).expect("restore");
+                    assert_eq!(back.unique_viewers(), now, "stored, seed {seed}, viewer {v}");
+                }
+                last = now;
+            }
+            let merged = post_views::merge(&one.encode(), two.encode());
+            let read = Sketch::restore(&merged).expect("restore").unique_viewers();
+            assert!(read > n, "seed {seed}: two nodes' sets merged past the bound read {read}");
+        }
     }
 
     #[test]
@@ -333,10 +364,13 @@ mod tests {
         let read = Sketch::restore(&old).expect("restore");
         assert_eq!(read.unique_viewers(), viewers_from_estimate(a.hll.raw_count()));
         let merged = post_views::merge(&old, b.encode());
-        assert_eq!(merged.len(), 1 << PRECISION);
         let mut union = Sketch::empty();
         union.union(&a).expect("union");
         union.union(&b).expect("union");
-        assert_eq!(merged, union.hll.parts().0);
+        assert_eq!(
+            post_views::decode(&merged),
+            Some(Stored::Registers(union.hll.parts().0.to_vec(), 101)),
+            "registers of both, at least the set's 101 viewers"
+        );
     }
 }

@@ -345,3 +345,16 @@ pub fn assert_error(st: StatusCode, v: &Value, want: u16, kind: &str) {
     assert_eq!(v["error"].as_str(), Some(kind), "{v}");
     assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
 }
+
+/// Raise this process's open-file limit to fit `n` more sockets (up to the hard limit).
+pub fn allow_open_files(n: u64) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut lim = getrlimit(Resource::Nofile);
+    let want = n + 256;
+    if lim.current.is_some_and(|c| c < want) {
+        lim.current = Some(lim.maximum.map_or(want, |m| m.min(want)));
+        setrlimit(Resource::Nofile, lim).expect("raise RLIMIT_NOFILE");
+    }
+    let now = getrlimit(Resource::Nofile).current;
+    assert!(now.is_none_or(|c| c >= want), "the open-file limit {now:?} is too low for {n} sockets");
+}

@@ -6,9 +6,16 @@
 //! connection with nothing on it. A short 503 tells it the node is overloaded and when to
 //! retry. The cost is bounded: each refusal reads at most [`MAX_HEAD`] bytes, and the whole
 //! exchange (head, answer, lingering close) takes at most twice [`DEADLINE`].
+//!
+//! Operators' requests are the exception: a `GET` or `HEAD` of `/healthz` or `/metrics` is
+//! handed back to be served (one request, then close), so a node at its cap can still be
+//! probed and scraped, and its refusals counted, when operators need that most.
 
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
 /// Longest wait for the request head, and then for the client to close after the answer.
@@ -25,50 +32,94 @@ content-length: 74\r\n\
 \r\n\
 {\"error\":\"unavailable\",\"message\":\"too many connections open; retry later\"}";
 
-/// Answer `stream` with the 503 and close it. Errors are the client's going away: ignored.
-pub async fn refuse(mut stream: TcpStream) {
-    let mut buf = [0u8; 2048];
+/// Answer `stream` with the 503 and close it; or, for an operator's request
+/// ([`is_operations`]), the connection back with its head replayed, to be served. Errors are
+/// the client's going away: ignored.
+pub async fn refuse(mut stream: TcpStream) -> Option<Replay> {
+    let mut head = Vec::new();
     // Read the head first, so the answer comes after the request, as clients expect.
-    let _ = tokio::time::timeout(DEADLINE, read_head(&mut stream, &mut buf)).await;
+    let complete = tokio::time::timeout(DEADLINE, read_head(&mut stream, &mut head)).await.unwrap_or(false);
+    if complete && is_operations(&head) {
+        return Some(Replay { head, at: 0, inner: stream });
+    }
     if stream.write_all(ANSWER).await.is_err() {
-        return;
+        return None;
     }
     let _ = stream.shutdown().await;
     // Lingering close: closing with unread input would reset the connection, and a reset
     // can reach the client before it has read the answer. Wait (bounded) for its close.
+    let mut buf = [0u8; 2048];
     let _ = tokio::time::timeout(DEADLINE, async {
         while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
     })
     .await;
+    None
 }
 
-/// Read until the end of a request head (an empty line), end of input, or [`MAX_HEAD`].
-async fn read_head(stream: &mut TcpStream, buf: &mut [u8]) {
-    let mut total = 0;
-    // The last three bytes of the previous read: an empty line may span two reads.
-    let mut tail = [0u8; 3];
-    while total < MAX_HEAD {
-        let n = match stream.read(buf).await {
-            Ok(0) | Err(_) => return,
+/// Whether a request head asks for `/healthz` or `/metrics` with `GET` or `HEAD`.
+pub fn is_operations(head: &[u8]) -> bool {
+    let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
+    let mut parts = line.split(|b| *b == b' ');
+    let (Some(method), Some(target)) = (parts.next(), parts.next()) else { return false };
+    let path = target.split(|b| *b == b'?').next().unwrap_or_default();
+    matches!(method, b"GET" | b"HEAD") && matches!(path, b"/healthz" | b"/metrics")
+}
+
+/// Read into `head` until the end of a request head (an empty line: `true`), end of input,
+/// or [`MAX_HEAD`] bytes.
+async fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> bool {
+    let mut buf = [0u8; 2048];
+    while head.len() < MAX_HEAD {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return false,
             Ok(n) => n,
         };
-        total += n;
-        let read = &buf[..n];
-        // An empty line across the boundary: the previous tail and this read's first bytes.
-        let mut seam = [0u8; 6];
-        seam[..3].copy_from_slice(&tail);
-        let head = read.len().min(3);
-        seam[3..3 + head].copy_from_slice(&read[..head]);
-        let ends = |b: &[u8]| b.windows(4).any(|w| w == b"\r\n\r\n");
-        if ends(&seam[..3 + head]) || ends(read) {
-            return;
+        // An empty line may span two reads: look from three bytes before this read's start.
+        let from = head.len().saturating_sub(3);
+        head.extend_from_slice(&buf[..n]);
+        if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+            return true;
         }
-        if n >= 3 {
-            tail.copy_from_slice(&read[n - 3..]);
-        } else {
-            tail.rotate_left(n);
-            tail[3 - n..].copy_from_slice(read);
+    }
+    false
+}
+
+/// A connection whose first bytes (the head [`refuse`] read) are read again before the
+/// socket's.
+pub struct Replay {
+    head: Vec<u8>,
+    at: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Replay {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.at < self.head.len() {
+            let n = (self.head.len() - self.at).min(buf.remaining());
+            let at = self.at;
+            buf.put_slice(&self.head[at..at + n]);
+            self.at += n;
+            return Poll::Ready(Ok(()));
         }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Replay {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -85,5 +136,25 @@ mod tests {
         assert_eq!(v["error"], "unavailable");
         assert!(v["message"].is_string());
         assert_eq!(v.as_object().map(|o| o.len()), Some(2));
+    }
+
+    #[test]
+    fn only_operators_gets_of_health_and_metrics_pass() {
+        for ok in
+            ["GET /healthz HTTP/1.1\r\n\r\n", "HEAD /metrics HTTP/1.1\r\n", "GET /metrics?x=1 HTTP/1.0\r\n"]
+        {
+            assert!(is_operations(ok.as_bytes()), "{ok}");
+        }
+        for no in [
+            "POST /healthz HTTP/1.1\r\n",
+            "GET /healthzz HTTP/1.1\r\n",
+            "GET /v1/posts/1/likes HTTP/1.1\r\n",
+            "GET /metrics/../v1 HTTP/1.1\r\n",
+            "get /healthz HTTP/1.1\r\n",
+            "GET",
+            "",
+        ] {
+            assert!(!is_operations(no.as_bytes()), "{no}");
+        }
     }
 }
