@@ -158,6 +158,23 @@ async fn at_the_cap_health_and_metrics_are_still_served() {
     // Served past the cap, they did not take a slot: the next API request is refused too.
     let again = past("/openapi.json").await;
     assert!(again.head.starts_with("http/1.1 503"), "{}", again.head);
+    // A flood of scrapes past the cap: a few are served at once, the rest refused at once;
+    // every one is answered, and an API request among them is still refused.
+    let flood: Vec<_> = (0..64).map(|_| tokio::spawn(past("/metrics"))).collect();
+    let api = past("/openapi.json").await;
+    assert!(api.head.starts_with("http/1.1 503"), "{}", api.head);
+    let (mut served, mut refused) = (0, 0);
+    for f in flood {
+        let a = f.await.expect("join");
+        if a.head.starts_with("http/1.1 200") {
+            served += 1;
+        } else {
+            assert!(a.head.starts_with("http/1.1 503") && a.head.contains("\r\nretry-after: "), "{}", a.head);
+            refused += 1;
+        }
+    }
+    println!("scrapes past the cap: {served} served, {refused} refused");
+    assert!(served >= 1, "no scrape served");
     drop(held);
     stop(server);
 }

@@ -2,7 +2,8 @@
 //! posts whose buckets move: no acknowledged like or comment is lost, counts equal the rows on
 //! both nodes, and the run prints how long writes to a moving bucket were held and the
 //! longest request (figures; the assert on them is only a generous ceiling, speed targets
-//! belong in benchmarks). A binary of its own: three shards under two API nodes and a
+//! belong in benchmarks). Afterwards every liker's heart (`viewer_has_liked`) equals the
+//! rows on both nodes within 5 s, whatever their like was answered. A binary of its own: three shards under two API nodes and a
 //! worker take most of the server's 100 connections.
 
 mod common;
@@ -32,6 +33,8 @@ struct Storm {
     /// Per post: the comments answered 201.
     comments: HashMap<u64, HashSet<String>>,
     requests: usize,
+    /// Every like sent: (user, post), whatever its answer.
+    attempts: Vec<(u64, u64)>,
     /// Answered other than 200/201 (not acknowledged), by status (0: no answer).
     refused: HashMap<u16, usize>,
     longest: Duration,
@@ -72,6 +75,7 @@ async fn writer(
                 }
             };
         let t = Instant::now();
+        s.attempts.push((user, post));
         let answer = c.call(base, Method::PUT, &format!("/v1/posts/{post}/like"), user, false, "").await;
         timed(&answer, t, "like");
         if let Ok((200, v)) = &answer {
@@ -178,6 +182,7 @@ async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
             storm.comments.entry(p).or_default().extend(ids);
         }
         storm.requests += s.requests;
+        storm.attempts.extend(s.attempts);
         for (st, n) in s.refused {
             *storm.refused.entry(st).or_default() += n;
         }
@@ -223,9 +228,11 @@ async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
     }
 
     // Every acknowledged write is there, on one shard; counts equal the rows on both nodes.
+    let mut rows: HashMap<u64, HashSet<i64>> = HashMap::new();
     for p in &posts {
         let likers =
             rows_on_one_shard(&urls, "SELECT user_id FROM likes WHERE kind = 1 AND target = $1", *p).await;
+        rows.insert(*p, likers.clone());
         for u in storm.likers.get(p).into_iter().flatten() {
             assert!(likers.contains(&(*u as i64)), "post {p}: acknowledged like of {u} lost");
         }
@@ -247,6 +254,44 @@ async fn a_rebalance_under_a_storm_keeps_every_write_and_prints_its_holds() {
             }
         }
     }
+    // Every liker's heart, on both nodes, equals the rows: acknowledged or not, the move
+    // and the storm left no own-likes record or cached answer that disagrees. A pass over
+    // all of them, then the ones that disagreed again, until 5 s have passed.
+    let checks: Vec<(String, u64, u64, bool)> = bases
+        .iter()
+        .flat_map(|b| storm.attempts.iter().map(|(u, p)| (b.clone(), *u, *p, rows[p].contains(&(*u as i64)))))
+        .collect();
+    let hearts = |checks: Vec<(String, u64, u64, bool)>| {
+        let c = c.clone();
+        async move {
+            use futures::StreamExt;
+            futures::stream::iter(checks)
+                .map(|(base, u, p, want)| {
+                    let c = c.clone();
+                    async move {
+                        let v = get_post(&c, &base, p, u).await;
+                        (v["viewer_has_liked"].as_bool() != Some(want)).then_some((base, u, p, want))
+                    }
+                })
+                .buffer_unordered(32)
+                .filter_map(|x| async move { x })
+                .collect::<Vec<_>>()
+                .await
+        }
+    };
+    let total = checks.len();
+    let mut wrong = hearts(checks).await;
+    let first = wrong.len();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !wrong.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        wrong = hearts(wrong).await;
+    }
+    eprintln!("hearts: {total} checked on both nodes, {first} wrong at first, {} after 5 s", wrong.len());
+    assert!(
+        wrong.is_empty(),
+        "hearts that disagree with the rows 5 s on (node, user, post, rows say): {wrong:?}"
+    );
     let acked: usize = storm.likers.values().map(HashSet::len).sum();
     assert!(acked > 500, "the storm got too little acknowledged to tell: {acked}");
     // A generous ceiling only: the figures above are what to read.

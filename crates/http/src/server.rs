@@ -48,6 +48,10 @@ pub const REFUSE_SLOTS: usize = 256;
 /// Longest a `/healthz` or `/metrics` request past the cap is served for (it holds a refusal
 /// slot meanwhile).
 pub const OPERATIONS_DEADLINE: Duration = Duration::from_secs(5);
+/// Most `/healthz` and `/metrics` requests served past the cap at once: enough for probes and
+/// scrapers, few enough that a flood of them cannot take the refusal slots (the rest are
+/// answered 503 like any other request).
+pub const OPERATIONS_PAST_CAP: usize = 8;
 
 /// Length of the listen queue asked of the kernel (which caps it at `net.core.somaxconn`).
 /// The default of 128 overflows when a few thousand clients connect at once: the kernel then
@@ -113,6 +117,7 @@ pub async fn serve(
         .max_buf_size(HYPER_MAX_BUF);
     tokio::pin!(shutdown);
     let refusals = Arc::new(Semaphore::new(REFUSE_SLOTS));
+    let operations = Arc::new(Semaphore::new(OPERATIONS_PAST_CAP));
     loop {
         // Wait for a free slot first, to serve or else to refuse: with neither, new clients
         // queue in the kernel backlog.
@@ -147,11 +152,12 @@ pub async fn serve(
             Slot::Refuse(r) => match slots.clone().try_acquire_owned() {
                 Ok(p) => p,
                 Err(_) => {
-                    let (router, http) = (router.clone(), http.clone());
+                    let (router, http, operations) = (router.clone(), http.clone(), operations.clone());
                     tokio::spawn(async move {
-                        match refuse::refuse(stream).await {
-                            // An operator's probe or scrape: served, one request, bounded.
-                            Some(replay) => {
+                        match refuse::refuse(stream, || operations.try_acquire_owned().ok()).await {
+                            // An operator's probe or scrape: served, one request, bounded, a
+                            // few at once (the rest are refused like any other request).
+                            Some((replay, _place)) => {
                                 let mut http = http;
                                 http.keep_alive(false);
                                 let conn = http.serve_connection(

@@ -33,14 +33,17 @@ content-length: 74\r\n\
 {\"error\":\"unavailable\",\"message\":\"too many connections open; retry later\"}";
 
 /// Answer `stream` with the 503 and close it; or, for an operator's request
-/// ([`is_operations`]), the connection back with its head replayed, to be served. Errors are
-/// the client's going away: ignored.
-pub async fn refuse(mut stream: TcpStream) -> Option<Replay> {
+/// ([`is_operations`]) while `operations` grants a place, the connection back with its head
+/// replayed, to be served. Errors are the client's going away: ignored.
+pub async fn refuse<P>(mut stream: TcpStream, operations: impl FnOnce() -> Option<P>) -> Option<(Replay, P)> {
     let mut head = Vec::new();
     // Read the head first, so the answer comes after the request, as clients expect.
     let complete = tokio::time::timeout(DEADLINE, read_head(&mut stream, &mut head)).await.unwrap_or(false);
-    if complete && is_operations(&head) {
-        return Some(Replay { head, at: 0, inner: stream });
+    if complete
+        && is_operations(&head)
+        && let Some(place) = operations()
+    {
+        return Some((Replay { head, at: 0, inner: stream }, place));
     }
     if stream.write_all(ANSWER).await.is_err() {
         return None;
@@ -56,17 +59,19 @@ pub async fn refuse(mut stream: TcpStream) -> Option<Replay> {
     None
 }
 
-/// Whether a request head asks for `/healthz` or `/metrics` with `GET` or `HEAD`.
+/// Whether a request head asks for `/healthz` or `/metrics` with `GET` or `HEAD` (empty lines
+/// before the request line are skipped, as HTTP/1.1 servers do).
 pub fn is_operations(head: &[u8]) -> bool {
-    let line = head.split(|b| *b == b'\r').next().unwrap_or_default();
+    let start = head.iter().position(|b| *b != b'\r' && *b != b'\n').unwrap_or(head.len());
+    let line = head[start..].split(|b| *b == b'\r' || *b == b'\n').next().unwrap_or_default();
     let mut parts = line.split(|b| *b == b' ');
     let (Some(method), Some(target)) = (parts.next(), parts.next()) else { return false };
     let path = target.split(|b| *b == b'?').next().unwrap_or_default();
     matches!(method, b"GET" | b"HEAD") && matches!(path, b"/healthz" | b"/metrics")
 }
 
-/// Read into `head` until the end of a request head (an empty line: `true`), end of input,
-/// or [`MAX_HEAD`] bytes.
+/// Read into `head` until the end of a request head (an empty line, CRLF or bare LF: `true`),
+/// end of input, or [`MAX_HEAD`] bytes. Empty lines before the request line do not end it.
 async fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> bool {
     let mut buf = [0u8; 2048];
     while head.len() < MAX_HEAD {
@@ -77,11 +82,19 @@ async fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> bool {
         // An empty line may span two reads: look from three bytes before this read's start.
         let from = head.len().saturating_sub(3);
         head.extend_from_slice(&buf[..n]);
-        if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+        if ends_head(head, from) {
             return true;
         }
     }
     false
+}
+
+/// Whether `head` holds the end of a request head at or after `from`.
+fn ends_head(head: &[u8], from: usize) -> bool {
+    let Some(start) = head.iter().position(|b| *b != b'\r' && *b != b'\n') else { return false };
+    let from = from.max(start);
+    let rest = &head[from..];
+    rest.windows(4).any(|w| w == b"\r\n\r\n") || rest.windows(2).any(|w| w == b"\n\n")
 }
 
 /// A connection whose first bytes (the head [`refuse`] read) are read again before the

@@ -43,6 +43,10 @@ const FETCH_BOUND: Duration = Duration::from_secs(1);
 /// [`FETCH_BOUND`].
 const FETCH_MESSAGES: usize = 64;
 
+/// Longest a fetch's batch is read on across reads (see [`InFlight`]); one older is dropped,
+/// its answer taken as lost (a failover), and the gap it leaves repositions the consumer.
+const IN_FLIGHT_LIMIT: Duration = Duration::from_secs(10);
+
 /// A consumer nobody fetched from for this long is removed by the server (one a crashed
 /// worker left behind); a live log whose consumer expired re-creates it on its next read.
 const INACTIVE_LIMIT: Duration = Duration::from_secs(600);
@@ -56,7 +60,23 @@ pub struct StreamLog {
     /// The reader's exported position, labelled with its name (`notifications`,
     /// `trending.p7`), gone with the log (a partition given back or lost).
     position: likewise_core::positions::Position,
+    /// The longest the fetches of one read may take ([`FETCH_BOUND`]; tests shorten it).
+    bound: Duration,
     state: Mutex<State>,
+}
+
+/// A fetch whose batch was still arriving when a read's time ran out. It is read on by the
+/// next read, not dropped: the server goes on delivering a dropped batch to an inbox nobody
+/// reads, the next delivery then skips a consumer sequence, and the consumer must be
+/// re-created. Under load (128 partition consumers on a stream of a million messages, the
+/// server's read loop for one connection taking seconds) that turned every slow fetch into a
+/// re-creation, which made the server slower still: 10,865 of them in four minutes.
+struct InFlight {
+    batch: pull::Batch,
+    /// Messages asked for, and received so far.
+    asked: usize,
+    got: usize,
+    since: tokio::time::Instant,
 }
 
 struct State {
@@ -71,6 +91,10 @@ struct State {
     /// read again from there (a failed commit, a notifier holding likes read past its offset),
     /// so a consumer re-created with nothing held starts after it.
     floor: u64,
+    /// A fetch still arriving, read on by the next read.
+    in_flight: Option<InFlight>,
+    /// Times this log re-created its consumer.
+    repositions: u64,
 }
 
 impl StreamLog {
@@ -85,12 +109,15 @@ impl StreamLog {
             family,
             filter,
             position: likewise_core::positions::Position::new(name),
+            bound: FETCH_BOUND,
             state: Mutex::new(State {
                 consumer,
                 name: first,
                 delivered: Vec::new(),
                 last_delivery: 0,
                 floor: offset,
+                in_flight: None,
+                repositions: 0,
             }),
         })
     }
@@ -112,6 +139,8 @@ impl StreamLog {
         st.consumer = create(&self.stream, &name, &self.filter, start).await?;
         let old = std::mem::replace(&mut st.name, name);
         st.last_delivery = 0;
+        st.in_flight = None;
+        st.repositions += 1;
         metrics::counter!("likewise_stream_repositions_total").increment(1);
         delete_later(&self.stream, old);
         Ok(())
@@ -200,30 +229,49 @@ impl StreamLog {
         //
         // A no-wait fetch has no client-side expiry: when the server's answer is lost (seen
         // after a worker failover) it would wait for the next message to be published, and a
-        // consumer with nothing new would hang. Bounded here; what a batch delivered after the
-        // bound is a gap the next read repositions over.
-        let deadline = tokio::time::Instant::now() + FETCH_BOUND;
+        // consumer with nothing new would hang. So each read is bounded here, and a batch
+        // still arriving at the bound is kept for the next read ([`InFlight`]); one kept past
+        // [`IN_FLIGHT_LIMIT`] is dropped, and the gap it leaves repositions the consumer.
+        let deadline = tokio::time::Instant::now() + self.bound;
         let mut first = true;
         while out.len() < max {
-            if !first && tokio::time::Instant::now() + FETCH_BOUND / 2 > deadline {
+            if !first && tokio::time::Instant::now() + self.bound / 2 > deadline {
                 break;
             }
             first = false;
-            // Messages hold one or more events.
-            let msgs = (max - out.len()).div_ceil(16).clamp(1, FETCH_MESSAGES);
-            let fetch = st.consumer.fetch().max_messages(msgs).messages();
-            let Ok(batch) = tokio::time::timeout_at(deadline, fetch).await else {
-                metrics::counter!("likewise_stream_fetch_timeouts_total").increment(1);
-                return Ok(Fetched::Events(out));
+            let mut f = match st.in_flight.take() {
+                Some(f) if f.since.elapsed() < IN_FLIGHT_LIMIT => f,
+                stale => {
+                    if stale.is_some() {
+                        metrics::counter!("likewise_stream_fetches_abandoned_total").increment(1);
+                    }
+                    // Messages hold one or more events.
+                    let msgs = (max - out.len()).div_ceil(16).clamp(1, FETCH_MESSAGES);
+                    // Sending the request is local work; bounded all the same (a connection
+                    // whose buffer is full), by at least a second.
+                    let fetch = st.consumer.fetch().max_messages(msgs).messages();
+                    let until = deadline.max(tokio::time::Instant::now() + FETCH_BOUND);
+                    let Ok(batch) = tokio::time::timeout_at(until, fetch).await else {
+                        metrics::counter!("likewise_stream_fetch_timeouts_total").increment(1);
+                        return Ok(Fetched::Events(out));
+                    };
+                    InFlight {
+                        batch: batch.map_err(nats_err)?,
+                        asked: msgs,
+                        got: 0,
+                        since: tokio::time::Instant::now(),
+                    }
+                }
             };
-            let mut batch = batch.map_err(nats_err)?;
-            let mut got = 0;
             loop {
-                let m = match tokio::time::timeout_at(deadline, batch.next()).await {
+                // `next` is cancel-safe: a message not taken before the deadline stays in the
+                // batch for the next read.
+                let m = match tokio::time::timeout_at(deadline, f.batch.next()).await {
                     Ok(Some(m)) => m,
                     Ok(None) => break,
                     Err(_) => {
                         metrics::counter!("likewise_stream_fetch_timeouts_total").increment(1);
+                        st.in_flight = Some(f);
                         return Ok(Fetched::Events(out));
                     }
                 };
@@ -235,7 +283,7 @@ impl StreamLog {
                     return Ok(Fetched::Gap { expected: st.last_delivery + 1, got: delivery });
                 }
                 st.last_delivery = delivery;
-                got += 1;
+                f.got += 1;
                 if st.delivered.last().is_some_and(|(s, _)| *s >= seq) {
                     continue; // a redelivery of something still buffered
                 }
@@ -244,7 +292,7 @@ impl StreamLog {
                 }
                 st.delivered.push((seq, m));
             }
-            if got < msgs {
+            if f.got < f.asked {
                 break; // nothing more for now
             }
         }
@@ -486,6 +534,40 @@ mod tests {
     /// single fetch per call the notifier read 64 messages per step, fewer than a storm
     /// publishes, and never caught up. Also after a reposition that puts it well below
     /// where it had read (it skips what it read, within the same call).
+    /// Reads whose time runs out while a batch is arriving (a bound of zero: a read takes what
+    /// has arrived, as a server busy for seconds makes of the 1 s bound) read it on: every event comes once, in order, and the
+    /// consumer is never re-created. Dropping such a batch re-created it at nearly every read.
+    #[tokio::test]
+    async fn a_batch_still_arriving_when_a_read_ends_is_read_on_not_repositioned() {
+        let s = stream().await;
+        let got = tokio::time::timeout(Duration::from_secs(30), slow_reads(&s)).await;
+        s.delete().await.expect("delete stream");
+        let got = got.expect("in time");
+        let (seqs, repositions) = got.expect("read");
+        assert_eq!(seqs.len(), 3 * 600, "every event once");
+        assert!(seqs.windows(2).all(|w| w[0] <= w[1]), "in order");
+        assert_eq!(repositions, 0, "no consumer re-created");
+    }
+
+    async fn slow_reads(s: &JetStream) -> StoreResult<(Vec<u64>, u64)> {
+        publish(s, 600).await;
+        let mut log = StreamLog::durable(s, "slow", s.shard_filter(0), 0).await?;
+        log.bound = Duration::ZERO;
+        let (mut seqs, mut after) = (Vec::new(), 0);
+        let until = tokio::time::Instant::now() + Duration::from_secs(20);
+        while seqs.len() < 3 * 600 && tokio::time::Instant::now() < until {
+            let evs = log.read_after(after, 10_000).await?;
+            if let Some(last) = evs.last() {
+                after = last.seq;
+                log.committed(after).await?;
+            }
+            seqs.extend(evs.iter().map(|e| e.seq));
+        }
+        let repositions = log.state.lock().await.repositions;
+        log.close().await?;
+        Ok((seqs, repositions))
+    }
+
     #[tokio::test]
     async fn a_backlog_is_read_in_one_call() {
         let s = stream().await;
