@@ -12,7 +12,8 @@
 #             CPU, Redis commands and stream counters at the last answer; then waits for the
 #             reverse index and the aggregators; statements and WAL per like; table sizes
 #   redis     MEMORY USAGE of every key, summed per key family (right after `like`)
-#   consumers drain rates over 60 s (notifier, trending, ...), WAL per notified event
+#   consumers drain rates over 60 s (notifier, trending, ...), WAL per notified event; a rerun
+#             on the same engines needs another SEED (the same likes again change nothing)
 #   comment   20,000 comments of 40-140 characters on Zipf-chosen posts; table sizes after
 #   feed      20,000 feed pages of 20 posts; Redis commands and shard statements per page
 #   jetstream publish/consume rate and nats-server CPU per message (js_bench.py, nats-py)
@@ -234,7 +235,7 @@ consumers)
   # 2. Drain: a backlog of likes made while no worker ran, then one worker process started.
   #    Each reader's drain time runs from the process start until its position reaches the
   #    stream's end (start-up and the relay's publishing included: a lower bound of its rate).
-  python3 "$HERE/load.py" like --url $API --secret $SECRET --likes 40000 --seed 11 > "$W/load.backlog.json"
+  python3 "$HERE/load.py" like --url $API --secret $SECRET --likes 40000 --seed "${SEED:-11}" > "$W/load.backlog.json"
   m0=$(last_seq); w0=$(wal); t0=$(date +%s.%N); start_worker
   declare -A done_at=()
   for _ in $(seq 1 3000); do

@@ -247,10 +247,12 @@ impl StreamLog {
                     }
                     // Messages hold one or more events.
                     let msgs = (max - out.len()).div_ceil(16).clamp(1, FETCH_MESSAGES);
-                    // Sending the request is local work; bounded all the same (a connection
-                    // whose buffer is full), by at least a second.
+                    // Subscribing and sending the request wait only for the connection, but
+                    // seconds when the server is slow to read it; given up on after the
+                    // request went out, the batch's deliveries would be lost, as a dropped
+                    // batch's are. So only [`IN_FLIGHT_LIMIT`] bounds it (a dead connection).
                     let fetch = st.consumer.fetch().max_messages(msgs).messages();
-                    let until = deadline.max(tokio::time::Instant::now() + FETCH_BOUND);
+                    let until = tokio::time::Instant::now() + IN_FLIGHT_LIMIT;
                     let Ok(batch) = tokio::time::timeout_at(until, fetch).await else {
                         metrics::counter!("likewise_stream_fetch_timeouts_total").increment(1);
                         return Ok(Fetched::Events(out));
