@@ -48,8 +48,14 @@ const FETCH_MESSAGES: usize = 64;
 const IN_FLIGHT_LIMIT: Duration = Duration::from_secs(10);
 
 /// A consumer nobody fetched from for this long is removed by the server (one a crashed
-/// worker left behind); a live log whose consumer expired re-creates it on its next read.
-const INACTIVE_LIMIT: Duration = Duration::from_secs(600);
+/// worker left behind, or whose delete was lost); a live log whose consumer expired
+/// re-creates it on its next read. Short, because every consumer left behind still costs the
+/// server: it tracks the pending messages of each, and hundreds of them on one stream made
+/// its read loop take seconds.
+const INACTIVE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Attempts at deleting a replaced consumer, a second apart and then longer.
+const DELETE_ATTEMPTS: u32 = 5;
 
 /// A consumer's view of the stream.
 pub struct StreamLog {
@@ -152,14 +158,25 @@ fn consumer_name(family: &str) -> String {
     format!("{family}-x{:016x}", rand::random::<u64>())
 }
 
-/// Delete consumer `name` in the background, best effort (one whose delete is lost expires).
+/// Delete consumer `name` in the background, retried while the server is slow to answer
+/// (up to [`DELETE_ATTEMPTS`]); one whose delete is lost for good expires.
 fn delete_later(stream: &JetStream, name: String) {
     let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
     let stream = stream.clone();
     rt.spawn(async move {
-        if let Ok(s) = stream.js.get_stream(&stream.stream_name).await {
-            let _ = s.delete_consumer(&name).await;
+        for attempt in 0..DELETE_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_secs(1 << (attempt - 1))).await;
+            }
+            let Ok(s) = stream.js.get_stream(&stream.stream_name).await else { continue };
+            match s.delete_consumer(&name).await {
+                Ok(_) => return,
+                // Gone already (expired, or deleted by a log of the same name starting).
+                Err(e) if e.to_string().contains("not found") => return,
+                Err(_) => {}
+            }
         }
+        metrics::counter!("likewise_stream_consumer_deletes_lost_total").increment(1);
     });
 }
 
