@@ -62,7 +62,7 @@ pub async fn refuse<P>(mut stream: TcpStream, operations: impl FnOnce() -> Optio
 /// Whether a request head asks for `/healthz` or `/metrics` with `GET` or `HEAD` (empty lines
 /// before the request line are skipped, as HTTP/1.1 servers do).
 pub fn is_operations(head: &[u8]) -> bool {
-    let start = head.iter().position(|b| *b != b'\r' && *b != b'\n').unwrap_or(head.len());
+    let start = request_start(head).unwrap_or(head.len());
     let line = head[start..].split(|b| *b == b'\r' || *b == b'\n').next().unwrap_or_default();
     let mut parts = line.split(|b| *b == b' ');
     let (Some(method), Some(target)) = (parts.next(), parts.next()) else { return false };
@@ -89,9 +89,14 @@ async fn read_head(stream: &mut TcpStream, head: &mut Vec<u8>) -> bool {
     false
 }
 
+/// Where the request line begins: past any empty lines before it (`None`: none yet).
+fn request_start(head: &[u8]) -> Option<usize> {
+    head.iter().position(|b| *b != b'\r' && *b != b'\n')
+}
+
 /// Whether `head` holds the end of a request head at or after `from`.
 fn ends_head(head: &[u8], from: usize) -> bool {
-    let Some(start) = head.iter().position(|b| *b != b'\r' && *b != b'\n') else { return false };
+    let Some(start) = request_start(head) else { return false };
     let from = from.max(start);
     let rest = &head[from..];
     rest.windows(4).any(|w| w == b"\r\n\r\n") || rest.windows(2).any(|w| w == b"\n\n")

@@ -172,7 +172,12 @@ fn delete_later(stream: &JetStream, name: String) {
             match s.delete_consumer(&name).await {
                 Ok(_) => return,
                 // Gone already (expired, or deleted by a log of the same name starting).
-                Err(e) if e.to_string().contains("not found") => return,
+                Err(e)
+                    if matches!(e.kind(), async_nats::jetstream::stream::ConsumerErrorKind::JetStream(j)
+                    if j.error_code() == async_nats::jetstream::ErrorCode::CONSUMER_NOT_FOUND) =>
+                {
+                    return;
+                }
                 Err(_) => {}
             }
         }
