@@ -157,6 +157,17 @@ mod tests {
     }
 
     #[test]
+    fn a_head_ends_at_its_first_empty_line_crlf_or_bare_lf() {
+        assert!(ends_head(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 0));
+        assert!(ends_head(b"GET /healthz HTTP/1.1\nHost: x\n\n", 0));
+        assert!(!ends_head(b"GET /healthz HTTP/1.1\r\nHost: x\r\n", 0));
+        assert!(!ends_head(b"\r\n\r\n", 0), "empty lines before the request line");
+        assert!(ends_head(b"\r\nGET /healthz HTTP/1.1\r\n\r\n", 0));
+        assert!(is_operations(b"\r\nGET /healthz HTTP/1.1\r\n\r\n"), "after an empty line");
+        assert!(is_operations(b"GET /metrics HTTP/1.1\nHost: x\n\n"), "bare LF");
+    }
+
+    #[test]
     fn only_operators_gets_of_health_and_metrics_pass() {
         for ok in
             ["GET /healthz HTTP/1.1\r\n\r\n", "HEAD /metrics HTTP/1.1\r\n", "GET /metrics?x=1 HTTP/1.0\r\n"]
