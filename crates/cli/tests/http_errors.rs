@@ -7,6 +7,7 @@
 mod common;
 
 use common::{TestApp, test_config};
+use hyper::Method;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -171,5 +172,55 @@ async fn a_body_declared_over_the_limit_is_refused_before_it_is_sent() {
         assert_json_error(&r, 413, "too_large");
         assert!(started.elapsed() < Duration::from_secs(2), "{method} {path}: {:?}", started.elapsed());
     }
+    app.stop().await;
+}
+
+/// A client that sends its whole request before reading (as most HTTP clients do) gets the
+/// answer the server gave before reading the body, a 413 over the limit or a 401 without a
+/// token, rather than a reset: the server drains input for a moment before it closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_given_before_the_body_is_read_reaches_a_client_still_sending_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start_with(test_config(dir.path())).await;
+    let user = app.user(5);
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let body = format!(r#"{{"pad":"{}"}}"#, "x".repeat(1 << 20));
+    for (auth, status, kind) in [
+        (format!("Authorization: Bearer {user}\r\n"), 413, "too_large"),
+        (String::new(), 401, "unauthenticated"),
+    ] {
+        for round in 0..5 {
+            let req = format!(
+                "PUT /v1/me/settings HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            let mut stream = TcpStream::connect(&addr).await.expect("connect");
+            let wrote = tokio::time::timeout(Duration::from_secs(10), stream.write_all(req.as_bytes())).await;
+            assert!(matches!(wrote, Ok(Ok(()))), "round {round}: the body could not be sent: {wrote:?}");
+            let mut bytes = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut bytes)).await;
+            assert!(matches!(read, Ok(Ok(_))), "round {round}: the answer was lost: {read:?}");
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(text.starts_with(&format!("HTTP/1.1 {status} ")), "round {round}: {text}");
+            assert!(text.contains(&format!(r#""error":"{kind}""#)), "round {round}: {text}");
+            // The connection closes after such an answer, and the answer says so.
+            assert!(text.to_ascii_lowercase().contains("\r\nconnection: close\r\n"), "round {round}: {text}");
+        }
+    }
+    // A pooling client sends its next request on a new connection, not on the closing one.
+    let huge = format!(r#"{{"author_id":"5","pad":"{}"}}"#, "x".repeat(100_000));
+    let service = app.service();
+    for round in 0..10 {
+        let (st, v) = app.call(Method::PUT, "/v1/posts/2", Some(&service), Some(&huge)).await;
+        assert_eq!((st.as_u16(), v["error"].as_str()), (413, Some("too_large")), "round {round}: {v}");
+        let (st, v) = app.call(Method::GET, "/v1/posts/1/likers?limit=0", Some(&user), None).await;
+        assert_eq!((st.as_u16(), v["error"].as_str()), (400, Some("invalid")), "round {round}: {v}");
+    }
+    // A body read whole keeps the connection open.
+    let (st, head, _) =
+        app.call_full(Method::PUT, "/v1/posts/2", Some(&service), Some(r#"{"author_id":"5"}"#)).await;
+    assert_eq!(st.as_u16(), 200);
+    assert!(head.get("connection").is_none(), "{head:?}");
     app.stop().await;
 }

@@ -9,10 +9,13 @@
 //! with `content-type: application/json` and the body docs/api.md defines. The router's own
 //! errors of these statuses always carry a body, so they never look like this.
 //!
-//! After such a response the client is usually still sending (a 1 MB header, say). Closing a
-//! socket with unread input makes the kernel send a reset, which can destroy the response
-//! before the client reads it; so the shutdown that follows drains the input for a moment
-//! (a "lingering close", as nginx does) before the connection is dropped.
+//! After such a response the client is usually still sending (a 1 MB header, say), and so it
+//! is after any answer given before the request body was read (a 413 for a declared length
+//! over the limit, a 401 before a body): hyper then closes the connection. Closing a socket
+//! with unread input makes the kernel send a reset, which can destroy the response before the
+//! client reads it; so every shutdown the server makes drains the input for a moment (a
+//! "lingering close", as nginx does) before the connection is dropped. A client that has
+//! already closed ends the drain at once (end of input).
 
 use crate::error::ErrorBody;
 use std::io;
@@ -72,7 +75,8 @@ enum State {
     Plain,
     /// Writing `bytes[at..]` in place of a write of `claimed` bytes.
     Replacing { bytes: Vec<u8>, at: usize, claimed: usize },
-    /// An error response is out: shutting down, then draining input until `until`.
+    /// An error response is out, or the connection is closing: shutting down, then draining
+    /// input until `until`.
     Replaced { shut: bool, drained: usize, until: Option<Pin<Box<tokio::time::Sleep>>> },
 }
 
@@ -162,8 +166,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ErrorBodies<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if !matches!(this.state, State::Replaced { .. }) {
+            this.state = State::Replaced { shut: false, drained: 0, until: None };
+        }
         let State::Replaced { shut, drained, until } = &mut this.state else {
-            return Pin::new(&mut this.inner).poll_shutdown(cx);
+            unreachable!("set above");
         };
         if !*shut {
             // Ignore a failed shutdown: the client may be gone already.
