@@ -217,6 +217,16 @@ async fn an_answer_given_before_the_body_is_read_reaches_a_client_still_sending_
         let (st, v) = app.call(Method::GET, "/v1/posts/1/likers?limit=0", Some(&user), None).await;
         assert_eq!((st.as_u16(), v["error"].as_str()), (400, Some("invalid")), "round {round}: {v}");
     }
+    // A small body refused before it is read arrived with its head: hyper drains it and the
+    // connection stays open (no reconnection for each refused small write).
+    for round in 0..10 {
+        let (st, head, v) =
+            app.call_full(Method::PUT, "/v1/posts/2", Some("forged"), Some(r#"{"author_id":"5"}"#)).await;
+        assert_eq!((st.as_u16(), v["error"].as_str()), (401, Some("unauthenticated")), "round {round}: {v}");
+        assert!(head.get("connection").is_none(), "round {round}: {head:?}");
+        let (st, _) = app.call(Method::GET, "/v1/posts/1/likers?limit=0", Some(&user), None).await;
+        assert_eq!(st.as_u16(), 400, "round {round}");
+    }
     // A body read whole keeps the connection open.
     let (st, head, _) =
         app.call_full(Method::PUT, "/v1/posts/2", Some(&service), Some(r#"{"author_id":"5"}"#)).await;

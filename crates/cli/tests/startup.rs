@@ -93,13 +93,21 @@ async fn each_engine_pointed_at_a_silent_listener_fails_start_up_naming_its_sett
     let nats = "nats://127.0.0.1:4222";
 
     let pg = format!("postgres://postgres@{addr}/likewise");
-    assert_fails_naming(&config(&[pg], redis, nats, &prefix), "store.postgres_shards");
     let silent_redis = format!("redis://{addr}/0");
-    assert_fails_naming(&config(&shards.urls, &silent_redis, nats, &prefix), "cache.redis_url");
     let silent_nats = format!("nats://{addr}");
-    assert_fails_naming(&config(&shards.urls, redis, &silent_nats, &prefix), "stream.nats_url");
-    // PostgreSQL's own port speaks, but not NATS: it waits for the client to begin.
-    assert_fails_naming(&config(&shards.urls, redis, "nats://127.0.0.1:5432", &prefix), "stream.nats_url");
+    let cases = [
+        (config(&[pg], redis, nats, &prefix), "store.postgres_shards"),
+        (config(&shards.urls, &silent_redis, nats, &prefix), "cache.redis_url"),
+        (config(&shards.urls, redis, &silent_nats, &prefix), "stream.nats_url"),
+        // PostgreSQL's own port speaks, but not NATS: it waits for the client to begin.
+        (config(&shards.urls, redis, "nats://127.0.0.1:5432", &prefix), "stream.nats_url"),
+    ];
+    // Each case waits out its engine's connect timeout: side by side, not one after another.
+    std::thread::scope(|s| {
+        for (cfg, setting) in &cases {
+            s.spawn(move || assert_fails_naming(cfg, setting));
+        }
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
