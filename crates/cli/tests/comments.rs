@@ -437,10 +437,18 @@ async fn top_ranks_the_whole_post_and_held_comments_take_no_place() {
     let old = id_of(&comment(&app, 60_000, 70, "the first comment here, on a fine day", None).await);
     comments_concurrently(&app, 70, 100_000..100_000 + ORDINARY, prose).await;
     comments_concurrently(&app, 70, 200_000..200_000 + HELD, |u| format!("{} quagmire", prose(u))).await;
-    for u in 300_000..300_300u64 {
-        let (st, v) =
-            app.call(Method::PUT, &format!("/v1/comments/{old}/like"), Some(&app.user(u)), None).await;
-        assert_eq!(st, StatusCode::OK, "{v}");
+    {
+        use futures::StreamExt;
+        futures::stream::iter(300_000..300_300u64)
+            .for_each_concurrent(16, |u| {
+                let app = app.clone();
+                async move {
+                    let path = format!("/v1/comments/{old}/like");
+                    let (st, v) = app.call(Method::PUT, &path, Some(&app.user(u)), None).await;
+                    assert_eq!(st, StatusCode::OK, "{v}");
+                }
+            })
+            .await;
     }
     // Hundreds of likes carry the oldest comment past every newer one (once aggregated).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

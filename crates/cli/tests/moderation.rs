@@ -693,34 +693,48 @@ async fn race_pins(app: &std::sync::Arc<TestApp>, post: u64, comments: &[String]
 async fn every_acknowledged_pin_and_unpin_takes_effect() {
     let dir = tempfile::tempdir().expect("tempdir");
     let app = std::sync::Arc::new(TestApp::start(dir.path()).await);
-    for post in 1..=50u64 {
-        app.post(post, 7, false).await;
-        let mut cs = Vec::new();
-        for k in 0..5u64 {
-            cs.push(id(&comment(&app, 100 + post * 10 + k, post, &format!("comment {k} on {post}")).await));
-        }
-        let pinned = |v: Vec<Value>| -> Vec<String> {
-            let mut p: Vec<String> = v.iter().filter(|c| c["pinned"] == true).map(id).collect();
-            p.sort();
-            p
-        };
-        let two = race_pins(&app, post, &cs[..2], true).await;
-        assert_eq!(two, [204, 204], "post {post}");
-        let mut want = cs[..2].to_vec();
-        want.sort();
-        assert_eq!(pinned(list(&app, 9, post, "top").await), want, "post {post}: both pins");
-        let three = race_pins(&app, post, &cs[2..], true).await;
-        let mut sorted = three.clone();
-        sorted.sort();
-        assert_eq!(sorted, [204, 409, 409], "post {post}: one more fits under the cap");
-        let winner = cs[2..].iter().zip(&three).find(|(_, s)| **s == 204).map(|(c, _)| c.clone());
-        want.extend(winner);
-        want.sort();
-        assert_eq!(pinned(list(&app, 9, post, "top").await), want, "post {post}: the cap held");
-        let unpins = race_pins(&app, post, &want[..2], false).await;
-        assert_eq!(unpins, [204, 204], "post {post}");
-        assert_eq!(pinned(list(&app, 9, post, "top").await), want[2..].to_vec(), "post {post}: both unpins");
-    }
+    // Posts five at a time (each post's races stay its own): the trials, not their order,
+    // are what counts.
+    use futures::StreamExt;
+    futures::stream::iter(1..=50u64)
+        .for_each_concurrent(5, |post| {
+            let app = app.clone();
+            async move {
+                app.post(post, 7, false).await;
+                let mut cs = Vec::new();
+                for k in 0..5u64 {
+                    cs.push(id(
+                        &comment(&app, 100 + post * 10 + k, post, &format!("comment {k} on {post}")).await
+                    ));
+                }
+                let pinned = |v: Vec<Value>| -> Vec<String> {
+                    let mut p: Vec<String> = v.iter().filter(|c| c["pinned"] == true).map(id).collect();
+                    p.sort();
+                    p
+                };
+                let two = race_pins(&app, post, &cs[..2], true).await;
+                assert_eq!(two, [204, 204], "post {post}");
+                let mut want = cs[..2].to_vec();
+                want.sort();
+                assert_eq!(pinned(list(&app, 9, post, "top").await), want, "post {post}: both pins");
+                let three = race_pins(&app, post, &cs[2..], true).await;
+                let mut sorted = three.clone();
+                sorted.sort();
+                assert_eq!(sorted, [204, 409, 409], "post {post}: one more fits under the cap");
+                let winner = cs[2..].iter().zip(&three).find(|(_, s)| **s == 204).map(|(c, _)| c.clone());
+                want.extend(winner);
+                want.sort();
+                assert_eq!(pinned(list(&app, 9, post, "top").await), want, "post {post}: the cap held");
+                let unpins = race_pins(&app, post, &want[..2], false).await;
+                assert_eq!(unpins, [204, 204], "post {post}");
+                assert_eq!(
+                    pinned(list(&app, 9, post, "top").await),
+                    want[2..].to_vec(),
+                    "post {post}: both unpins"
+                );
+            }
+        })
+        .await;
 }
 
 /// A reply to `parent` on `post` by `user`.
