@@ -18,8 +18,13 @@
 //!   so an oversized request is answered by our 431 with the JSON error body. Heads past
 //!   hyper's limits, or that hyper cannot parse at all, get hyper's own 400, 414 or 431,
 //!   given the JSON error body too by the connection's I/O wrapper ([`error_bodies`]).
-//! - **Graceful drain**: on shutdown the listener closes, idle connections are closed, and
-//!   in-flight requests get up to `drain_timeout` to finish.
+//! - **Graceful drain**: on shutdown the listener closes and every answer from then on says
+//!   `connection: close`, so clients send no further request on a connection about to close.
+//!   Idle connections stay open until no request has been in flight for a moment (at most
+//!   [`SHUTDOWN_GRACE`]): a request a client already sent on one is read and answered, not
+//!   lost (closing idle kept-alive connections at once lost one request on each of 1,000
+//!   storming connections). Then idle connections are closed and in-flight requests get up to
+//!   `drain_timeout` to finish.
 
 mod error_bodies;
 mod refuse;
@@ -28,8 +33,8 @@ use axum::Router;
 use error_bodies::ErrorBodies;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -52,6 +57,10 @@ pub const OPERATIONS_DEADLINE: Duration = Duration::from_secs(5);
 /// scrapers, few enough that a flood of them cannot take the refusal slots (the rest are
 /// answered 503 like any other request).
 pub const OPERATIONS_PAST_CAP: usize = 8;
+
+/// Longest idle connections stay open once shutdown begins, so that requests already sent
+/// on them are read and answered (with `connection: close`); sooner when none is in flight.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 
 /// Length of the listen queue asked of the kernel (which caps it at `net.core.somaxconn`).
 /// The default of 128 overflows when a few thousand clients connect at once: the kernel then
@@ -94,6 +103,73 @@ impl Default for ServeOptions {
     }
 }
 
+/// Shutdown's state shared with every connection's service: whether answers now close their
+/// connection, and how many requests are being answered.
+#[derive(Default)]
+struct Draining {
+    on: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+impl Draining {
+    /// From now on every answer closes its connection. Returns once no request has been in
+    /// flight for [`QUIET_CHECKS`] checks in a row, or after [`SHUTDOWN_GRACE`].
+    async fn quiesce(&self) {
+        self.on.store(true, Ordering::Release);
+        let until = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        // A request read a moment from now is in flight only then: a few checks in a row must
+        // find none.
+        let mut quiet = 0;
+        while quiet < QUIET_CHECKS && tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            quiet = if self.in_flight.load(Ordering::Acquire) == 0 { quiet + 1 } else { 0 };
+        }
+    }
+
+    /// The hyper service of one connection: `router`, counting its requests in flight and,
+    /// once draining, answering `connection: close`.
+    fn service(
+        self: Arc<Self>,
+        router: Router,
+    ) -> impl hyper::service::Service<
+        hyper::Request<hyper::body::Incoming>,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>> + Send,
+    > + Clone {
+        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let (router, drain) = (router.clone(), self.clone());
+            drain.in_flight.fetch_add(1, Ordering::AcqRel);
+            // Counted out when the answer is ready or the request is dropped (client gone).
+            let counted = InFlight(drain);
+            async move {
+                use tower::ServiceExt;
+                let mut resp = router.oneshot(req).await?;
+                if counted.0.on.load(Ordering::Acquire) {
+                    resp.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                }
+                drop(counted);
+                Ok(resp)
+            }
+        })
+    }
+}
+
+/// One request counted in [`Draining::in_flight`] until dropped.
+struct InFlight(Arc<Draining>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Checks 5 ms apart that must all find no request in flight to end the grace early.
+const QUIET_CHECKS: u32 = 6;
+
 /// What a free slot lets the loop do with the next connection.
 enum Slot {
     Serve(OwnedSemaphorePermit),
@@ -118,6 +194,7 @@ pub async fn serve(
     tokio::pin!(shutdown);
     let refusals = Arc::new(Semaphore::new(REFUSE_SLOTS));
     let operations = Arc::new(Semaphore::new(OPERATIONS_PAST_CAP));
+    let drain = Arc::new(Draining::default());
     loop {
         // Wait for a free slot first, to serve or else to refuse: with neither, new clients
         // queue in the kernel backlog.
@@ -152,7 +229,8 @@ pub async fn serve(
             Slot::Refuse(r) => match slots.clone().try_acquire_owned() {
                 Ok(p) => p,
                 Err(_) => {
-                    let (router, http, operations) = (router.clone(), http.clone(), operations.clone());
+                    let (router, http, operations, drain) =
+                        (router.clone(), http.clone(), operations.clone(), drain.clone());
                     tokio::spawn(async move {
                         match refuse::refuse(stream, || operations.try_acquire_owned().ok()).await {
                             // An operator's probe or scrape: served, one request, bounded, a
@@ -162,7 +240,7 @@ pub async fn serve(
                                 http.keep_alive(false);
                                 let conn = http.serve_connection(
                                     TokioIo::new(ErrorBodies::new(replay)),
-                                    TowerToHyperService::new(router),
+                                    drain.service(router),
                                 );
                                 let _ = tokio::time::timeout(OPERATIONS_DEADLINE, conn).await;
                             }
@@ -175,10 +253,8 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let conn = http.serve_connection(
-            TokioIo::new(ErrorBodies::new(stream)),
-            TowerToHyperService::new(router.clone()),
-        );
+        let conn = http
+            .serve_connection(TokioIo::new(ErrorBodies::new(stream)), drain.clone().service(router.clone()));
         let conn = graceful.watch(conn);
         metrics::gauge!("likewise_http_connections").increment(1.0);
         tokio::spawn(async move {
@@ -191,6 +267,7 @@ pub async fn serve(
         });
     }
     drop(listener);
+    drain.quiesce().await;
     tokio::select! {
         _ = graceful.shutdown() => {}
         _ = tokio::time::sleep(opts.drain_timeout) => {
