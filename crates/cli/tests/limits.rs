@@ -199,6 +199,8 @@ async fn a_body_that_never_finishes_is_answered_503_at_the_request_timeout() {
     assert!(resp.contains(r#""error":"unavailable""#), "{resp}");
     // Like every other 503, it says when to come back.
     assert!(resp.to_ascii_lowercase().contains("\r\nretry-after: 1\r\n"), "{resp}");
+    // The connection closes with the rest of the body unread, and the answer says so.
+    assert!(resp.to_ascii_lowercase().contains("\r\nconnection: close\r\n"), "{resp}");
     app.stop().await;
 }
 

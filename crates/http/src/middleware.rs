@@ -23,26 +23,19 @@ use std::time::Instant;
 /// template, status), continuing the caller's trace if it sent a `traceparent` header: the
 /// writes it makes carry that span's context into their events.
 ///
-/// An answer given without reading a request body that may not have arrived with its head (a
-/// 413 for a declared length over the limit, a 401 or 503 before the body is looked at) says
-/// `connection: close`: hyper drains only what it has already received, else closes the
-/// connection after the answer, and a client that did not know would send its next request
-/// on it and lose that request. A small body ([`DRAINED_BODY`]) comes in the head's packets
-/// from ordinary clients and is drained, so its connection stays open (a shed comment under
-/// overload costs no new connection).
+/// An answer given without reading the whole request body (a 413 for a declared length over
+/// the limit, a 401 or a shed 503 before the body is looked at, a 503 when a trickled body
+/// runs out the request timeout) says `connection: close`: hyper drains only what it has
+/// already received, else closes the connection after the answer, and a client that did not
+/// know would send its next request on it and lose that request. Even a small body may come
+/// after its head (Python's `http.client` sends them apart), so any unread body counts.
 pub async fn track(req: Request, next: Next) -> Response {
     use axum::body::HttpBody;
     let route = req.extensions().get::<MatchedPath>().map(|m| intern(m.as_str())).unwrap_or("unmatched");
     let method = method_label(req.method());
     let started = Instant::now();
-    // A request with a body that may come after its head (large, chunked, or sent after a
-    // `100 Continue`) gets its end watched.
-    let late_body = match req.body().size_hint().upper() {
-        Some(0) => false,
-        Some(n) => n > DRAINED_BODY || req.headers().contains_key(header::EXPECT),
-        None => true,
-    };
-    let (read, req) = if !late_body {
+    // A request with a body (declared or chunked) gets its end watched.
+    let (read, req) = if req.body().size_hint().upper() == Some(0) {
         (None, req)
     } else {
         let read = Arc::new(AtomicBool::new(false));
@@ -64,9 +57,6 @@ pub async fn track(req: Request, next: Next) -> Response {
         .record(started.elapsed().as_secs_f64());
     resp
 }
-
-/// Largest declared request body taken to arrive with its head (see [`track`]).
-const DRAINED_BODY: u64 = 4096;
 
 /// A request body that records when it has been read to its end.
 struct ReadToEnd {
