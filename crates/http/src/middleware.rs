@@ -10,11 +10,9 @@ use crate::AppState;
 use crate::error::ApiError;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::Method;
-use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// Record `likewise_http_requests_total` and `likewise_http_request_duration_seconds`,
@@ -22,70 +20,21 @@ use std::time::Instant;
 /// When traces are exported, the request also runs in an `http.request` span (method, route
 /// template, status), continuing the caller's trace if it sent a `traceparent` header: the
 /// writes it makes carry that span's context into their events.
-///
-/// An answer given without reading the whole request body (a 413 for a declared length over
-/// the limit, a 401 or a shed 503 before the body is looked at, a 503 when a trickled body
-/// runs out the request timeout) says `connection: close`: hyper drains only what it has
-/// already received, else closes the connection after the answer, and a client that did not
-/// know would send its next request on it and lose that request. Even a small body may come
-/// after its head (Python's `http.client` sends them apart), so any unread body counts.
 pub async fn track(req: Request, next: Next) -> Response {
-    use axum::body::HttpBody;
     let route = req.extensions().get::<MatchedPath>().map(|m| intern(m.as_str())).unwrap_or("unmatched");
     let method = method_label(req.method());
     let started = Instant::now();
-    // A request with a body (declared or chunked) gets its end watched.
-    let (read, req) = if req.body().size_hint().upper() == Some(0) {
-        (None, req)
-    } else {
-        let read = Arc::new(AtomicBool::new(false));
-        let watch = read.clone();
-        (Some(read), req.map(|inner| axum::body::Body::new(ReadToEnd { inner, read: watch })))
-    };
-    let mut resp = if likewise_core::trace::enabled() {
+    let resp = if likewise_core::trace::enabled() {
         traced(req, next, method, route).await
     } else {
         next.run(req).await
     };
-    if read.is_some_and(|r| !r.load(Ordering::Acquire)) {
-        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
     let status = intern(resp.status().as_str());
     metrics::counter!("likewise_http_requests_total", "route" => route, "method" => method, "status" => status)
         .increment(1);
     metrics::histogram!("likewise_http_request_duration_seconds", "route" => route, "method" => method)
         .record(started.elapsed().as_secs_f64());
     resp
-}
-
-/// A request body that records when it has been read to its end.
-struct ReadToEnd {
-    inner: axum::body::Body,
-    read: Arc<AtomicBool>,
-}
-
-impl axum::body::HttpBody for ReadToEnd {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(polled, std::task::Poll::Ready(None)) || self.inner.is_end_stream() {
-            self.read.store(true, Ordering::Release);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
-    }
 }
 
 async fn traced(req: Request, next: Next, method: &'static str, route: &'static str) -> Response {

@@ -126,8 +126,13 @@ impl Draining {
         }
     }
 
-    /// The hyper service of one connection: `router`, counting its requests in flight and,
-    /// once draining, answering `connection: close`.
+    /// The hyper service of one connection: `router`, counting its requests in flight. An
+    /// answer says `connection: close` once draining, and when it was given without reading the
+    /// whole request body (a 413 for a declared length over the limit, a 401 or a shed 503
+    /// before the body is looked at, a 503 when a trickled body runs out the request timeout):
+    /// hyper drains only what it has already received, else closes the connection after the
+    /// answer, and a client that did not know would send its next request on it and lose it.
+    /// Even a small body may come after its head (Python's `http.client` sends them apart).
     fn service(
         self: Arc<Self>,
         router: Router,
@@ -142,10 +147,14 @@ impl Draining {
             drain.in_flight.fetch_add(1, Ordering::AcqRel);
             // Counted out when the answer is ready or the request is dropped (client gone).
             let counted = InFlight(drain);
+            // A request with a body (declared or chunked) gets its end watched.
+            let read = Arc::new(AtomicBool::new(hyper::body::Body::size_hint(req.body()).upper() == Some(0)));
+            let watch = read.clone();
+            let req = req.map(|inner| axum::body::Body::new(ReadToEnd { inner, read: watch }));
             async move {
                 use tower::ServiceExt;
                 let mut resp = router.oneshot(req).await?;
-                if counted.0.on.load(Ordering::Acquire) {
+                if counted.0.on.load(Ordering::Acquire) || !read.load(Ordering::Acquire) {
                     resp.headers_mut().insert(
                         axum::http::header::CONNECTION,
                         axum::http::HeaderValue::from_static("close"),
@@ -155,6 +164,36 @@ impl Draining {
                 Ok(resp)
             }
         })
+    }
+}
+
+/// A request body that records when it has been read to its end.
+struct ReadToEnd {
+    inner: hyper::body::Incoming,
+    read: Arc<AtomicBool>,
+}
+
+impl hyper::body::Body for ReadToEnd {
+    type Data = axum::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, std::task::Poll::Ready(None)) || hyper::body::Body::is_end_stream(&self.inner) {
+            self.read.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        hyper::body::Body::is_end_stream(&self.inner)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::Body::size_hint(&self.inner)
     }
 }
 

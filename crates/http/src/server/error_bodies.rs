@@ -77,7 +77,7 @@ enum State {
     Replacing { bytes: Vec<u8>, at: usize, claimed: usize },
     /// An error response is out, or the connection is closing: shutting down, then draining
     /// input until `until`.
-    Replaced { shut: bool, drained: usize, until: Option<Pin<Box<tokio::time::Sleep>>> },
+    Closing { shut: bool, drained: usize, until: Option<Pin<Box<tokio::time::Sleep>>> },
 }
 
 /// A connection's I/O whose bare automatic hyper errors get the JSON body (module docs).
@@ -102,7 +102,7 @@ impl<S: AsyncWrite + Unpin> ErrorBodies<S> {
             };
             if *at == bytes.len() {
                 let claimed = *claimed;
-                self.state = State::Replaced { shut: false, drained: 0, until: None };
+                self.state = State::Closing { shut: false, drained: 0, until: None };
                 return Poll::Ready(Ok(claimed));
             }
             let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &bytes[*at..]))?;
@@ -166,12 +166,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ErrorBodies<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if !matches!(this.state, State::Replaced { .. }) {
-            this.state = State::Replaced { shut: false, drained: 0, until: None };
+        // Every close drains (see the module docs), after an error response or not.
+        if !matches!(this.state, State::Closing { .. }) {
+            this.state = State::Closing { shut: false, drained: 0, until: None };
         }
-        let State::Replaced { shut, drained, until } = &mut this.state else {
-            unreachable!("set above");
-        };
+        let State::Closing { shut, drained, until } = &mut this.state else { return Poll::Ready(Ok(())) };
         if !*shut {
             // Ignore a failed shutdown: the client may be gone already.
             let _ = ready!(Pin::new(&mut this.inner).poll_shutdown(cx));
