@@ -121,16 +121,37 @@ positions() {
 }
 
 # Whether a partitioned consumer's partitions (the notifier's, trending's: $1) have read and
-# committed everything: each partition has a stream position of its own (its posts' last
-# message), so none stands at the stream's end; instead all 64 have a JetStream consumer, and
-# none has anything pending or unacknowledged.
-parts_drained() { curl -s "http://127.0.0.1:$NATSMON/jsz?consumers=true" | python3 -c '
-import json, re, sys
-j = json.load(sys.stdin)
-cs = [c for a in j.get("account_details", []) for s in a.get("stream_detail", [])
-      for c in (s.get("consumer_detail") or []) if re.search(r"_" + sys.argv[1] + r"_p[0-9]+-x", c["name"])]
-parts = {re.sub(r"-x[0-9a-f]+$", "", c["name"]) for c in cs}
-print("yes" if len(parts) >= 64 and all(c["num_pending"] == 0 and c["num_ack_pending"] == 0 for c in cs) else "no")' "$1"; }
+# committed everything: each partition's committed position (the worker's /metrics) stands at
+# its own last message (the last of its subjects, `<prefix>.events.<shard>.<part>`, on either
+# shard). One process reads them all through one stream consumer, acknowledged as it reads, so
+# the stream consumer's own counts say nothing of what the partitions committed.
+parts_drained() {
+  positions > "$W/positions.now"
+  python3 - "$1" "$NATSPORT" "$W/positions.now" <<'PY'
+import asyncio, sys
+import nats
+async def main():
+    consumer, port, pos_file = sys.argv[1], sys.argv[2], sys.argv[3]
+    pos = dict(l.split() for l in open(pos_file) if l.strip())
+    nc = await nats.connect(f"nats://127.0.0.1:{port}")
+    js = nc.jetstream()
+    ok = True
+    for part in range(64):
+        last = 0
+        for shard in (0, 1):
+            try:
+                m = await js.get_last_msg("LWCAP_EVENTS", f"lwcap.events.{shard}.{part}")
+                last = max(last, m.seq)
+            except nats.js.errors.NotFoundError:
+                pass
+        if last and int(pos.get(f"{consumer}.p{part}", 0)) != last:
+            ok = False
+            break
+    await nc.close()
+    print("yes" if ok else "no")
+asyncio.run(main())
+PY
+}
 
 offsets() {
   for db in lwcap_s0 lwcap_s1; do $PSQL -d $db -c "SELECT consumer || '=' || upto FROM consumer_offsets"; done | sort | tr '\n' ' '; echo
@@ -244,6 +265,9 @@ consumers)
     [ "$q" = 0 ] || continue
     last=$(last_seq)
     while read -r name pos; do
+      # A partitioned consumer's shared stream reader (`notifications.shared-...`) is not one
+      # of the readers: its partitions are (below).
+      case $name in *.shared-*) continue ;; esac
       if [ -z "${done_at[$name]:-}" ] && [ "$pos" = "$last" ]; then done_at[$name]=$(date +%s.%N); fi
     done < <(positions)
     # A partitioned consumer (the notifier, trending): done once all its partitions are.

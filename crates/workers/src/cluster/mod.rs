@@ -17,6 +17,7 @@ pub mod lease;
 pub mod parts;
 pub mod ports;
 pub mod shard;
+pub mod shared_log;
 
 use crate::consumers::{Consumer, WorkerOptions};
 use crate::notifier::NotifierOptions;
@@ -105,13 +106,13 @@ pub fn spawn_workers(
         let work: Arc<dyn parts::SharedWork> = match c {
             Consumer::Notifier => {
                 let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
-                let (offsets, stream) = (svc.clone(), ports.stream.clone());
+                let offsets = svc.clone();
+                let shared = shared_reader(&ports.stream, crate::notifier::NOTIFIER);
                 let open = move |part: u16| {
-                    let (svc, stream) = (offsets.clone(), stream.clone());
+                    let (svc, shared) = (offsets.clone(), shared.clone());
                     async move {
                         let offset = crate::notifier::Notifier::start_offset(&*svc, Some(part)).await?;
-                        let name = crate::notifier::consumer_name(Some(part));
-                        stream.consumer(&name, Scope::Part(part), offset).await
+                        Ok(shared.view(part, offset, &crate::notifier::consumer_name(Some(part))))
                     }
                 };
                 let svc: Arc<dyn likewise_service::ports::NotificationsPublisher> = svc.clone();
@@ -121,13 +122,10 @@ pub fn spawn_workers(
             }
             Consumer::Trending => {
                 let (commands, rx) = tokio::sync::mpsc::unbounded_channel();
-                let stream = ports.stream.clone();
+                let shared = shared_reader(&ports.stream, likewise_service::trending::TRENDING);
                 let open = move |part: u16, offset: u64| {
-                    let stream = stream.clone();
-                    async move {
-                        let name = likewise_service::trending::part_name(part);
-                        stream.consumer(&name, Scope::Part(part), offset).await
-                    }
+                    let view = shared.view(part, offset, &likewise_service::trending::part_name(part));
+                    async move { Ok(view) }
                 };
                 // Folded once a second: the stream has no in-memory tail to keep up with, and
                 // every fold is a pull from JetStream.
@@ -170,6 +168,23 @@ pub fn spawn_workers(
         })));
     }
     tasks
+}
+
+/// The one stream reader of this process for the partitions of consumer `name` it holds
+/// ([`shared_log`]). Its stream consumer's name is this process's own: a process starting
+/// removes the earlier consumers of its name, and must not remove another process's.
+fn shared_reader(
+    stream: &Arc<dyn likewise_core::ports::cluster::EventStream>,
+    name: &str,
+) -> Arc<shared_log::SharedLog> {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let own = format!("{name}.shared-{:x}{nanos:08x}", std::process::id());
+    let stream = stream.clone();
+    shared_log::SharedLog::new(Box::new(move |offset| {
+        let (stream, own) = (stream.clone(), own.clone());
+        Box::pin(async move { stream.consumer(&own, Scope::All, offset).await })
+    }))
 }
 
 /// Consumer `c` on the stream until `stop` flips, or until it cannot start (the lease's
