@@ -174,8 +174,8 @@ def step_like():
     return f
 
 
-def step_consumers():
-    d = load_json("consumers.json")
+def step_consumers(file="consumers.json"):
+    d = load_json(file)
     f = {"idle_pg_transactions_per_s": d["idle_pg_transactions_per_s"],
          "idle_worker_pg_transactions_per_s": d["idle_worker_pg_transactions_per_s"],
          "backlog_likes": d["likes"], "backlog_messages": d["messages"],
@@ -263,7 +263,9 @@ def step_embedded():
 
 STEPS = {"like": step_like, "consumers": step_consumers, "redis": step_redis,
          "comment": step_comment, "feed": step_feed, "jetstream": step_jetstream,
-         "embedded": step_embedded}
+         "embedded": step_embedded,
+         # The consumers step with two worker processes (WORKERS=2 measure.sh consumers).
+         "consumers_w2": lambda: step_consumers("consumers_w2.json")}
 
 
 MARKER = re.compile(r"<!--m:([a-z_]+)\.([a-z0-9_]+)(?:([/*])([0-9.]+))?-->(\**~?`?)([0-9][0-9,]*(?:\.[0-9]+)?)")

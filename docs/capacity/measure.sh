@@ -117,7 +117,10 @@ figures() { W="$W" python3 "$HERE/figures.py" "$1"; }
 
 # A reader's position in the stream, from the worker's /metrics (0 before its first commit).
 positions() {
-  curl -s "http://127.0.0.1:18482/metrics" | awk -F'[{}"]' '/^likewise_stream_consumer_position\{/ { split($NF, v, " "); print $3, v[1] }'
+  # Every worker process's (each partition is read by one of them).
+  for port in $(cat "$W"/worker*.port 2>/dev/null || echo 18482); do
+    curl -s "http://127.0.0.1:$port/metrics" | awk -F'[{}"]' '/^likewise_stream_consumer_position\{/ { split($NF, v, " "); print $3, v[1] }'
+  done
 }
 
 # Whether a partitioned consumer's partitions (the notifier's, trending's: $1) have read and
@@ -182,12 +185,21 @@ import json, sys
 j = json.load(sys.stdin)
 print(sum(s["state"]["last_seq"] for a in j.get("account_details", []) for s in a.get("stream_detail", [])))'; }
 
+# Worker process $1 (0 unless given; /metrics on 18482 + $1): worker.pid, worker1.pid, ...
 start_worker() {
-  "$BIN" serve --config "$W/lw.toml" --role worker --listen 127.0.0.1:18482 >> "$W/worker.log" 2>&1 & echo $! > "$W/worker.pid"
+  local i=${1:-0} sfx=${1:+$1}
+  "$BIN" serve --config "$W/lw.toml" --role worker --listen 127.0.0.1:$((18482 + i)) >> "$W/worker$sfx.log" 2>&1 & echo $! > "$W/worker$sfx.pid"
+  echo $((18482 + i)) > "$W/worker$sfx.port"
 }
+# Every worker process.
 stop_worker() {
-  kill -TERM "$(cat "$W/worker.pid")" 2>/dev/null || true
-  while kill -0 "$(cat "$W/worker.pid")" 2>/dev/null; do sleep 0.2; done
+  local f
+  for f in "$W"/worker*.pid; do
+    [ -e "$f" ] || continue
+    kill -TERM "$(cat "$f")" 2>/dev/null || true
+    while kill -0 "$(cat "$f")" 2>/dev/null; do sleep 0.2; done
+    rm -f "$f" "${f%.pid}.port"
+  done
 }
 
 # Wait until the node at $1 answers /healthz (a store replaying its journal takes a while).
@@ -257,7 +269,10 @@ consumers)
   #    Each reader's drain time runs from the process start until its position reaches the
   #    stream's end (start-up and the relay's publishing included: a lower bound of its rate).
   python3 "$HERE/load.py" like --url $API --secret $SECRET --likes 40000 --seed "${SEED:-11}" > "$W/load.backlog.json"
-  m0=$(last_seq); w0=$(wal); t0=$(date +%s.%N); start_worker
+  #    WORKERS=N starts N worker processes at once (the partitioned consumers' partitions
+  #    shared between them); its figures go to step consumers_wN.
+  m0=$(last_seq); w0=$(wal); t0=$(date +%s.%N)
+  for i in $(seq 0 $(( ${WORKERS:-1} - 1 ))); do if [ "$i" = 0 ]; then start_worker; else start_worker "$i"; fi; done
   declare -A done_at=()
   for _ in $(seq 1 3000); do
     sleep 0.1
@@ -266,8 +281,9 @@ consumers)
     last=$(last_seq)
     while read -r name pos; do
       # A partitioned consumer's shared stream reader (`notifications.shared-...`) is not one
-      # of the readers: its partitions are (below).
-      case $name in *.shared-*) continue ;; esac
+      # of the readers: its partitions are (below),
+      # nor is a partition's reader (`notifications.p7`), whose last message may be the last.
+      case $name in *.shared-*|*.p[0-9]*) continue ;; esac
       if [ -z "${done_at[$name]:-}" ] && [ "$pos" = "$last" ]; then done_at[$name]=$(date +%s.%N); fi
     done < <(positions)
     # A partitioned consumer (the notifier, trending): done once all its partitions are.
@@ -290,7 +306,7 @@ consumers)
     fi
   done
   w1=$(wal); sleep 1
-  read -r wcpu < <(awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' /proc/"$(cat "$W/worker.pid")"/stat)
+  read -r wcpu < <(cat "$W"/worker*.pid | while read -r pid; do cat /proc/"$pid"/stat; done | awk -v hz="$(getconf CLK_TCK)" '{ s += ($14 + $15) / hz } END { print s }')
   { printf '{"idle_pg_transactions_per_s": %s, "idle_worker_pg_transactions_per_s": %s,' \
       "$(awk -v a="$x0" -v b="$x1" -v c="$x2" -v d="$x3" 'BEGIN { print (d - c) / 10 }')" "$(awk -v a="$x0" -v b="$x1" -v c="$x2" -v d="$x3" 'BEGIN { print ((b - a) - (d - c)) / 10 }')"
     printf ' "likes": %s, "messages": %s, "wal": %s, "worker_cpu_s": %s, "messages_of": {}, "drained_after_s": {' \
@@ -298,7 +314,7 @@ consumers)
       "$(( last - m0 ))" "$(( w1 - w0 ))" "$wcpu"
     sep=""; for k in "${!done_at[@]}"; do printf '%s"%s": %s' "$sep" "$k" "$(awk -v a="${done_at[$k]}" -v b="$t0" 'BEGIN { print a - b }')"; sep=", "; done
     echo "}}"; } | tee "$W/consumers.json"
-  figures consumers ;;
+  if [ "${WORKERS:-1}" = 1 ]; then figures consumers; else cp "$W/consumers.json" "$W/consumers_w$WORKERS.json"; figures "consumers_w$WORKERS"; fi ;;
 comment)
   snapshot before_comment
   /usr/bin/time -f "client cpu %U+%S s" python3 "$HERE/load.py" comment --url $API --secret $SECRET --comments 20000 | tee "$W/load.comment.json"

@@ -246,3 +246,60 @@ async fn sigterm_mid_storm_answers_every_request_sent_on_a_kept_alive_connection
     assert!(lost.is_empty(), "{} requests sent got no answer: {:?}", lost.len(), &lost[..lost.len().min(5)]);
     assert!(closing.load(Ordering::Relaxed) > 0, "no answer said connection: close");
 }
+
+/// SIGTERM while one client trickles a request head and another has not read a large answer
+/// yet: the process exits without waiting out the trickler's header-read timeout (10 s; its
+/// request was never received), and the unread answer still arrives whole, since a request
+/// counts as in flight until its answer is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_waits_for_answers_being_written_not_for_a_request_head_being_trickled() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = start(dir.path());
+    let addr = s.base.trim_start_matches("http://").to_string();
+    // The whole answer, read by a client with nothing pending.
+    let read_all = |mut stream: tokio::net::TcpStream| async move {
+        let mut all = Vec::new();
+        stream.read_to_end(&mut all).await.expect("read");
+        all
+    };
+    let mut first = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+    first
+        .write_all(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("send");
+    let whole = read_all(first).await;
+    assert!(whole.len() > 100_000, "the document is large: {} bytes", whole.len());
+    // A trickler: half a head, then a byte a second.
+    let trickler = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+    let trickle = tokio::spawn(async move {
+        let mut t = trickler;
+        let _ = t.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await;
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if t.write_all(b"X").await.is_err() {
+                break;
+            }
+        }
+    });
+    // A reader that sends its request and reads the answer only later.
+    // Its small receive window keeps most of the answer in the server's hands until it reads.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4_096).expect("recv buffer");
+    let mut late = socket.connect(addr.parse().expect("addr")).await.expect("connect");
+    late.write_all(b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("send");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = Instant::now();
+    signal(&s.child, "-TERM");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = read_all(late).await;
+    let status = tokio::task::spawn_blocking(move || s.child.wait()).await.expect("join").expect("wait");
+    let took = t0.elapsed();
+    trickle.abort();
+    assert!(status.success(), "{status:?}");
+    // The same document: the head differs only in its connection header.
+    let body = |r: &[u8]| r.windows(4).position(|w| w == b"\r\n\r\n").map(|i| r[i + 4..].to_vec());
+    assert_eq!(body(&got), body(&whole), "the answer being written at the SIGTERM came whole");
+    assert!(String::from_utf8_lossy(&got[..200]).to_ascii_lowercase().contains("connection: close"));
+    assert!(took < Duration::from_secs(5), "exit waited {took:?} for a trickled request head");
+}

@@ -24,7 +24,9 @@
 //!   [`SHUTDOWN_GRACE`]): a request a client already sent on one is read and answered, not
 //!   lost (closing idle kept-alive connections at once lost one request on each of 1,000
 //!   storming connections). Then idle connections are closed and in-flight requests get up to
-//!   `drain_timeout` to finish.
+//!   `drain_timeout` to finish; a request counts as in flight until its answer is written. A
+//!   connection still reading a request head once nothing is in flight (a slow client) is not
+//!   waited for.
 
 mod error_bodies;
 mod refuse;
@@ -126,6 +128,16 @@ impl Draining {
         }
     }
 
+    /// Returns once no request has been in flight (read, being answered, or its answer being
+    /// written) for [`QUIET_CHECKS`] checks in a row.
+    async fn settled(&self) {
+        let mut quiet = 0;
+        while quiet < QUIET_CHECKS {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            quiet = if self.in_flight.load(Ordering::Acquire) == 0 { quiet + 1 } else { 0 };
+        }
+    }
+
     /// The hyper service of one connection: `router`, counting its requests in flight. An
     /// answer says `connection: close` once draining, and when it was given without reading the
     /// whole request body (a 413 for a declared length over the limit, a 401 or a shed 503
@@ -160,8 +172,8 @@ impl Draining {
                         axum::http::HeaderValue::from_static("close"),
                     );
                 }
-                drop(counted);
-                Ok(resp)
+                // Still in flight until its body is written (or the client is gone).
+                Ok(resp.map(|body| axum::body::Body::new(Counted { body, _counted: counted })))
             }
         })
     }
@@ -197,6 +209,33 @@ impl hyper::body::Body for ReadToEnd {
     }
 }
 
+/// A response body that keeps its request counted in flight until it is dropped: hyper drops
+/// it once its last frame is written (or the connection ends).
+struct Counted {
+    body: axum::body::Body,
+    _counted: InFlight,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        hyper::body::Body::is_end_stream(&self.body)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::Body::size_hint(&self.body)
+    }
+}
+
 /// One request counted in [`Draining::in_flight`] until dropped.
 struct InFlight(Arc<Draining>);
 
@@ -205,6 +244,10 @@ impl Drop for InFlight {
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// How long a drained server still waits for its connections once no request is in flight:
+/// for hyper to flush the last answers it wrote.
+const FLUSH_WAIT: Duration = Duration::from_millis(100);
 
 /// Checks 5 ms apart that must all find no request in flight to end the grace early.
 const QUIET_CHECKS: u32 = 6;
@@ -309,6 +352,11 @@ pub async fn serve(
     drain.quiesce().await;
     tokio::select! {
         _ = graceful.shutdown() => {}
+        // Every request read was answered and its answer written: a connection still open is
+        // idle (being closed) or still reading a request head, which a slow client can trickle
+        // for up to `header_read_timeout`. Those are not waited for (their request was never
+        // received); the wait lets hyper flush what it wrote last.
+        _ = async { drain.settled().await; tokio::time::sleep(FLUSH_WAIT).await } => {}
         _ = tokio::time::sleep(opts.drain_timeout) => {
             tracing::warn!("drain timeout: closing connections with requests still in flight");
         }

@@ -193,13 +193,21 @@ impl EventLog for PartView {
         if !out.is_empty() {
             return Ok(out);
         }
-        let mut r = s.reader.lock().await;
-        if s.fetches.load(Ordering::SeqCst) == seen {
-            let fetched = s.fetch(&mut r).await;
-            s.fetches.fetch_add(1, Ordering::SeqCst);
-            fetched?;
-        }
-        drop(r);
+        // The fetch runs on a task of its own: a reader that gives up waiting (the notifier
+        // bounds each read) must not cancel it half way, which would drop a batch the server
+        // goes on delivering, lose deliveries and make the stream consumer start over. What
+        // it brings is kept for the next read.
+        let shared = s.clone();
+        let fetch = tokio::spawn(async move {
+            let mut r = shared.reader.lock().await;
+            if shared.fetches.load(Ordering::SeqCst) != seen {
+                return Ok(());
+            }
+            let fetched = shared.fetch(&mut r).await;
+            shared.fetches.fetch_add(1, Ordering::SeqCst);
+            fetched
+        });
+        fetch.await.map_err(|e| StoreError::Engine(format!("stream fetch task: {e}")))??;
         s.buffered(self.part, self.id, after, max).ok_or_else(|| given_back(self.part))
     }
 
@@ -243,6 +251,7 @@ mod tests {
     use super::*;
     use likewise_core::ids::UserId;
     use likewise_core::like::Target;
+    use std::time::Duration;
 
     /// An in-memory stream read through "consumers" that count their creations and reads.
     #[derive(Default)]
@@ -250,6 +259,21 @@ mod tests {
         events: Mutex<Vec<Event>>,
         opened: Mutex<Vec<u64>>,
         reads: AtomicU64,
+        /// How long a fetch takes (a slow server), and fetches dropped before they ended
+        /// (whose deliveries a real server would have sent to an inbox nobody reads).
+        slow: Mutex<Duration>,
+        cut: AtomicU64,
+    }
+
+    /// Counts a fetch as cut unless defused when it ends.
+    struct Cut<'a>(&'a AtomicU64, bool);
+
+    impl Drop for Cut<'_> {
+        fn drop(&mut self) {
+            if !self.1 {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
     }
 
     struct Consumer {
@@ -260,8 +284,12 @@ mod tests {
     impl EventLog for Consumer {
         async fn read_after(&self, after: u64, max: usize) -> StoreResult<Vec<Event>> {
             self.stream.reads.fetch_add(1, Ordering::SeqCst);
+            let mut cut = Cut(&self.stream.cut, false);
             // A fetch waits on the network: the other reads of a round are made meanwhile.
             tokio::task::yield_now().await;
+            let slow = *self.stream.slow.lock().expect("lock");
+            tokio::time::sleep(slow).await;
+            cut.1 = true;
             let events = self.stream.events.lock().expect("lock");
             Ok(events.iter().filter(|e| e.seq > after).take(max).cloned().collect())
         }
@@ -366,6 +394,26 @@ mod tests {
         assert!(a.read_after(250, 10).await.is_err());
         drop(a);
         assert!(a2.read_after(250, 10).await.expect("read").is_empty());
+    }
+
+    /// A reader that gives up waiting (the notifier bounds each read to a second) does not
+    /// cut the fetch short: on a real stream that lost the batch's deliveries and made the
+    /// stream consumer start over, again and again on a slow server. What the fetch brings is
+    /// there for the next read.
+    #[tokio::test]
+    async fn a_read_given_up_on_does_not_cut_its_fetch_short() {
+        let stream = Arc::new(Stream::default());
+        publish(&stream, 1, 50);
+        *stream.slow.lock().expect("lock") = Duration::from_millis(200);
+        let s = shared(&stream);
+        let v = s.view(5, 0, "t.p5");
+        let given_up = tokio::time::timeout(Duration::from_millis(20), v.read_after(0, 1_000)).await;
+        assert!(given_up.is_err(), "the read was given up on");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(stream.cut.load(Ordering::SeqCst), 0, "the fetch was cut short");
+        let reads = stream.reads.load(Ordering::SeqCst);
+        assert_eq!(seqs(&v.read_after(0, 1_000).await.expect("read")), expected(0, 50, 5));
+        assert_eq!(stream.reads.load(Ordering::SeqCst), reads, "served from what the first fetch brought");
     }
 
     #[tokio::test]
