@@ -249,8 +249,9 @@ async fn sigterm_mid_storm_answers_every_request_sent_on_a_kept_alive_connection
 
 /// SIGTERM while one client trickles a request head and another has not read a large answer
 /// yet: the process exits without waiting out the trickler's header-read timeout (10 s; its
-/// request was never received), and the unread answer still arrives whole, since a request
-/// counts as in flight until its answer is written.
+/// request was never received), and the unread answer still arrives whole (a request counts
+/// as in flight until its answer is written; how much of it the kernel's buffers had taken by
+/// the SIGTERM is up to the kernel).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_waits_for_answers_being_written_not_for_a_request_head_being_trickled() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -300,6 +301,5 @@ async fn sigterm_waits_for_answers_being_written_not_for_a_request_head_being_tr
     // The same document: the head differs only in its connection header.
     let body = |r: &[u8]| r.windows(4).position(|w| w == b"\r\n\r\n").map(|i| r[i + 4..].to_vec());
     assert_eq!(body(&got), body(&whole), "the answer being written at the SIGTERM came whole");
-    assert!(String::from_utf8_lossy(&got[..200]).to_ascii_lowercase().contains("connection: close"));
     assert!(took < Duration::from_secs(5), "exit waited {took:?} for a trickled request head");
 }
