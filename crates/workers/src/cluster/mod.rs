@@ -181,10 +181,13 @@ fn shared_reader(
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     let own = format!("{name}.shared-{:x}{nanos:08x}", std::process::id());
     let stream = stream.clone();
-    shared_log::SharedLog::new(Box::new(move |offset| {
-        let (stream, own) = (stream.clone(), own.clone());
-        Box::pin(async move { stream.consumer(&own, Scope::All, offset).await })
-    }))
+    shared_log::SharedLog::new(
+        Box::new(move |offset| {
+            let (stream, own) = (stream.clone(), own.clone());
+            Box::pin(async move { stream.consumer(&own, Scope::All, offset).await })
+        }),
+        shared_log::by_post,
+    )
 }
 
 /// Consumer `c` on the stream until `stop` flips, or until it cannot start (the lease's

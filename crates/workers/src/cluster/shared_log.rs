@@ -43,9 +43,18 @@ const FETCH_EVENTS: usize = 16_384;
 /// Makes the shared reader's log, positioned after the given offset.
 pub type OpenLog = Box<dyn Fn(u64) -> BoxFuture<'static, StoreResult<Arc<dyn EventLog>>> + Send + Sync>;
 
+/// The partition an event belongs to.
+pub type Route = fn(&Event) -> u16;
+
+/// The stream's post partitions (`post % 64`), as its subjects are split.
+pub fn by_post(e: &Event) -> u16 {
+    part_of_post(e.post)
+}
+
 /// The reader shared by the views of one consumer's partitions in this process.
 pub struct SharedLog {
     open: OpenLog,
+    route: Route,
     /// The stream reader and its position: held while fetching, so concurrent reads of the
     /// views make one fetch.
     reader: tokio::sync::Mutex<Reader>,
@@ -77,10 +86,11 @@ struct View {
 
 impl SharedLog {
     /// A shared reader whose stream reader `open(offset)` makes (made when first read, and
-    /// again when it must go back).
-    pub fn new(open: OpenLog) -> Arc<Self> {
+    /// again when it must go back), handing each event to partition `route(event)`.
+    pub fn new(open: OpenLog, route: Route) -> Arc<Self> {
         Arc::new(SharedLog {
             open,
+            route,
             reader: tokio::sync::Mutex::new(Reader { log: None, pos: 0 }),
             fetches: AtomicU64::new(0),
             views: Mutex::new(HashMap::new()),
@@ -146,7 +156,7 @@ impl SharedLog {
             // Handed out before any await: a read cancelled below has lost nothing.
             let mut views = self.lock_views();
             for e in events {
-                if let Some(v) = views.get_mut(&part_of_post(e.post))
+                if let Some(v) = views.get_mut(&(self.route)(&e))
                     && v.fetched >= start
                     && e.seq > v.fetched
                 {
@@ -303,14 +313,17 @@ mod tests {
 
     fn shared(stream: &Arc<Stream>) -> Arc<SharedLog> {
         let stream = stream.clone();
-        SharedLog::new(Box::new(move |offset| {
-            let stream = stream.clone();
-            Box::pin(async move {
-                stream.opened.lock().expect("lock").push(offset);
-                let log: Arc<dyn EventLog> = Arc::new(Consumer { stream });
-                Ok(log)
-            })
-        }))
+        SharedLog::new(
+            Box::new(move |offset| {
+                let stream = stream.clone();
+                Box::pin(async move {
+                    stream.opened.lock().expect("lock").push(offset);
+                    let log: Arc<dyn EventLog> = Arc::new(Consumer { stream });
+                    Ok(log)
+                })
+            }),
+            by_post,
+        )
     }
 
     fn like(seq: u64, post: u64) -> Event {
@@ -381,7 +394,9 @@ mod tests {
         let b = s.view(2, 40, "t.p2");
         assert_eq!(seqs(&b.read_after(40, 1_000).await.expect("read")), expected(40, 200, 2));
         assert_eq!(*stream.opened.lock().expect("lock"), vec![150, 40]);
-        // Partition 1 got nothing twice from the re-read.
+        // Partition 1 got nothing twice from the re-read: read again from its position, each
+        // event once.
+        assert_eq!(seqs(&a.read_after(150, 1_000).await.expect("read")), expected(150, 200, 1));
         publish(&stream, 201, 50);
         assert_eq!(seqs(&a.read_after(200, 1_000).await.expect("read")), expected(200, 250, 1));
         assert_eq!(seqs(&b.read_after(200, 1_000).await.expect("read")), expected(200, 250, 2));

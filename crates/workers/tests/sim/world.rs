@@ -5,7 +5,9 @@
 //! hold) and checks the final ones.
 //!
 //! Partitioned ([`World::partitioned`]): the notifier runs as two worker processes' notifiers
-//! sharing the stream's two post partitions, each partition owned (its lease) by one of them.
+//! sharing the stream's two post partitions, each partition owned (its lease) by one of them,
+//! each process reading its partitions through one stream reader (`cluster::shared_log`), as
+//! a worker process does.
 //! Handovers move a partition's lease to the other process: given back first (the old holder
 //! stops reading it, then the new one takes it), or taken over from a holder that has not
 //! noticed it lost the lease (it reads on until its partition's fence refuses it). A process
@@ -23,6 +25,7 @@ use likewise_core::ports::EventLog;
 use likewise_core::ports::cluster::{EventStream, ReverseIndex, Scope, part_consumer, shard_consumer};
 use likewise_engine::Stores;
 use likewise_service::{Engagement, ServiceOptions};
+use likewise_workers::cluster::shared_log::SharedLog;
 use likewise_workers::notifier::{NOTIFIER, Notifier, NotifierOptions};
 use likewise_workers::{Aggregator, AggregatorOptions, ranker, relay, reverse_index};
 use std::collections::BTreeSet;
@@ -77,6 +80,11 @@ pub struct World {
     notifier: Option<Notifier>,
     /// Partitioned: each process's notifier, and the process that owns each partition.
     processes: [Option<Notifier>; 2],
+    /// Each process's one stream reader for the partitions it holds (gone with its notifier),
+    /// as a worker process reads them (`cluster::shared_log`).
+    readers: [Option<Arc<SharedLog>>; 2],
+    /// Readers made so far: each one's stream consumer has a name of its own.
+    readers_made: u64,
     owner: [usize; 2],
     /// Whether the notifier runs partitioned.
     pub partitioned: bool,
@@ -131,6 +139,8 @@ impl World {
             aggregators: (0..SHARDS).map(|_| None).collect(),
             notifier: None,
             processes: [None, None],
+            readers: [None, None],
+            readers_made: 0,
             owner: [0, 1],
             partitioned,
             reverse: (0..SHARDS).map(|_| None).collect(),
@@ -279,8 +289,22 @@ impl World {
     async fn process_step(&mut self, i: usize) {
         let mut n = match self.processes[i].take() {
             Some(n) => n,
-            None => Notifier::without_parts(self.svc.clone(), &notifier_options()),
+            None => {
+                // A process starting: a new reader, on a stream consumer of its own.
+                self.readers_made += 1;
+                let (ports, name) =
+                    (self.ports.clone(), format!("{NOTIFIER}.shared{i}-{}", self.readers_made));
+                self.readers[i] = Some(SharedLog::new(
+                    Box::new(move |offset| {
+                        let (ports, name) = (ports.clone(), name.clone());
+                        Box::pin(async move { ports.consumer(&name, Scope::All, offset).await })
+                    }),
+                    |e| part_of(e.post),
+                ));
+                Notifier::without_parts(self.svc.clone(), &notifier_options())
+            }
         };
+        let Some(reader) = self.readers[i].clone() else { return };
         for part in 0..2u16 {
             if self.owner[part as usize] != i || n.partitions().contains(&part) {
                 continue;
@@ -288,7 +312,7 @@ impl World {
             let name = part_consumer(NOTIFIER, part);
             let log = async {
                 let offset = Notifier::start_offset(&*self.svc, Some(part)).await?;
-                self.ports.consumer(&name, Scope::Part(part), offset).await
+                Ok::<_, likewise_core::StoreError>(reader.view(part, offset, &name))
             }
             .await;
             let taken = match log {
