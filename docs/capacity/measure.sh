@@ -378,8 +378,9 @@ jetstream)
   python3 "$HERE/js_bench.py" --url nats://127.0.0.1:$NATSPORT --nats-pid "$(cat "$W/nats.pid")" --messages 200000 --size 142 | tee "$W/jetstream.json"
   figures jetstream ;;
 stop)
-  for p in api worker emb nats; do [ -f "$W/$p.pid" ] && kill "$(cat "$W/$p.pid")" 2>/dev/null || true; done
-  sleep 5; for p in api worker emb; do [ -f "$W/$p.pid" ] && kill -9 "$(cat "$W/$p.pid")" 2>/dev/null || true; done
+  stop_worker
+  for p in api emb nats; do [ -f "$W/$p.pid" ] && kill "$(cat "$W/$p.pid")" 2>/dev/null || true; done
+  sleep 5; for p in api emb; do [ -f "$W/$p.pid" ] && kill -9 "$(cat "$W/$p.pid")" 2>/dev/null || true; done
   [ -f "$W/redis.pid" ] && kill "$(cat "$W/redis.pid")" 2>/dev/null || true
   runuser -u postgres -- "$PGBIN/pg_ctl" -D "$W/pg" -w stop >/dev/null 2>&1 || true
   sleep 2; rm -rf "$W" ;;
