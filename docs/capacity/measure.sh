@@ -13,7 +13,8 @@
 #             reverse index and the aggregators; statements and WAL per like; table sizes
 #   redis     MEMORY USAGE of every key, summed per key family (right after `like`)
 #   consumers drain rates over 60 s (notifier, trending, ...), WAL per notified event; a rerun
-#             on the same engines needs another SEED (the same likes again change nothing)
+#             on the same engines needs another SEED (the same likes again change nothing);
+#             WORKERS=2 starts two worker processes for the drain (step consumers_w2)
 #   comment   20,000 comments of 40-140 characters on Zipf-chosen posts; table sizes after
 #   feed      20,000 feed pages of 20 posts; Redis commands and shard statements per page
 #   jetstream publish/consume rate and nats-server CPU per message (js_bench.py, nats-py)

@@ -321,3 +321,44 @@ async fn operations_routes_answer_without_a_token() {
     }
     app.stop().await;
 }
+
+/// A like takes no body: none, or `{}`, likes; a body with fields is a 422 (unknown request
+/// fields are rejected), malformed JSON a 400, and nothing is liked by either. `{}` is read,
+/// so the connection stays open (a body left unread closes it after the answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_like_with_a_body_takes_only_an_empty_object() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let app = TestApp::start(dir.path()).await;
+    app.post(42, 7, false).await;
+    let (st, c) = app
+        .call(Method::POST, "/v1/posts/42/comments", Some(&app.user(7)), Some(r#"{"text":"a comment"}"#))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{c}");
+    let comment = c["comment_id"].as_str().expect("comment_id").to_string();
+    for path in ["/v1/posts/42/like".to_string(), format!("/v1/comments/{comment}/like")] {
+        for (body, status) in [
+            (r#"{"x":1}"#, StatusCode::UNPROCESSABLE_ENTITY),
+            (r#"{"liked":true}"#, StatusCode::UNPROCESSABLE_ENTITY),
+            ("[1]", StatusCode::UNPROCESSABLE_ENTITY),
+            ("{", StatusCode::BAD_REQUEST),
+        ] {
+            for method in [Method::PUT, Method::DELETE] {
+                let (st, v) = app.call(method.clone(), &path, Some(&app.user(9)), Some(body)).await;
+                assert_error(st, &v, status.as_u16(), "invalid");
+            }
+        }
+        let (st, headers, v) = app.call_full(Method::PUT, &path, Some(&app.user(9)), Some("{}")).await;
+        assert_eq!(
+            (st, v["liked"].as_bool(), v["changed"].as_bool()),
+            (StatusCode::OK, Some(true), Some(true)),
+            "{path}"
+        );
+        assert!(headers.get("connection").is_none(), "{path}: {headers:?}");
+        let (st, v) = app.call(Method::PUT, &path, Some(&app.user(10)), None).await;
+        assert_eq!((st, v["changed"].as_bool()), (StatusCode::OK, Some(true)), "{path}: no body");
+        let (st, v) = app.call(Method::DELETE, &path, Some(&app.user(10)), Some(" { } ")).await;
+        assert_eq!((st, v["changed"].as_bool()), (StatusCode::OK, Some(true)), "{path}: unlike with {{}}");
+    }
+    let v = app.wait_count(7, 42, 1).await;
+    assert_eq!(v["like_count_text"], "1", "only user 9's like of the post stands");
+}

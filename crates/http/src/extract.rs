@@ -139,6 +139,38 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// The body of a route that takes none (a like, an unlike): none at all, or an empty JSON
+/// object. A body with fields is a 422 (unknown request fields are rejected), malformed JSON
+/// 400, as [`JsonBody`] answers them. Read, not ignored: a body left unread also closes the
+/// connection after the answer (hyper cannot tell where the next request starts), so a client
+/// that sends `{}` with every like would reconnect for every like.
+pub struct NoBody;
+
+/// The fields of a route that takes none.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
+impl<S: Send + Sync> FromRequest<S> for NoBody {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        use axum::body::HttpBody;
+        if req.body().size_hint().upper() == Some(0) {
+            return Ok(NoBody);
+        }
+        let json = declares_json(req.headers());
+        let BodyBytes(bytes) = BodyBytes::from_request(req, state).await?;
+        if bytes.is_empty() {
+            // Chunked, with nothing in it.
+            return Ok(NoBody);
+        }
+        if !json {
+            return Err(ApiError::unsupported_media_type());
+        }
+        parse_json::<NoFields>(&bytes).map(|NoFields {}| NoBody)
+    }
+}
+
 /// Parse a JSON body with the error mapping above. Every body of the API is a JSON object:
 /// serde's derived structs would also take an array of the field values in order
 /// (`["hi"]` as a comment), which the contract does not offer, so any other JSON is a 422.

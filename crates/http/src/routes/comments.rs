@@ -4,7 +4,7 @@ use crate::AppState;
 use crate::auth::Viewer;
 use crate::dto::{CommentCreate, CommentDto, CommentsPage, LikeResponse, rfc3339_ms};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{JsonBody, PathParams, QueryParams};
+use crate::extract::{JsonBody, NoBody, PathParams, QueryParams};
 use crate::paging::parse_limit;
 use axum::Json;
 use axum::extract::State;
@@ -270,12 +270,14 @@ async fn set_like(
     params(("comment_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody)),
+        (status = 404, body = crate::error::ErrorBody),
+        (status = 422, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn like(
     State(state): State<Arc<AppState>>,
     viewer: Viewer,
     PathParams(id): PathParams<CommentId>,
+    _: NoBody,
 ) -> ApiResult<Json<LikeResponse>> {
     set_like(&state, viewer, id, LikeAction::Like).await
 }
@@ -284,12 +286,14 @@ pub async fn like(
 #[utoipa::path(delete, path = "/v1/comments/{comment_id}/like", operation_id = "unlike_comment", tag = "likes",
     params(("comment_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+        (status = 422, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn unlike(
     State(state): State<Arc<AppState>>,
     viewer: Viewer,
     PathParams(id): PathParams<CommentId>,
+    _: NoBody,
 ) -> ApiResult<Json<LikeResponse>> {
     set_like(&state, viewer, id, LikeAction::Unlike).await
 }

@@ -4,7 +4,7 @@ use crate::AppState;
 use crate::auth::Viewer;
 use crate::dto::{LikeResponse, LikerDto, LikersPage, rfc3339_ms};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{PathParams, QueryParams};
+use crate::extract::{NoBody, PathParams, QueryParams};
 use crate::paging::{PageQuery, parse_limit};
 use axum::Json;
 use axum::extract::State;
@@ -31,12 +31,14 @@ async fn set(
     params(("post_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
         (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody)),
+        (status = 404, body = crate::error::ErrorBody),
+        (status = 422, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn like(
     State(state): State<Arc<AppState>>,
     viewer: Viewer,
     PathParams(post): PathParams<PostId>,
+    _: NoBody,
 ) -> ApiResult<Json<LikeResponse>> {
     set(&state, viewer, post, LikeAction::Like).await
 }
@@ -46,12 +48,14 @@ pub async fn like(
 #[utoipa::path(delete, path = "/v1/posts/{post_id}/like", operation_id = "unlike_post", tag = "likes",
     params(("post_id" = String, Path)),
     responses((status = 200, body = LikeResponse), (status = 400, body = crate::error::ErrorBody),
-        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)),
+        (status = 401, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
+        (status = 422, body = crate::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn unlike(
     State(state): State<Arc<AppState>>,
     viewer: Viewer,
     PathParams(post): PathParams<PostId>,
+    _: NoBody,
 ) -> ApiResult<Json<LikeResponse>> {
     set(&state, viewer, post, LikeAction::Unlike).await
 }
