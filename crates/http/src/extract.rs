@@ -130,13 +130,18 @@ pub struct JsonBody<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let json = declares_json(req.headers());
-        let BodyBytes(bytes) = BodyBytes::from_request(req, state).await?;
-        if !json && !bytes.is_empty() {
-            return Err(ApiError::unsupported_media_type());
-        }
-        parse_json(&bytes).map(JsonBody)
+        parse_json(&json_bytes(req, state).await?).map(JsonBody)
     }
+}
+
+/// The body read whole ([`BodyBytes`]); a non-empty one must be declared JSON (415).
+async fn json_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, ApiError> {
+    let json = declares_json(req.headers());
+    let BodyBytes(bytes) = BodyBytes::from_request(req, state).await?;
+    if !json && !bytes.is_empty() {
+        return Err(ApiError::unsupported_media_type());
+    }
+    Ok(bytes)
 }
 
 /// The body of a route that takes none (a like, an unlike): none at all, or an empty JSON
@@ -158,14 +163,10 @@ impl<S: Send + Sync> FromRequest<S> for NoBody {
         if req.body().size_hint().upper() == Some(0) {
             return Ok(NoBody);
         }
-        let json = declares_json(req.headers());
-        let BodyBytes(bytes) = BodyBytes::from_request(req, state).await?;
+        let bytes = json_bytes(req, state).await?;
         if bytes.is_empty() {
             // Chunked, with nothing in it.
             return Ok(NoBody);
-        }
-        if !json {
-            return Err(ApiError::unsupported_media_type());
         }
         parse_json::<NoFields>(&bytes).map(|NoFields {}| NoBody)
     }

@@ -132,23 +132,32 @@ impl SharedLog {
         Some(out)
     }
 
+    /// The lowest position a view needs the stream from (`None`: no view).
+    fn lowest(&self) -> Option<u64> {
+        self.lock_views().values().map(|v| v.fetched).min()
+    }
+
+    /// The stream reader, made at `need` when there is none, or (`back`) when it is past
+    /// `need`: the replaced one's stream consumer is deleted as it drops.
+    async fn reader_at(&self, r: &mut Reader, need: u64, back: bool) -> StoreResult<Arc<dyn EventLog>> {
+        if let Some(log) = &r.log
+            && !(back && need < r.pos)
+        {
+            return Ok(log.clone());
+        }
+        if r.log.take().is_some() {
+            metrics::counter!("likewise_shared_log_rewinds_total").increment(1);
+        }
+        let log = (self.open)(need).await?;
+        r.log = Some(log.clone());
+        r.pos = need;
+        Ok(log)
+    }
+
     /// One fetch for every view: the reader goes back first if a view is behind it.
     async fn fetch(&self, r: &mut Reader) -> StoreResult<()> {
-        let Some(need) = self.lock_views().values().map(|v| v.fetched).min() else { return Ok(()) };
-        let log = match &r.log {
-            Some(log) if need >= r.pos => log.clone(),
-            _ => {
-                if r.log.is_some() {
-                    metrics::counter!("likewise_shared_log_rewinds_total").increment(1);
-                }
-                // The replaced reader's stream consumer is deleted as it drops.
-                r.log = None;
-                let log = (self.open)(need).await?;
-                r.log = Some(log.clone());
-                r.pos = need;
-                log
-            }
-        };
+        let Some(need) = self.lowest() else { return Ok(()) };
+        let log = self.reader_at(r, need, true).await?;
         let start = r.pos;
         let events = log.read_after(start, FETCH_EVENTS).await?;
         let Some(last) = events.last().map(|e| e.seq) else { return Ok(()) };
@@ -225,16 +234,8 @@ impl EventLog for PartView {
         let s = &self.shared;
         let log = {
             let mut r = s.reader.lock().await;
-            match &r.log {
-                Some(log) => log.clone(),
-                None => {
-                    let need = s.lock_views().values().map(|v| v.fetched).min().unwrap_or(0);
-                    let log = (s.open)(need).await?;
-                    r.log = Some(log.clone());
-                    r.pos = need;
-                    log
-                }
-            }
+            let need = s.lowest().unwrap_or(0);
+            s.reader_at(&mut r, need, false).await?
         };
         log.head().await
     }
